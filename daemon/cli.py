@@ -1,0 +1,313 @@
+"""`iowarden` commands: thin layers over the probes, each with --json.
+
+Exit codes: 0 fine, 1 a probe failed, 2 usage, 77 permission (needs root),
+78 invalid configuration (sysexits.h).
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import sys
+import time
+
+from iowarden.probes import blockqueue, cpupower, diskstats, xfs
+from iowarden.probes.common import ParseError, Roots, parse_size_bytes
+from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
+from iowarden.probes.fio_run import ProbeLimits, run_probe
+
+from . import config as configmod
+from .tables import dumps, table
+
+EX_NOPERM = 77
+
+
+def _print(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+# ---- check-config ---------------------------------------------------------------------------
+
+def cmd_check_config(args) -> int:
+    cfg = configmod.load(args.config)
+    _print(f"{args.config}: valid ({len(cfg.profiles)} profiles, {len(cfg.targets)} targets)")
+    return 0
+
+
+# ---- probe ----------------------------------------------------------------------------------
+
+def _adhoc_profile(args) -> ProbeProfile:
+    if args.job_file:
+        return profile_from_job_file("job-file", args.job_file)
+    size, bs = parse_size_bytes(args.size), parse_size_bytes(args.bs)
+    name = args.profile or f"{args.rw}-{args.bs}-qd{args.iodepth}"
+    return ProbeProfile(name=name, rw=args.rw, bs_bytes=bs, iodepth=args.iodepth, numjobs=args.numjobs,
+                        size_bytes=size, runtime_seconds=args.runtime, ramp_time_seconds=args.ramp_time,
+                        rate_iops=args.rate_iops, ioengine=args.ioengine)
+
+
+def cmd_probe(args) -> int:
+    if args.path:
+        limits = ProbeLimits(max_runtime_seconds=max(args.runtime, 60.0), min_free_bytes=args.min_free_bytes,
+                             min_free_ratio=args.min_free_ratio)
+        plan = [(args.path, args.path, _adhoc_profile(args), set())]
+    elif args.config:
+        cfg = configmod.load(args.config)
+        limits = cfg.limits
+        plan = []
+        for t in cfg.targets:
+            if args.target and t.name != args.target:
+                continue
+            sizes = {min(cfg.profiles[p].effective_size_bytes(), limits.max_size_bytes) for p in t.profiles}
+            for p in t.profiles:
+                if args.profile and p != args.profile:
+                    continue
+                plan.append((t.name, t.path, cfg.profiles[p], sizes))
+        if not plan:
+            raise SystemExit(f"iowarden: nothing to probe: no target/profile matches in {args.config}")
+    else:
+        raise SystemExit("iowarden probe: give -c CONFIG or --path DIR_OR_DEVICE")
+    results = []
+    for target, path, profile, sizes in plan:
+        results.append(run_probe(target, path, profile, limits, keep_sizes=sizes))
+        if not args.json:
+            _print_probe(results[-1])
+    if args.json:
+        _print(dumps([r.to_json() for r in results]))
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _ms(seconds):
+    return None if seconds is None else seconds * 1000
+
+
+def _print_probe(r) -> None:
+    j = r.to_json()
+    if not r.ok:
+        _print(f"{r.target} {r.profile}: FAILED: {r.error}")
+        return
+    mib = 1024 * 1024
+    _print(table(
+        ["target", "profile", "device", "r IOPS", "w IOPS", "r MiB/s", "w MiB/s",
+         "p50 ms", "p99 ms", "p99.9 ms", "p99.99 ms"],
+        [[r.target, r.profile, r.device or "-", round(j["read_iops"]), round(j["write_iops"]),
+          j["read_bw_bytes"] / mib, j["write_bw_bytes"] / mib, _ms(j["clat_p50_seconds"]),
+          _ms(j["clat_p99_seconds"]), _ms(j["clat_p999_seconds"]), _ms(j["clat_p9999_seconds"])]]))
+
+
+# ---- iostat ---------------------------------------------------------------------------------
+
+def _uptime_seconds(roots: Roots) -> float:
+    return float((roots.proc / "uptime").read_text().split()[0])
+
+
+def _select(sample: diskstats.DiskSample, args, roots: Roots) -> list[str]:
+    names = []
+    for name, c in sample.counters.items():
+        if args.device:
+            if any(fnmatch.fnmatch(name, pat) for pat in args.device):
+                names.append(name)
+            continue
+        if not args.partitions and diskstats.is_partition(name, roots):
+            continue
+        # like sysstat: a device that has never done I/O is not shown unless asked for
+        if c.reads or c.writes or c.discards or c.flushes:
+            names.append(name)
+    return names
+
+
+def _emit_rates(rates: dict, names: list[str], args, stamp: float) -> None:
+    rows = [rates[n] for n in names if n in rates]
+    if args.json:
+        for r in rows:
+            obj = {"timestamp": round(stamp, 3), **r.as_sysstat()}
+            _print(json.dumps(obj))
+        return
+    keys = ["r/s", "rkB/s", "rrqm/s", "%rrqm", "r_await", "rareq-sz", "w/s", "wkB/s", "wrqm/s", "%wrqm",
+            "w_await", "wareq-sz", "d/s", "dkB/s", "d_await", "f/s", "f_await", "aqu-sz", "%util"]
+    out = []
+    for r in rows:
+        s = r.as_sysstat()
+        s["%rrqm"], s["%wrqm"], s["%util"] = s["rrqm"], s["wrqm"], s["util"]
+        out.append([r.name] + [s[k] for k in keys])
+    _print(table(["Device"] + keys, out) + "\n")
+
+
+def cmd_iostat(args) -> int:
+    roots = Roots()
+    if args.interval is not None and args.interval <= 0:
+        raise SystemExit("iowarden iostat: INTERVAL must be positive")
+    prev = diskstats.read(roots)
+    names = _select(prev, args, roots)
+    if args.device and not names:
+        raise SystemExit(f"iowarden iostat: no device matches {' '.join(args.device)}")
+    if args.interval is None or not args.omit_first:
+        # The first report covers the time since boot, as iostat's does.
+        zero = diskstats.DiskSample(prev.monotonic_seconds - _uptime_seconds(roots),
+                                    {n: diskstats.DiskCounters(c.major, c.minor, n) for n, c in prev.counters.items()})
+        _emit_rates(diskstats.rates_between(zero, prev), names, args, time.time())
+    if args.interval is None:
+        return 0
+    count = args.count
+    next_tick = time.monotonic() + args.interval
+    while count is None or count > 0:
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+        next_tick += args.interval
+        cur = diskstats.read(roots)
+        _emit_rates(diskstats.rates_between(prev, cur), names, args, time.time())
+        prev = cur
+        if count is not None:
+            count -= 1
+    return 0
+
+
+# ---- xfs ------------------------------------------------------------------------------------
+
+def cmd_xfs(args) -> int:
+    roots = Roots()
+    mounts = xfs.xfs_mounts(roots)
+    if args.mounts:
+        wanted = [m.rstrip("/") or "/" for m in args.mounts]
+        known = {mnt: dev for dev, mnt in mounts}
+        missing = [m for m in wanted if m not in known]
+        if missing:
+            raise SystemExit(f"iowarden xfs: not an XFS mount point: {', '.join(missing)}")
+        mounts = [(known[m], m) for m in wanted]
+    reports = [xfs.read(mnt, dev, args.timeout) for dev, mnt in mounts]
+    if args.json:
+        _print(dumps(reports))
+    else:
+        rows = []
+        for r in reports:
+            f, fs = r.frag, r.free_space
+            rows.append([r.mountpoint, r.device, f and f.actual_extents, f and f.ideal_extents,
+                         f and f.fragmentation_ratio * 100, f and f.extents_per_file,
+                         fs and fs.total_free_extents, fs and fs.average_free_extent_blocks,
+                         r.free_space_source or "-"])
+        _print(table(["mount", "device", "extents", "ideal", "frag %", "extents/file",
+                      "free extents", "avg free ext (blocks)", "free-space source"], rows))
+        for r in reports:
+            for e in r.errors:
+                _print(f"{r.mountpoint}: {e}")
+    return 0 if all(not r.errors for r in reports) else 1
+
+
+# ---- settings -------------------------------------------------------------------------------
+
+def cmd_settings(args) -> int:
+    roots = Roots()
+    devices = blockqueue.read(roots)
+    power = cpupower.read(roots)
+    if args.json:
+        _print(dumps({"block_devices": devices, "power": power}))
+        return 0
+    rows = []
+    for d in devices.values():
+        if d.kind == "partition" and not args.partitions:
+            continue
+        if d.kind == "loop" and not d.size_bytes:
+            continue  # an unattached loop device is not storage
+        q = d.queue
+        md = d.md and f"{d.md.level} {d.md.array_state} degraded={d.md.degraded}"
+        rows.append([d.name, d.kind, d.identity, q and q.scheduler, q and q.nr_requests, q and q.read_ahead_kb,
+                     q and q.max_sectors_kb, q and q.rotational, q and q.write_cache, md or "-"])
+    _print(table(["device", "kind", "identity", "scheduler", "nr_requests", "read_ahead_kb",
+                  "max_sectors_kb", "rotational", "write_cache", "md"], rows))
+    _print("")
+    qos = power.pm_qos_cpu_dma_latency_usec
+    _print(f"cpuidle: driver={power.idle_driver or '-'} governor={power.idle_governor or '-'}; "
+           f"PM QoS cpu_dma_latency={'-' if qos is None else qos} us"
+           f"{' (C-states limited)' if power.c_states_limited else ''}")
+    govs = sorted(set(power.cpufreq_governors.values()))
+    _print(f"cpufreq governor: {', '.join(govs) if govs else 'absent'}; intel_pstate: "
+           f"{power.intel_pstate.get('status') if power.intel_pstate else 'absent'}")
+    t = power.tuned
+    _print(f"tuned: profile={t.active_profile or 'absent'} mode={t.profile_mode or '-'} "
+           f"verify={'-' if t.verify_ok is None else ('ok' if t.verify_ok else 'FAILED: ' + (t.verify_message or ''))}")
+    if power.cpus:
+        cpu0 = power.cpus[0]
+        shares = cpu0.residency_shares()
+        _print(table(["cpu0 idle state", "exit latency us", "target residency us", "disabled", "time share"],
+                     [[s.name, s.exit_latency_usec, s.target_residency_usec, s.disabled,
+                       shares.get(s.name)] for s in cpu0.states]))
+    return 0
+
+
+# ---- argument parsing -----------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="iowarden", description="Storage-health daemon and probes.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check-config", help="validate a configuration file")
+    c.add_argument("-c", "--config", required=True)
+    c.set_defaults(func=cmd_check_config)
+
+    pr = sub.add_parser("probe", help="run fio probes once and print IOPS, bandwidth, latency")
+    pr.add_argument("-c", "--config")
+    pr.add_argument("--target", help="only this configured target")
+    pr.add_argument("--profile", help="only this configured profile (or the name of an ad-hoc one)")
+    pr.add_argument("--path", help="ad hoc: a directory (probe file in DIR/.iowarden) or a block device (read-only)")
+    pr.add_argument("--rw", default="randread", choices=PROFILE_RW)
+    pr.add_argument("--bs", default="4k")
+    pr.add_argument("--iodepth", type=int, default=32)
+    pr.add_argument("--numjobs", type=int, default=1)
+    pr.add_argument("--ioengine", default="libaio")
+    pr.add_argument("--size", default="256MiB")
+    pr.add_argument("--runtime", type=float, default=5.0, help="seconds")
+    pr.add_argument("--ramp-time", type=float, default=1.0, help="seconds excluded from the results")
+    pr.add_argument("--rate-iops", type=int, default=0)
+    pr.add_argument("--job-file", help="an existing fio job file instead of --rw/--bs/...")
+    pr.add_argument("--min-free-bytes", type=parse_size_bytes, default=ProbeLimits.min_free_bytes)
+    pr.add_argument("--min-free-ratio", type=float, default=ProbeLimits.min_free_ratio)
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=cmd_probe)
+
+    io = sub.add_parser("iostat", help="iostat -x from /proc/diskstats")
+    io.add_argument("-d", "--device", action="append", help="device name or glob (repeatable)")
+    io.add_argument("-p", "--partitions", action="store_true", help="include partitions")
+    io.add_argument("-y", dest="omit_first", action="store_true", help="omit the since-boot report")
+    io.add_argument("--json", action="store_true", help="one JSON object per device per interval, one per line")
+    io.add_argument("interval", nargs="?", type=float)
+    io.add_argument("count", nargs="?", type=int)
+    io.set_defaults(func=cmd_iostat)
+
+    x = sub.add_parser("xfs", help="XFS fragmentation and free-space report")
+    x.add_argument("mounts", nargs="*")
+    x.add_argument("--timeout", type=float, default=120.0)
+    x.add_argument("--json", action="store_true")
+    x.set_defaults(func=cmd_xfs)
+
+    s = sub.add_parser("settings", help="block queue, md, C-state, PM QoS and tuned snapshot")
+    s.add_argument("-p", "--partitions", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_settings)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except configmod.ConfigError as exc:
+        for line in exc.errors:
+            print(line, file=sys.stderr)
+        return configmod.EX_CONFIG
+    except PermissionError as exc:
+        print(f"iowarden: permission denied: {exc.filename or exc}. This needs root "
+              "(or read access to the block devices): run it with sudo.", file=sys.stderr)
+        return EX_NOPERM
+    except (ParseError, ValueError) as exc:
+        print(f"iowarden: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

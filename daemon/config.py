@@ -1,0 +1,285 @@
+"""The configuration: one schema, every error at once as FILE:LINE: key.path: message.
+
+TOML (tomllib) keeps no line numbers, so `_KeyLines` scans the text for table
+headers and keys to point each error at its line. Unknown keys are errors: a
+misspelt `interval_secnds` silently ignored is a probe that never runs when
+the user thinks it does.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from iowarden.probes.common import parse_size_bytes
+from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
+from iowarden.probes.common import ParseError
+from iowarden.probes.fio_run import ProbeLimits
+
+EX_CONFIG = 78  # sysexits.h: configuration error
+
+
+class ConfigError(Exception):
+    def __init__(self, errors: list[str]):
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Key:
+    kind: str            # int, float, str, bool, size, strlist
+    default: Any
+    doc: str
+    required: bool = False
+    choices: tuple = ()
+    minimum: float | None = None
+
+
+SECTIONS: dict[str, dict[str, Key]] = {
+    "daemon": {
+        "state_dir": Key("str", "/var/lib/iowarden", "state database, spool and (by default) the probe directory"),
+        "log_level": Key("str", "info", "debug, info, warning or error", choices=("debug", "info", "warning", "error")),
+    },
+    "limits": {
+        "max_probe_size": Key("size", "1GiB", "largest probe file any profile may use"),
+        "max_runtime_seconds": Key("float", 60.0, "longest a single probe may run", minimum=0.1),
+        "min_free_bytes": Key("size", "1GiB", "a probe never leaves less free space than this ..."),
+        "min_free_ratio": Key("float", 0.10, "... nor less than this share of the filesystem", minimum=0.0),
+        "timeout_margin_seconds": Key("float", 30.0, "fio is killed this long after its runtime", minimum=1.0),
+    },
+    "sampler": {
+        "interval_seconds": Key("float", 1.0, "diskstats sampling interval", minimum=0.1),
+        "devices": Key("strlist", [], "kernel-name globs to sample; empty: every whole device"),
+    },
+    "settings": {
+        "interval_seconds": Key("float", 30.0, "block queue, md, C-state and tuned poll interval", minimum=1.0),
+    },
+    "xfs": {
+        "interval_seconds": Key("float", 3600.0, "fragmentation report interval (xfs_db walks every inode)",
+                                minimum=60.0),
+        "timeout_seconds": Key("float", 120.0, "xfs_db / xfs_spaceman are killed after this", minimum=1.0),
+    },
+}
+
+PROFILE_KEYS: dict[str, Key] = {
+    "rw": Key("str", "randread", "read, write, randread, randwrite or randrw", choices=PROFILE_RW),
+    "bs": Key("size", "4k", "block size"),
+    "iodepth": Key("int", 32, "I/Os in flight per job", minimum=1),
+    "numjobs": Key("int", 1, "parallel jobs (reported as one group)", minimum=1),
+    "ioengine": Key("str", "libaio", "fio I/O engine", choices=("libaio", "io_uring", "psync", "sync", "pvsync2")),
+    "direct": Key("bool", True, "O_DIRECT: bypass the page cache"),
+    "size": Key("size", "256MiB", "probe file size (capped by limits.max_probe_size)"),
+    "runtime_seconds": Key("float", 5.0, "measured time", minimum=0.1),
+    "ramp_time_seconds": Key("float", 1.0, "warm-up excluded from the results", minimum=0.0),
+    "rate_iops": Key("int", 0, "cap on IOPS, 0 for none", minimum=0),
+    "job_file": Key("str", "", "use this fio job file instead of the keys above"),
+}
+
+TARGET_KEYS: dict[str, Key] = {
+    "name": Key("str", None, "name used in metrics and alerts", required=True),
+    "path": Key("str", None, "a directory on the filesystem to probe, or a block device (read-only probes)",
+                required=True),
+    "profiles": Key("strlist", None, "profile names to run", required=True),
+    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=10.0),
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    path: str
+    profiles: tuple[str, ...]
+    interval_seconds: float
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    values: dict[str, dict[str, Any]]
+    limits: ProbeLimits
+    profiles: dict[str, ProbeProfile] = field(default_factory=dict)
+    targets: tuple[Target, ...] = ()
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.values[name]
+
+
+class _KeyLines:
+    """Line numbers of tables and keys in a TOML text, keyed by path tuples."""
+    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    _KEY = re.compile(r"^\s*([A-Za-z0-9_\-.\"']+)\s*=")
+
+    def __init__(self, text: str):
+        self.lines: dict[tuple, int] = {}
+        table: tuple = ()
+        array_counts: dict[tuple, int] = {}
+        for n, line in enumerate(text.splitlines(), 1):
+            m = self._HEADER.match(line)
+            if m:
+                parts = tuple(p.strip().strip("\"'") for p in m.group(2).split("."))
+                if m.group(1) == "[[":
+                    idx = array_counts.get(parts, 0)
+                    array_counts[parts] = idx + 1
+                    table = parts + (idx,)
+                else:
+                    table = parts
+                self.lines.setdefault(table, n)
+                continue
+            m = self._KEY.match(line)
+            if m:
+                key = tuple(p.strip("\"'") for p in m.group(1).split("."))
+                self.lines.setdefault(table + key, n)
+
+    def line(self, path: tuple) -> int:
+        """The line of the key, else of the nearest enclosing table, else 1."""
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return 1
+
+
+def _check(value: Any, spec: Key) -> tuple[Any, str | None]:
+    """The converted value, or an error message."""
+    kind = spec.kind
+    if kind == "bool":
+        return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {value!r}")
+    if kind in ("int", "float"):
+        ok = isinstance(value, int) and not isinstance(value, bool) or (kind == "float" and isinstance(value, float))
+        if not ok:
+            return None, f"expected {'a whole number' if kind == 'int' else 'a number'}, got {value!r}"
+        if spec.minimum is not None and value < spec.minimum:
+            return None, f"must be at least {spec.minimum:g}, got {value!r}"
+        return (float(value) if kind == "float" else value), None
+    if kind == "str":
+        if not isinstance(value, str):
+            return None, f"expected a string, got {value!r}"
+        if spec.choices and value not in spec.choices:
+            return None, f"must be one of {', '.join(spec.choices)}, got {value!r}"
+        return value, None
+    if kind == "size":
+        try:
+            return parse_size_bytes(value), None
+        except ValueError as exc:
+            return None, str(exc)
+    if kind == "strlist":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return None, f"expected a list of strings, got {value!r}"
+        return list(value), None
+    raise AssertionError(kind)
+
+
+def _table(raw: Any, schema: dict[str, Key], path: tuple, errors: list, where: Callable) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not isinstance(raw, dict):
+        errors.append(where(path, "expected a table"))
+        return out
+    for key, value in raw.items():
+        if key not in schema:
+            close = [k for k in schema if k[:4] == key[:4]]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            errors.append(where(path + (key,), f"unknown key{hint}"))
+    for key, spec in schema.items():
+        if key not in raw:
+            if spec.required:
+                errors.append(where(path + (key,), "required key is missing"))
+            elif spec.default is not None:
+                out[key] = _check(spec.default, spec)[0]
+            continue
+        value, err = _check(raw[key], spec)
+        if err:
+            errors.append(where(path + (key,), err))
+        else:
+            out[key] = value
+    return out
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
+
+
+def parse(text: str, source: str = "<config>") -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line = m.group(1) if m else "1"
+        raise ConfigError([f"{source}:{line}: syntax: {str(exc).split(' (at line')[0]}"]) from None
+    lines = _KeyLines(text)
+    errors: list[str] = []
+
+    def where(path: tuple, message: str) -> str:
+        return f"{source}:{lines.line(path)}: {_dotted(path)}: {message}"
+
+    known = set(SECTIONS) | {"profiles", "targets"}
+    for key in raw:
+        if key not in known:
+            errors.append(where((key,), f"unknown section (expected one of {', '.join(sorted(known))})"))
+    values = {name: _table(raw.get(name, {}), schema, (name,), errors, where) for name, schema in SECTIONS.items()}
+
+    profiles: dict[str, ProbeProfile] = {}
+    raw_profiles = raw.get("profiles", {})
+    if not isinstance(raw_profiles, dict):
+        errors.append(where(("profiles",), "expected tables [profiles.NAME]"))
+        raw_profiles = {}
+    for name, body in raw_profiles.items():
+        path = ("profiles", name)
+        if isinstance(body, dict) and body.get("job_file") and set(body) - {"job_file"}:
+            errors.append(where(path, "job_file replaces the other profile keys; set one or the other"))
+            continue
+        v = _table(body, PROFILE_KEYS, path, errors, where)
+        if not isinstance(body, dict) or len(v) != len(PROFILE_KEYS):
+            continue
+        try:
+            if v["job_file"]:
+                profiles[name] = profile_from_job_file(name, v["job_file"])
+            else:
+                profiles[name] = ProbeProfile(
+                    name=name, rw=v["rw"], bs_bytes=v["bs"], iodepth=v["iodepth"], numjobs=v["numjobs"],
+                    ioengine=v["ioengine"], direct=v["direct"], size_bytes=v["size"],
+                    runtime_seconds=v["runtime_seconds"], ramp_time_seconds=v["ramp_time_seconds"],
+                    rate_iops=v["rate_iops"])
+        except (ValueError, ParseError) as exc:
+            errors.append(where(path + (("job_file",) if v["job_file"] else ()), str(exc)))
+
+    targets: list[Target] = []
+    raw_targets = raw.get("targets", [])
+    if not isinstance(raw_targets, list):
+        errors.append(where(("targets",), "expected [[targets]] entries"))
+        raw_targets = []
+    names: set[str] = set()
+    for i, body in enumerate(raw_targets):
+        path = ("targets", i)
+        v = _table(body, TARGET_KEYS, path, errors, where)
+        if len(v) != len(TARGET_KEYS):
+            continue
+        if v["name"] in names:
+            errors.append(where(path + ("name",), f"target name {v['name']!r} is used twice"))
+        names.add(v["name"])
+        if not v["path"].startswith("/"):
+            errors.append(where(path + ("path",), f"must be an absolute path, got {v['path']!r}"))
+        for p in v["profiles"]:
+            if p not in raw_profiles:
+                errors.append(where(path + ("profiles",), f"no profile named {p!r} (define [profiles.{p}])"))
+        targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"]))
+
+    if errors:
+        raise ConfigError(errors)
+    lim = values["limits"]
+    limits = ProbeLimits(max_size_bytes=lim["max_probe_size"], max_runtime_seconds=lim["max_runtime_seconds"],
+                         min_free_bytes=lim["min_free_bytes"], min_free_ratio=lim["min_free_ratio"],
+                         timeout_margin_seconds=lim["timeout_margin_seconds"])
+    return Config(source, values, limits, profiles, tuple(targets))
+
+
+def load(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{p}:1: syntax: the file is not UTF-8 text"]) from None
+    return parse(text, str(p))

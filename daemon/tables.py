@@ -1,0 +1,53 @@
+"""Plain-text tables for people: aligned columns, units in the headers, '-' for absent values."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Iterable, Sequence
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    # Text columns align left, numbers right, the way iostat and fio print them.
+    numeric = [all(_is_num(r[i]) for r in cells) and cells for i in range(len(headers))]
+    lines = ["  ".join(h.rjust(w) if numeric[i] else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths)))]
+    for r in cells:
+        lines.append("  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _is_num(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return s == "-"
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, tuples and float-keyed dicts as plain JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(to_jsonable(obj), indent=2, sort_keys=False)

@@ -1,0 +1,271 @@
+"""Block devices from sysfs: queue settings, md and dm state, stacking, and a stable identity.
+
+Sources (Documentation/ABI/stable/sysfs-block, Documentation/admin-guide/md.rst):
+  /sys/block/X/queue/*            scheduler ("[active]" in brackets), rotational, nr_requests, ...
+  /sys/block/X/md/*               level, degraded, array_state, sync_action, dev-*/state
+  /sys/block/X/dm/{name,uuid,suspended}
+  /sys/block/X/{slaves,holders}/  what X is built on and what is built on X
+  /sys/block/X/loop/backing_file
+  /run/udev/data/bMAJ:MIN         what udevd learned (E:ID_WWN=..., S:disk/by-id/...), when udevd runs
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .common import ParseError, Roots, read_int, read_str, read_text
+
+QUEUE_INT_KEYS = ("rotational", "nr_requests", "read_ahead_kb", "max_sectors_kb", "wbt_lat_usec",
+                  "nomerges", "rq_affinity", "logical_block_size", "physical_block_size")
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    scheduler: str | None
+    schedulers_available: tuple[str, ...]
+    write_cache: str | None
+    rotational: int | None = None
+    nr_requests: int | None = None
+    read_ahead_kb: int | None = None
+    max_sectors_kb: int | None = None
+    wbt_lat_usec: int | None = None
+    nomerges: int | None = None
+    rq_affinity: int | None = None
+    logical_block_size: int | None = None
+    physical_block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class MdMember:
+    name: str            # kernel name of the member, e.g. sdb1
+    states: tuple[str, ...]  # faulty, in_sync, spare, write_error, ...
+    slot: str | None
+
+    @property
+    def faulty(self) -> bool:
+        return "faulty" in self.states
+
+
+@dataclass(frozen=True)
+class MdArray:
+    level: str | None
+    degraded: int | None
+    raid_disks: int | None
+    array_state: str | None
+    sync_action: str | None
+    sync_completed: str | None
+    mismatch_cnt: int | None
+    members: tuple[MdMember, ...]
+
+
+@dataclass(frozen=True)
+class DmInfo:
+    name: str | None
+    uuid: str | None
+    suspended: int | None
+
+
+@dataclass(frozen=True)
+class BlockDevice:
+    name: str
+    major: int
+    minor: int
+    kind: str  # disk, partition, md, dm, loop
+    size_bytes: int | None
+    parent: str | None  # the disk a partition belongs to
+    slaves: tuple[str, ...]
+    holders: tuple[str, ...]
+    queue: QueueSettings | None
+    md: MdArray | None = None
+    dm: DmInfo | None = None
+    loop_backing_file: str | None = None
+    udev: dict[str, str] = field(default_factory=dict)
+    udev_links: tuple[str, ...] = ()
+    identity: str = ""
+
+
+def parse_scheduler(text: str) -> tuple[str | None, tuple[str, ...]]:
+    """'[none] mq-deadline kyber bfq' -> ('none', ('none', 'mq-deadline', 'kyber', 'bfq'))."""
+    active, available = None, []
+    for word in text.split():
+        if word.startswith("[") and word.endswith("]"):
+            word = word[1:-1]
+            if active is not None:
+                raise ParseError(f"scheduler line names two active schedulers: {text.strip()!r}")
+            active = word
+        available.append(word)
+    if text.strip() and active is None and available != ["none"]:
+        raise ParseError(f"scheduler line has no [active] entry: {text.strip()!r}")
+    if active is None and available == ["none"]:
+        active = "none"  # devices without an elevator (some dm/md) print a bare "none"
+    return active, tuple(available)
+
+
+def parse_udev_db(text: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """udevd's database record: E:KEY=VALUE properties and S:link symlinks (relative to /dev)."""
+    props, links = {}, []
+    for line in text.splitlines():
+        if line.startswith("E:") and "=" in line:
+            k, v = line[2:].split("=", 1)
+            props[k] = v
+        elif line.startswith("S:"):
+            links.append(line[2:])
+    return props, tuple(links)
+
+
+def stable_identity(name: str, udev: dict[str, str], links: tuple[str, ...], wwid: str | None,
+                    serial: str | None, dm: DmInfo | None, loop_backing_file: str | None) -> str:
+    """The most stable name a device has, as 'scheme:value'.
+
+    Order: hardware names (WWN, serial, by-id), then names that follow the data
+    (dm/md UUIDs, filesystem UUID), then the loop backing file; the kernel name
+    is the last resort and says so ('kernel:sdb'), because sdb can be a
+    different disk after a reboot.
+    """
+    if udev.get("ID_WWN_WITH_EXTENSION") or udev.get("ID_WWN"):
+        return "wwn:" + (udev.get("ID_WWN_WITH_EXTENSION") or udev["ID_WWN"])
+    if wwid:
+        return "wwn:" + wwid
+    if udev.get("ID_SERIAL"):
+        return "serial:" + udev["ID_SERIAL"]
+    if serial:
+        return "serial:" + serial
+    by_id = sorted(link for link in links if link.startswith("disk/by-id/"))
+    if by_id:
+        return "by-id:" + by_id[0].rsplit("/", 1)[1]
+    if dm and dm.uuid:
+        return "dm-uuid:" + dm.uuid
+    if udev.get("MD_UUID"):
+        return "md-uuid:" + udev["MD_UUID"]
+    if udev.get("ID_FS_UUID"):
+        return "fs-uuid:" + udev["ID_FS_UUID"]
+    if loop_backing_file:
+        return "loop-file:" + loop_backing_file
+    return "kernel:" + name
+
+
+def _queue(qdir) -> QueueSettings | None:
+    if not qdir.is_dir():
+        return None
+    sched_text = read_str(qdir / "scheduler")
+    active, available = parse_scheduler(sched_text) if sched_text else (None, ())
+    ints = {k: read_int(qdir / k) for k in QUEUE_INT_KEYS}
+    return QueueSettings(active, available, read_str(qdir / "write_cache"), **ints)
+
+
+def _md(mddir) -> MdArray | None:
+    if not mddir.is_dir():
+        return None
+    members = []
+    for entry in sorted(mddir.iterdir()):
+        if entry.name.startswith("dev-"):
+            state = read_str(entry / "state") or ""
+            members.append(MdMember(entry.name[4:], tuple(s for s in state.split(",") if s),
+                                    read_str(entry / "slot")))
+    return MdArray(read_str(mddir / "level"), read_int(mddir / "degraded"), read_int(mddir / "raid_disks"),
+                   read_str(mddir / "array_state"), read_str(mddir / "sync_action"),
+                   read_str(mddir / "sync_completed"), read_int(mddir / "mismatch_cnt"), tuple(members))
+
+
+def _dm(dmdir) -> DmInfo | None:
+    if not dmdir.is_dir():
+        return None
+    return DmInfo(read_str(dmdir / "name"), read_str(dmdir / "uuid"), read_int(dmdir / "suspended"))
+
+
+def _listdir(path) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(os.listdir(path)))
+    except OSError:
+        return ()
+
+
+def _device(devdir, parent: str | None, roots: Roots) -> BlockDevice | None:
+    name = devdir.name
+    dev = read_str(devdir / "dev")
+    if not dev or ":" not in dev:
+        return None
+    major, minor = (int(x) for x in dev.split(":"))
+    sectors = read_int(devdir / "size")
+    md, dm = _md(devdir / "md"), _dm(devdir / "dm")
+    backing = read_str(devdir / "loop" / "backing_file")
+    if parent:
+        kind = "partition"
+    elif md:
+        kind = "md"
+    elif dm:
+        kind = "dm"
+    elif backing is not None or name.startswith("loop"):
+        kind = "loop"
+    else:
+        kind = "disk"
+    udev_text = read_text(roots.run / "udev" / "data" / f"b{major}:{minor}")
+    udev, links = parse_udev_db(udev_text) if udev_text else ({}, ())
+    if not links:
+        links = _links_to(name, roots)
+    # Partitions share the disk's queue; their queue dir is absent, so read the parent's.
+    queue = _queue(devdir / "queue") if not parent else _queue(devdir.parent / "queue")
+    ident = stable_identity(name, udev, links, read_str(devdir / "device" / "wwid") or read_str(devdir / "wwid"),
+                            read_str(devdir / "device" / "serial"), dm, backing)
+    if parent and ident.startswith(("wwn:", "serial:")) and "ID_PART_ENTRY_NUMBER" not in udev:
+        ident += f"-part{read_int(devdir / 'partition')}"
+    return BlockDevice(name, major, minor, kind, sectors * 512 if sectors is not None else None, parent,
+                       _listdir(devdir / "slaves"), _listdir(devdir / "holders"), queue, md, dm, backing,
+                       udev, links, ident)
+
+
+def _links_to(name: str, roots: Roots) -> tuple[str, ...]:
+    """disk/by-id and disk/by-uuid links that point at /dev/NAME (udevd makes them when it runs)."""
+    out = []
+    for sub in ("by-id", "by-uuid"):
+        d = roots.dev / "disk" / sub
+        for link in _listdir(d):
+            try:
+                if os.path.basename(os.readlink(d / link)) == name:
+                    out.append(f"disk/{sub}/{link}")
+            except OSError:
+                continue
+    return tuple(out)
+
+
+def read(roots: Roots = Roots()) -> dict[str, BlockDevice]:
+    """Every block device and partition in /sys/block, by kernel name."""
+    out: dict[str, BlockDevice] = {}
+    for name in _listdir(roots.sys / "block"):
+        devdir = roots.sys / "block" / name
+        dev = _device(devdir, None, roots)
+        if dev is None:
+            continue
+        out[name] = dev
+        for child in _listdir(devdir):
+            if (devdir / child / "partition").exists():
+                part = _device(devdir / child, name, roots)
+                if part:
+                    out[child] = part
+    return out
+
+
+def physical_devices(name: str, devices: dict[str, BlockDevice]) -> tuple[str, ...]:
+    """The whole disks under a device: a partition's disk, an md/dm device's members, recursively.
+
+    Two targets share a physical device when these sets meet; probes on them
+    must not run at the same time.
+    """
+    seen, leaves = set(), set()
+    stack = [name]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        dev = devices.get(n)
+        if dev is None:
+            leaves.add(n)
+            continue
+        if dev.parent:
+            stack.append(dev.parent)
+        elif dev.slaves:
+            stack.extend(dev.slaves)
+        else:
+            leaves.add(n)
+    return tuple(sorted(leaves))

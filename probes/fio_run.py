@@ -1,0 +1,288 @@
+"""Running one probe profile against one target, safely, with every failure as a result.
+
+The rules, enforced here and not left to configuration:
+- A directory target is probed only through a file in `<target>/.iowarden/`,
+  a root-owned 0700 directory that is never a symlink. fio reaches the file
+  through our open directory handle (/proc/PID/fd/N/...), so swapping the
+  directory for a symlink after the check leads nowhere.
+- A block-device target is only ever read: fio gets `--readonly`, and a
+  profile that writes is refused before fio starts.
+- Size and runtime are capped by the limits; a probe that would leave less
+  free space than the floor does not start.
+- The probe file is laid out once with real data (not fallocate: XFS unwritten
+  extents make a first write run several times slower) and reused; leftovers
+  of other sizes and interrupted layouts are removed, never accumulated.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+
+from .common import ParseError, Roots, parse_size_bytes, run_tool
+from .fio import FioReport, parse
+from .fio_job import READ_ONLY_RW, ProbeProfile, seconds
+
+PROBE_DIR_NAME = ".iowarden"
+PROBE_FILE_PREFIX = "probe-"
+LAYOUT_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ProbeLimits:
+    max_size_bytes: int = 1 << 30
+    max_runtime_seconds: float = 60.0
+    min_free_bytes: int = 1 << 30
+    min_free_ratio: float = 0.10
+    timeout_margin_seconds: float = 30.0
+
+
+@dataclass
+class ProbeResult:
+    target: str
+    path: str
+    device: str | None
+    profile: str
+    ok: bool
+    error: str | None
+    started_at: float
+    duration_seconds: float
+    report: FioReport | None = None
+    layout_bytes: int = 0  # bytes written to lay out the probe file (counts against a budget)
+    contended: bool = False
+    argv: list[str] = field(default_factory=list)
+
+    def _dir(self, name: str):
+        return self.report.directions.get(name) if self.report else None
+
+    def iops(self, direction: str) -> float:
+        d = self._dir(direction)
+        return d.iops if d else 0.0
+
+    def bw_bytes(self, direction: str) -> float:
+        d = self._dir(direction)
+        return d.bw_bytes if d else 0.0
+
+    def clat_percentile_seconds(self, pct: float) -> float | None:
+        """The worse (higher) of the read and write percentile: what an application waits for."""
+        vals = [d.clat_percentiles_seconds.get(pct) for d in (self._dir("read"), self._dir("write")) if d]
+        vals = [v for v in vals if v is not None]
+        return max(vals) if vals else None
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target, "path": self.path, "device": self.device, "profile": self.profile,
+            "ok": self.ok, "error": self.error, "started_at": self.started_at,
+            "duration_seconds": round(self.duration_seconds, 3), "contended": self.contended,
+            "read_iops": self.iops("read"), "write_iops": self.iops("write"),
+            "read_bw_bytes": self.bw_bytes("read"), "write_bw_bytes": self.bw_bytes("write"),
+            "clat_p50_seconds": self.clat_percentile_seconds(50.0),
+            "clat_p90_seconds": self.clat_percentile_seconds(90.0),
+            "clat_p99_seconds": self.clat_percentile_seconds(99.0),
+            "clat_p999_seconds": self.clat_percentile_seconds(99.9),
+            "clat_p9999_seconds": self.clat_percentile_seconds(99.99),
+            "layout_bytes": self.layout_bytes,
+            "fio_version": self.report.fio_version if self.report else None,
+            "disk_util_percent": self.report.disk_util_percent if self.report else {},
+        }
+
+
+class ProbeRefused(Exception):
+    """A safety rule forbids this probe; the message says which."""
+
+
+def device_name_for(st_dev_or_rdev: int, roots: Roots) -> str | None:
+    """Kernel name (sda, loop0, dm-1) of the block device with this dev_t."""
+    major, minor = os.major(st_dev_or_rdev), os.minor(st_dev_or_rdev)
+    link = roots.sys / "dev" / "block" / f"{major}:{minor}"
+    try:
+        return os.path.basename(os.readlink(link))
+    except OSError:
+        return None
+
+
+def open_probe_dir(target_dir: str) -> int:
+    """Create (if needed) and open `<target_dir>/.iowarden` safely; returns a directory fd."""
+    parent = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            os.mkdir(PROBE_DIR_NAME, 0o700, dir_fd=parent)
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(PROBE_DIR_NAME, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise ProbeRefused(f"{os.path.join(target_dir, PROBE_DIR_NAME)} is a symlink or not a directory; "
+                                   "iowarden probes only in a real directory of its own") from None
+            raise
+    finally:
+        os.close(parent)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        os.close(fd)
+        raise ProbeRefused(f"{os.path.join(target_dir, PROBE_DIR_NAME)} is owned by uid {st.st_uid}, "
+                           f"not by iowarden (uid {os.geteuid()})")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.fchmod(fd, 0o700)
+    return fd
+
+
+def probe_file_name(size_bytes: int) -> str:
+    return f"{PROBE_FILE_PREFIX}{size_bytes}.dat"
+
+
+def clean_leftovers(dir_fd: int, keep_sizes: set[int]) -> list[str]:
+    """Remove interrupted layouts and probe files of sizes no profile uses any more."""
+    keep = {probe_file_name(s) for s in keep_sizes}
+    removed = []
+    for name in os.listdir(dir_fd):
+        ours = name.startswith(PROBE_FILE_PREFIX) and (name.endswith(".dat") or name.endswith(".tmp"))
+        if ours and name not in keep:
+            os.unlink(name, dir_fd=dir_fd)
+            removed.append(name)
+    return removed
+
+
+def free_space_check(dir_fd: int, extra_bytes: int, limits: ProbeLimits) -> None:
+    sv = os.fstatvfs(dir_fd)
+    total, free = sv.f_blocks * sv.f_frsize, sv.f_bavail * sv.f_frsize
+    floor = max(limits.min_free_bytes, int(limits.min_free_ratio * total))
+    if free - extra_bytes < floor:
+        raise ProbeRefused(f"free space would fall to {max(0, free - extra_bytes) >> 20} MiB, "
+                           f"below the floor of {floor >> 20} MiB (limits.min_free_bytes / min_free_ratio)")
+
+
+def lay_out(dir_fd: int, name: str, size_bytes: int) -> int:
+    """Write the probe file once with incompressible data; returns bytes written (0 if reused)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            raise ProbeRefused(f"probe file {name} is not a regular file")
+        if st.st_size == size_bytes:
+            return 0
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    tmp = name[:-4] + ".tmp"
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+    try:
+        left = size_bytes
+        while left:
+            # urandom, not zeros: compressing or deduplicating arrays would
+            # otherwise serve the probe from metadata.
+            chunk = os.urandom(min(LAYOUT_CHUNK_BYTES, left))
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
+            left -= len(chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    # Renamed only when complete: a crash mid-layout leaves a .tmp, never a short .dat.
+    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    os.fsync(dir_fd)
+    return size_bytes
+
+
+def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readonly: bool,
+               fio_binary: str = "fio") -> list[str]:
+    argv = [fio_binary, "--output-format=json+"]
+    if readonly:
+        argv.append("--readonly")
+    for name, opts in profile.job_dicts():
+        argv.append(f"--name={name}")
+        opts = dict(opts)
+        size = min(parse_size_bytes(opts.get("size", "0")) or limits.max_size_bytes, limits.max_size_bytes)
+        opts["size"] = str(size)
+        runtime = seconds(opts.get("runtime", "0")) or limits.max_runtime_seconds
+        # fio reads a bare number as whole seconds; milliseconds keep fractions exact.
+        opts["runtime"] = f"{round(min(runtime, limits.max_runtime_seconds) * 1000)}ms"
+        if "ramp_time" in opts:
+            opts["ramp_time"] = f"{round(seconds(opts['ramp_time']) * 1000)}ms"
+        opts["time_based"] = opts.get("time_based", "1")
+        opts.setdefault("ioengine", "libaio")
+        if int(opts.get("numjobs", "1")) > 1:
+            opts["group_reporting"] = "1"
+        for key, value in opts.items():
+            argv.append(f"--{key}={value}")
+        argv += [f"--filename={filename}", "--allow_file_create=0", "--fallocate=none"]
+    return argv
+
+
+def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
+              roots: Roots = Roots(), fio_binary: str = "fio", keep_sizes: set[int] | None = None) -> ProbeResult:
+    """Run one profile once. Never raises for a probe's failure: the result says what went wrong."""
+    started_wall, started = time.time(), time.monotonic()
+    result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0)
+    dir_fd = None
+    try:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise ProbeRefused(f"target {path}: {exc.strerror}") from None
+        size = min(profile.effective_size_bytes(), limits.max_size_bytes)
+        if stat.S_ISBLK(st.st_mode):
+            result.device = device_name_for(st.st_rdev, roots)
+            if profile.writes:
+                raise ProbeRefused(f"profile {profile.name!r} writes, and {path} is a raw block device: "
+                                   f"iowarden only reads devices (use rw={'/'.join(READ_ONLY_RW)}, "
+                                   "or probe a directory on its filesystem)")
+            filename = os.path.realpath(path)
+            readonly = True
+        elif stat.S_ISDIR(st.st_mode):
+            result.device = device_name_for(st.st_dev, roots)
+            dir_fd = open_probe_dir(path)
+            name = probe_file_name(size)
+            clean_leftovers(dir_fd, (keep_sizes or set()) | {size})
+            try:
+                exists = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size == size
+            except FileNotFoundError:
+                exists = False
+            free_space_check(dir_fd, 0 if exists else size, limits)
+            result.layout_bytes = lay_out(dir_fd, name, size)
+            filename = f"/proc/{os.getpid()}/fd/{dir_fd}/{name}"
+            readonly = False
+        else:
+            raise ProbeRefused(f"target {path} is neither a directory nor a block device")
+        argv = build_argv(profile, filename, limits, readonly, fio_binary)
+        result.argv = argv
+        runtime = min(profile.effective_runtime_seconds(), limits.max_runtime_seconds + 60)
+        run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds)
+        _interpret(result, run.stdout, run.error)
+    except ProbeRefused as exc:
+        result.error = f"refused: {exc}"
+    except (ValueError, ParseError) as exc:
+        result.error = f"invalid profile: {exc}"
+    except OSError as exc:
+        result.error = f"{exc.filename or path}: {exc.strerror or exc}"
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+        result.duration_seconds = time.monotonic() - started
+    return result
+
+
+def _interpret(result: ProbeResult, stdout: str, run_error: str | None) -> None:
+    report = None
+    try:
+        report = parse(stdout)
+    except ParseError as exc:
+        if run_error is None:
+            result.error = f"unparsable fio output: {exc}"
+            return
+    result.report = report
+    if run_error is not None:
+        result.error = run_error
+    elif report.error:
+        result.error = f"fio job error {report.error} ({os.strerror(report.error)})"
+    elif not report.directions:
+        result.error = "fio finished without doing any I/O"
+    else:
+        result.ok = True

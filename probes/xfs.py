@@ -1,0 +1,199 @@
+"""XFS fragmentation, free-space histogram and geometry for each mounted XFS filesystem.
+
+Tools and their output (xfsprogs 6.x man pages):
+  xfs_db -r -c frag DEV        "actual A, ideal I, fragmentation factor F%" and
+                               "Files on this filesystem average X extents per file"
+  xfs_spaceman -c 'freesp -s' MOUNT   rows "from to extents blocks pct", then totals
+  xfs_db -r -c 'freesp -s' DEV        the same table, read from the raw device
+  xfs_info MOUNT               geometry: bsize, agcount, sunit/swidth, ...
+xfs_db reads the device beneath a mounted filesystem without its log, so its
+numbers can be stale; xfs_spaceman asks the kernel (GETFSMAP) and is live. The
+report says which source each part came from.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+
+from .common import ParseError, Roots, read_text, run_tool
+
+
+@dataclass(frozen=True)
+class FragReport:
+    actual_extents: int
+    ideal_extents: int
+    fragmentation_ratio: float   # (actual - ideal) / actual, 0..1
+    extents_per_file: float      # actual / ideal
+
+
+@dataclass(frozen=True)
+class FreeSpaceBucket:
+    from_blocks: int
+    to_blocks: int
+    extents: int
+    blocks: int
+    percent: float
+
+
+@dataclass(frozen=True)
+class FreeSpace:
+    buckets: tuple[FreeSpaceBucket, ...]
+    total_free_extents: int
+    total_free_blocks: int
+    average_free_extent_blocks: float
+
+
+@dataclass(frozen=True)
+class XfsGeometry:
+    block_size_bytes: int
+    data_blocks: int
+    ag_count: int
+    ag_size_blocks: int
+    sunit_blocks: int
+    swidth_blocks: int
+    inode_size_bytes: int
+    reflink: bool | None
+
+
+@dataclass(frozen=True)
+class XfsReport:
+    mountpoint: str
+    device: str
+    frag: FragReport | None
+    free_space: FreeSpace | None
+    free_space_source: str | None    # "xfs_spaceman" (live) or "xfs_db" (may be stale)
+    geometry: XfsGeometry | None
+    errors: tuple[str, ...]
+
+
+_FRAG_RE = re.compile(r"actual\s+(\d+),\s*ideal\s+(\d+),\s*fragmentation factor\s+([\d.]+)%")
+_PER_FILE_RE = re.compile(r"average\s+([\d.]+)\s+extents per file")
+
+
+def parse_frag(text: str) -> FragReport:
+    m = _FRAG_RE.search(text)
+    if not m:
+        raise ParseError(f"xfs_db frag output has no 'actual N, ideal N' line: {text.strip()[:200]!r}")
+    actual, ideal = int(m.group(1)), int(m.group(2))
+    # Computed from the counts: the percentage xfs_db prints is rounded to 2 places.
+    ratio = (actual - ideal) / actual if actual else 0.0
+    per_file = actual / ideal if ideal else 0.0
+    m2 = _PER_FILE_RE.search(text)
+    if m2 and ideal and abs(float(m2.group(1)) - per_file) > 0.01 + 0.005 * per_file:
+        raise ParseError(f"xfs_db frag output is inconsistent: {m2.group(1)} extents per file vs {actual}/{ideal}")
+    return FragReport(actual, ideal, ratio, per_file)
+
+
+def parse_freesp(text: str) -> FreeSpace:
+    buckets, totals = [], {}
+    header_seen = False
+    for line in text.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if s.split()[:2] == ["from", "to"]:
+            header_seen = True
+            continue
+        if s.startswith("total free extents"):
+            totals["extents"] = int(s.split()[-1])
+        elif s.startswith("total free blocks"):
+            totals["blocks"] = int(s.split()[-1])
+        elif s.startswith("average free extent size"):
+            totals["average"] = float(s.split()[-1])
+        else:
+            parts = s.split()
+            if len(parts) != 5 or not header_seen:
+                raise ParseError(f"unexpected line in freesp output: {s[:120]!r}")
+            try:
+                buckets.append(FreeSpaceBucket(int(parts[0]), int(parts[1]), int(parts[2]),
+                                               int(parts[3]), float(parts[4])))
+            except ValueError:
+                raise ParseError(f"non-numeric freesp row: {s[:120]!r}") from None
+    if "extents" not in totals or "blocks" not in totals:
+        raise ParseError("freesp output has no 'total free extents/blocks' lines")
+    if sum(b.blocks for b in buckets) != totals["blocks"]:
+        raise ParseError("freesp rows do not add up to 'total free blocks'")
+    return FreeSpace(tuple(buckets), totals["extents"], totals["blocks"], totals.get("average", 0.0))
+
+
+def _kv(text: str) -> dict[tuple[str, str], str]:
+    """xfs_info's 'section =... key=value' layout, keyed by (section, key)."""
+    out, section = {}, ""
+    for line in text.splitlines():
+        head, _, rest = line.partition("=")
+        if head.strip():
+            section = head.strip()
+        for m in re.finditer(r"([a-z0-9_-]+)=(\S+?),?(?=\s|$)", rest):
+            out.setdefault((section, m.group(1)), m.group(2).rstrip(","))
+    return out
+
+
+def parse_xfs_info(text: str) -> XfsGeometry:
+    kv = _kv(text)
+    try:
+        return XfsGeometry(
+            block_size_bytes=int(kv[("data", "bsize")]), data_blocks=int(kv[("data", "blocks")]),
+            ag_count=int(kv[("meta-data", "agcount")]), ag_size_blocks=int(kv[("meta-data", "agsize")]),
+            sunit_blocks=int(kv.get(("data", "sunit"), "0")), swidth_blocks=int(kv.get(("data", "swidth"), "0")),
+            inode_size_bytes=int(kv[("meta-data", "isize")]),
+            reflink=(kv[("meta-data", "reflink")] == "1") if ("meta-data", "reflink") in kv else None)
+    except (KeyError, ValueError) as exc:
+        raise ParseError(f"xfs_info output lacks or garbles {exc}") from None
+
+
+def parse_mounts(text: str) -> list[tuple[str, str, str]]:
+    """(device, mountpoint, fstype) from /proc/self/mounts, octal escapes (\\040) decoded."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        dec = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p) for p in parts[:3]]
+        out.append((dec[0], dec[1], dec[2]))
+    return out
+
+
+def xfs_mounts(roots: Roots = Roots()) -> list[tuple[str, str]]:
+    text = read_text(roots.proc / "self" / "mounts") or ""
+    seen, out = set(), []
+    for dev, mnt, fstype in parse_mounts(text):
+        if fstype == "xfs" and mnt not in seen:
+            seen.add(mnt)
+            out.append((dev, mnt))
+    return out
+
+
+def read(mountpoint: str, device: str, timeout_seconds: float = 120.0) -> XfsReport:
+    """Run the tools for one mounted XFS filesystem, each at idle I/O priority with a timeout."""
+    errors: list[str] = []
+
+    def tool(argv: list[str], parser):
+        run = run_tool(argv, timeout_seconds, idle_io=True)
+        if run.error and not run.stdout.strip():
+            errors.append(run.error)
+            return None
+        try:
+            return parser(run.stdout)
+        except ParseError as exc:
+            errors.append(f"{argv[0]}: {exc}")
+            return None
+
+    frag = tool(["xfs_db", "-r", "-c", "frag", device], parse_frag)
+    free, source = None, None
+    if shutil.which("xfs_spaceman"):
+        free = tool(["xfs_spaceman", "-c", "freesp -s", mountpoint], parse_freesp)
+        source = "xfs_spaceman" if free else None
+    if free is None:
+        free = tool(["xfs_db", "-r", "-c", "freesp -s", device], parse_freesp)
+        source = "xfs_db" if free else None
+    geometry = tool(["xfs_info", mountpoint], parse_xfs_info)
+    return XfsReport(mountpoint, device, frag, free, source, geometry, tuple(errors))
+
+
+def report_for(path: str, roots: Roots = Roots(), timeout_seconds: float = 120.0) -> XfsReport:
+    """The report for a mount point, refusing anything that is not a mounted XFS filesystem."""
+    for dev, mnt in xfs_mounts(roots):
+        if mnt == path.rstrip("/") or (path == "/" and mnt == "/"):
+            return read(mnt, dev, timeout_seconds)
+    raise ParseError(f"{path} is not the mount point of an XFS filesystem")
