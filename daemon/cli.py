@@ -167,6 +167,10 @@ def cmd_iostat(args) -> int:
 
 def cmd_xfs(args) -> int:
     roots = Roots()
+    if args.file:
+        counts = {f: xfs.file_extent_count(f) for f in args.file}
+        _print(dumps(counts) if args.json else table(["file", "extents"], counts.items()))
+        return 0
     mounts = xfs.xfs_mounts(roots)
     if args.mounts:
         wanted = [m.rstrip("/") or "/" for m in args.mounts]
@@ -277,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("xfs", help="XFS fragmentation and free-space report")
     x.add_argument("mounts", nargs="*")
     x.add_argument("--timeout", type=float, default=120.0)
+    x.add_argument("--file", action="append", help="count the extents of this file instead (repeatable)")
     x.add_argument("--json", action="store_true")
     x.set_defaults(func=cmd_xfs)
 

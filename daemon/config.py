@@ -253,17 +253,17 @@ def parse(text: str, source: str = "<config>") -> Config:
     for i, body in enumerate(raw_targets):
         path = ("targets", i)
         v = _table(body, TARGET_KEYS, path, errors, where)
-        if len(v) != len(TARGET_KEYS):
-            continue
-        if v["name"] in names:
-            errors.append(where(path + ("name",), f"target name {v['name']!r} is used twice"))
-        names.add(v["name"])
-        if not v["path"].startswith("/"):
+        if "name" in v:
+            if v["name"] in names:
+                errors.append(where(path + ("name",), f"target name {v['name']!r} is used twice"))
+            names.add(v["name"])
+        if "path" in v and not v["path"].startswith("/"):
             errors.append(where(path + ("path",), f"must be an absolute path, got {v['path']!r}"))
-        for p in v["profiles"]:
+        for p in v.get("profiles", []):
             if p not in raw_profiles:
                 errors.append(where(path + ("profiles",), f"no profile named {p!r} (define [profiles.{p}])"))
-        targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"]))
+        if len(v) == len(TARGET_KEYS):
+            targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"]))
 
     if errors:
         raise ConfigError(errors)

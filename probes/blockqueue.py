@@ -10,6 +10,7 @@ Sources (Documentation/ABI/stable/sysfs-block, Documentation/admin-guide/md.rst)
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -207,8 +208,6 @@ def _device(devdir, parent: str | None, roots: Roots) -> BlockDevice | None:
     queue = _queue(devdir / "queue") if not parent else _queue(devdir.parent / "queue")
     ident = stable_identity(name, udev, links, read_str(devdir / "device" / "wwid") or read_str(devdir / "wwid"),
                             read_str(devdir / "device" / "serial"), dm, backing)
-    if parent and ident.startswith(("wwn:", "serial:")) and "ID_PART_ENTRY_NUMBER" not in udev:
-        ident += f"-part{read_int(devdir / 'partition')}"
     return BlockDevice(name, major, minor, kind, sectors * 512 if sectors is not None else None, parent,
                        _listdir(devdir / "slaves"), _listdir(devdir / "holders"), queue, md, dm, backing,
                        udev, links, ident)
@@ -240,6 +239,10 @@ def read(roots: Roots = Roots()) -> dict[str, BlockDevice]:
         for child in _listdir(devdir):
             if (devdir / child / "partition").exists():
                 part = _device(devdir / child, name, roots)
+                if part and part.identity.startswith("kernel:") and not dev.identity.startswith("kernel:"):
+                    # A partition without a name of its own is "its disk, partition N", as by-id names it.
+                    number = read_int(devdir / child / "partition")
+                    part = dataclasses.replace(part, identity=f"{dev.identity}-part{number}")
                 if part:
                     out[child] = part
     return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .common import ParseError
 
-DIRECTIONS = ("read", "write", "trim")
+DIRECTIONS = ("read", "write", "trim", "mixed")  # "mixed": unified_rw_reporting
 # The percentiles users compare (p50 .. p99.99); fio's keys are strings like "99.900000".
 PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 
@@ -68,9 +68,9 @@ def bin_upper_edge_ns(value_ns: int) -> float:
 def cumulative_histogram(bins: dict[str, int], unit_seconds: float) -> list[tuple[float, int]]:
     """fio's sparse `bins` (representative value -> count) as cumulative (le_seconds, count)."""
     try:
-        items = sorted((int(k), int(v)) for k, v in bins.items())
-    except (TypeError, ValueError):
-        raise ParseError("fio clat bins have a non-numeric key or count") from None
+        items = sorted((int(k), int(_num(bins, k))) for k in bins)
+    except ValueError:
+        raise ParseError("fio clat bins have a non-numeric key") from None
     out, total = [], 0
     for value, count in items:
         if count < 0:
@@ -82,19 +82,28 @@ def cumulative_histogram(bins: dict[str, int], unit_seconds: float) -> list[tupl
 
 def _num(obj: dict, key: str, default=0.0) -> float:
     v = obj.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ParseError(f"fio field {key!r} is not a number: {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ParseError(f"fio field {key!r} is not a finite number: {v!r}")
     return float(v)
 
 
+def _obj(parent: dict, key: str, required: bool = False) -> dict:
+    v = parent.get(key)
+    if v is None and not required:
+        return {}
+    if not isinstance(v, dict):
+        raise ParseError(f"fio field {key!r} is not an object: {str(v)[:40]!r}")
+    return v
+
+
 def _latency(obj: dict | None, unit_seconds: float) -> LatencyStats | None:
-    if not isinstance(obj, dict) or not obj.get("N", obj.get("samples", 1)):
+    if not obj or not _num(obj, "N", 1):
         return None
-    std = obj.get("stddev", obj.get("stdev", 0.0))  # fio 2.x spelt it "stdev" in places
+    std = _num(obj, "stddev", obj.get("stdev", 0.0))  # some fio versions spelt it "stdev"
     return LatencyStats(
         min_seconds=_num(obj, "min") * unit_seconds,
         mean_seconds=_num(obj, "mean") * unit_seconds,
-        stddev_seconds=float(std) * unit_seconds,
+        stddev_seconds=std * unit_seconds,
         max_seconds=_num(obj, "max") * unit_seconds,
         count=int(_num(obj, "N", 0)),
     )
@@ -103,9 +112,9 @@ def _latency(obj: dict | None, unit_seconds: float) -> LatencyStats | None:
 def _direction(d: dict) -> tuple[dict, float, bool]:
     """The clat object, its unit in seconds, and whether this is fio 3 (ns) output."""
     if "clat_ns" in d:
-        return d["clat_ns"], 1e-9, True
+        return _obj(d, "clat_ns", True), 1e-9, True
     if "clat" in d:
-        return d["clat"], 1e-6, False
+        return _obj(d, "clat", True), 1e-6, False
     raise ParseError("fio direction has neither clat_ns (fio 3) nor clat (fio 2)")
 
 
@@ -113,20 +122,19 @@ def _parse_direction(d: dict) -> DirectionResult:
     clat, unit, v3 = _direction(d)
     if v3:
         bw_bytes, io_bytes = _num(d, "bw_bytes", _num(d, "bw") * 1024), int(_num(d, "io_bytes"))
-        slat, lat = d.get("slat_ns"), d.get("lat_ns")
+        slat, lat = _obj(d, "slat_ns"), _obj(d, "lat_ns")
     else:
         bw_bytes, io_bytes = _num(d, "bw") * 1024, int(_num(d, "io_bytes")) * 1024
-        slat, lat = d.get("slat"), d.get("lat")
-    pct_raw = clat.get("percentile", {}) if isinstance(clat, dict) else {}
+        slat, lat = _obj(d, "slat"), _obj(d, "lat")
+    pct_raw = _obj(clat, "percentile")
     percentiles: dict[float, float] = {}
-    for key, value in pct_raw.items():
+    for key in pct_raw:
         try:
-            percentiles[round(float(key), 6)] = float(value) * unit
-        except (TypeError, ValueError):
-            raise ParseError(f"fio percentile {key!r}={value!r} is not numeric") from None
-    bins = clat.get("bins", {}) if isinstance(clat, dict) else {}
-    if not isinstance(bins, dict):
-        raise ParseError("fio clat bins is not an object")
+            pct = round(float(key), 6)
+        except ValueError:
+            raise ParseError(f"fio percentile key {key!r} is not numeric") from None
+        percentiles[pct] = _num(pct_raw, key) * unit
+    bins = _obj(clat, "bins")
     return DirectionResult(
         iops=_num(d, "iops"), bw_bytes=bw_bytes, io_bytes=io_bytes,
         runtime_seconds=_num(d, "runtime") / 1000.0,
@@ -202,8 +210,8 @@ def parse(text: str) -> FioReport:
     for job in doc["jobs"]:
         if not isinstance(job, dict):
             raise ParseError("fio job entry is not an object")
-        err = job.get("error", 0)
-        if isinstance(err, int) and err and not error:
+        err = int(_num(job, "error", 0))
+        if err and not error:
             error = err
         for name in DIRECTIONS:
             d = job.get(name)
@@ -213,7 +221,10 @@ def parse(text: str) -> FioReport:
             if r.total_ios or r.io_bytes or r.iops:
                 per_dir.setdefault(name, []).append(r)
     util: dict[str, float] = {}
-    for entry in doc.get("disk_util", []) or []:
+    disk_util = doc.get("disk_util") or []
+    if not isinstance(disk_util, list):
+        raise ParseError("fio disk_util is not a list")
+    for entry in disk_util:
         if isinstance(entry, dict) and "name" in entry:
             util[str(entry["name"])] = _num(entry, "util")
     return FioReport(

@@ -1,0 +1,61 @@
+"""Block devices from a fixture /sys: md RAID0 under LVM, RAID1 with a failed member, udev identity."""
+from iowarden.probes import blockqueue
+from iowarden.probes.common import ParseError
+
+import pytest
+
+
+def test_md_dm_stack(tree):
+    devs = blockqueue.read(tree("storage-md-dm.tree"))
+    assert devs["md0"].kind == "md" and devs["dm-0"].kind == "dm"
+    assert devs["sdb1"].kind == "partition" and devs["sdb1"].parent == "sdb"
+    assert devs["md0"].md.level == "raid0" and [m.name for m in devs["md0"].md.members] == ["sdb1", "sdc1"]
+    assert devs["dm-0"].dm.name == "vg0-data" and devs["dm-0"].slaves == ("md0",)
+    # a filesystem on the LV sits on both physical disks
+    assert blockqueue.physical_devices("dm-0", devs) == ("sdb", "sdc")
+    assert blockqueue.physical_devices("sdb1", devs) == ("sdb",)
+
+
+def test_degraded_raid1_names_the_faulty_member(tree):
+    md1 = blockqueue.read(tree("storage-md-dm.tree"))["md1"].md
+    assert md1.degraded == 1 and md1.level == "raid1"
+    faulty = [m for m in md1.members if m.faulty]
+    assert [m.name for m in faulty] == ["sde"] and "write_error" in faulty[0].states and faulty[0].slot == "none"
+
+
+def test_queue_settings(tree):
+    q = blockqueue.read(tree("storage-md-dm.tree"))["sdb"].queue
+    assert q.scheduler == "mq-deadline" and q.schedulers_available == ("none", "mq-deadline", "kyber", "bfq")
+    assert (q.rotational, q.nr_requests, q.read_ahead_kb, q.wbt_lat_usec, q.write_cache) == (1, 256, 128, 75000,
+                                                                                             "write back")
+    # a partition reports its disk's queue
+    assert blockqueue.read(tree("storage-md-dm.tree"))["sdb1"].queue.scheduler == "mq-deadline"
+
+
+def test_identity_prefers_stable_names(tree):
+    devs = blockqueue.read(tree("storage-md-dm.tree"))
+    assert devs["sdb"].identity == "wwn:0x5000c500a1b2c3d4"                  # from udev
+    assert devs["sdc"].identity == "kernel:sdc"                              # nothing better: says so
+    assert devs["sdd"].identity == "serial:S3Z9NB0K123456A"                  # sysfs serial, no udev
+    assert devs["md0"].identity == "by-id:md-uuid-3f1c2d4e:5a6b7c8d:9e0f1a2b:3c4d5e6f"
+    assert devs["dm-0"].identity.startswith("dm-uuid:LVM-")
+    assert devs["sdb1"].identity == "wwn:0x5000c500a1b2c3d4-part1"
+
+
+def test_identity_without_udev_uses_wwid(tree, tmp_path):
+    roots = tree("storage-md-dm.tree")
+    (roots.run / "udev" / "data" / "b8:16").unlink()
+    assert blockqueue.read(roots)["sdb"].identity == "wwn:naa.5000c500a1b2c3d4"
+
+
+@pytest.mark.parametrize("text,active", [("[none] mq-deadline", "none"), ("mq-deadline [bfq]", "bfq"),
+                                         ("none", "none")])
+def test_scheduler_line(text, active):
+    assert blockqueue.parse_scheduler(text)[0] == active
+
+
+def test_scheduler_line_garbage():
+    with pytest.raises(ParseError):
+        blockqueue.parse_scheduler("[none] [bfq]")
+    with pytest.raises(ParseError):
+        blockqueue.parse_scheduler("mq-deadline bfq")

@@ -1,0 +1,125 @@
+"""Configuration: every mistake reported at once with file, line and key; the example documents it all."""
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from iowarden.daemon import config
+from iowarden.daemon.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "config.example.toml"
+
+A_DOZEN_MISTAKES = """\
+[daemon]
+log_level = "loud"
+stat_dir = "/tmp"
+
+[limits]
+max_probe_size = "huge"
+min_free_ratio = -1
+
+[sampler]
+interval_seconds = "fast"
+
+[xfs]
+interval_seconds = 5
+
+[profiles.r]
+rw = "scribble"
+iodepth = 0
+bs = 4096
+size = "1000"
+
+[profiles.j]
+job_file = "/nonexistent/job.fio"
+
+[[targets]]
+name = "a"
+path = "relative/dir"
+profiles = ["r", "missing"]
+
+[[targets]]
+name = "a"
+profiles = "r"
+
+[alerts]
+x = 1
+"""
+
+
+def test_a_dozen_mistakes_all_reported_with_lines():
+    with pytest.raises(config.ConfigError) as e:
+        config.parse(A_DOZEN_MISTAKES, "bad.toml")
+    errors = e.value.errors
+    expect = [
+        ("bad.toml:2: daemon.log_level:", "must be one of"),
+        ("bad.toml:3: daemon.stat_dir:", "unknown key (did you mean 'state_dir'?)"),
+        ("bad.toml:6: limits.max_probe_size:", "not a size"),
+        ("bad.toml:7: limits.min_free_ratio:", "at least 0"),
+        ("bad.toml:10: sampler.interval_seconds:", "expected a number"),
+        ("bad.toml:13: xfs.interval_seconds:", "at least 60"),
+        ("bad.toml:16: profiles.r.rw:", "must be one of"),
+        ("bad.toml:17: profiles.r.iodepth:", "at least 1"),
+        ("bad.toml:22: profiles.j.job_file:", "cannot read job file"),
+        ("bad.toml:26: targets[0].path:", "absolute path"),
+        ("bad.toml:27: targets[0].profiles:", "no profile named 'missing'"),
+        ("bad.toml:30: targets[1].name:", "used twice"),
+        ("bad.toml:29: targets[1].path:", "required key is missing"),
+        ("bad.toml:31: targets[1].profiles:", "list of strings"),
+        ("bad.toml:33: alerts:", "unknown section"),
+    ]
+    for prefix, fragment in expect:
+        assert any(err.startswith(prefix) and fragment in err for err in errors), (prefix, fragment, errors)
+
+
+def test_size_not_multiple_of_block_size_is_named():
+    text = '[profiles.r]\nbs = "4k"\nsize = "1000"\n'
+    with pytest.raises(config.ConfigError, match=r"x.toml:1: profiles.r: .*multiple of bs"):
+        config.parse(text, "x.toml")
+
+
+def test_syntax_error_names_the_line():
+    with pytest.raises(config.ConfigError) as e:
+        config.parse("[daemon]\nlog_level = \n", "s.toml")
+    assert e.value.errors[0].startswith("s.toml:2: syntax:")
+
+
+def test_example_config_is_valid_and_uses_defaults():
+    cfg = config.load(EXAMPLE)
+    assert cfg.targets and cfg.profiles
+    for section, keys in config.SECTIONS.items():
+        for key, spec in keys.items():
+            assert cfg.section(section)[key] == config._check(spec.default, spec)[0], (section, key)
+
+
+def test_example_config_documents_every_key():
+    text = EXAMPLE.read_text()
+    raw = tomllib.loads(text)
+    for section, keys in config.SECTIONS.items():
+        assert set(raw[section]) == set(keys), f"[{section}] in the example must set every key"
+    for keys in (config.PROFILE_KEYS, config.TARGET_KEYS):
+        for key in keys:
+            assert re.search(rf"^#?\s*{key}\s*=", text, re.M), f"{key} is not documented in the example"
+
+
+def test_check_config_exit_codes(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(A_DOZEN_MISTAKES)
+    assert main(["check-config", "-c", str(bad)]) == 78
+    err = capsys.readouterr().err
+    assert err.count(str(bad) + ":") >= 12
+    assert main(["check-config", "-c", str(EXAMPLE)]) == 0
+    assert main(["check-config", "-c", str(tmp_path / "absent.toml")]) == 78
+
+
+def test_check_config_as_a_command(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\nlog_level = 3\n")
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "check-config", "-c", str(bad)],
+                       capture_output=True, text=True)
+    assert r.returncode == 78 and f"{bad}:2: daemon.log_level: expected a string" in r.stderr
+    assert "Traceback" not in r.stderr

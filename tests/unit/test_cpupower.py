@@ -1,0 +1,46 @@
+"""C-states, PM QoS, cpufreq and tuned from a bare-metal fixture tree, and absent sources."""
+import pytest
+
+from iowarden.probes import cpupower
+from iowarden.probes.common import ParseError, Roots
+
+
+def test_bare_metal_intel(tree):
+    p = cpupower.read(tree("cpu-bare-metal.tree"), run_verify=False)
+    assert (p.idle_driver, p.idle_governor) == ("intel_idle", "menu")
+    states = p.cpus[0].states
+    assert [s.name for s in states] == ["POLL", "C1", "C1E", "C6"]
+    c6 = states[3]
+    assert (c6.exit_latency_usec, c6.target_residency_usec, c6.disabled) == (133, 400, True)
+    shares = p.cpus[0].residency_shares()
+    assert shares["C6"] == pytest.approx(0.7) and sum(shares.values()) == pytest.approx(1.0)
+    assert p.pm_qos_cpu_dma_latency_usec == 1 and p.c_states_limited is True
+    assert p.cpufreq_governors == {0: "performance", 1: "powersave"}
+    assert p.intel_pstate["status"] == "active" and p.intel_pstate["min_perf_pct"] == "100"
+    assert p.tuned.active_profile == "latency-performance" and p.tuned.profile_mode == "manual"
+
+
+def test_absent_sources_are_none_not_zero(tmp_path):
+    roots = Roots.under(tmp_path)
+    p = cpupower.read(roots, run_verify=False)
+    assert p.idle_driver is None and p.pm_qos_cpu_dma_latency_usec is None and p.c_states_limited is None
+    assert p.intel_pstate is None and p.cpufreq_governors == {} and p.tuned.active_profile is None
+
+
+def test_cpu_dma_latency_bytes():
+    assert cpupower.parse_cpu_dma_latency((2_000_000_000).to_bytes(4, "little")) == cpupower.PM_QOS_DEFAULT_USEC
+    with pytest.raises(ParseError):
+        cpupower.parse_cpu_dma_latency(b"\x00\x00")
+
+
+def test_tuned_verify_result():
+    assert cpupower.parse_tuned_verify(0, "Verification succeeded, current system settings match the preset profile.\n")[0]
+    ok, msg = cpupower.parse_tuned_verify(1, "Verification failed, current system settings differ from the preset "
+                                             "profile.\nYou can mostly fix this by restarting the TuneD daemon.\n")
+    assert ok is False and "restarting" in msg
+    assert cpupower.parse_tuned_verify(None, "") == (None, None)
+
+
+def test_this_machine_reads_without_error():
+    p = cpupower.read()
+    assert p.cpus, "every Linux machine has /sys/devices/system/cpu/cpuN"

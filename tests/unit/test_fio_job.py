@@ -1,0 +1,94 @@
+"""Probe profiles and user job files: what fio is asked, and what a job file may not ask."""
+import pytest
+
+from iowarden.probes.common import ParseError, parse_size_bytes
+from iowarden.probes.fio_job import ProbeProfile, parse_job_file, profile_from_job_file
+from iowarden.probes.fio_run import ProbeLimits, build_argv
+
+SEED_STYLE = """
+; an all-flash acceptance test, the way people write them
+[global]
+ioengine=libaio
+direct=1
+time_based
+runtime=300
+size=4g
+bs=4k
+
+[randwrite-qd32]
+rw=randwrite
+iodepth=32
+
+[randread-qd32]
+rw=randread
+iodepth=32
+"""
+
+
+def test_job_file_global_options_fold_into_each_job():
+    jobs = parse_job_file(SEED_STYLE)
+    assert [n for n, _ in jobs] == ["randwrite-qd32", "randread-qd32"]
+    opts = dict(jobs[0][1])
+    assert opts["ioengine"] == "libaio" and opts["time_based"] == "1" and opts["rw"] == "randwrite"
+
+
+def test_job_file_profile_is_capped_by_limits(tmp_path):
+    p = tmp_path / "flash.fio"
+    p.write_text(SEED_STYLE)
+    prof = profile_from_job_file("flash", p)
+    assert prof.writes
+    argv = build_argv(prof, "/x/probe.dat", ProbeLimits(max_size_bytes=64 << 20, max_runtime_seconds=5), False)
+    assert argv.count("--size=67108864") == 2          # 4g capped to 64 MiB in both jobs
+    assert argv.count("--runtime=5000ms") == 2         # 300 s capped to 5 s
+    assert argv.count("--filename=/x/probe.dat") == 2
+    assert "--allow_file_create=0" in argv and "--readonly" not in argv
+
+
+@pytest.mark.parametrize("line,why", [
+    ("filename=/dev/sda", "iowarden chooses the probe file"),
+    ("directory=/", "probe directory"),
+    ("exec_prerun=rm -rf /", "never run commands"),
+    ("write_lat_log=/etc/x", "outside the probe directory"),
+    ("ioengine=sg", "not allowed"),
+    ("rw=trimwrite", "not a workload"),
+])
+def test_dangerous_job_options_are_refused_with_their_line(line, why):
+    text = f"[global]\nbs=4k\n[job]\nrw=read\n{line}\n"
+    with pytest.raises(ParseError, match=f"<job file>:5: .*{why}"):
+        parse_job_file(text)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("bs=4k\n[job]\n", "before any"),
+    ("[global]\nbs=4k\n", "no job sections"),
+    ("[job\nrw=read\n", "malformed section"),
+    ("[job]\nsize=lots\n", "not a size"),
+    ("[job]\nruntime=soon\n", "not a time"),
+])
+def test_malformed_job_files(text, match):
+    with pytest.raises(ParseError, match=match):
+        parse_job_file(text)
+
+
+def test_profile_validation_names_every_problem():
+    with pytest.raises(ValueError) as e:
+        ProbeProfile("bad", rw="scribble", iodepth=0, size_bytes=1000, bs_bytes=4096)
+    msg = str(e.value)
+    assert "rw must be one of" in msg and "iodepth must be positive" in msg and "multiple of bs" in msg
+
+
+def test_readonly_argv_for_devices():
+    argv = build_argv(ProbeProfile("r"), "/dev/sdz", ProbeLimits(), True)
+    assert "--readonly" in argv and "--rw=randread" in argv
+
+
+@pytest.mark.parametrize("text,value", [("4k", 4096), ("256MiB", 256 << 20), ("1G", 1 << 30), ("512", 512),
+                                        (4096, 4096), ("1.5k", 1536)])
+def test_sizes_are_binary_like_fios(text, value):
+    assert parse_size_bytes(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-4k", "1.3k", True])
+def test_bad_sizes(text):
+    with pytest.raises(ValueError):
+        parse_size_bytes(text)

@@ -1,0 +1,77 @@
+"""Property-based: whatever bytes the kernel or a tool hands over, a parser answers or raises ParseError."""
+import json
+
+from hypothesis import given, settings, strategies as st
+
+from iowarden.daemon import config
+from iowarden.probes import blockqueue, diskstats, fio, fio_job, xfs
+from iowarden.probes.common import ParseError
+from tests.conftest import FIXTURES
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400)
+numbers_and_words = st.lists(st.one_of(st.integers(-5, 2**64), st.sampled_from(["sda", "x", "", "-", "1.5"])),
+                             max_size=22).map(lambda xs: " ".join(map(str, xs)))
+
+
+def _only_parse_errors(fn, arg):
+    try:
+        fn(arg)
+    except ParseError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(numbers_and_words, max_size=5).map("\n".join))
+def test_diskstats(s):
+    _only_parse_errors(diskstats.parse, s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text)
+def test_fio_text(s):
+    _only_parse_errors(fio.parse, s)
+
+
+REAL = json.loads((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
+leaf = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**12), st.floats(allow_nan=False), st.text(max_size=5))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["iops", "bw_bytes", "io_bytes", "runtime", "clat_ns", "bins", "percentile", "N", "error"]),
+       leaf)
+def test_fio_json_with_a_field_replaced(key, value):
+    doc = json.loads(json.dumps(REAL))
+    job = doc["jobs"][0]
+    targets = {"error": job, "clat_ns": job["read"], "bins": job["read"]["clat_ns"],
+               "percentile": job["read"]["clat_ns"], "N": job["read"]["clat_ns"]}
+    targets.get(key, job["read"])[key] = value
+    _only_parse_errors(fio.parse, json.dumps(doc))
+
+
+@settings(max_examples=200, deadline=None)
+@given(text)
+def test_xfs_outputs(s):
+    for fn in (xfs.parse_frag, xfs.parse_freesp, xfs.parse_xfs_info):
+        _only_parse_errors(fn, s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text)
+def test_scheduler_and_udev(s):
+    _only_parse_errors(blockqueue.parse_scheduler, s)
+    blockqueue.parse_udev_db(s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text)
+def test_job_files(s):
+    _only_parse_errors(fio_job.parse_job_file, s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text)
+def test_config_text(s):
+    try:
+        config.parse(s, "fuzz.toml")
+    except config.ConfigError as e:
+        assert all(err.startswith("fuzz.toml:") for err in e.errors)
