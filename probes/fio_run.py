@@ -262,6 +262,8 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         result.error = f"invalid profile: {exc}"
     except OSError as exc:
         result.error = f"{exc.filename or path}: {exc.strerror or exc}"
+        if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
+            result.error += " (probing needs root: run iowarden as root, as its service does)"
     finally:
         if dir_fd is not None:
             os.close(dir_fd)

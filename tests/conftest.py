@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -105,13 +106,24 @@ class LoopXfs:
         return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
 
     def close(self):
+        problems = []
         if self.mounted:
-            subprocess.run(["umount", str(self.mountpoint)], check=False)
+            # A process still finishing I/O (a killed fio's job children) keeps the mount busy
+            # for a moment: retry, then detach lazily rather than leave it behind.
+            for _ in range(50):
+                if subprocess.run(["umount", str(self.mountpoint)], capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.2)
+            else:
+                subprocess.run(["umount", "-l", str(self.mountpoint)], check=False)
+                problems.append(f"{self.mountpoint} was busy and had to be unmounted lazily")
             self.mounted = False
         if self.device:
             subprocess.run(["losetup", "-d", self.device], check=False)
             self.device = None
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if problems:
+            raise RuntimeError("; ".join(problems))
 
 
 @pytest.fixture

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what iowarden needs on a Debian machine: system tools and a venv in .venv.
+# Usage: scripts/setup.sh [--test]   (--test adds the reference tools and pytest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "iowarden setup needs root: it installs Debian packages (fio, xfsprogs, libsystemd-dev, ...)." >&2
+    echo "Run it with sudo." >&2
+    exit 77
+fi
+
+packages=(fio xfsprogs util-linux libsystemd-dev pkg-config gcc python3-venv python3-dev)
+if [ "${1:-}" = "--test" ]; then
+    packages+=(sysstat ioping)
+fi
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+extra=""
+[ "${1:-}" = "--test" ] && extra="[test]"
+.venv/bin/pip install -q --disable-pip-version-check -e ".${extra}"

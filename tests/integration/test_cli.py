@@ -1,0 +1,113 @@
+"""The commands end to end, as a user runs them, on a real loop-mounted XFS filesystem."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.root
+IOWARDEN = [sys.executable, "-m", "iowarden.daemon.cli"]
+
+
+def iowarden(*args, check=True, user=None):
+    prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"] if user else []
+    r = subprocess.run(prefix + IOWARDEN + list(args), capture_output=True, text=True, timeout=300)
+    if check and r.returncode != 0:
+        raise AssertionError(f"exit {r.returncode}: {r.stderr}")
+    return r
+
+
+def test_probe_from_config_prints_every_profile(shared_loop_xfs, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"""
+[limits]
+min_free_bytes = "1MiB"
+min_free_ratio = 0.0
+[profiles.rr]
+rw = "randread"
+size = "32MiB"
+runtime_seconds = 1.0
+ramp_time_seconds = 0.0
+[profiles.sw]
+rw = "write"
+bs = "1MiB"
+iodepth = 4
+size = "32MiB"
+runtime_seconds = 1.0
+ramp_time_seconds = 0.0
+[[targets]]
+name = "data"
+path = "{shared_loop_xfs.mountpoint}"
+profiles = ["rr", "sw"]
+""")
+    out = json.loads(iowarden("probe", "-c", str(cfg), "--json").stdout)
+    assert [(o["target"], o["profile"], o["ok"]) for o in out] == [("data", "rr", True), ("data", "sw", True)]
+    for key in ("device", "error", "read_iops", "write_iops", "read_bw_bytes", "write_bw_bytes",
+                "clat_p50_seconds", "clat_p99_seconds", "clat_p999_seconds"):
+        assert key in out[0]
+    assert out[0]["device"] == shared_loop_xfs.name
+    assert out[0]["read_iops"] > 0 and out[1]["write_bw_bytes"] > 0 and out[1]["read_iops"] == 0
+    assert 0 < out[0]["clat_p50_seconds"] <= out[0]["clat_p99_seconds"] <= out[0]["clat_p999_seconds"] < 1
+    table = iowarden("probe", "-c", str(cfg), "--profile", "rr").stdout
+    assert "p99.9 ms" in table and "rr" in table and "sw" not in table
+
+
+def test_probe_refusal_is_reported_and_exits_1(shared_loop_xfs):
+    r = iowarden("probe", "--path", shared_loop_xfs.device, "--rw", "randwrite", "--json", check=False)
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    assert out[0]["ok"] is False and "only reads devices" in out[0]["error"]
+
+
+def test_probe_with_a_users_job_file(shared_loop_xfs, tmp_path):
+    job = tmp_path / "acceptance.fio"
+    job.write_text("[global]\nioengine=libaio\ndirect=1\nbs=4k\nsize=32m\nruntime=1\ntime_based\n"
+                   "[randwrite-qd8]\nrw=randwrite\niodepth=8\n")
+    out = json.loads(iowarden("probe", "--path", str(shared_loop_xfs.mountpoint), "--job-file", str(job),
+                              "--min-free-bytes", "1M", "--min-free-ratio", "0", "--json").stdout)
+    assert out[0]["ok"] and out[0]["write_iops"] > 0
+
+
+def test_iostat_json_lines_and_table(shared_loop_xfs):
+    lines = iowarden("iostat", "-y", "--json", "-d", shared_loop_xfs.name, "0.3", "2").stdout.splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 2 and all(r["disk_device"] == shared_loop_xfs.name for r in rows)
+    assert {"r/s", "rkB/s", "r_await", "aqu-sz", "util", "timestamp"} <= set(rows[0])
+    table = iowarden("iostat").stdout
+    assert table.startswith("Device") and shared_loop_xfs.name in table and "%util" in table
+    r = iowarden("iostat", "-d", "nosuchdisk", check=False)
+    assert r.returncode != 0 and "no device matches" in r.stderr
+
+
+def test_settings_json(shared_loop_xfs):
+    out = json.loads(iowarden("settings", "--json").stdout)
+    dev = out["block_devices"][shared_loop_xfs.name]
+    assert dev["kind"] == "loop" and dev["identity"] == f"loop-file:{shared_loop_xfs.image}"
+    assert dev["queue"]["scheduler"] in dev["queue"]["schedulers_available"]
+    assert out["power"]["cpus"] and "pm_qos_cpu_dma_latency_usec" in out["power"]
+    assert "scheduler" in iowarden("settings").stdout
+
+
+def test_xfs_report_and_refusal(shared_loop_xfs):
+    out = json.loads(iowarden("xfs", "--json").stdout)
+    mine = [r for r in out if r["mountpoint"] == str(shared_loop_xfs.mountpoint)]
+    assert mine and mine[0]["geometry"]["block_size_bytes"] == 4096 and mine[0]["free_space"]["total_free_blocks"] > 0
+    r = iowarden("xfs", "/proc", check=False)
+    assert r.returncode != 0 and "not an XFS mount point" in r.stderr
+
+
+def test_without_root_the_message_says_what_needs_root(shared_loop_xfs):
+    r = iowarden("probe", "--path", str(shared_loop_xfs.mountpoint), "--runtime", "1", "--json",
+                 check=False, user=65534)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "needs root" in json.loads(r.stdout)[0]["error"]
+    r = iowarden("check-config", "-c", "/root/nonexistent.toml", check=False, user=65534)
+    assert r.returncode == 78 and "Traceback" not in r.stderr
+
+
+def test_test_script_explains_it_needs_root(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                        "bash", os.path.join(root, "scripts", "test.sh")], capture_output=True, text=True)
+    assert r.returncode == 77 and "needs root" in r.stderr
