@@ -239,11 +239,22 @@ def cmd_settings(args) -> int:
     return 0
 
 
+# ---- run ------------------------------------------------------------------------------------
+
+def cmd_run(args) -> int:
+    from .runtime import main as run_main
+    return run_main(args.config)
+
+
 # ---- argument parsing -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iowarden", description="Storage-health daemon and probes.")
     sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run the daemon in the foreground (systemd: Type=notify)")
+    r.add_argument("-c", "--config", required=True)
+    r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check-config", help="validate a configuration file")
     c.add_argument("-c", "--config", required=True)

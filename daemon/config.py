@@ -82,7 +82,7 @@ TARGET_KEYS: dict[str, Key] = {
     "path": Key("str", None, "a directory on the filesystem to probe, or a block device (read-only probes)",
                 required=True),
     "profiles": Key("strlist", None, "profile names to run", required=True),
-    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=10.0),
+    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0),
 }
 
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 
 class ParseError(ValueError):
     """Input that does not have the documented format of its source."""
@@ -97,13 +99,14 @@ class ToolRun:
 
 
 def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
-             env: dict | None = None) -> ToolRun:
+             env: dict | None = None, on_start=None) -> ToolRun:
     """Run a command (argument list, never a shell) in its own process group.
 
     On timeout the whole group is killed: fio forks one process per job, and
     killing only the parent would leave its children hammering the device.
     `idle_io` runs it in the idle I/O class so an expensive read (xfs_db walking
-    every inode) yields to the real workload.
+    every inode) yields to the real workload. `on_start(proc)` lets a caller that
+    must stop quickly (the daemon on SIGTERM) kill the group itself.
     """
     if idle_io:
         argv = ["ionice", "-c", "3", *argv]
@@ -116,6 +119,8 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
         return ToolRun(argv, None, "", "", 0.0, f"{argv[0]} not found (is it installed?)")
     except OSError as exc:
         return ToolRun(argv, None, "", "", 0.0, f"cannot start {argv[0]}: {exc}")
+    if on_start is not None:
+        on_start(proc)
     try:
         out, err = proc.communicate(timeout=timeout_seconds)
     except subprocess.TimeoutExpired:
@@ -136,7 +141,23 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
 
 
 def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process, its process group, and every descendant.
+
+    The group alone is not enough: fio's job processes leave their parent's
+    process group (seen with fio 3.33), and would go on hammering the device for
+    the rest of their runtime after their parent was killed. Descendants are
+    listed before anything is killed, while they are still linked to the parent.
+    """
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for child in descendants:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass

@@ -217,7 +217,8 @@ def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readon
 
 
 def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
-              roots: Roots = Roots(), fio_binary: str = "fio", keep_sizes: set[int] | None = None) -> ProbeResult:
+              roots: Roots = Roots(), fio_binary: str = "fio", keep_sizes: set[int] | None = None,
+              on_start=None) -> ProbeResult:
     """Run one profile once. Never raises for a probe's failure: the result says what went wrong."""
     started_wall, started = time.time(), time.monotonic()
     result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0)
@@ -226,7 +227,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         try:
             st = os.stat(path)
         except OSError as exc:
-            raise ProbeRefused(f"target {path}: {exc.strerror}") from None
+            raise ProbeRefused(f"target {path}: {exc.strerror}{_root_hint(exc)}") from None
         size = min(profile.effective_size_bytes(), limits.max_size_bytes)
         if stat.S_ISBLK(st.st_mode):
             result.device = device_name_for(st.st_rdev, roots)
@@ -254,21 +255,25 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         argv = build_argv(profile, filename, limits, readonly, fio_binary)
         result.argv = argv
         runtime = min(profile.effective_runtime_seconds(), limits.max_runtime_seconds + 60)
-        run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds)
+        run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds, on_start=on_start)
         _interpret(result, run.stdout, run.error)
     except ProbeRefused as exc:
         result.error = f"refused: {exc}"
     except (ValueError, ParseError) as exc:
         result.error = f"invalid profile: {exc}"
     except OSError as exc:
-        result.error = f"{exc.filename or path}: {exc.strerror or exc}"
-        if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
-            result.error += " (probing needs root: run iowarden as root, as its service does)"
+        result.error = f"{exc.filename or path}: {exc.strerror or exc}{_root_hint(exc)}"
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
         result.duration_seconds = time.monotonic() - started
     return result
+
+
+def _root_hint(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
+        return " (probing needs root: run iowarden as root, as its service does)"
+    return ""
 
 
 def _interpret(result: ProbeResult, stdout: str, run_error: str | None) -> None:

@@ -144,3 +144,23 @@ def test_bad_targets(tmp_path, what):
         path.write_text("x")
     r = probe(path)
     assert not r.ok and (("No such file" in r.error) if what == "missing" else "neither a directory" in r.error)
+
+
+def test_real_fio_past_its_timeout_leaves_no_process(loop_xfs):
+    """fio's job processes leave fio's process group: a timeout must still kill them all."""
+    from iowarden.probes.common import run_tool
+    started = []
+    run = run_tool(["fio", "--name=long", f"--directory={loop_xfs.mountpoint}", "--rw=randread", "--size=16m",
+                    "--time_based", "--runtime=60", "--numjobs=2", "--output-format=json"], timeout_seconds=3,
+                   on_start=started.append)
+    assert "timed out" in run.error
+    time.sleep(0.3)
+    leftovers = subprocess.run(["pgrep", "-f", f"directory={loop_xfs.mountpoint}"], capture_output=True,
+                               text=True).stdout.split()
+    def running(pid):
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+    alive = [p for p in leftovers if running(p)]
+    assert alive == [], f"fio processes survived the timeout: {alive}"

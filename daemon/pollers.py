@@ -1,0 +1,79 @@
+"""The slow pollers: block-queue / md / power settings every 30 s, XFS reports hourly.
+
+Settings drift is its own signal: a change of scheduler, queue setting, md
+state, PM QoS request, governor or tuned profile is recorded with its old and
+new value and time, whether or not performance moved.
+"""
+from __future__ import annotations
+
+import logging
+
+from iowarden.probes import blockqueue, cpupower, xfs
+from iowarden.probes.common import Roots
+
+log = logging.getLogger("iowarden")
+
+QUEUE_FIELDS = ("scheduler", "nr_requests", "read_ahead_kb", "max_sectors_kb", "write_cache", "wbt_lat_usec",
+                "nomerges", "rq_affinity", "rotational")
+
+
+def watched_settings(devices: dict, power: cpupower.PowerSettings) -> dict[tuple[str, str], object]:
+    """(device or 'host', setting) -> value: everything whose change is recorded as drift."""
+    out: dict[tuple[str, str], object] = {}
+    for name, d in devices.items():
+        if d.kind == "partition" or (d.kind == "loop" and not d.size_bytes):
+            continue
+        if d.queue:
+            for f in QUEUE_FIELDS:
+                out[(name, f)] = getattr(d.queue, f)
+        if d.md:
+            out[(name, "md.degraded")] = d.md.degraded
+            out[(name, "md.array_state")] = d.md.array_state
+            out[(name, "md.faulty_members")] = ",".join(m.name for m in d.md.members if m.faulty) or "none"
+    out[("host", "pm_qos_cpu_dma_latency_usec")] = power.pm_qos_cpu_dma_latency_usec
+    out[("host", "cpufreq_governors")] = ",".join(sorted(set(power.cpufreq_governors.values()))) or None
+    out[("host", "tuned_profile")] = power.tuned.active_profile
+    out[("host", "idle_disabled_states")] = ",".join(
+        sorted({s.name for c in power.cpus for s in c.states if s.disabled})) or "none"
+    return out
+
+
+class SettingsPoller:
+    def __init__(self, roots: Roots, state):
+        self.roots = roots
+        self.state = state
+        self.devices: dict = {}
+        self.power: cpupower.PowerSettings | None = None
+        self._last: dict | None = None
+
+    def step(self) -> None:
+        devices = blockqueue.read(self.roots)
+        power = cpupower.read(self.roots)
+        now = watched_settings(devices, power)
+        if self._last is not None:
+            for key, new in now.items():
+                old = self._last.get(key, new)
+                if old != new:
+                    device, setting = key
+                    ident = devices[device].identity if device in devices else None
+                    self.state.add_drift(device, ident, setting, old, new)
+                    log.warning("setting drift on %s: %s changed from %s to %s", device, setting, old, new,
+                                extra={"DEVICE": device, "SETTING": setting})
+        self._last = now
+        self.devices, self.power = devices, power
+
+
+class XfsPoller:
+    def __init__(self, roots: Roots, timeout_seconds: float):
+        self.roots = roots
+        self.timeout_seconds = timeout_seconds
+        self.reports: dict[str, xfs.XfsReport] = {}
+
+    def step(self) -> None:
+        reports = {}
+        for dev, mnt in xfs.xfs_mounts(self.roots):
+            r = xfs.read(mnt, dev, self.timeout_seconds)
+            for e in r.errors:
+                log.warning("xfs report for %s: %s", mnt, e, extra={"MOUNT": mnt})
+            reports[mnt] = r
+        self.reports = reports

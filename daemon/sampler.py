@@ -1,0 +1,50 @@
+"""The 1 Hz diskstats sampler: iostat -x rates per device, and the recent busy-ness the scheduler defers on."""
+from __future__ import annotations
+
+import collections
+import fnmatch
+import threading
+
+from iowarden.probes import diskstats
+from iowarden.probes.common import Roots
+
+
+class Sampler:
+    HISTORY_TICKS = 10  # seconds of %util kept per device for the contention check
+
+    def __init__(self, roots: Roots, device_globs: list[str]):
+        self.roots = roots
+        self.device_globs = device_globs
+        self._prev: diskstats.DiskSample | None = None
+        self._lock = threading.Lock()
+        self.rates: dict[str, diskstats.DiskRates] = {}
+        self._util: dict[str, collections.deque] = {}
+        self.first_sample_done = threading.Event()
+
+    def _wanted(self, name: str) -> bool:
+        if self.device_globs:
+            return any(fnmatch.fnmatch(name, g) for g in self.device_globs)
+        return not diskstats.is_partition(name, self.roots)
+
+    def step(self) -> None:
+        cur = diskstats.read(self.roots)
+        prev, self._prev = self._prev, cur
+        if prev is None:
+            return
+        rates = {n: r for n, r in diskstats.rates_between(prev, cur).items() if self._wanted(n)}
+        with self._lock:
+            self.rates = rates  # replaced whole: readers never see a half-updated view
+            for name, r in rates.items():
+                self._util.setdefault(name, collections.deque(maxlen=self.HISTORY_TICKS)).append(r.util_percent)
+            for gone in set(self._util) - set(rates):
+                del self._util[gone]
+        self.first_sample_done.set()
+
+    def recent_util_percent(self, device: str, seconds: int = 5) -> float | None:
+        """Mean %util of the device over the last few samples; None when it is not sampled."""
+        with self._lock:
+            hist = self._util.get(device)
+            if not hist:
+                return None
+            recent = list(hist)[-seconds:]
+        return sum(recent) / len(recent)

@@ -1,0 +1,114 @@
+"""Durable state in SQLite: probe results and settings drift (baselines and alerts come next).
+
+WAL mode with synchronous=NORMAL: a `kill -9` loses at most the last commit,
+never the database. A database that fails its integrity check is moved aside
+(logged) and a fresh one is started: a monitor that refuses to run because its
+history is damaged protects nothing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+
+log = logging.getLogger("iowarden")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS probe_results (
+    id INTEGER PRIMARY KEY,
+    started_at REAL NOT NULL,
+    target TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    device TEXT,
+    identity TEXT,
+    ok INTEGER NOT NULL,
+    error TEXT,
+    contended INTEGER NOT NULL DEFAULT 0,
+    read_iops REAL, write_iops REAL, read_bw_bytes REAL, write_bw_bytes REAL,
+    clat_p50_seconds REAL, clat_p99_seconds REAL, clat_p999_seconds REAL,
+    duration_seconds REAL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS probe_results_key ON probe_results (identity, profile, started_at);
+CREATE TABLE IF NOT EXISTS drift_events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    device TEXT NOT NULL,
+    identity TEXT,
+    setting TEXT NOT NULL,
+    old_value TEXT,
+    new_value TEXT
+);
+"""
+
+
+class State:
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = threading.Lock()
+        self.db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o750, exist_ok=True)
+        try:
+            db = self._connect()
+            ok = db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+            if ok:
+                return db
+            db.close()
+            reason = "integrity check failed"
+        except sqlite3.DatabaseError as exc:
+            reason = str(exc)
+        aside = f"{self.path}.corrupt-{int(time.time())}"
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.path + suffix):
+                os.replace(self.path + suffix, aside + suffix)
+        log.error("state database %s is damaged (%s); moved aside to %s, starting fresh", self.path, reason, aside)
+        return self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(SCHEMA)
+        return db
+
+    def add_probe_result(self, record: dict, identity: str | None) -> None:
+        with self._lock:
+            self.db.execute(
+                "INSERT INTO probe_results (started_at, target, profile, device, identity, ok, error, contended,"
+                " read_iops, write_iops, read_bw_bytes, write_bw_bytes, clat_p50_seconds, clat_p99_seconds,"
+                " clat_p999_seconds, duration_seconds, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (record["started_at"], record["target"], record["profile"], record["device"], identity,
+                 int(record["ok"]), record["error"], int(record["contended"]), record["read_iops"],
+                 record["write_iops"], record["read_bw_bytes"], record["write_bw_bytes"],
+                 record["clat_p50_seconds"], record["clat_p99_seconds"], record["clat_p999_seconds"],
+                 record["duration_seconds"], json.dumps(record)))
+
+    def add_drift(self, device: str, identity: str | None, setting: str, old, new) -> None:
+        with self._lock:
+            self.db.execute("INSERT INTO drift_events (at, device, identity, setting, old_value, new_value)"
+                            " VALUES (?,?,?,?,?,?)", (time.time(), device, identity, setting, str(old), str(new)))
+
+    def prune(self, keep_seconds: float) -> None:
+        cutoff = time.time() - keep_seconds
+        with self._lock:
+            self.db.execute("DELETE FROM probe_results WHERE started_at < ?", (cutoff,))
+            self.db.execute("DELETE FROM drift_events WHERE at < ?", (cutoff,))
+
+    def probe_results(self, limit: int = 100) -> list[dict]:
+        with self._lock:
+            rows = self.db.execute("SELECT record FROM probe_results ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def drift_events(self) -> list[tuple]:
+        with self._lock:
+            return self.db.execute("SELECT at, device, identity, setting, old_value, new_value FROM drift_events"
+                                   " ORDER BY id").fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()

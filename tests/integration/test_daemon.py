@@ -1,0 +1,194 @@
+"""`iowarden run` as a real process: readiness, scheduled probes into SQLite, drift, reload, stop, damage."""
+import glob
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra=""):
+    return f"""
+[daemon]
+state_dir = "{state_dir}"
+log_level = "debug"
+[limits]
+min_free_bytes = "1MiB"
+min_free_ratio = 0.0
+timeout_margin_seconds = 5.0
+[settings]
+interval_seconds = 1.0
+[profiles.rr]
+rw = "randread"
+size = "16MiB"
+runtime_seconds = {runtime}
+ramp_time_seconds = 0.0
+[[targets]]
+name = "loop"
+path = "{mount}"
+profiles = ["rr"]
+interval_seconds = {interval}
+{extra}"""
+
+
+class DaemonProc:
+    def __init__(self, tmp_path, cfg_text):
+        self.cfg = tmp_path / "config.toml"
+        self.cfg.write_text(cfg_text)
+        self.sock_path = str(tmp_path / "notify.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.sock_path)
+        self.sock.settimeout(0.2)
+        self.log = open(tmp_path / "daemon.log", "w+")
+        env = {**os.environ, "NOTIFY_SOCKET": self.sock_path}
+        env.pop("INVOCATION_ID", None)
+        env.pop("JOURNAL_STREAM", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", str(self.cfg)],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.messages: list[str] = []
+
+    def wait_message(self, text, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in m for m in self.messages):
+                return
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except socket.timeout:
+                assert self.proc.poll() is None, f"daemon exited: {self.output()}"
+        raise AssertionError(f"no {text!r} from the daemon in {timeout} s; got {self.messages[-5:]}")
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def close(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.sock.close()
+        self.log.close()
+
+
+@pytest.fixture
+def daemon_factory(tmp_path):
+    made = []
+
+    def make(text):
+        d = DaemonProc(tmp_path, text)
+        made.append(d)
+        return d
+    yield make
+    for d in made:
+        d.close()
+
+
+def rows(db, sql):
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def wait_for(fn, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ready_probes_drift_reload_and_stop(loop_xfs, tmp_path, daemon_factory):
+    state = tmp_path / "state"
+    d = daemon_factory(config_text(loop_xfs.mountpoint, state))
+    d.wait_message("READY=1")
+    db = str(state / "state.db")
+    wait_for(lambda: len(rows(db, "SELECT ok FROM probe_results WHERE ok = 1")) >= 2, what="two probe results")
+    device, target = rows(db, "SELECT device, target FROM probe_results LIMIT 1")[0]
+    assert (device, target) == (loop_xfs.name, "loop")
+    d.wait_message("WATCHDOG=1")
+    d.wait_message("STATUS=")
+
+    # a scheduler change while running is recorded as drift with old and new value
+    sched = f"/sys/block/{loop_xfs.name}/queue/scheduler"
+    before = open(sched).read().split("[")[1].split("]")[0]
+    after = "mq-deadline" if before != "mq-deadline" else "none"
+    with open(sched, "w") as f:
+        f.write(after)
+    drift = wait_for(lambda: rows(db, "SELECT device, setting, old_value, new_value FROM drift_events"),
+                     what="drift event")
+    assert (loop_xfs.name, "scheduler", before, after) in drift
+
+    # an invalid config on SIGHUP is rejected and the old one keeps running
+    good = d.cfg.read_text()
+    d.cfg.write_text(good + "\n[bogus]\n")
+    n_before = len(rows(db, "SELECT id FROM probe_results"))
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_message("RELOADING=1")
+    wait_for(lambda: "reload rejected" in d.output(), what="reload rejection")
+    assert "config.toml:" in d.output() and "bogus" in d.output()
+    wait_for(lambda: len(rows(db, "SELECT id FROM probe_results")) > n_before, what="probes after a bad reload")
+
+    # SIGTERM: clean exit within 5 s
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=10) == 0
+    assert time.monotonic() - t0 < 5
+    d.wait_message("STOPPING=1", 2)  # already queued on the socket before the exit
+
+
+def _fio_pids(daemon_pid):
+    pids = []
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            cmd = open(p, "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("fio\0") and f"/proc/{daemon_pid}/fd/" in cmd:
+            pids.append(int(p.split("/")[2]))
+    return pids
+
+
+def test_sigterm_mid_probe_kills_fio_and_records_the_interruption(loop_xfs, tmp_path, daemon_factory):
+    state = tmp_path / "state"
+    d = daemon_factory(config_text(loop_xfs.mountpoint, state, runtime=30.0, interval=1.0))
+    d.wait_message("READY=1")
+    wait_for(lambda: _fio_pids(d.proc.pid), what="a running fio")
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=10) == 0
+    assert time.monotonic() - t0 < 5, "SIGTERM must stop the daemon within 5 s"
+    time.sleep(0.3)
+    assert _fio_pids(d.proc.pid) == []
+    got = rows(str(state / "state.db"), "SELECT ok, error FROM probe_results")
+    assert got and got[-1][0] == 0 and "interrupted" in got[-1][1]
+
+
+def test_corrupt_database_is_moved_aside(loop_xfs, tmp_path, daemon_factory):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.db").write_bytes(b"this is not a database" * 100)
+    d = daemon_factory(config_text(loop_xfs.mountpoint, state))
+    d.wait_message("READY=1")
+    assert glob.glob(str(state / "state.db.corrupt-*"))
+    assert "damaged" in d.output()
+    wait_for(lambda: rows(str(state / "state.db"), "SELECT id FROM probe_results"), what="a fresh database in use")
+
+
+def test_invalid_config_exits_78(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[daemon]\nlog_level = 'chatty'\n")
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", str(cfg)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 78 and f"{cfg}:2: daemon.log_level" in r.stderr
