@@ -246,6 +246,50 @@ def cmd_run(args) -> int:
     return run_main(args.config)
 
 
+# ---- replay ---------------------------------------------------------------------------------
+
+REPLAY_METRICS = {"iops": "read_iops", "bandwidth": "read_bw_bytes", "latency": "clat_p99_seconds"}
+
+
+def read_series_csv(path: str) -> list[tuple[float, float]]:
+    """`timestamp,value` rows (a header line is allowed); timestamps as Unix seconds or ISO 8601."""
+    from datetime import datetime
+    out = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = [p.strip() for p in line.split(",")]
+            if lineno == 1 and parts[0].lower() in ("timestamp", "time", "ts"):
+                continue
+            try:
+                if len(parts) != 2:
+                    raise ValueError("expected two columns: timestamp,value")
+                try:
+                    ts = float(parts[0])
+                except ValueError:
+                    ts = datetime.fromisoformat(parts[0]).timestamp()
+                out.append((ts, float(parts[1])))
+            except ValueError as exc:
+                raise ParseError(f"{path}:{lineno}: {exc}") from None
+    return out
+
+
+def cmd_replay(args) -> int:
+    from .detect import DetectorParams, replay
+    series = read_series_csv(args.csv)
+    params = DetectorParams(warmup_probes=args.warmup) if args.warmup else DetectorParams()
+    intervals = replay(series, REPLAY_METRICS[args.metric], params)
+    if args.json:
+        _print(json.dumps(intervals))
+    else:
+        _print(table(["start", "end", "severity"], [[i["start"], i["end"] if i["end"] is not None else "open",
+                                                      i["severity"]] for i in intervals]) if intervals
+               else f"no alerts in {len(series)} values")
+    return 0
+
+
 # ---- argument parsing -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,6 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the daemon in the foreground (systemd: Type=notify)")
     r.add_argument("-c", "--config", required=True)
     r.set_defaults(func=cmd_run)
+
+    rp = sub.add_parser("replay", help="run the detector offline over a timestamp,value CSV")
+    rp.add_argument("csv")
+    rp.add_argument("--metric", choices=sorted(REPLAY_METRICS), default="iops",
+                    help="iops and bandwidth alert when they fall, latency when it rises")
+    rp.add_argument("--warmup", type=int, help="values learned before any alert (default 12)")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=cmd_replay)
 
     c = sub.add_parser("check-config", help="validate a configuration file")
     c.add_argument("-c", "--config", required=True)

@@ -76,16 +76,19 @@ def _fio_json(argv):
 
 
 def test_short_probe_agrees_with_a_long_fio_run(shared_loop_xfs):
+    # Queue depth 1: on this 2-core VM a loop device at QD16-32 is bound by CPU scheduling
+    # between fio and the loop worker, and 3 s runs of it vary by ~9 % among themselves
+    # (bench/probe_spread.py); at QD1 they vary by ~4 %, so a 10 % agreement is a fair test.
     fs = shared_loop_xfs
     size = 256 << 20
-    prof = ProbeProfile("rr4k", rw="randread", bs_bytes=4096, iodepth=16, size_bytes=size, runtime_seconds=3,
-                        ramp_time_seconds=1)
+    prof = ProbeProfile("rr4k", rw="randread", bs_bytes=4096, iodepth=1, ioengine="psync", size_bytes=size,
+                        runtime_seconds=3, ramp_time_seconds=1)
     first = run_probe("t", str(fs.mountpoint), prof, LIMITS)
     assert first.ok, first.error
     path = fs.mountpoint / PROBE_DIR_NAME / probe_file_name(size)
-    long = _fio_json(["fio", "--name=long", f"--filename={path}", "--rw=randread", "--bs=4k", "--iodepth=16",
-                      "--ioengine=libaio", "--direct=1", f"--size={size}", "--time_based", "--runtime=30",
-                      "--ramp_time=1"])
+    long = _fio_json(["fio", "--name=long", f"--filename={path}", "--allow_file_create=0", "--rw=randread",
+                      "--bs=4k", "--iodepth=1", "--ioengine=psync", "--direct=1", f"--size={size}",
+                      "--time_based", "--runtime=30", "--ramp_time=1"])
     long_iops = long["jobs"][0]["read"]["iops"]
     probe = run_probe("t", str(fs.mountpoint), prof, LIMITS)
     assert probe.ok, probe.error

@@ -1,0 +1,197 @@
+"""Is this volume slower than its own normal? One detector per (volume, profile, metric).
+
+Design, and why:
+- Log space: storage numbers are multiplicative (a volume is "2x slower"), and
+  their noise is roughly log-normal.
+- Robust baseline: median and 1.4826*MAD of the last `window` accepted values,
+  with a floor on the spread, so one wild probe moves nothing and a very quiet
+  volume does not page on a 3 % wobble.
+- Direction: the deviation is signed so that positive is worse (IOPS and
+  bandwidth down, latency up). Improvements never alert.
+- One-sided CUSUM over z-scores capped at `z_cap`: a single spike adds at most
+  z_cap - k, so isolated spikes, pairs and a few scattered spikes cannot reach
+  the threshold h, while a sustained shift adds z_cap - k every probe and does.
+- Hysteresis: an alert clears only after `clear_probes` probes in a row back
+  within `clear_z` of the baseline.
+- Frozen while degraded: values are not learned while the CUSUM is above h/2
+  or an alert is open, so a degradation is never learned as the new normal. A
+  new normal is accepted by an operator, or automatically after
+  `auto_accept_probes` probes of stable degradation (0: never), and that is
+  reported as a baseline change.
+- Slow drift: the rolling median would follow a change spread over days, so
+  the centre is also compared with where it stood when this normal was learned
+  (the anchor); creeping more than `drift_ratio` away alerts too.
+- Warm-up: no statistical alert before `warmup_probes` values are learned.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+MAD_TO_SIGMA = 1.4826
+
+HIGHER_IS_WORSE = {"clat_p50_seconds", "clat_p99_seconds", "clat_p999_seconds", "await_ms"}
+LOWER_IS_WORSE = {"read_iops", "write_iops", "read_bw_bytes", "write_bw_bytes", "iops", "bandwidth"}
+
+
+@dataclass(frozen=True)
+class DetectorParams:
+    window: int = 288            # about a day of probes at a 5 min interval
+    warmup_probes: int = 12
+    min_spread_log: float = 0.05  # ~5 %: below this, variation is not evidence
+    z_cap: float = 5.0
+    k: float = 2.0               # allowance per probe: drift below 2 spreads is noise
+    h: float = 14.0              # > 4 capped spikes (4 * 3 = 12), < 5 probes of a clear shift (5 * 3 = 15)
+    clear_z: float = 1.0
+    clear_probes: int = 3
+    auto_accept_probes: int = 0  # 0: a new normal needs an operator
+    critical_ratio: float = 2.0  # severity "critical" when the value is this many times worse
+    drift_ratio: float = 1.5     # the baseline may creep this far from where it was learned
+
+
+@dataclass
+class Verdict:
+    value: float
+    baseline: float | None       # the baseline centre, in the metric's own units
+    z: float                     # signed, positive = worse, uncapped
+    cusum: float
+    alerting: bool
+    changed: str | None = None   # "raised", "cleared", "accepted" on a transition
+    severity: str | None = None  # "warning" or "critical" while alerting
+    learning: bool = False       # still in warm-up
+    reason: str | None = None    # "shift" (a sudden change) or "drift" (the normal crept away)
+
+
+@dataclass
+class Detector:
+    metric: str
+    params: DetectorParams = field(default_factory=DetectorParams)
+    values: deque = field(default_factory=deque)     # accepted log-values, newest last
+    recent: deque = field(default_factory=deque)     # last raw values, accepted or not
+    anchor: float | None = None                      # log centre when this normal was learned
+    cusum: float = 0.0
+    shift_alerting: bool = False
+    drift_alerting: bool = False
+    calm_streak: int = 0
+    degraded_streak: int = 0
+
+    def __post_init__(self):
+        if self.metric in HIGHER_IS_WORSE:
+            self.sign = 1.0
+        elif self.metric in LOWER_IS_WORSE:
+            self.sign = -1.0
+        else:
+            raise ValueError(f"unknown metric direction for {self.metric!r}")
+        self.values = deque(self.values, maxlen=self.params.window)
+        self.recent = deque(self.recent, maxlen=max(self.params.warmup_probes, 1))
+
+    @property
+    def alerting(self) -> bool:
+        return self.shift_alerting or self.drift_alerting
+
+    def baseline(self) -> tuple[float, float] | None:
+        """(centre, spread) in log units, or None during warm-up."""
+        if len(self.values) < self.params.warmup_probes:
+            return None
+        vals = list(self.values)
+        centre = statistics.median(vals)
+        mad = statistics.median(abs(v - centre) for v in vals)
+        return centre, max(MAD_TO_SIGMA * mad, self.params.min_spread_log)
+
+    def accept_new_normal(self, recent: list[float]) -> None:
+        """Forget the old normal; learn again from these values (operator's accept)."""
+        self.values.clear()
+        for v in recent:
+            if v > 0:
+                self.values.append(math.log(v))
+        self.anchor = None
+        self.cusum, self.calm_streak, self.degraded_streak = 0.0, 0, 0
+        self.shift_alerting = self.drift_alerting = False
+
+    def update(self, value: float) -> Verdict:
+        p = self.params
+        if not (value > 0 and math.isfinite(value)):
+            # zero IOPS is the worst case, not a value to take the log of
+            value = 1e-9
+        x = math.log(value)
+        self.recent.append(value)
+        base = self.baseline()
+        if base is None:
+            self.values.append(x)
+            return Verdict(value, math.exp(statistics.median(self.values)), 0.0, 0.0, False, learning=True)
+        centre, spread = base
+        if self.anchor is None:
+            self.anchor = centre
+        was_alerting = self.alerting
+        z = self.sign * (x - centre) / spread
+
+        # fast: a shift, by CUSUM over capped z-scores
+        self.cusum = max(0.0, self.cusum + min(z, p.z_cap) - p.k)
+        if not self.shift_alerting and self.cusum > p.h:
+            self.shift_alerting, self.calm_streak = True, 0
+        elif self.shift_alerting:
+            self.calm_streak = self.calm_streak + 1 if z < p.clear_z else 0
+            if self.calm_streak >= p.clear_probes:
+                self.shift_alerting, self.cusum = False, 0.0
+
+        # slow: the baseline itself has crept away from where it was learned (a drift
+        # too gradual for the CUSUM, which the rolling median would otherwise absorb)
+        drift = self.sign * (centre - self.anchor)
+        if not self.drift_alerting and drift > math.log(p.drift_ratio):
+            self.drift_alerting = True
+        elif self.drift_alerting and drift < math.log(p.drift_ratio) / 2:
+            self.drift_alerting = False
+
+        if self.shift_alerting or self.cusum > p.h / 2:
+            self.degraded_streak += 1
+        else:
+            self.degraded_streak = 0
+            self.values.append(x)
+        changed = None
+        if self.alerting and not was_alerting:
+            changed = "raised"
+        elif was_alerting and not self.alerting:
+            changed = "cleared"
+        if self.alerting and p.auto_accept_probes and self.degraded_streak >= p.auto_accept_probes:
+            # stable for long enough at the new level: that is the volume's normal now
+            self.accept_new_normal(list(self.recent))
+            changed = "accepted"
+        severity = None
+        if self.alerting:
+            worst = max(self.sign * (x - centre), drift)
+            severity = "critical" if worst >= math.log(p.critical_ratio) else "warning"
+        reason = ("shift" if self.shift_alerting else "drift") if self.alerting else None
+        return Verdict(value, math.exp(centre), z, self.cusum, self.alerting, changed, severity, reason=reason)
+
+    def to_state(self) -> dict:
+        return {"metric": self.metric, "values": list(self.values), "recent": list(self.recent),
+                "anchor": self.anchor, "cusum": self.cusum, "shift_alerting": self.shift_alerting,
+                "drift_alerting": self.drift_alerting, "calm_streak": self.calm_streak,
+                "degraded_streak": self.degraded_streak}
+
+    @classmethod
+    def from_state(cls, state: dict, params: DetectorParams | None = None) -> "Detector":
+        fields_ = {k: v for k, v in state.items() if k not in ("values", "recent", "metric")}
+        return cls(state["metric"], params or DetectorParams(), deque(state["values"]),
+                   deque(state.get("recent", [])), **fields_)
+
+
+def replay(values: list[tuple[float, float]], metric: str, params: DetectorParams = DetectorParams()) -> list[dict]:
+    """Run a detector over (timestamp, value) pairs; the alert intervals as {start, end, severity}."""
+    det = Detector(metric, params)
+    intervals: list[dict] = []
+    open_iv = None
+    for ts, v in values:
+        verdict = det.update(v)
+        if verdict.changed == "raised":
+            open_iv = {"start": ts, "end": None, "severity": verdict.severity}
+            intervals.append(open_iv)
+        elif open_iv is not None:
+            if verdict.severity == "critical":
+                open_iv["severity"] = "critical"
+            if verdict.changed in ("cleared", "accepted"):
+                open_iv["end"] = ts
+                open_iv = None
+    return intervals
