@@ -290,6 +290,21 @@ def cmd_replay(args) -> int:
     return 0
 
 
+# ---- status and baseline ----------------------------------------------------------------------
+
+def cmd_status(args) -> int:
+    from .status import collect, render
+    st = collect(configmod.load(args.config))
+    _print(dumps(st) if args.json else render(st, table))
+    return 0
+
+
+def cmd_baseline(args) -> int:
+    from .status import baseline_command
+    _print(baseline_command(configmod.load(args.config), args.action, args.target, args.profile))
+    return 0
+
+
 # ---- argument parsing -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,6 +314,18 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the daemon in the foreground (systemd: Type=notify)")
     r.add_argument("-c", "--config", required=True)
     r.set_defaults(func=cmd_run)
+
+    st = sub.add_parser("status", help="volumes, last probes, baselines, alerts, budgets (from the state database)")
+    st.add_argument("-c", "--config", required=True)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    bl = sub.add_parser("baseline", help="show, accept (a new normal) or reset baselines")
+    bl.add_argument("action", choices=["show", "accept", "reset"])
+    bl.add_argument("-c", "--config", required=True)
+    bl.add_argument("--target")
+    bl.add_argument("--profile")
+    bl.set_defaults(func=cmd_baseline)
 
     rp = sub.add_parser("replay", help="run the detector offline over a timestamp,value CSV")
     rp.add_argument("csv")

@@ -49,6 +49,21 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "min_free_ratio": Key("float", 0.10, "... nor less than this share of the filesystem", minimum=0.0),
         "timeout_margin_seconds": Key("float", 30.0, "fio is killed this long after its runtime", minimum=1.0),
     },
+    "budget": {
+        "device_time_ratio": Key("float", 0.01, "probe device-time per physical disk, as a share of wall time",
+                                 minimum=0.0),
+        "window_seconds": Key("float", 3600.0, "the window that share is measured over", minimum=60.0),
+        "write_bytes_per_day": Key("size", "10GiB", "bytes probes may write per physical disk per day"),
+    },
+    "detector": {
+        "warmup_probes": Key("int", 12, "probes learned before a volume can alert", minimum=3),
+        "window_probes": Key("int", 288, "probes the baseline is computed over (about a day at 5 min)",
+                             minimum=10),
+        "drift_ratio": Key("float", 1.5, "alert when the baseline creeps this far from where it was learned",
+                           minimum=1.05),
+        "auto_accept_probes": Key("int", 0, "accept a stable new level as normal after this many probes "
+                                  "(0: only `iowarden baseline accept`)", minimum=0),
+    },
     "sampler": {
         "interval_seconds": Key("float", 1.0, "diskstats sampling interval", minimum=0.1),
         "devices": Key("strlist", [], "kernel-name globs to sample; empty: every whole device"),

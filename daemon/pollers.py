@@ -68,6 +68,7 @@ class XfsPoller:
         self.roots = roots
         self.timeout_seconds = timeout_seconds
         self.reports: dict[str, xfs.XfsReport] = {}
+        self.first: dict[str, xfs.XfsReport] = {}   # the first good report per mount: growth is measured from it
 
     def step(self) -> None:
         reports = {}
@@ -76,4 +77,15 @@ class XfsPoller:
             for e in r.errors:
                 log.warning("xfs report for %s: %s", mnt, e, extra={"MOUNT": mnt})
             reports[mnt] = r
+            if r.frag is not None:
+                self.first.setdefault(mnt, r)
         self.reports = reports
+
+    def mount_of(self, path: str) -> str | None:
+        """The XFS mount point holding this path (longest prefix), if any."""
+        best = None
+        for mnt in self.reports:
+            if path == mnt or path.startswith(mnt.rstrip("/") + "/"):
+                if best is None or len(mnt) > len(best):
+                    best = mnt
+        return best

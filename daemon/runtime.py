@@ -11,13 +11,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 
+from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots
 
 from . import config as configmod
+from .causes import Evidence, likely_causes
+from .detect import DetectorParams
+from .health import Health
 from .pollers import SettingsPoller, XfsPoller
 from .registry import Registry
 from .sampler import Sampler
@@ -30,19 +35,23 @@ RESULT_RETENTION_SECONDS = 90 * 86400
 
 
 def notify(message: str) -> None:
-    """sd_notify; a no-op outside systemd (no NOTIFY_SOCKET)."""
-    if not os.environ.get("NOTIFY_SOCKET"):
+    """sd_notify, never blocking; a no-op outside systemd (no NOTIFY_SOCKET).
+
+    Written out rather than systemd.daemon.notify(): that call holds the GIL while
+    it blocks, and a notify socket whose reader falls behind would freeze every
+    thread, the sampler and the probes included (seen in tests). A message that
+    cannot be queued at once is dropped; the next one a second later carries on.
+    """
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
         return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
     try:
-        from systemd import daemon as sd_daemon
-        sd_daemon.notify(message)
-    except ImportError:  # systemd-python missing: speak the datagram protocol ourselves
-        import socket
-        addr = os.environ["NOTIFY_SOCKET"]
-        if addr.startswith("@"):
-            addr = "\0" + addr[1:]
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.sendto(message.encode(), addr)
+            s.sendto(message.encode(), socket.MSG_DONTWAIT, addr)
+    except (BlockingIOError, ConnectionRefusedError, FileNotFoundError) as exc:
+        log.debug("sd_notify dropped (%s): %s", exc.__class__.__name__, message.split("\n")[0])
 
 
 def setup_logging(level: str) -> None:
@@ -76,7 +85,12 @@ class Daemon:
         self.sampler = Sampler(roots, self.cfg.section("sampler")["devices"])
         self.settings = SettingsPoller(roots, self.state)
         self.xfs = XfsPoller(roots, self.cfg.section("xfs")["timeout_seconds"])
-        self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result)
+        det = self.cfg.section("detector")
+        self.health = Health(self.state, DetectorParams(
+            warmup_probes=det["warmup_probes"], window=det["window_probes"], drift_ratio=det["drift_ratio"],
+            auto_accept_probes=det["auto_accept_probes"]))
+        self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result,
+                                   history=self.state.probe_results(limit=5000))
         self.registry = Registry()
         c = self.cfg
         self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self.sampler.step)
@@ -87,16 +101,44 @@ class Daemon:
         self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
         self.last_result = None
 
+    def identity_of_device(self, device: str | None) -> str | None:
+        if device is None:
+            return None
+        dev = self.settings.devices.get(device)
+        if dev is None:  # a device newer than the last settings poll
+            dev = blockqueue.read(self.roots).get(device)
+        return dev.identity if dev else f"kernel:{device}"
+
+    def identity_of_target(self, target_name: str) -> str | None:
+        for t in self.cfg.targets:
+            if t.name == target_name:
+                return self.identity_of_device(self.scheduler.device_of(t))
+        return None
+
     def _on_result(self, result) -> None:
-        identity = None
-        dev = self.settings.devices.get(result.device) if result.device else None
-        if dev is not None:
-            identity = dev.identity
-        self.state.add_probe_result(result.to_json(), identity)
+        record = result.to_json()
+        identity = self.identity_of_device(result.device) or f"target:{result.target}"
+        self.state.add_probe_result(record, identity)
         self.last_result = result
         level = logging.INFO if result.ok else logging.WARNING
         log.log(level, result_summary(result),
                 extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
+        self.health.apply_requests(self.identity_of_target)
+        self.health.on_result(record, identity, lambda since: self._causes(result, since))
+
+    def _causes(self, result, since: float) -> list[str]:
+        target = next((t for t in self.cfg.targets if t.name == result.target), None)
+        devices = self.settings.devices or blockqueue.read(self.roots)
+        disks = self.scheduler.physical_disks(target) if target else ()
+        waits = {n: max(r.read_await_ms, r.write_await_ms) for n, r in self.sampler.rates.items()}
+        mount = self.xfs.mount_of(result.path)
+        ev = Evidence(physical_disks=disks, device=result.device, devices=devices,
+                      drift=self.state.drift_since(since, set(devices)), contended=result.contended,
+                      foreign_util_percent=result.foreign_util_percent, disk_await_ms=waits,
+                      xfs_now=self.xfs.reports.get(mount) if mount else None,
+                      xfs_then=self.xfs.first.get(mount) if mount else None,
+                      budget_exhausted=self.scheduler.budget_exhausted(disks))
+        return likely_causes(ev)
 
     def reload(self) -> None:
         notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")

@@ -29,6 +29,48 @@ log = logging.getLogger("iowarden")
 DEFER_UTIL_PERCENT = 50.0
 MAX_DEFERRAL_SECONDS = 600.0
 JITTER_RATIO = 0.1
+BUDGET_RETRY_SECONDS = 60.0
+DAY_SECONDS = 86400.0
+
+
+class Budget:
+    """Per physical disk: probe device-time as a share of wall time, and bytes written per day.
+
+    Cloud volumes bill per I/O and burst-credit volumes pay for every probe in
+    credits: a monitor must not become the load it is watching.
+    """
+
+    def __init__(self, time_ratio: float, window_seconds: float, write_bytes_per_day: int):
+        self.time_ratio, self.window_seconds = time_ratio, window_seconds
+        self.write_bytes_per_day = write_bytes_per_day
+        self.spent: dict[str, collections.deque] = {}   # disk -> (wall time, device seconds, bytes written)
+
+    def record(self, disks, at: float, seconds: float, written: int) -> None:
+        for disk in disks:
+            self.spent.setdefault(disk, collections.deque()).append((at, seconds, written))
+
+    def _trim(self, disk: str, now: float) -> collections.deque:
+        q = self.spent.setdefault(disk, collections.deque())
+        while q and q[0][0] < now - max(self.window_seconds, DAY_SECONDS):
+            q.popleft()
+        return q
+
+    def status(self, disk: str, now: float | None = None) -> dict:
+        now = time.time() if now is None else now
+        q = self._trim(disk, now)
+        used = sum(sec for at, sec, _ in q if at >= now - self.window_seconds)
+        written = sum(b for at, _, b in q if at >= now - DAY_SECONDS)
+        return {"device_seconds_used": used, "device_seconds_allowed": self.time_ratio * self.window_seconds,
+                "written_bytes_24h": written, "written_bytes_allowed": self.write_bytes_per_day}
+
+    def refuses(self, disks, needed_seconds: float, now: float | None = None) -> str | None:
+        for disk in disks:
+            st = self.status(disk, now)
+            if st["device_seconds_used"] + needed_seconds > st["device_seconds_allowed"]:
+                return "budget_time"
+            if st["written_bytes_24h"] >= st["written_bytes_allowed"]:
+                return "budget_bytes"
+        return None
 
 
 @dataclass
@@ -40,7 +82,8 @@ class Due:
 
 
 class Scheduler:
-    def __init__(self, cfg: Config, roots: Roots, sampler, on_result, rng: random.Random | None = None):
+    def __init__(self, cfg: Config, roots: Roots, sampler, on_result, rng: random.Random | None = None,
+                 history: list[dict] | None = None):
         self.roots = roots
         self.sampler = sampler
         self.on_result = on_result
@@ -51,6 +94,14 @@ class Scheduler:
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopping = False
+        b = cfg.section("budget")
+        self.budget = Budget(b["device_time_ratio"], b["window_seconds"], b["write_bytes_per_day"])
+        devices = blockqueue.read(roots) if history else {}
+        for rec in history or []:  # what was spent before a restart still counts
+            if rec.get("device"):
+                disks = blockqueue.physical_devices(rec["device"], devices) or (rec["device"],)
+                self.budget.record(disks, rec["started_at"], rec["duration_seconds"],
+                                   rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0))
         self.configure(cfg)
 
     def configure(self, cfg: Config) -> None:
@@ -68,26 +119,42 @@ class Scheduler:
                     first = now + self.rng.uniform(1.0, min(t.interval_seconds, 60.0))
                     self.due.append(Due(t, p, prev.next_at if prev else first))
 
-    def _physical(self, target: Target) -> tuple[str, ...]:
+    def device_of(self, target: Target) -> str | None:
+        """Kernel name of the block device a target lives on (itself, for a device target)."""
         try:
             st = os.stat(target.path)
         except OSError:
-            return ()
-        dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
-        name = device_name_for(dev, self.roots)
+            return None
+        return device_name_for(st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev, self.roots)
+
+    def physical_disks(self, target: Target) -> tuple[str, ...]:
+        name = self.device_of(target)
         if name is None:
             return ()
         return blockqueue.physical_devices(name, blockqueue.read(self.roots)) or (name,)
+
+    def budget_exhausted(self, disks) -> bool:
+        return self.budget.refuses(disks, 0.0) is not None
 
     def step(self) -> None:
         now = time.monotonic()
         with self._lock:
             due = [d for d in self.due if d.next_at <= now]
         for d in due:
-            disks = self._physical(d.target)
+            disks = self.physical_disks(d.target)
             with self._lock:
                 if self._stopping or self._busy_disks & set(disks):
                     continue  # another probe holds one of its disks: try again next tick
+            profile = self.cfg.profiles[d.profile]
+            needed = min(profile.effective_runtime_seconds(), self.cfg.limits.max_runtime_seconds)
+            refusal = self.budget.refuses(disks, needed)
+            if refusal:
+                self.skipped_total[refusal] += 1
+                d.next_at = now + BUDGET_RETRY_SECONDS
+                log.info("probe %s/%s waits: %s budget spent on %s", d.target.name, d.profile,
+                         "device-time" if refusal == "budget_time" else "write", ",".join(disks),
+                         extra={"TARGET": d.target.name, "PROBE": d.profile})
+                continue
             contended = False
             util = max((self.sampler.recent_util_percent(x) or 0.0 for x in disks), default=0.0)
             if util > DEFER_UTIL_PERCENT:
@@ -103,11 +170,12 @@ class Scheduler:
             d.next_at = now + d.target.interval_seconds * (1 + self.rng.uniform(-JITTER_RATIO, JITTER_RATIO))
             with self._lock:
                 self._busy_disks |= set(disks)
-            w = threading.Thread(target=self._run, args=(d, disks, contended), name="iowarden-probe", daemon=True)
+            w = threading.Thread(target=self._run, args=(d, disks, contended, util), name="iowarden-probe",
+                                 daemon=True)
             self._workers = [t for t in self._workers if t.is_alive()] + [w]
             w.start()
 
-    def _run(self, d: Due, disks, contended: bool) -> None:
+    def _run(self, d: Due, disks, contended: bool, foreign_util: float) -> None:
         cfg = self.cfg
         try:
             profile = cfg.profiles[d.profile]
@@ -116,6 +184,10 @@ class Scheduler:
             result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                keep_sizes=sizes, on_start=self._track)
             result.contended = contended
+            result.foreign_util_percent = round(foreign_util, 1)
+            rec = result.to_json()
+            self.budget.record(disks, result.started_at, result.duration_seconds,
+                               rec["write_io_bytes"] + result.layout_bytes)
             if self._stopping and not result.ok:
                 result.error = "interrupted: iowarden is stopping"
             self.on_result(result)

@@ -1,4 +1,4 @@
-"""Durable state in SQLite: probe results and settings drift (baselines and alerts come next).
+"""Durable state in SQLite: probe results, settings drift, baselines, alerts and operator requests.
 
 WAL mode with synchronous=NORMAL: a `kill -9` loses at most the last commit,
 never the database. A database that fails its integrity check is moved aside
@@ -33,6 +33,35 @@ CREATE TABLE IF NOT EXISTS probe_results (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS probe_results_key ON probe_results (identity, profile, started_at);
+CREATE TABLE IF NOT EXISTS baselines (
+    identity TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    learned_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (identity, profile, metric)
+);
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY,
+    alert TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    target TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    metric TEXT,
+    severity TEXT NOT NULL,
+    raised_at REAL NOT NULL,
+    cleared_at REAL,
+    evidence TEXT NOT NULL,
+    causes TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS baseline_requests (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT,
+    profile TEXT
+);
 CREATE TABLE IF NOT EXISTS drift_events (
     id INTEGER PRIMARY KEY,
     at REAL NOT NULL,
@@ -92,6 +121,73 @@ class State:
         with self._lock:
             self.db.execute("INSERT INTO drift_events (at, device, identity, setting, old_value, new_value)"
                             " VALUES (?,?,?,?,?,?)", (time.time(), device, identity, setting, str(old), str(new)))
+
+    def save_baseline(self, identity: str, profile: str, metric: str, learned_at: float, state: dict) -> None:
+        with self._lock:
+            self.db.execute("INSERT INTO baselines VALUES (?,?,?,?,?,?) ON CONFLICT (identity, profile, metric)"
+                            " DO UPDATE SET learned_at=excluded.learned_at, updated_at=excluded.updated_at,"
+                            " state=excluded.state",
+                            (identity, profile, metric, learned_at, time.time(), json.dumps(state)))
+
+    def load_baselines(self) -> list[tuple[str, str, str, float, dict]]:
+        with self._lock:
+            rows = self.db.execute("SELECT identity, profile, metric, learned_at, state FROM baselines").fetchall()
+        return [(i, p, m, t, json.loads(s)) for i, p, m, t, s in rows]
+
+    def delete_baselines(self, identity: str, profile: str) -> None:
+        with self._lock:
+            self.db.execute("DELETE FROM baselines WHERE identity = ? AND profile = ?", (identity, profile))
+
+    def open_alert(self, alert: str, identity: str, target: str, profile: str, metric: str | None,
+                   severity: str, evidence: dict, causes: list[str]) -> int:
+        with self._lock:
+            cur = self.db.execute(
+                "INSERT INTO alerts (alert, identity, target, profile, metric, severity, raised_at, evidence, causes)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (alert, identity, target, profile, metric, severity, time.time(), json.dumps(evidence),
+                 json.dumps(causes)))
+            return cur.lastrowid
+
+    def update_alert(self, alert_id: int, severity: str, evidence: dict) -> None:
+        with self._lock:
+            self.db.execute("UPDATE alerts SET severity = ?, evidence = ? WHERE id = ?",
+                            (severity, json.dumps(evidence), alert_id))
+
+    def close_alert(self, alert_id: int) -> None:
+        with self._lock:
+            self.db.execute("UPDATE alerts SET cleared_at = ? WHERE id = ?", (time.time(), alert_id))
+
+    def alerts(self, open_only: bool = False) -> list[dict]:
+        sql = "SELECT id, alert, identity, target, profile, metric, severity, raised_at, cleared_at, evidence, causes" \
+              " FROM alerts" + (" WHERE cleared_at IS NULL" if open_only else "") + " ORDER BY id"
+        with self._lock:
+            rows = self.db.execute(sql).fetchall()
+        keys = ("id", "alert", "identity", "target", "profile", "metric", "severity", "raised_at", "cleared_at")
+        return [{**dict(zip(keys, r[:9])), "evidence": json.loads(r[9]), "causes": json.loads(r[10])} for r in rows]
+
+    def request_baseline(self, action: str, target: str | None, profile: str | None) -> None:
+        with self._lock:
+            self.db.execute("INSERT INTO baseline_requests (at, action, target, profile) VALUES (?,?,?,?)",
+                            (time.time(), action, target, profile))
+
+    def take_baseline_requests(self) -> list[tuple[str, str | None, str | None]]:
+        with self._lock:
+            rows = self.db.execute("SELECT id, action, target, profile FROM baseline_requests ORDER BY id").fetchall()
+            if rows:
+                self.db.execute("DELETE FROM baseline_requests WHERE id <= ?", (rows[-1][0],))
+        return [(a, t, p) for _, a, t, p in rows]
+
+    def drift_since(self, since: float, devices: set[str]) -> list[tuple]:
+        with self._lock:
+            rows = self.db.execute("SELECT at, device, setting, old_value, new_value FROM drift_events"
+                                   " WHERE at >= ? ORDER BY id", (since,)).fetchall()
+        return [r for r in rows if r[1] in devices or r[1] == "host"]
+
+    def recent_results(self, target: str, profile: str, limit: int) -> list[dict]:
+        with self._lock:
+            rows = self.db.execute("SELECT record FROM probe_results WHERE target = ? AND profile = ?"
+                                   " ORDER BY id DESC LIMIT ?", (target, profile, limit)).fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     def prune(self, keep_seconds: float) -> None:
         cutoff = time.time() - keep_seconds

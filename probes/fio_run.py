@@ -52,6 +52,7 @@ class ProbeResult:
     report: FioReport | None = None
     layout_bytes: int = 0  # bytes written to lay out the probe file (counts against a budget)
     contended: bool = False
+    foreign_util_percent: float | None = None  # the device's %util from other work just before the probe
     argv: list[str] = field(default_factory=list)
 
     def _dir(self, name: str):
@@ -76,6 +77,7 @@ class ProbeResult:
             "target": self.target, "path": self.path, "device": self.device, "profile": self.profile,
             "ok": self.ok, "error": self.error, "started_at": self.started_at,
             "duration_seconds": round(self.duration_seconds, 3), "contended": self.contended,
+            "foreign_util_percent": self.foreign_util_percent,
             "read_iops": self.iops("read"), "write_iops": self.iops("write"),
             "read_bw_bytes": self.bw_bytes("read"), "write_bw_bytes": self.bw_bytes("write"),
             "clat_p50_seconds": self.clat_percentile_seconds(50.0),
@@ -84,6 +86,7 @@ class ProbeResult:
             "clat_p999_seconds": self.clat_percentile_seconds(99.9),
             "clat_p9999_seconds": self.clat_percentile_seconds(99.99),
             "layout_bytes": self.layout_bytes,
+            "write_io_bytes": self._dir("write").io_bytes if self._dir("write") else 0,
             "fio_version": self.report.fio_version if self.report else None,
             "disk_util_percent": self.report.disk_util_percent if self.report else {},
         }

@@ -192,3 +192,48 @@ def test_invalid_config_exits_78(tmp_path):
     r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", str(cfg)],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 78 and f"{cfg}:2: daemon.log_level" in r.stderr
+
+
+BLKIO = "/sys/fs/cgroup/blkio/blkio.throttle.read_iops_device"
+
+
+def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(loop_xfs, tmp_path, daemon_factory):
+    """A real slow volume: cgroup v1 blkio throttling of the loop device, as a cloud volume out of credits."""
+    state = tmp_path / "state"
+    extra = "[budget]\ndevice_time_ratio = 1.0\n[detector]\nwarmup_probes = 5\n"
+    d = daemon_factory(config_text(loop_xfs.mountpoint, state, runtime=0.5, interval=1.0, extra=extra))
+    db = str(state / "state.db")
+    sched = f"/sys/block/{loop_xfs.name}/queue/scheduler"
+    original = open(sched).read().split("[")[1].split("]")[0]
+    other = "mq-deadline" if original != "mq-deadline" else "none"
+    d.wait_message("READY=1")
+    wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1")) >= 8, timeout=60,
+             what="warm-up probes")
+    assert rows(db, "SELECT id FROM alerts") == [], "no alert while the volume is normal"
+    with open(sched, "w") as f:
+        f.write(other)
+    wait_for(lambda: rows(db, "SELECT id FROM drift_events WHERE setting = 'scheduler'"), what="drift")
+    try:
+        with open(BLKIO, "w") as f:
+            f.write(f"{loop_xfs.major_minor} 200")
+        n0 = len(rows(db, "SELECT id FROM probe_results"))
+        alert = wait_for(lambda: rows(db, "SELECT identity, target, severity, causes, metric FROM alerts "
+                                          "WHERE alert = 'VolumeDegraded' AND cleared_at IS NULL"),
+                         timeout=60, what="a VolumeDegraded alert")[0]
+        probes_to_alert = len(rows(db, "SELECT id FROM probe_results")) - n0
+        identity, target, severity, causes, metric = alert
+        assert identity == f"loop-file:{loop_xfs.image}" and target == "loop" and severity == "critical"
+        assert "read_iops" in metric
+        assert f"scheduler {original} -> {other}" in causes
+        assert probes_to_alert <= 7, f"took {probes_to_alert} probes"
+        assert "ALERT VolumeDegraded critical" in d.output()
+    finally:
+        with open(BLKIO, "w") as f:
+            f.write(f"{loop_xfs.major_minor} 0")
+        with open(sched, "w") as f:
+            f.write(original)
+    wait_for(lambda: rows(db, "SELECT cleared_at FROM alerts WHERE alert = 'VolumeDegraded'")[0][0],
+             timeout=60, what="the alert to clear")
+    status = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "status", "-c", str(d.cfg)],
+                            capture_output=True, text=True, check=True).stdout
+    assert "no open alerts" in status and "read_iops" in status

@@ -1,0 +1,155 @@
+"""Per-volume health: baselines fed by probe results, and the alerts they raise, with causes.
+
+Keys are the volume's stable identity (WWN, serial, by-id, filesystem or dm/md
+UUID, loop backing file), never the kernel name: a disk that comes back as sdc
+keeps its history. One alert per (volume, profile) carries every metric that
+deviates, so one degradation pages once.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from .detect import Detector, DetectorParams
+
+log = logging.getLogger("iowarden")
+
+LATENCY_METRICS = ("clat_p50_seconds", "clat_p99_seconds", "clat_p999_seconds")
+FAILURES_BEFORE_ALERT = 2
+
+
+def metrics_of(record: dict) -> dict[str, float]:
+    """The baselined numbers of one probe result: IOPS and bandwidth per direction that did I/O, latencies."""
+    out = {}
+    for d in ("read", "write"):
+        if record[f"{d}_iops"] > 0:
+            out[f"{d}_iops"] = record[f"{d}_iops"]
+            out[f"{d}_bw_bytes"] = record[f"{d}_bw_bytes"]
+    for m in LATENCY_METRICS:
+        if record.get(m):
+            out[m] = record[m]
+    return out
+
+
+@dataclass
+class OpenAlert:
+    id: int
+    alert: str
+    severity: str
+    metrics: dict = field(default_factory=dict)
+
+
+class Health:
+    def __init__(self, state, params: DetectorParams = DetectorParams()):
+        self.state = state
+        self.params = params
+        self.detectors: dict[tuple[str, str, str], Detector] = {}
+        self.learned_at: dict[tuple[str, str, str], float] = {}
+        self.open: dict[tuple[str, str, str], OpenAlert] = {}   # (alert name, identity, profile)
+        self.failures: dict[tuple[str, str], int] = {}
+        self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
+        for identity, profile, metric, learned_at, st in state.load_baselines():
+            self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
+            self.learned_at[(identity, profile, metric)] = learned_at
+        for a in state.alerts(open_only=True):
+            self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(a["id"], a["alert"], a["severity"],
+                                                                           a["evidence"].get("metrics", {}))
+
+    def baseline_since(self, identity: str, profile: str) -> float:
+        times = [t for (i, p, _), t in self.learned_at.items() if i == identity and p == profile]
+        return min(times) if times else time.time()
+
+    def apply_requests(self, identity_of_target) -> None:
+        """Operator requests from `iowarden baseline accept|reset` (queued in the state database)."""
+        for action, target, profile in self.state.take_baseline_requests():
+            for key in list(self.detectors):
+                ident, prof, _ = key
+                if target and identity_of_target(target) != ident or profile and prof != profile:
+                    continue
+                det = self.detectors[key]
+                if action == "accept":
+                    det.accept_new_normal(list(det.recent))
+                else:
+                    del self.detectors[key]
+                    self.learned_at.pop(key, None)
+                    self.state.delete_baselines(ident, prof)
+                log.warning("baseline %s for %s %s %s (operator request)", action, ident, prof, key[2],
+                            extra={"VOLUME": ident, "PROBE": prof})
+                if action == "accept" and key in self.detectors:
+                    self.learned_at[key] = time.time()
+                    self.state.save_baseline(ident, prof, key[2], self.learned_at[key], det.to_state())
+            for akey, a in list(self.open.items()):
+                if a.alert == "VolumeDegraded" and (not profile or akey[2] == profile) and \
+                        (not target or identity_of_target(target) == akey[1]):
+                    self._close(akey, "baseline " + action)
+
+    def on_result(self, record: dict, identity: str, causes_fn) -> list[str]:
+        """Feed one probe result; returns the alert transitions it caused (for logs and tests)."""
+        target, profile = record["target"], record["profile"]
+        events = []
+        fkey = (identity, profile)
+        if not record["ok"]:
+            self.failures[fkey] = self.failures.get(fkey, 0) + 1
+            akey = ("ProbeFailing", identity, profile)
+            if self.failures[fkey] >= FAILURES_BEFORE_ALERT and akey not in self.open:
+                evidence = {"error": record["error"], "consecutive_failures": self.failures[fkey]}
+                self._raise(akey, target, None, "warning", evidence, [record["error"] or "unknown error"])
+                events.append("ProbeFailing raised")
+            return events
+        self.failures[fkey] = 0
+        if ("ProbeFailing", identity, profile) in self.open:
+            self._close(("ProbeFailing", identity, profile), "probe succeeded")
+            events.append("ProbeFailing cleared")
+        if record["contended"]:
+            # measured under someone else's load: neither learned nor judged (the reason is counted)
+            return events
+        verdicts = {}
+        for metric, value in metrics_of(record).items():
+            key = (identity, profile, metric)
+            det = self.detectors.get(key)
+            if det is None:
+                det = self.detectors[key] = Detector(metric, self.params)
+                self.learned_at[key] = time.time()
+            v = det.update(value)
+            if v.changed == "accepted":
+                self.learned_at[key] = time.time()
+                log.warning("new normal accepted for %s %s %s after a stable change", identity, profile, metric,
+                            extra={"VOLUME": identity, "PROBE": profile})
+            verdicts[metric] = v
+            self.state.save_baseline(identity, profile, metric, self.learned_at[key], det.to_state())
+        self.latest[(identity, profile)] = verdicts
+        alerting = {m: v for m, v in verdicts.items() if v.alerting}
+        akey = ("VolumeDegraded", identity, profile)
+        if alerting:
+            severity = "critical" if any(v.severity == "critical" for v in alerting.values()) else "warning"
+            evidence = {"metrics": {m: {"value": v.value, "baseline": v.baseline, "z": round(v.z, 2),
+                                        "reason": v.reason} for m, v in alerting.items()}}
+            if akey not in self.open:
+                causes = causes_fn(self.baseline_since(identity, profile))
+                self._raise(akey, target, ",".join(sorted(alerting)), severity, evidence, causes)
+                events.append("VolumeDegraded raised")
+            else:
+                a = self.open[akey]
+                a.severity, a.metrics = severity, evidence["metrics"]
+                self.state.update_alert(a.id, severity, evidence)
+        elif akey in self.open:
+            self._close(akey, "back to its baseline")
+            events.append("VolumeDegraded cleared")
+        return events
+
+    def _raise(self, akey, target, metric, severity, evidence, causes) -> None:
+        alert, identity, profile = akey
+        aid = self.state.open_alert(alert, identity, target, profile, metric, severity, evidence, causes)
+        self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}))
+        log.error("ALERT %s %s: %s/%s (%s)%s", alert, severity, target, profile, identity,
+                  ("; likely causes: " + "; ".join(causes)) if causes else "; no cause found in settings, "
+                  "contention, md state or fragmentation",
+                  extra={"ALERT": alert, "TARGET": target, "PROBE": profile, "VOLUME": identity,
+                         "SEVERITY": severity})
+
+    def _close(self, akey, why: str) -> None:
+        a = self.open.pop(akey)
+        self.state.close_alert(a.id)
+        log.warning("ALERT %s cleared for %s/%s: %s", akey[0], akey[1], akey[2], why,
+                    extra={"ALERT": akey[0], "VOLUME": akey[1], "PROBE": akey[2]})
