@@ -41,6 +41,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
     "daemon": {
         "state_dir": Key("str", "/var/lib/iowarden", "state database, spool and (by default) the probe directory"),
         "log_level": Key("str", "info", "debug, info, warning or error", choices=("debug", "info", "warning", "error")),
+        "fio_path": Key("str", "fio", "the fio binary (looked up in PATH unless absolute)"),
     },
     "limits": {
         "max_probe_size": Key("size", "1GiB", "largest probe file any profile may use"),

@@ -49,6 +49,9 @@ class Health:
         self.open: dict[tuple[str, str, str], OpenAlert] = {}   # (alert name, identity, profile)
         self.failures: dict[tuple[str, str], int] = {}
         self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
+        # target name -> the volume identity it was first probed on: a directory whose
+        # filesystem is no longer mounted must not be probed on the disk beneath it
+        self.pins: dict[str, str] = state.pins()
         for identity, profile, metric, learned_at, st in state.load_baselines():
             self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
             self.learned_at[(identity, profile, metric)] = learned_at
@@ -60,9 +63,20 @@ class Health:
         times = [t for (i, p, _), t in self.learned_at.items() if i == identity and p == profile]
         return min(times) if times else time.time()
 
+    def pin_refusal(self, target: str, identity: str | None) -> str | None:
+        pinned = self.pins.get(target)
+        if pinned is None or identity == pinned:
+            return None
+        return (f"target {target} is now on {identity or 'no block device'}, but it was first probed on {pinned}: "
+                "is its filesystem still mounted? (`iowarden baseline reset --target "
+                f"{target}` accepts the new device)")
+
     def apply_requests(self, identity_of_target) -> None:
         """Operator requests from `iowarden baseline accept|reset` (queued in the state database)."""
         for action, target, profile in self.state.take_baseline_requests():
+            if action == "reset" and target and target in self.pins:
+                del self.pins[target]
+                self.state.set_pin(target, None)
             for key in list(self.detectors):
                 ident, prof, _ = key
                 if target and identity_of_target(target) != ident or profile and prof != profile:
@@ -88,18 +102,22 @@ class Health:
         """Feed one probe result; returns the alert transitions it caused (for logs and tests)."""
         target, profile = record["target"], record["profile"]
         events = []
-        fkey = (identity, profile)
+        # failures are the target's, whatever device it is on now (a vanished mount has none)
+        fkey = (f"target:{target}", profile)
         if not record["ok"]:
             self.failures[fkey] = self.failures.get(fkey, 0) + 1
-            akey = ("ProbeFailing", identity, profile)
+            akey = ("ProbeFailing",) + fkey
             if self.failures[fkey] >= FAILURES_BEFORE_ALERT and akey not in self.open:
                 evidence = {"error": record["error"], "consecutive_failures": self.failures[fkey]}
                 self._raise(akey, target, None, "warning", evidence, [record["error"] or "unknown error"])
                 events.append("ProbeFailing raised")
             return events
         self.failures[fkey] = 0
-        if ("ProbeFailing", identity, profile) in self.open:
-            self._close(("ProbeFailing", identity, profile), "probe succeeded")
+        if target not in self.pins:
+            self.pins[target] = identity
+            self.state.set_pin(target, identity)
+        if ("ProbeFailing",) + fkey in self.open:
+            self._close(("ProbeFailing",) + fkey, "probe succeeded")
             events.append("ProbeFailing cleared")
         if record["contended"]:
             # measured under someone else's load: neither learned nor judged (the reason is counted)

@@ -90,7 +90,7 @@ class Daemon:
             warmup_probes=det["warmup_probes"], window=det["window_probes"], drift_ratio=det["drift_ratio"],
             auto_accept_probes=det["auto_accept_probes"]))
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result,
-                                   history=self.state.probe_results(limit=5000))
+                                   history=self.state.probe_results(limit=5000), pin_check=self._pin_check)
         self.registry = Registry()
         c = self.cfg
         self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self.sampler.step)
@@ -114,6 +114,10 @@ class Daemon:
             if t.name == target_name:
                 return self.identity_of_device(self.scheduler.device_of(t))
         return None
+
+    def _pin_check(self, target, device: str | None) -> str | None:
+        self.health.apply_requests(self.identity_of_target)  # a reset may re-pin this target
+        return self.health.pin_refusal(target.name, self.identity_of_device(device))
 
     def _on_result(self, result) -> None:
         record = result.to_json()

@@ -83,10 +83,11 @@ class Due:
 
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, sampler, on_result, rng: random.Random | None = None,
-                 history: list[dict] | None = None):
+                 history: list[dict] | None = None, pin_check=None):
         self.roots = roots
         self.sampler = sampler
         self.on_result = on_result
+        self.pin_check = pin_check or (lambda target, device: None)
         self.rng = rng or random.Random()
         self.skipped_total: collections.Counter = collections.Counter()
         self._busy_disks: set[str] = set()
@@ -181,8 +182,15 @@ class Scheduler:
             profile = cfg.profiles[d.profile]
             sizes = {min(cfg.profiles[p].effective_size_bytes(), cfg.limits.max_size_bytes)
                      for p in d.target.profiles if p in cfg.profiles}
-            result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
-                               keep_sizes=sizes, on_start=self._track)
+            device = self.device_of(d.target)
+            refusal = self.pin_check(d.target, device)
+            if refusal:
+                result = ProbeResult(d.target.name, d.target.path, device, d.profile, False,
+                                     f"refused: {refusal}", time.time(), 0.0)
+            else:
+                result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
+                                   fio_binary=cfg.section("daemon")["fio_path"], keep_sizes=sizes,
+                                   on_start=self._track)
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
             rec = result.to_json()

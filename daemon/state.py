@@ -62,6 +62,11 @@ CREATE TABLE IF NOT EXISTS baseline_requests (
     target TEXT,
     profile TEXT
 );
+CREATE TABLE IF NOT EXISTS target_pins (
+    target TEXT PRIMARY KEY,
+    identity TEXT NOT NULL,
+    pinned_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS drift_events (
     id INTEGER PRIMARY KEY,
     at REAL NOT NULL,
@@ -188,6 +193,17 @@ class State:
             rows = self.db.execute("SELECT record FROM probe_results WHERE target = ? AND profile = ?"
                                    " ORDER BY id DESC LIMIT ?", (target, profile, limit)).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    def pins(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self.db.execute("SELECT target, identity FROM target_pins").fetchall())
+
+    def set_pin(self, target: str, identity: str | None) -> None:
+        with self._lock:
+            if identity is None:
+                self.db.execute("DELETE FROM target_pins WHERE target = ?", (target,))
+            else:
+                self.db.execute("INSERT OR REPLACE INTO target_pins VALUES (?,?,?)", (target, identity, time.time()))
 
     def prune(self, keep_seconds: float) -> None:
         cutoff = time.time() - keep_seconds

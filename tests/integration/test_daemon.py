@@ -38,14 +38,17 @@ interval_seconds = {interval}
 
 
 class DaemonProc:
+    started = 0
+
     def __init__(self, tmp_path, cfg_text):
+        DaemonProc.started += 1
         self.cfg = tmp_path / "config.toml"
         self.cfg.write_text(cfg_text)
-        self.sock_path = str(tmp_path / "notify.sock")
+        self.sock_path = str(tmp_path / f"notify-{DaemonProc.started}.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(self.sock_path)
         self.sock.settimeout(0.2)
-        self.log = open(tmp_path / "daemon.log", "w+")
+        self.log = open(tmp_path / f"daemon-{DaemonProc.started}.log", "w+")
         env = {**os.environ, "NOTIFY_SOCKET": self.sock_path}
         env.pop("INVOCATION_ID", None)
         env.pop("JOURNAL_STREAM", None)
@@ -63,6 +66,14 @@ class DaemonProc:
             except socket.timeout:
                 assert self.proc.poll() is None, f"daemon exited: {self.output()}"
         raise AssertionError(f"no {text!r} from the daemon in {timeout} s; got {self.messages[-5:]}")
+
+    def drain(self):
+        """Collect every message queued on the socket so far."""
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except socket.timeout:
+                return self.messages
 
     def output(self):
         self.log.flush()
@@ -237,3 +248,63 @@ def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(loo
     status = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "status", "-c", str(d.cfg)],
                             capture_output=True, text=True, check=True).stdout
     assert "no open alerts" in status and "read_iops" in status
+
+
+def test_faults_keep_the_daemon_running_and_lose_no_state(loop_xfs, tmp_path, daemon_factory):
+    """Disk full, a hung fio, the filesystem unmounted under a target, kill -9 and restart."""
+    state = tmp_path / "state"
+    db = str(state / "state.db")
+    hang = tmp_path / "fio-hang"
+    hang.write_text("#!/bin/sh\nsleep 300\n")
+    hang.chmod(0o755)
+    extra = "[budget]\ndevice_time_ratio = 1.0\n[detector]\nwarmup_probes = 3\n"
+    text = config_text(loop_xfs.mountpoint, state, runtime=0.5, interval=1.0, extra=extra)
+    d = daemon_factory(text)
+    d.wait_message("READY=1")
+    wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1")) >= 5, timeout=60, what="probes")
+
+    # disk full: the free-space floor refuses; two failures in a row raise ProbeFailing
+    free = os.statvfs(loop_xfs.mountpoint)
+    filler = loop_xfs.mountpoint / "filler"
+    subprocess.run(["fallocate", "-l", str(free.f_bavail * free.f_frsize - (512 << 10)), str(filler)], check=True)
+    wait_for(lambda: rows(db, "SELECT id FROM alerts WHERE alert = 'ProbeFailing' AND cleared_at IS NULL"),
+             what="ProbeFailing on a full disk")
+    assert "below the floor" in rows(db, "SELECT error FROM probe_results ORDER BY id DESC LIMIT 1")[0][0]
+    filler.unlink()
+    wait_for(lambda: not rows(db, "SELECT id FROM alerts WHERE alert = 'ProbeFailing' AND cleared_at IS NULL"),
+             what="ProbeFailing to clear")
+
+    # kill -9 mid-probe, restart: baselines and history intact, and it carries on
+    baselines = rows(db, "SELECT identity, profile, metric FROM baselines")
+    results = len(rows(db, "SELECT id FROM probe_results"))
+    assert baselines
+    os.killpg(d.proc.pid, signal.SIGKILL)
+    d.proc.wait()
+    d2 = daemon_factory(text)
+    d2.wait_message("READY=1")
+    assert rows(db, "SELECT identity, profile, metric FROM baselines") == baselines
+    wait_for(lambda: len(rows(db, "SELECT id FROM probe_results")) > results + 2, what="probes after restart")
+    assert sorted(os.listdir(loop_xfs.mountpoint / ".iowarden")) == ["probe-16777216.dat"]
+
+    # a hung fio: killed at its timeout, the sampler keeps its cadence, the failure is recorded
+    os.killpg(d2.proc.pid, signal.SIGTERM)
+    d2.proc.wait(timeout=10)
+    d3 = daemon_factory(text.replace('log_level = "debug"', f'log_level = "debug"\nfio_path = "{hang}"'))
+    d3.wait_message("READY=1")
+    wait_for(lambda: "timed out" in (rows(db, "SELECT error FROM probe_results ORDER BY id DESC LIMIT 1")[0][0]
+                                     or ""), timeout=40, what="the hung fio to time out")
+    statuses = [m for m in d3.drain() if m.startswith("STATUS=")]
+    assert len(statuses) >= 5, "the main loop kept its 1 s cadence while fio hung"
+
+    # the filesystem goes away under the target: never probe the disk beneath the mount point
+    os.killpg(d3.proc.pid, signal.SIGTERM)
+    d3.proc.wait(timeout=10)
+    subprocess.run(["umount", str(loop_xfs.mountpoint)], check=True)
+    loop_xfs.mounted = False
+    d4 = daemon_factory(text)
+    d4.wait_message("READY=1")
+    err = wait_for(lambda: [e for (e,) in rows(db, "SELECT error FROM probe_results ORDER BY id DESC LIMIT 3")
+                            if e and "first probed on" in e], what="the pinned-device refusal")[0]
+    assert "is its filesystem still mounted" in err
+    assert not (loop_xfs.mountpoint / ".iowarden").exists(), "nothing written beneath the mount point"
+    assert d4.proc.poll() is None
