@@ -68,8 +68,8 @@ class Health:
         if pinned is None or identity == pinned:
             return None
         return (f"target {target} is now on {identity or 'no block device'}, but it was first probed on {pinned}: "
-                "is its filesystem still mounted? (`iowarden baseline reset --target "
-                f"{target}` accepts the new device)")
+                "a different volume (is its filesystem still mounted? was the device name reused?); "
+                f"`iowarden baseline reset --target {target}` accepts the new one")
 
     def apply_requests(self, identity_of_target) -> None:
         """Operator requests from `iowarden baseline accept|reset` (queued in the state database)."""

@@ -23,6 +23,7 @@ from . import config as configmod
 from .causes import Evidence, likely_causes
 from .detect import DetectorParams
 from .health import Health
+from .inventory import Inventory
 from .pollers import SettingsPoller, XfsPoller
 from .registry import Registry
 from .sampler import Sampler
@@ -100,6 +101,7 @@ class Daemon:
                           self.xfs.step)
         self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
         self.last_result = None
+        self.inventory = Inventory(self._on_device_change, str(roots.run))
 
     def identity_of_device(self, device: str | None) -> str | None:
         if device is None:
@@ -114,6 +116,24 @@ class Daemon:
             if t.name == target_name:
                 return self.identity_of_device(self.scheduler.device_of(t))
         return None
+
+    def _on_device_change(self, action: str, name: str) -> None:
+        """Re-read the devices and diff what is present (a device with a size).
+
+        Diffing, not trusting the action: a loop device that gets a backing file
+        or loses it sends 'change', not 'add' or 'remove', and so do media changes.
+        """
+        before = {n for n, d in self.settings.devices.items() if d.size_bytes}
+        devices = blockqueue.read(self.roots)
+        self.settings.devices = devices  # the next probe result finds the new device's identity
+        present = {n for n, d in devices.items() if d.size_bytes}
+        for added in sorted(present - before):
+            ident = devices[added].identity
+            log.info("block device added: %s (%s)", added, ident, extra={"DEVICE": added, "VOLUME": ident})
+        for removed in sorted(before - present):
+            log.info("block device removed: %s", removed, extra={"DEVICE": removed})
+            if self.scheduler.abort_on(removed):
+                log.warning("probe on %s aborted: the device was removed", removed, extra={"DEVICE": removed})
 
     def _pin_check(self, target, device: str | None) -> str | None:
         self.health.apply_requests(self.identity_of_target)  # a reset may re-pin this target
@@ -162,6 +182,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, lambda *_: self.reload_requested.set())
         log.info("iowarden starting: %d targets, state in %s", len(self.cfg.targets), self.state.path)
         self.registry.start(self.stop_event)
+        self.inventory.start(self.stop_event)
         ready = False
         while not self.stop_event.is_set():
             if not ready and self.sampler.first_sample_done.wait(0.2):

@@ -91,7 +91,8 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.skipped_total: collections.Counter = collections.Counter()
         self._busy_disks: set[str] = set()
-        self._procs: set = set()
+        self._procs: dict = {}  # running fio Popen -> the physical disks it probes
+        self._aborted_disks: set[str] = set()
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopping = False
@@ -190,7 +191,7 @@ class Scheduler:
             else:
                 result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                    fio_binary=cfg.section("daemon")["fio_path"], keep_sizes=sizes,
-                                   on_start=self._track)
+                                   on_start=lambda proc: self._track(proc, disks))
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
             rec = result.to_json()
@@ -198,6 +199,11 @@ class Scheduler:
                                rec["write_io_bytes"] + result.layout_bytes)
             if self._stopping and not result.ok:
                 result.error = "interrupted: iowarden is stopping"
+            with self._lock:
+                gone = self._aborted_disks & set(disks)
+                self._aborted_disks -= gone
+            if gone and not result.ok:
+                result.error = f"aborted: {', '.join(sorted(gone))} was removed during the probe"
             self.on_result(result)
         except Exception:
             log.exception("probe %s/%s crashed", d.target.name, d.profile)
@@ -205,12 +211,24 @@ class Scheduler:
             with self._lock:
                 self._busy_disks -= set(disks)
 
-    def _track(self, proc) -> None:
+    def _track(self, proc, disks=()) -> None:
         with self._lock:
-            self._procs = {p for p in self._procs if p.poll() is None} | {proc}
+            self._procs = {p: d for p, d in self._procs.items() if p.poll() is None}
+            self._procs[proc] = tuple(disks)
             stopping = self._stopping
         if stopping:
             kill_group(proc)
+
+    def abort_on(self, disk: str) -> int:
+        """Kill probes running on a disk that was removed; their results record the failure."""
+        with self._lock:
+            victims = [p for p, disks in self._procs.items() if disk in disks and p.poll() is None]
+        for p in victims:
+            kill_group(p)
+        if victims:
+            with self._lock:
+                self._aborted_disks.add(disk)
+        return len(victims)
 
     def stop(self, timeout_seconds: float) -> None:
         """Kill running fio process groups and wait for the workers to record their results."""

@@ -305,6 +305,43 @@ def test_faults_keep_the_daemon_running_and_lose_no_state(loop_xfs, tmp_path, da
     d4.wait_message("READY=1")
     err = wait_for(lambda: [e for (e,) in rows(db, "SELECT error FROM probe_results ORDER BY id DESC LIMIT 3")
                             if e and "first probed on" in e], what="the pinned-device refusal")[0]
-    assert "is its filesystem still mounted" in err
+    assert "is its filesystem still mounted?" in err
     assert not (loop_xfs.mountpoint / ".iowarden").exists(), "nothing written beneath the mount point"
     assert d4.proc.poll() is None
+
+
+def test_hotplug_and_a_detached_device(tmp_path, daemon_factory):
+    """Devices attached and detached while running: seen via kernel uevents, failures recorded, no crash."""
+    from tests.conftest import require_root
+    require_root()
+    img = tmp_path / "raw.img"
+    subprocess.run(["truncate", "-s", "64M", str(img)], check=True)
+    dev = subprocess.run(["losetup", "--find", "--show", str(img)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    attached = [dev]
+    try:
+        state = tmp_path / "state"
+        db = str(state / "state.db")
+        text = config_text(dev, state, runtime=0.5, interval=1.0, extra="[budget]\ndevice_time_ratio = 1.0\n")
+        d = daemon_factory(text)
+        d.wait_message("READY=1")
+        wait_for(lambda: rows(db, "SELECT id FROM probe_results WHERE ok = 1"), what="a raw-device probe")
+        assert rows(db, "SELECT device FROM probe_results LIMIT 1")[0][0] == os.path.basename(dev)
+        # a new device appears while running
+        img2 = tmp_path / "new.img"
+        subprocess.run(["truncate", "-s", "16M", str(img2)], check=True)
+        dev2 = subprocess.run(["losetup", "--find", "--show", str(img2)], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        attached.append(dev2)
+        name2 = os.path.basename(dev2)
+        wait_for(lambda: f"block device added: {name2} (loop-file:{img2})" in d.output(), what="the add event")
+        # the probed device is detached: its probes fail cleanly, two in a row page
+        subprocess.run(["losetup", "-d", dev], check=True)
+        attached.remove(dev)
+        wait_for(lambda: f"block device removed: {os.path.basename(dev)}" in d.output(), what="the remove event")
+        wait_for(lambda: rows(db, "SELECT id FROM alerts WHERE alert = 'ProbeFailing'"), what="ProbeFailing")
+        assert d.proc.poll() is None
+        assert "Traceback" not in d.output()
+    finally:
+        for x in attached:
+            subprocess.run(["losetup", "-d", x], check=False)
