@@ -305,6 +305,12 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def cmd_ack(args) -> int:
+    from .status import ack_command
+    _print(ack_command(configmod.load(args.config), args.alert_id, args.note or ""))
+    return 0
+
+
 # ---- argument parsing -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -326,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--target")
     bl.add_argument("--profile")
     bl.set_defaults(func=cmd_baseline)
+
+    ak = sub.add_parser("ack", help="acknowledge an open alert (it stays open until the volume recovers)")
+    ak.add_argument("alert_id", type=int)
+    ak.add_argument("-c", "--config", required=True)
+    ak.add_argument("--note")
+    ak.set_defaults(func=cmd_ack)
 
     rp = sub.add_parser("replay", help="run the detector offline over a timestamp,value CSV")
     rp.add_argument("csv")

@@ -50,6 +50,13 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "min_free_ratio": Key("float", 0.10, "... nor less than this share of the filesystem", minimum=0.0),
         "timeout_margin_seconds": Key("float", 30.0, "fio is killed this long after its runtime", minimum=1.0),
     },
+    "scheduling": {
+        "defer_util_percent": Key("float", 50.0, "defer a probe while its disk is busier than this with other I/O",
+                                  minimum=0.0),
+        "max_deferral_seconds": Key("float", 600.0, "then run it anyway, marked contended", minimum=0.0),
+        "jitter_ratio": Key("float", 0.1, "random spread of each interval, so hosts do not probe in step",
+                            minimum=0.0),
+    },
     "budget": {
         "device_time_ratio": Key("float", 0.01, "probe device-time per physical disk, as a share of wall time",
                                  minimum=0.0),

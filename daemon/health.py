@@ -98,7 +98,7 @@ class Health:
                         (not target or identity_of_target(target) == akey[1]):
                     self._close(akey, "baseline " + action)
 
-    def on_result(self, record: dict, identity: str, causes_fn) -> list[str]:
+    def on_result(self, record: dict, identity: str, causes_fn, context: dict | None = None) -> list[str]:
         """Feed one probe result; returns the alert transitions it caused (for logs and tests)."""
         target, profile = record["target"], record["profile"]
         events = []
@@ -142,7 +142,8 @@ class Health:
         if alerting:
             severity = "critical" if any(v.severity == "critical" for v in alerting.values()) else "warning"
             evidence = {"metrics": {m: {"value": v.value, "baseline": v.baseline, "z": round(v.z, 2),
-                                        "reason": v.reason} for m, v in alerting.items()}}
+                                        "reason": v.reason} for m, v in alerting.items()},
+                        "passive": context or {}}
             if akey not in self.open:
                 causes = causes_fn(self.baseline_since(identity, profile))
                 self._raise(akey, target, ",".join(sorted(alerting)), severity, evidence, causes)

@@ -44,7 +44,7 @@ class SettingsPoller:
         self.state = state
         self.devices: dict = {}
         self.power: cpupower.PowerSettings | None = None
-        self._last: dict | None = None
+        self._last: dict | None = state.load_settings()  # from before a restart
 
     def step(self) -> None:
         devices = blockqueue.read(self.roots)
@@ -59,6 +59,8 @@ class SettingsPoller:
                     self.state.add_drift(device, ident, setting, old, new)
                     log.warning("setting drift on %s: %s changed from %s to %s", device, setting, old, new,
                                 extra={"DEVICE": device, "SETTING": setting})
+        if now != self._last:
+            self.state.save_settings(now)
         self._last = now
         self.devices, self.power = devices, power
 

@@ -148,7 +148,10 @@ class Daemon:
         log.log(level, result_summary(result),
                 extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
         self.health.apply_requests(self.identity_of_target)
-        self.health.on_result(record, identity, lambda since: self._causes(result, since))
+        rates = self.sampler.rates.get(result.device) if result.device else None
+        context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
+                   "disk_write_await_ms": rates.write_await_ms} if rates else {}
+        self.health.on_result(record, identity, lambda since: self._causes(result, since), context)
 
     def _causes(self, result, since: float) -> list[str]:
         target = next((t for t in self.cfg.targets if t.name == result.target), None)

@@ -5,7 +5,7 @@ import collections
 import fnmatch
 import threading
 
-from iowarden.probes import diskstats
+from iowarden.probes import diskstats, pressure
 from iowarden.probes.common import Roots
 
 
@@ -20,6 +20,7 @@ class Sampler:
         self.rates: dict[str, diskstats.DiskRates] = {}
         self._util: dict[str, collections.deque] = {}
         self.first_sample_done = threading.Event()
+        self.io_pressure: pressure.IoPressure | None = None
 
     def _wanted(self, name: str) -> bool:
         if self.device_globs:
@@ -28,6 +29,10 @@ class Sampler:
 
     def step(self) -> None:
         cur = diskstats.read(self.roots)
+        try:
+            self.io_pressure = pressure.read(self.roots)
+        except Exception:  # PSI is a secondary signal: a garbled file must not stop the sampler
+            self.io_pressure = None
         prev, self._prev = self._prev, cur
         if prev is None:
             return

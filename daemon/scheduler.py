@@ -26,9 +26,8 @@ from .config import Config, Target
 
 log = logging.getLogger("iowarden")
 
-DEFER_UTIL_PERCENT = 50.0
-MAX_DEFERRAL_SECONDS = 600.0
-JITTER_RATIO = 0.1
+DEFER_IO_PRESSURE_FULL_PERCENT = 20.0  # /proc/pressure/io "full avg10": every task stalled on I/O
+OWN_PRESSURE_SECONDS = 15.0            # PSI is system-wide: ignore it this long after a probe of ours
 BUDGET_RETRY_SECONDS = 60.0
 DAY_SECONDS = 86400.0
 
@@ -93,6 +92,7 @@ class Scheduler:
         self._busy_disks: set[str] = set()
         self._procs: dict = {}  # running fio Popen -> the physical disks it probes
         self._aborted_disks: set[str] = set()
+        self._last_probe_end = -1e9
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopping = False
@@ -159,17 +159,25 @@ class Scheduler:
                 continue
             contended = False
             util = max((self.sampler.recent_util_percent(x) or 0.0 for x in disks), default=0.0)
-            if util > DEFER_UTIL_PERCENT:
+            psi = getattr(self.sampler, "io_pressure", None)
+            stalled = (psi is not None and (psi.full_avg10_percent or 0.0) > DEFER_IO_PRESSURE_FULL_PERCENT
+                       and not self._busy_disks and now - self._last_probe_end > OWN_PRESSURE_SECONDS)
+            sch = self.cfg.section("scheduling")
+            if util > sch["defer_util_percent"] or stalled:
                 d.deferred_since = d.deferred_since or now
-                if now - d.deferred_since < MAX_DEFERRAL_SECONDS:
-                    self.skipped_total["busy"] += 1
+                if now - d.deferred_since < sch["max_deferral_seconds"]:
+                    reason = "busy" if util > sch["defer_util_percent"] else "io_pressure"
+                    self.skipped_total[reason] += 1
                     d.next_at = now + 5.0
-                    log.info("probe %s/%s deferred: device busy (%.0f%% util)", d.target.name, d.profile, util,
+                    log.info("probe %s/%s deferred: %s", d.target.name, d.profile,
+                             f"device busy ({util:.0f}% util)" if reason == "busy"
+                             else f"I/O pressure (full avg10 {psi.full_avg10_percent:.0f}%)",
                              extra={"TARGET": d.target.name, "PROBE": d.profile})
                     continue
                 contended = True
             d.deferred_since = None
-            d.next_at = now + d.target.interval_seconds * (1 + self.rng.uniform(-JITTER_RATIO, JITTER_RATIO))
+            jitter = sch["jitter_ratio"]
+            d.next_at = now + d.target.interval_seconds * (1 + self.rng.uniform(-jitter, jitter))
             with self._lock:
                 self._busy_disks |= set(disks)
             w = threading.Thread(target=self._run, args=(d, disks, contended, util), name="iowarden-probe",
@@ -210,6 +218,7 @@ class Scheduler:
         finally:
             with self._lock:
                 self._busy_disks -= set(disks)
+                self._last_probe_end = time.monotonic()
 
     def _track(self, proc, disks=()) -> None:
         with self._lock:

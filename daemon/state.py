@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS alerts (
     severity TEXT NOT NULL,
     raised_at REAL NOT NULL,
     cleared_at REAL,
+    acked_at REAL,
+    ack_note TEXT,
     evidence TEXT NOT NULL,
     causes TEXT NOT NULL
 );
@@ -61,6 +63,10 @@ CREATE TABLE IF NOT EXISTS baseline_requests (
     action TEXT NOT NULL,
     target TEXT,
     profile TEXT
+);
+CREATE TABLE IF NOT EXISTS settings_snapshot (
+    key TEXT PRIMARY KEY,
+    value TEXT
 );
 CREATE TABLE IF NOT EXISTS target_pins (
     target TEXT PRIMARY KEY,
@@ -163,12 +169,15 @@ class State:
             self.db.execute("UPDATE alerts SET cleared_at = ? WHERE id = ?", (time.time(), alert_id))
 
     def alerts(self, open_only: bool = False) -> list[dict]:
-        sql = "SELECT id, alert, identity, target, profile, metric, severity, raised_at, cleared_at, evidence, causes" \
-              " FROM alerts" + (" WHERE cleared_at IS NULL" if open_only else "") + " ORDER BY id"
+        keys = ("id", "alert", "identity", "target", "profile", "metric", "severity", "raised_at", "cleared_at",
+                "acked_at", "ack_note")
+        sql = f"SELECT {', '.join(keys)}, evidence, causes FROM alerts" \
+              + (" WHERE cleared_at IS NULL" if open_only else "") + " ORDER BY id"
         with self._lock:
             rows = self.db.execute(sql).fetchall()
-        keys = ("id", "alert", "identity", "target", "profile", "metric", "severity", "raised_at", "cleared_at")
-        return [{**dict(zip(keys, r[:9])), "evidence": json.loads(r[9]), "causes": json.loads(r[10])} for r in rows]
+        n = len(keys)
+        return [{**dict(zip(keys, r[:n])), "evidence": json.loads(r[n]), "causes": json.loads(r[n + 1])}
+                for r in rows]
 
     def request_baseline(self, action: str, target: str | None, profile: str | None) -> None:
         with self._lock:
@@ -193,6 +202,24 @@ class State:
             rows = self.db.execute("SELECT record FROM probe_results WHERE target = ? AND profile = ?"
                                    " ORDER BY id DESC LIMIT ?", (target, profile, limit)).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    def save_settings(self, settings: dict[tuple[str, str], object]) -> None:
+        """The last settings seen, so drift while the daemon was down is still recorded."""
+        with self._lock:
+            self.db.execute("DELETE FROM settings_snapshot")
+            self.db.executemany("INSERT INTO settings_snapshot VALUES (?, ?)",
+                                [(f"{d}\t{k}", json.dumps(v)) for (d, k), v in settings.items()])
+
+    def load_settings(self) -> dict[tuple[str, str], object] | None:
+        with self._lock:
+            rows = self.db.execute("SELECT key, value FROM settings_snapshot").fetchall()
+        return {tuple(k.split("\t", 1)): json.loads(v) for k, v in rows} or None
+
+    def ack_alert(self, alert_id: int, note: str) -> bool:
+        with self._lock:
+            cur = self.db.execute("UPDATE alerts SET acked_at = ?, ack_note = ? WHERE id = ? AND cleared_at IS NULL",
+                                  (time.time(), note, alert_id))
+            return cur.rowcount == 1
 
     def pins(self) -> dict[str, str]:
         with self._lock:

@@ -77,8 +77,10 @@ def render(st: dict, table) -> str:
     out.append("")
     if st["alerts"]:
         for a in st["alerts"]:
-            out.append(f"ALERT {a['alert']} {a['severity']}: {a['target']}/{a['profile']} ({a['identity']}) since "
-                       f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['raised_at']))}")
+            ack = f" (acknowledged: {a['ack_note'] or 'no note'})" if a.get("acked_at") else ""
+            out.append(f"ALERT #{a['id']} {a['alert']} {a['severity']}: {a['target']}/{a['profile']} "
+                       f"({a['identity']}) since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['raised_at']))}"
+                       + ack)
             for c in a["causes"] or ["no cause found"]:
                 out.append(f"  likely cause: {c}")
     else:
@@ -107,5 +109,15 @@ def baseline_command(cfg: Config, action: str, target: str | None, profile: str 
         what = " ".join(x for x in (target and f"target {target}", profile and f"profile {profile}") if x)
         return (f"baseline {action} queued for {what or 'every volume'}; the daemon applies it before "
                 "judging the next probe")
+    finally:
+        state.close()
+
+
+def ack_command(cfg: Config, alert_id: int, note: str) -> str:
+    state = open_state(cfg)
+    try:
+        if not state.ack_alert(alert_id, note):
+            raise SystemExit(f"iowarden: no open alert #{alert_id} (see `iowarden status`)")
+        return f"alert #{alert_id} acknowledged"
     finally:
         state.close()

@@ -7,12 +7,13 @@
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
+
+from iowarden.probes.common import kill_group
 
 from iowarden.probes import xfs
 from iowarden.probes.fio_job import ProbeProfile
@@ -53,7 +54,7 @@ def test_iostat_agrees_with_sysstat(shared_loop_xfs):
         ref_out, _ = ref.communicate(timeout=60)
         our_out, _ = ours.communicate(timeout=60)
     finally:
-        os.killpg(load.pid, signal.SIGKILL)  # fio's job processes too, not only the parent
+        kill_group(load)  # fio's job processes too: they leave fio's process group
         load.wait()
     ref_rows = [s["disk"][0] for s in json.loads(ref_out)["sysstat"]["hosts"][0]["statistics"]]
     our_rows = [json.loads(line) for line in our_out.splitlines()]

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from iowarden.probes.common import kill_group
+
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
@@ -82,8 +84,13 @@ class DaemonProc:
 
     def close(self):
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            # SIGTERM first: the daemon kills its fio (which runs in a session of its own)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=8)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
         self.sock.close()
         self.log.close()
 
@@ -234,7 +241,9 @@ def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(loo
         probes_to_alert = len(rows(db, "SELECT id FROM probe_results")) - n0
         identity, target, severity, causes, metric = alert
         assert identity == f"loop-file:{loop_xfs.image}" and target == "loop" and severity == "critical"
-        assert "read_iops" in metric
+        # every deviating metric is in the evidence; IOPS falls with the throttle, whichever metric crossed first
+        wait_for(lambda: "read_iops" in rows(db, "SELECT evidence FROM alerts WHERE alert = 'VolumeDegraded'")[0][0],
+                 timeout=20, what="read_iops in the alert's evidence")
         assert f"scheduler {original} -> {other}" in causes
         assert probes_to_alert <= 7, f"took {probes_to_alert} probes"
         assert "ALERT VolumeDegraded critical" in d.output()
@@ -345,3 +354,39 @@ def test_hotplug_and_a_detached_device(tmp_path, daemon_factory):
     finally:
         for x in attached:
             subprocess.run(["losetup", "-d", x], check=False)
+
+
+def test_busy_device_defers_then_runs_contended_and_drift_survives_restart(loop_xfs, tmp_path, daemon_factory):
+    state = tmp_path / "state"
+    db = str(state / "state.db")
+    extra = ("[budget]\ndevice_time_ratio = 1.0\n[scheduling]\ndefer_util_percent = 20.0\n"
+             "max_deferral_seconds = 6.0\n")
+    text = config_text(loop_xfs.mountpoint, state, runtime=0.5, interval=1.0, extra=extra)
+    d = daemon_factory(text)
+    d.wait_message("READY=1")
+    wait_for(lambda: rows(db, "SELECT id FROM probe_results WHERE ok = 1"), what="a first probe")
+    work = loop_xfs.mountpoint / "busy"
+    work.mkdir()
+    load = subprocess.Popen(["fio", "--name=busy", f"--directory={work}", "--rw=read", "--bs=1m", "--size=64m",
+                             "--ioengine=psync", "--direct=1", "--time_based", "--runtime=40",
+                             "--output=/dev/null"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: "deferred: device busy" in d.output(), what="a deferral")
+        wait_for(lambda: rows(db, "SELECT id FROM probe_results WHERE contended = 1"), timeout=40,
+                 what="a contended probe after the maximum deferral")
+    finally:
+        kill_group(load)  # fio's job processes too: they leave fio's process group
+        load.wait()
+    # the scheduler changes while the daemon is down: recorded at the next start
+    d.proc.send_signal(signal.SIGTERM)
+    d.proc.wait(timeout=10)
+    sched = f"/sys/block/{loop_xfs.name}/queue/scheduler"
+    before = open(sched).read().split("[")[1].split("]")[0]
+    after = "mq-deadline" if before != "mq-deadline" else "none"
+    with open(sched, "w") as f:
+        f.write(after)
+    d2 = daemon_factory(text)
+    d2.wait_message("READY=1")
+    wait_for(lambda: rows(db, "SELECT id FROM drift_events WHERE setting = 'scheduler' AND old_value = "
+                              f"'{before}' AND new_value = '{after}'"), what="drift recorded across a restart")

@@ -44,3 +44,20 @@ def test_tuned_verify_result():
 def test_this_machine_reads_without_error():
     p = cpupower.read()
     assert p.cpus, "every Linux machine has /sys/devices/system/cpu/cpuN"
+
+
+def test_io_pressure():
+    from iowarden.probes import pressure
+    p = pressure.parse("some avg10=1.50 avg60=0.20 avg300=0.05 total=1234\n"
+                       "full avg10=0.75 avg60=0.10 avg300=0.01 total=999\n")
+    assert (p.some_avg10_percent, p.full_avg10_percent) == (1.5, 0.75)
+    assert pressure.parse("some avg10=3.00 avg60=2.00 avg300=1.00 total=5\n").full_avg10_percent is None
+    with pytest.raises(ParseError):
+        pressure.parse("some avg10=x\n")
+    with pytest.raises(ParseError):
+        pressure.parse("")
+
+
+def test_io_pressure_absent(tmp_path):
+    from iowarden.probes import pressure
+    assert pressure.read(Roots.under(tmp_path)) is None
