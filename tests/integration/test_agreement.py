@@ -7,6 +7,7 @@
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -106,10 +107,14 @@ def test_qd1_latency_agrees_with_ioping(shared_loop_xfs):
     ours_us = r.report.directions["read"].lat.mean_seconds * 1e6
     ping_dir = fs.mountpoint / "ioping"
     ping_dir.mkdir(exist_ok=True)
-    # -B: raw statistics; field 6 is the mean request time in ns (ioping 1.x)
-    out = subprocess.run(["ioping", "-B", "-q", "-D", "-c", "3000", "-i", "0", "-s", "4k", "-S", "64m",
-                          str(ping_dir)], capture_output=True, text=True, check=True).stdout.split()
-    ioping_us = int(out[5]) / 1000
+    # -B: raw statistics; field 6 is the mean request time in ns (ioping 1.x). ioping's mean is
+    # outlier-sensitive on this VM (mdev up to 27 us in 3000 requests), so the median of three runs.
+    means = []
+    for _ in range(3):
+        out = subprocess.run(["ioping", "-B", "-q", "-D", "-c", "3000", "-i", "0", "-s", "4k", "-S", "64m",
+                              str(ping_dir)], capture_output=True, text=True, check=True).stdout.split()
+        means.append(int(out[5]) / 1000)
+    ioping_us = statistics.median(means)
     print(f"QD1 4k read: probe {ours_us:.1f} us, ioping {ioping_us:.1f} us")
     assert close(ours_us, ioping_us, 0.25, 0), (ours_us, ioping_us)
 
