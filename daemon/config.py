@@ -63,6 +63,23 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "window_seconds": Key("float", 3600.0, "the window that share is measured over", minimum=60.0),
         "write_bytes_per_day": Key("size", "10GiB", "bytes probes may write per physical disk per day"),
     },
+    "prometheus": {
+        "enabled": Key("bool", True, "serve /metrics"),
+        "listen_address": Key("str", ":29110", "HOST:PORT; ':29110' is every interface, IPv4 and IPv6"),
+        "web_config_file": Key("str", "", "TLS and basic auth, in the format of Prometheus' exporters"),
+    },
+    "influxdb": {
+        "enabled": Key("bool", False, "write to InfluxDB 2 (or any server with the v2 write API)"),
+        "url": Key("str", "http://127.0.0.1:8086", "server URL"),
+        "org": Key("str", "iowarden", "organisation"),
+        "bucket": Key("str", "iowarden", "bucket"),
+        "token_file": Key("str", "", "file holding the API token (preferred) ..."),
+        "token_env": Key("str", "IOWARDEN_INFLUXDB_TOKEN", "... or the environment variable holding it"),
+        "flush_interval_seconds": Key("float", 10.0, "how often points are sent", minimum=1.0),
+        "iostat_interval_seconds": Key("float", 10.0, "the iostat -x summary interval written", minimum=1.0),
+        "spool_max_bytes": Key("size", "64MiB", "points kept on disk while the server is unreachable"),
+        "timeout_seconds": Key("float", 5.0, "a write that takes longer fails (and is spooled)", minimum=0.5),
+    },
     "detector": {
         "warmup_probes": Key("int", 12, "probes learned before a volume can alert", minimum=3),
         "window_probes": Key("int", 288, "probes the baseline is computed over (about a day at 5 min)",

@@ -38,11 +38,14 @@ class OpenAlert:
     alert: str
     severity: str
     metrics: dict = field(default_factory=dict)
+    target: str = ""
+    raised_at: float = 0.0
 
 
 class Health:
-    def __init__(self, state, params: DetectorParams = DetectorParams()):
+    def __init__(self, state, params: DetectorParams = DetectorParams(), on_event=None):
         self.state = state
+        self.on_event = on_event or (lambda **event: None)   # alert transitions, for the outputs
         self.params = params
         self.detectors: dict[tuple[str, str, str], Detector] = {}
         self.learned_at: dict[tuple[str, str, str], float] = {}
@@ -56,8 +59,12 @@ class Health:
             self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
             self.learned_at[(identity, profile, metric)] = learned_at
         for a in state.alerts(open_only=True):
-            self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(a["id"], a["alert"], a["severity"],
-                                                                           a["evidence"].get("metrics", {}))
+            self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
+                a["id"], a["alert"], a["severity"], a["evidence"].get("metrics", {}), a["target"], a["raised_at"])
+
+    def open_alert_views(self) -> list[dict]:
+        return [{"alert": k[0], "volume": k[1], "profile": k[2], "target": a.target, "severity": a.severity,
+                 "raised_at": a.raised_at, "id": a.id} for k, a in list(self.open.items())]
 
     def baseline_since(self, identity: str, profile: str) -> float:
         times = [t for (i, p, _), t in self.learned_at.items() if i == identity and p == profile]
@@ -160,7 +167,9 @@ class Health:
     def _raise(self, akey, target, metric, severity, evidence, causes) -> None:
         alert, identity, profile = akey
         aid = self.state.open_alert(alert, identity, target, profile, metric, severity, evidence, causes)
-        self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}))
+        self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}), target, time.time())
+        self.on_event(kind="alert", alert=alert, state="raised", severity=severity, volume=identity, target=target,
+                      profile=profile, causes="; ".join(causes))
         log.error("ALERT %s %s: %s/%s (%s)%s", alert, severity, target, profile, identity,
                   ("; likely causes: " + "; ".join(causes)) if causes else "; no cause found in settings, "
                   "contention, md state or fragmentation",
@@ -170,5 +179,7 @@ class Health:
     def _close(self, akey, why: str) -> None:
         a = self.open.pop(akey)
         self.state.close_alert(a.id)
+        self.on_event(kind="alert", alert=akey[0], state="cleared", severity=a.severity, volume=akey[1],
+                      target=a.target, profile=akey[2], causes=why)
         log.warning("ALERT %s cleared for %s/%s: %s", akey[0], akey[1], akey[2], why,
                     extra={"ALERT": akey[0], "VOLUME": akey[1], "PROBE": akey[2]})

@@ -6,7 +6,9 @@ new value and time, whether or not performance moved.
 """
 from __future__ import annotations
 
+import collections
 import logging
+import time
 
 from iowarden.probes import blockqueue, cpupower, xfs
 from iowarden.probes.common import Roots
@@ -39,12 +41,14 @@ def watched_settings(devices: dict, power: cpupower.PowerSettings) -> dict[tuple
 
 
 class SettingsPoller:
-    def __init__(self, roots: Roots, state):
+    def __init__(self, roots: Roots, state, on_event=None):
         self.roots = roots
         self.state = state
+        self.on_event = on_event or (lambda **event: None)
         self.devices: dict = {}
         self.power: cpupower.PowerSettings | None = None
         self._last: dict | None = state.load_settings()  # from before a restart
+        self.drift_total: collections.Counter = collections.Counter()  # (device, volume, setting)
 
     def step(self) -> None:
         devices = blockqueue.read(self.roots)
@@ -57,6 +61,9 @@ class SettingsPoller:
                     device, setting = key
                     ident = devices[device].identity if device in devices else None
                     self.state.add_drift(device, ident, setting, old, new)
+                    self.drift_total[(device, ident or device, setting)] += 1
+                    self.on_event(kind="drift", device=device, volume=ident or device, setting=setting,
+                                  old=str(old), new=str(new))
                     log.warning("setting drift on %s: %s changed from %s to %s", device, setting, old, new,
                                 extra={"DEVICE": device, "SETTING": setting})
         if now != self._last:
@@ -71,6 +78,7 @@ class XfsPoller:
         self.timeout_seconds = timeout_seconds
         self.reports: dict[str, xfs.XfsReport] = {}
         self.first: dict[str, xfs.XfsReport] = {}   # the first good report per mount: growth is measured from it
+        self.reports_at: dict[str, tuple] = {}      # mount -> (report, unix time), for the exporters
 
     def step(self) -> None:
         reports = {}
@@ -82,6 +90,8 @@ class XfsPoller:
             if r.frag is not None:
                 self.first.setdefault(mnt, r)
         self.reports = reports
+        now = time.time()
+        self.reports_at = {m: (r, now) for m, r in reports.items()}
 
     def mount_of(self, path: str) -> str | None:
         """The XFS mount point holding this path (longest prefix), if any."""

@@ -8,6 +8,7 @@ old one kept); SIGTERM stops within 5 s, killing fio.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import signal
@@ -23,11 +24,14 @@ from . import config as configmod
 from .causes import Evidence, likely_causes
 from .detect import DetectorParams
 from .health import Health
+from .exporters.http import WebConfigError
 from .inventory import Inventory
+from .outputs import InfluxOutput, start_prometheus
 from .pollers import SettingsPoller, XfsPoller
 from .registry import Registry
 from .sampler import Sampler
 from .scheduler import Scheduler, result_summary
+from .snapshot import ProbeView
 from .state import State
 
 log = logging.getLogger("iowarden")
@@ -84,12 +88,12 @@ class Daemon:
         self.stop_event = threading.Event()
         self.reload_requested = threading.Event()
         self.sampler = Sampler(roots, self.cfg.section("sampler")["devices"])
-        self.settings = SettingsPoller(roots, self.state)
+        self.settings = SettingsPoller(roots, self.state, on_event=self._event)
         self.xfs = XfsPoller(roots, self.cfg.section("xfs")["timeout_seconds"])
         det = self.cfg.section("detector")
         self.health = Health(self.state, DetectorParams(
             warmup_probes=det["warmup_probes"], window=det["window_probes"], drift_ratio=det["drift_ratio"],
-            auto_accept_probes=det["auto_accept_probes"]))
+            auto_accept_probes=det["auto_accept_probes"]), on_event=self._event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check)
         self.registry = Registry()
@@ -100,7 +104,17 @@ class Daemon:
         self.registry.add("xfs", c.section("xfs")["interval_seconds"], c.section("xfs")["timeout_seconds"],
                           self.xfs.step)
         self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
+        self.influx = None
+        if c.section("influxdb")["enabled"]:
+            self.influx = InfluxOutput(self)
+            self.registry.add("influxdb", c.section("influxdb")["flush_interval_seconds"],
+                              c.section("influxdb")["timeout_seconds"] * 4, self.influx.step)
         self.last_result = None
+        self.latest_probes: dict = {}   # (target, profile) -> snapshot.ProbeView
+        try:
+            self.version = importlib.metadata.version("iowarden")
+        except importlib.metadata.PackageNotFoundError:
+            self.version = "unknown"
         self.inventory = Inventory(self._on_device_change, str(roots.run))
 
     def identity_of_device(self, device: str | None) -> str | None:
@@ -116,6 +130,10 @@ class Daemon:
             if t.name == target_name:
                 return self.identity_of_device(self.scheduler.device_of(t))
         return None
+
+    def _event(self, kind: str, **data) -> None:
+        if getattr(self, "influx", None) is not None:
+            self.influx.event(kind, **data)
 
     def _on_device_change(self, action: str, name: str) -> None:
         """Re-read the devices and diff what is present (a device with a size).
@@ -143,7 +161,14 @@ class Daemon:
         record = result.to_json()
         identity = self.identity_of_device(result.device) or f"target:{result.target}"
         self.state.add_probe_result(record, identity)
+        if self.influx is not None:
+            self.influx.probe_result(record, identity)
         self.last_result = result
+        key = (result.target, result.profile)
+        prev = self.latest_probes.get(key)
+        last_ok = result.started_at + result.duration_seconds if result.ok else (
+            prev.last_success_timestamp if prev else None)
+        self.latest_probes[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
         level = logging.INFO if result.ok else logging.WARNING
         log.log(level, result_summary(result),
                 extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
@@ -184,6 +209,14 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
         signal.signal(signal.SIGHUP, lambda *_: self.reload_requested.set())
         log.info("iowarden starting: %d targets, state in %s", len(self.cfg.targets), self.state.path)
+        self.http = None
+        if self.cfg.section("prometheus")["enabled"]:
+            try:
+                self.http = start_prometheus(self)
+            except (OSError, WebConfigError) as exc:
+                log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus")["listen_address"], exc)
+                self.state.close()
+                return 1
         self.registry.start(self.stop_event)
         self.inventory.start(self.stop_event)
         ready = False
@@ -205,6 +238,10 @@ class Daemon:
         log.info("iowarden stopping")
         self.scheduler.stop(STOP_TIMEOUT_SECONDS)
         self.registry.join(0.5)
+        if self.influx is not None:
+            self.influx.writer.flush()  # what cannot be sent now waits in the spool
+        if self.http is not None:
+            self.http.shutdown()
         self.state.close()
         return 0
 

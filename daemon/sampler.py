@@ -21,6 +21,7 @@ class Sampler:
         self._util: dict[str, collections.deque] = {}
         self.first_sample_done = threading.Event()
         self.io_pressure: pressure.IoPressure | None = None
+        self.last_sample: diskstats.DiskSample | None = None
 
     def _wanted(self, name: str) -> bool:
         if self.device_globs:
@@ -34,6 +35,7 @@ class Sampler:
         except Exception:  # PSI is a secondary signal: a garbled file must not stop the sampler
             self.io_pressure = None
         prev, self._prev = self._prev, cur
+        self.last_sample = cur
         if prev is None:
             return
         rates = {n: r for n, r in diskstats.rates_between(prev, cur).items() if self._wanted(n)}

@@ -93,6 +93,7 @@ class Scheduler:
         self._procs: dict = {}  # running fio Popen -> the physical disks it probes
         self._aborted_disks: set[str] = set()
         self._last_probe_end = -1e9
+        self._disks_of: dict[str, tuple[str, ...]] = {}
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopping = False
@@ -131,9 +132,13 @@ class Scheduler:
 
     def physical_disks(self, target: Target) -> tuple[str, ...]:
         name = self.device_of(target)
-        if name is None:
-            return ()
-        return blockqueue.physical_devices(name, blockqueue.read(self.roots)) or (name,)
+        disks = () if name is None else (blockqueue.physical_devices(name, blockqueue.read(self.roots)) or (name,))
+        self._disks_of[target.name] = disks
+        return disks
+
+    def physical_disks_cached(self, target: Target) -> tuple[str, ...]:
+        """The disks found when the target was last looked at: no sysfs reads (for scrapes)."""
+        return self._disks_of.get(target.name, ())
 
     def budget_exhausted(self, disks) -> bool:
         return self.budget.refuses(disks, 0.0) is not None
@@ -151,7 +156,7 @@ class Scheduler:
             needed = min(profile.effective_runtime_seconds(), self.cfg.limits.max_runtime_seconds)
             refusal = self.budget.refuses(disks, needed)
             if refusal:
-                self.skipped_total[refusal] += 1
+                self.skipped_total[(d.target.name, refusal)] += 1
                 d.next_at = now + BUDGET_RETRY_SECONDS
                 log.info("probe %s/%s waits: %s budget spent on %s", d.target.name, d.profile,
                          "device-time" if refusal == "budget_time" else "write", ",".join(disks),
@@ -167,7 +172,7 @@ class Scheduler:
                 d.deferred_since = d.deferred_since or now
                 if now - d.deferred_since < sch["max_deferral_seconds"]:
                     reason = "busy" if util > sch["defer_util_percent"] else "io_pressure"
-                    self.skipped_total[reason] += 1
+                    self.skipped_total[(d.target.name, reason)] += 1
                     d.next_at = now + 5.0
                     log.info("probe %s/%s deferred: %s", d.target.name, d.profile,
                              f"device busy ({util:.0f}% util)" if reason == "busy"

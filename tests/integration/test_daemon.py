@@ -15,8 +15,16 @@ from iowarden.probes.common import kill_group
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra=""):
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None):
     return f"""
+[prometheus]
+listen_address = "127.0.0.1:{port or free_port()}"
 [daemon]
 state_dir = "{state_dir}"
 log_level = "debug"

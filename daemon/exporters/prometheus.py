@@ -1,0 +1,314 @@
+"""The Prometheus collector: metric families built from a Snapshot on each scrape, nothing else.
+
+Names follow the exporter guidelines: prefix iowarden_, base units (seconds,
+bytes), ratios not percentages, _total only on counters, no timestamps on
+samples (times are _timestamp_seconds gauges). A source the daemon has not read
+(absent C-state sysfs, no XFS mount) leaves its metrics out instead of exporting 0.
+
+Volumes carry their stable identity (`volume`) as well as the kernel name (`device`).
+"""
+from __future__ import annotations
+
+import platform
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes")
+
+# Fixed latency buckets, the same on every host so histogram_quantile() aggregates
+# across a fleet: half-octave steps from 1 us to ~134 s (fio's own buckets are 1/64
+# octave; re-bucketing moves a sample up by at most 41 %, never down).
+LATENCY_BUCKETS_SECONDS = tuple(1e-6 * 2 ** (k / 2) for k in range(55))
+
+
+def rebucket(cumulative: list[tuple[float, int]]) -> list[tuple[str, int]]:
+    """fio's cumulative (le, count) pairs onto LATENCY_BUCKETS_SECONDS, plus +Inf."""
+    out, i, total = [], 0, cumulative[-1][1] if cumulative else 0
+    for le in LATENCY_BUCKETS_SECONDS:
+        while i < len(cumulative) and cumulative[i][0] <= le * (1 + 1e-9):
+            i += 1
+        out.append((_le(le), cumulative[i - 1][1] if i else 0))
+    out.append(("+Inf", total))
+    return out
+
+
+def _le(x: float) -> str:
+    return f"{x:.9g}"
+
+
+class SnapshotCollector:
+    def __init__(self, get_snapshot):
+        self.get_snapshot = get_snapshot
+
+    def describe(self):
+        return []  # families vary with the host: no up-front description (auto_describe off)
+
+    def collect(self):
+        s = self.get_snapshot()
+        if s is None:
+            return
+        yield from self._self_metrics(s)
+        yield from self._probes(s)
+        yield from self._baselines(s)
+        yield from self._disks(s)
+        yield from self._settings(s)
+        yield from self._xfs(s)
+
+    # -- self ---------------------------------------------------------------------------------
+    def _self_metrics(self, s):
+        info = GaugeMetricFamily("iowarden_build_info", "iowarden version and Python it runs on",
+                                 labels=["version", "python"])
+        info.add_metric([s.version, platform.python_version()], 1)
+        yield info
+        dur = GaugeMetricFamily("iowarden_part_duration_seconds", "Duration of the part's last step",
+                                labels=["part"])
+        ok = GaugeMetricFamily("iowarden_part_success", "1 if the part's last step succeeded", labels=["part"])
+        err = CounterMetricFamily("iowarden_part_errors", "Steps of the part that failed", labels=["part"])
+        last = GaugeMetricFamily("iowarden_part_last_success_timestamp_seconds",
+                                 "When the part last completed a step without error", labels=["part"])
+        for name, st in sorted(s.parts.items()):
+            if st.last_duration_seconds is not None:
+                dur.add_metric([name], st.last_duration_seconds)
+            ok.add_metric([name], 1 if st.success else 0)
+            err.add_metric([name], st.errors_total)
+            if st.last_success_timestamp_seconds:
+                last.add_metric([name], st.last_success_timestamp_seconds)
+        yield from (dur, ok, err, last)
+
+    # -- probes -------------------------------------------------------------------------------
+    def _probes(self, s):
+        labels = ["target", "profile", "device", "volume"]
+        dl = labels + ["direction"]
+        iops = GaugeMetricFamily("iowarden_probe_iops", "I/O operations per second in the last probe", labels=dl)
+        bw = GaugeMetricFamily("iowarden_probe_bandwidth_bytes", "Bytes per second moved in the last probe",
+                               labels=dl)
+        hist = HistogramMetricFamily("iowarden_probe_latency_seconds",
+                                     "Completion latency of every I/O of the last probe (fio clat)", labels=dl)
+        # fio's exact percentiles. A summary, not a gauge: a quantile label is the
+        # summary type's own, and promtool rejects it anywhere else.
+        pct = Metric("iowarden_probe_clat_seconds", "fio's exact completion-latency percentiles of the last probe",
+                     "summary")
+        success = GaugeMetricFamily("iowarden_probe_success", "1 if the last probe succeeded", labels=labels)
+        last_ok = GaugeMetricFamily("iowarden_probe_last_success_timestamp_seconds",
+                                    "When a probe of this profile last succeeded", labels=labels)
+        dur = GaugeMetricFamily("iowarden_probe_duration_seconds", "Wall time of the last probe", labels=labels)
+        cont = GaugeMetricFamily("iowarden_probe_contended",
+                                 "1 if the last probe ran while the disk was busy with other work", labels=labels)
+        for p in s.probes:
+            r = p.result
+            base = [p.target, p.profile, r.device or "", p.volume]
+            success.add_metric(base, 1 if r.ok else 0)
+            dur.add_metric(base, r.duration_seconds)
+            cont.add_metric(base, 1 if r.contended else 0)
+            if p.last_success_timestamp:
+                last_ok.add_metric(base, p.last_success_timestamp)
+            if not r.ok or r.report is None:
+                continue  # a failed probe's numbers are not measurements
+            for direction, d in sorted(r.report.directions.items()):
+                lab = base + [direction]
+                iops.add_metric(lab, d.iops)
+                bw.add_metric(lab, d.bw_bytes)
+                count = d.clat_histogram[-1][1] if d.clat_histogram else (d.clat.count if d.clat else 0)
+                total = (d.clat.mean_seconds if d.clat else 0.0) * count
+                if d.clat_histogram:
+                    hist.add_metric(lab, rebucket(d.clat_histogram), sum_value=total)
+                quantiles = [(f"{q / 100:g}", v) for q, v in sorted(d.clat_percentiles_seconds.items())
+                             if q in (50.0, 90.0, 99.0, 99.9, 99.99)]
+                if quantiles:
+                    named = dict(zip(dl, lab))
+                    for q, v in quantiles:
+                        pct.add_sample("iowarden_probe_clat_seconds", {**named, "quantile": q}, v)
+                    pct.add_sample("iowarden_probe_clat_seconds_count", named, count)
+                    pct.add_sample("iowarden_probe_clat_seconds_sum", named, total)
+        skipped = CounterMetricFamily("iowarden_probe_skipped", "Probes deferred or skipped, by reason",
+                                      labels=["target", "reason"])
+        targets = sorted({p.target for p in s.probes} | {t for t, _ in s.skipped_total})
+        for t in targets:
+            for reason in SKIP_REASONS:
+                skipped.add_metric([t, reason], s.skipped_total.get((t, reason), 0))
+        budget_used = GaugeMetricFamily("iowarden_budget_device_seconds_used",
+                                        "Probe device-time spent on the disk in the budget window", labels=["disk"])
+        budget_allowed = GaugeMetricFamily("iowarden_budget_device_seconds_allowed",
+                                           "Probe device-time allowed in the budget window", labels=["disk"])
+        written = GaugeMetricFamily("iowarden_budget_written_bytes", "Bytes probes wrote to the disk in 24 h",
+                                    labels=["disk"])
+        written_allowed = GaugeMetricFamily("iowarden_budget_written_bytes_allowed",
+                                            "Bytes probes may write to the disk in 24 h", labels=["disk"])
+        for disk, b in sorted(s.budget.items()):
+            budget_used.add_metric([disk], b["device_seconds_used"])
+            budget_allowed.add_metric([disk], b["device_seconds_allowed"])
+            written.add_metric([disk], b["written_bytes_24h"])
+            written_allowed.add_metric([disk], b["written_bytes_allowed"])
+        yield from (iops, bw, hist, pct, success, last_ok, dur, cont, skipped,
+                    budget_used, budget_allowed, written, written_allowed)
+
+    # -- baselines and alerts -----------------------------------------------------------------
+    def _baselines(self, s):
+        labels = ["volume", "profile", "metric"]
+        base = GaugeMetricFamily("iowarden_baseline", "The volume's normal for this metric (median of recent "
+                                 "probes), in the metric's unit", labels=labels)
+        dev = GaugeMetricFamily("iowarden_deviation_score", "How far the last probe is from the baseline, in "
+                                "robust standard deviations; positive is worse", labels=labels)
+        learning = GaugeMetricFamily("iowarden_baseline_learning", "1 while the baseline is still warming up",
+                                     labels=labels)
+        for b in s.baselines:
+            lab = [b.volume, b.profile, b.metric]
+            if b.baseline is not None:
+                base.add_metric(lab, b.baseline)
+            dev.add_metric(lab, b.deviation_score)
+            learning.add_metric(lab, 1 if b.learning else 0)
+        active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert",
+                                   labels=["alert", "severity", "volume", "target", "profile"])
+        since = GaugeMetricFamily("iowarden_alert_raised_timestamp_seconds", "When the open alert was raised",
+                                  labels=["alert", "severity", "volume", "target", "profile"])
+        for a in s.alerts:
+            lab = [a["alert"], a["severity"], a["volume"], a["target"], a["profile"]]
+            active.add_metric(lab, 1)
+            since.add_metric(lab, a["raised_at"])
+        yield from (base, dev, learning, active, since)
+
+    # -- the iostat -x stream -----------------------------------------------------------------
+    DISK_FIELDS = (
+        ("reads_per_second", "reads_per_second", "Reads completed per second", 1),
+        ("writes_per_second", "writes_per_second", "Writes completed per second", 1),
+        ("discards_per_second", "discards_per_second", "Discards completed per second", 1),
+        ("flushes_per_second", "flushes_per_second", "Flushes completed per second", 1),
+        ("read_bytes_per_second", "read_kib_per_second", "Bytes read per second", 1024),
+        ("written_bytes_per_second", "write_kib_per_second", "Bytes written per second", 1024),
+        ("read_merges_per_second", "read_merges_per_second", "Read requests merged per second", 1),
+        ("write_merges_per_second", "write_merges_per_second", "Write requests merged per second", 1),
+        ("read_await_seconds", "read_await_ms", "Mean time of a read, queue and service (iostat r_await)", 1e-3),
+        ("write_await_seconds", "write_await_ms", "Mean time of a write, queue and service (iostat w_await)",
+         1e-3),
+        ("read_request_bytes", "read_request_kib", "Mean read request size (iostat rareq-sz)", 1024),
+        ("write_request_bytes", "write_request_kib", "Mean write request size (iostat wareq-sz)", 1024),
+        ("queue_length", "queue_size", "Mean number of requests queued or in service (iostat aqu-sz)", 1),
+        ("utilization_ratio", "util_percent", "Share of time the device was busy (iostat %util / 100)", 0.01),
+    )
+
+    def _disks(self, s):
+        fams = {name: GaugeMetricFamily(f"iowarden_disk_{name}", help_ + " over the last sampling interval",
+                                        labels=["device", "volume"]) for name, _, help_, _ in self.DISK_FIELDS}
+        for dev, r in sorted(s.disk_rates.items()):
+            volume = s.devices[dev].identity if dev in s.devices else f"kernel:{dev}"
+            for name, attr, _, scale in self.DISK_FIELDS:
+                fams[name].add_metric([dev, volume], getattr(r, attr) * scale)
+        yield from fams.values()
+        if s.io_pressure is not None:
+            psi = GaugeMetricFamily("iowarden_io_pressure_ratio", "Share of time tasks stalled on I/O, 10 s "
+                                    "average (/proc/pressure/io)", labels=["kind"])
+            psi.add_metric(["some"], s.io_pressure.some_avg10_percent / 100)
+            if s.io_pressure.full_avg10_percent is not None:
+                psi.add_metric(["full"], s.io_pressure.full_avg10_percent / 100)
+            yield psi
+
+    # -- settings -----------------------------------------------------------------------------
+    def _settings(self, s):
+        qinfo = GaugeMetricFamily("iowarden_block_queue_info", "Block queue settings that are words",
+                                  labels=["device", "volume", "kind", "scheduler", "write_cache"])
+        nums = {k: GaugeMetricFamily(f"iowarden_block_queue_{name}", help_, labels=["device", "volume"])
+                for k, name, help_ in (("nr_requests", "nr_requests", "Requests the queue holds"),
+                                       ("read_ahead_kb", "read_ahead_bytes", "Read-ahead size"),
+                                       ("max_sectors_kb", "max_request_bytes", "Largest request size"),
+                                       ("rotational", "rotational", "1 if the kernel thinks it spins"),
+                                       ("wbt_lat_usec", "wbt_latency_target_seconds",
+                                        "Writeback throttling latency target (0: off)"))}
+        scale = {"read_ahead_kb": 1024, "max_sectors_kb": 1024, "wbt_lat_usec": 1e-6}
+        md_degraded = GaugeMetricFamily("iowarden_md_degraded_devices", "Members missing from the md array",
+                                        labels=["device", "volume", "level"])
+        md_faulty = GaugeMetricFamily("iowarden_md_member_faulty", "1 if the md member is marked faulty",
+                                      labels=["device", "member"])
+        md_info = GaugeMetricFamily("iowarden_md_info", "md array state", labels=["device", "level", "array_state",
+                                                                                  "sync_action"])
+        for name, d in sorted(s.devices.items()):
+            if d.kind == "partition" or (d.kind == "loop" and not d.size_bytes):
+                continue
+            if d.queue is not None:
+                qinfo.add_metric([name, d.identity, d.kind, d.queue.scheduler or "", d.queue.write_cache or ""], 1)
+                for k, fam in nums.items():
+                    v = getattr(d.queue, k)
+                    if v is not None:
+                        fam.add_metric([name, d.identity], v * scale.get(k, 1))
+            if d.md is not None:
+                md_info.add_metric([name, d.md.level or "", d.md.array_state or "", d.md.sync_action or ""], 1)
+                if d.md.degraded is not None:
+                    md_degraded.add_metric([name, d.identity, d.md.level or ""], d.md.degraded)
+                for m in d.md.members:
+                    md_faulty.add_metric([name, m.name], 1 if m.faulty else 0)
+        yield qinfo
+        yield from nums.values()
+        yield from (md_degraded, md_faulty, md_info)
+        drift = CounterMetricFamily("iowarden_settings_drift", "Changes of watched settings seen while running",
+                                    labels=["device", "volume", "setting"])
+        for (device, volume, setting), n in sorted(s.drift_total.items()):
+            drift.add_metric([device, volume, setting], n)
+        yield drift
+        p = s.power
+        if p is None:
+            return
+        if p.idle_driver:
+            idle = GaugeMetricFamily("iowarden_cpu_idle_info", "cpuidle driver and governor",
+                                     labels=["driver", "governor"])
+            idle.add_metric([p.idle_driver, p.idle_governor or ""], 1)
+            yield idle
+        lat = GaugeMetricFamily("iowarden_cpu_idle_state_exit_latency_seconds", "Exit latency of the C-state",
+                                labels=["state"])
+        dis = GaugeMetricFamily("iowarden_cpu_idle_state_disabled_cpus", "CPUs on which the C-state is disabled",
+                                labels=["state"])
+        tim = CounterMetricFamily("iowarden_cpu_idle_state_time_seconds", "Time all CPUs spent in the C-state",
+                                  labels=["state"])
+        states: dict[str, list] = {}
+        for cpu in p.cpus:
+            for st in cpu.states:
+                states.setdefault(st.name, []).append(st)
+        for name, sts in sorted(states.items()):
+            if sts[0].exit_latency_usec is not None:
+                lat.add_metric([name], sts[0].exit_latency_usec * 1e-6)
+            dis.add_metric([name], sum(1 for x in sts if x.disabled))
+            tim.add_metric([name], sum(x.time_usec or 0 for x in sts) * 1e-6)
+        yield from (lat, dis, tim)
+        if p.pm_qos_cpu_dma_latency_usec is not None:
+            qos = GaugeMetricFamily("iowarden_pm_qos_cpu_dma_latency_seconds",
+                                    "The CPU wake-up latency PM QoS allows (2000 s: no request)")
+            qos.add_metric([], p.pm_qos_cpu_dma_latency_usec * 1e-6)
+            yield qos
+        if p.cpufreq_governors:
+            gov = GaugeMetricFamily("iowarden_cpufreq_governor_cpus", "CPUs per cpufreq governor",
+                                    labels=["governor"])
+            for g in sorted(set(p.cpufreq_governors.values())):
+                gov.add_metric([g], sum(1 for x in p.cpufreq_governors.values() if x == g))
+            yield gov
+        if p.tuned.active_profile:
+            tuned = GaugeMetricFamily("iowarden_tuned_profile_info", "The active tuned profile",
+                                      labels=["profile", "mode"])
+            tuned.add_metric([p.tuned.active_profile, p.tuned.profile_mode or ""], 1)
+            yield tuned
+            if p.tuned.verify_ok is not None:
+                ver = GaugeMetricFamily("iowarden_tuned_verify_success", "1 if `tuned-adm verify` passed")
+                ver.add_metric([], 1 if p.tuned.verify_ok else 0)
+                yield ver
+
+    # -- XFS ----------------------------------------------------------------------------------
+    def _xfs(self, s):
+        labels = ["mountpoint", "device"]
+        epf = GaugeMetricFamily("iowarden_xfs_extents_per_file", "Extents per file (xfs_db frag: actual/ideal)",
+                                labels=labels)
+        frag = GaugeMetricFamily("iowarden_xfs_fragmentation_ratio", "(actual - ideal) / actual extents (xfs_db frag)",
+                                 labels=labels)
+        free_ext = GaugeMetricFamily("iowarden_xfs_free_space_extents", "Free extents by size range (freesp -s)",
+                                     labels=labels + ["from_blocks", "to_blocks"])
+        free_blk = GaugeMetricFamily("iowarden_xfs_free_space_blocks", "Free blocks by extent size range",
+                                     labels=labels + ["from_blocks", "to_blocks"])
+        when = GaugeMetricFamily("iowarden_xfs_report_timestamp_seconds", "When the XFS report was taken",
+                                 labels=labels)
+        for mnt, (r, at) in sorted(s.xfs.items()):
+            lab = [mnt, r.device]
+            when.add_metric(lab, at)
+            if r.frag:
+                epf.add_metric(lab, r.frag.extents_per_file)
+                frag.add_metric(lab, r.frag.fragmentation_ratio)
+            if r.free_space:
+                for b in r.free_space.buckets:
+                    free_ext.add_metric(lab + [str(b.from_blocks), str(b.to_blocks)], b.extents)
+                    free_blk.add_metric(lab + [str(b.from_blocks), str(b.to_blocks)], b.blocks)
+        yield from (epf, frag, free_ext, free_blk, when)

@@ -1,0 +1,86 @@
+"""The outputs: the Prometheus endpoint over snapshots, and InfluxDB points with their spool.
+
+Both consume what the daemon already holds; neither triggers a probe or a sysfs read.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from iowarden.probes import diskstats
+
+from .exporters import influx
+
+log = logging.getLogger("iowarden")
+
+
+def start_prometheus(daemon):
+    from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
+    from . import snapshot
+    from .exporters.http import WebConfig, load_web_config, serve
+    from .exporters.prometheus import SnapshotCollector
+    cfg = daemon.cfg.section("prometheus")
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    registry.register(SnapshotCollector(lambda: snapshot.take(daemon)))
+    web = load_web_config(cfg["web_config_file"]) if cfg["web_config_file"] else WebConfig()
+    server = serve(cfg["listen_address"], registry, web)
+    log.info("serving metrics on %s%s%s", cfg["listen_address"], " with TLS" if web.tls else "",
+             " and basic auth" if web.users else "")
+    return server
+
+
+class InfluxOutput:
+    """Points for InfluxDB from probe results, events and iostat summaries; flushed as a registry part."""
+
+    def __init__(self, daemon):
+        c = daemon.cfg.section("influxdb")
+        self.daemon = daemon
+        self.iostat_interval = c["iostat_interval_seconds"]
+        self.writer = influx.InfluxWriter(
+            c["url"], c["org"], c["bucket"], influx.read_token(c["token_file"], c["token_env"]),
+            os.path.join(daemon.cfg.section("daemon")["state_dir"], "influx-spool"), c["spool_max_bytes"],
+            c["timeout_seconds"])
+        self.host = self.writer.host
+        self._iostat_prev: diskstats.DiskSample | None = None
+        self._iostat_at = 0.0
+
+    def probe_result(self, record: dict, identity: str) -> None:
+        tags = {"host": self.host, "target": record["target"], "profile": record["profile"],
+                "device": record["device"], "volume": identity}
+        fields = {k: record[k] for k in ("read_iops", "write_iops", "read_bw_bytes", "write_bw_bytes",
+                                         "clat_p50_seconds", "clat_p90_seconds", "clat_p99_seconds",
+                                         "clat_p999_seconds", "clat_p9999_seconds", "duration_seconds")}
+        fields.update(ok=bool(record["ok"]), contended=bool(record["contended"]))
+        if record["error"]:
+            fields["error"] = record["error"]
+        self.writer.add([influx.line("iowarden_probe", tags, fields, record["started_at"])])
+
+    def event(self, kind: str, **data) -> None:
+        tags = {"host": self.host, "kind": kind}
+        for k in ("device", "volume", "target", "profile", "alert", "setting", "severity"):
+            if data.get(k):
+                tags[k] = data.pop(k)
+        self.writer.add([influx.line("iowarden_event", tags, {k: str(v) for k, v in data.items()}, time.time())])
+
+    def step(self) -> None:
+        now = time.monotonic()
+        cur = self.daemon.sampler.last_sample
+        if cur is not None and now - self._iostat_at >= self.iostat_interval:
+            if self._iostat_prev is not None:
+                lines = []
+                for name, r in diskstats.rates_between(self._iostat_prev, cur).items():
+                    if name not in self.daemon.sampler.rates:
+                        continue  # only what the sampler watches (whole devices by default)
+                    dev = self.daemon.settings.devices.get(name)
+                    tags = {"host": self.host, "device": name, "volume": dev.identity if dev else f"kernel:{name}"}
+                    lines.append(influx.line("iowarden_disk", tags, {k.replace("/", "_per_").replace("-", "_"):
+                                                                     float(v) for k, v in r.as_sysstat().items()
+                                                                     if k != "disk_device"}, time.time()))
+                self.writer.add(lines)
+            self._iostat_prev, self._iostat_at = cur, now
+        self.writer.flush()

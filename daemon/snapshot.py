@@ -1,0 +1,81 @@
+"""The latest view of everything the daemon knows, taken in one go for the exporters.
+
+Exporters read snapshots only: no fio, xfs_db or sysfs work happens at scrape
+time, and a scrape never sees half of an update. Building one copies references
+to values the parts replace whole (never mutate), so it is cheap.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ProbeView:
+    target: str
+    profile: str
+    volume: str
+    result: object                      # the last ProbeResult (ok or not)
+    last_success_timestamp: float | None
+
+
+@dataclass(frozen=True)
+class BaselineView:
+    volume: str
+    profile: str
+    metric: str
+    baseline: float | None
+    deviation_score: float
+    samples: int
+    learning: bool
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float
+    version: str
+    probes: tuple[ProbeView, ...] = ()
+    skipped_total: dict = field(default_factory=dict)       # (target, reason) -> count
+    baselines: tuple[BaselineView, ...] = ()
+    alerts: tuple[dict, ...] = ()                            # open alerts
+    disk_rates: dict = field(default_factory=dict)           # kernel name -> DiskRates
+    devices: dict = field(default_factory=dict)              # kernel name -> BlockDevice
+    power: object | None = None                              # PowerSettings
+    drift_total: dict = field(default_factory=dict)          # (device, volume, setting) -> count
+    xfs: dict = field(default_factory=dict)                  # mount -> (XfsReport, unix time of the report)
+    budget: dict = field(default_factory=dict)               # disk -> Budget.status()
+    parts: dict = field(default_factory=dict)                # name -> PartStats
+    io_pressure: object | None = None
+
+
+def take(daemon) -> Snapshot:
+    health = daemon.health
+    baselines = []
+    for (volume, profile, metric), det in list(health.detectors.items()):
+        base = det.baseline()
+        verdict = health.latest.get((volume, profile), {}).get(metric)
+        baselines.append(BaselineView(volume, profile, metric,
+                                      verdict.baseline if verdict and not verdict.learning else (
+                                          math.exp(base[0]) if base else None),
+                                      verdict.z if verdict else 0.0, len(det.values), base is None))
+    disks = {}
+    for t in daemon.cfg.targets:
+        for disk in daemon.scheduler.physical_disks_cached(t):
+            disks[disk] = daemon.scheduler.budget.status(disk)
+    return Snapshot(
+        taken_at=time.time(),
+        version=daemon.version,
+        probes=tuple(daemon.latest_probes.values()),
+        skipped_total=dict(daemon.scheduler.skipped_total),
+        baselines=tuple(baselines),
+        alerts=tuple(health.open_alert_views()),
+        disk_rates=daemon.sampler.rates,
+        devices=daemon.settings.devices,
+        power=daemon.settings.power,
+        drift_total=dict(daemon.settings.drift_total),
+        xfs=dict(daemon.xfs.reports_at),
+        budget=disks,
+        parts=daemon.registry.stats(),
+        io_pressure=daemon.sampler.io_pressure,
+    )
