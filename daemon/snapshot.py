@@ -26,6 +26,7 @@ class BaselineView:
     profile: str
     metric: str
     baseline: float | None
+    spread_log: float | None              # robust spread of log(value)
     deviation_score: float
     samples: int
     learning: bool
@@ -47,6 +48,8 @@ class Snapshot:
     budget: dict = field(default_factory=dict)               # disk -> Budget.status()
     parts: dict = field(default_factory=dict)                # name -> PartStats
     io_pressure: object | None = None
+    probe_intervals: dict = field(default_factory=dict)      # (target, profile) -> seconds
+    influx: dict | None = None                               # writer counters, when InfluxDB is on
 
 
 def take(daemon) -> Snapshot:
@@ -55,10 +58,9 @@ def take(daemon) -> Snapshot:
     for (volume, profile, metric), det in list(health.detectors.items()):
         base = det.baseline()
         verdict = health.latest.get((volume, profile), {}).get(metric)
-        baselines.append(BaselineView(volume, profile, metric,
-                                      verdict.baseline if verdict and not verdict.learning else (
-                                          math.exp(base[0]) if base else None),
-                                      verdict.z if verdict else 0.0, len(det.values), base is None))
+        baselines.append(BaselineView(volume, profile, metric, math.exp(base[0]) if base else None,
+                                      base[1] if base else None, verdict.z if verdict else 0.0,
+                                      len(det.values), base is None))
     disks = {}
     for t in daemon.cfg.targets:
         for disk in daemon.scheduler.physical_disks_cached(t):
@@ -78,4 +80,11 @@ def take(daemon) -> Snapshot:
         budget=disks,
         parts=daemon.registry.stats(),
         io_pressure=daemon.sampler.io_pressure,
+        probe_intervals={(t.name, p): t.interval_seconds for t in daemon.cfg.targets for p in t.profiles},
+        influx=_influx_stats(daemon.influx.writer) if daemon.influx is not None else None,
     )
+
+
+def _influx_stats(w) -> dict:
+    return {"written": w.points_written_total, "spooled": w.points_spooled_total, "dropped": w.points_dropped_total,
+            "errors": w.write_errors_total, "spool_bytes": w.spool_bytes}

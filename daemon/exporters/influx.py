@@ -64,9 +64,17 @@ class Spool:
 
     def append(self, lines: list[str]) -> int:
         """Keep a batch; returns how many lines were dropped because the spool is full."""
-        data = ("\n".join(lines) + "\n").encode()
-        if self.size_bytes() + len(data) > self.max_bytes:
+        room = self.max_bytes - self.size_bytes()
+        kept, size = [], 0
+        for ln in lines:  # keep what fits, oldest first; the rest is dropped
+            n = len(ln.encode()) + 1
+            if size + n > room:
+                break
+            kept.append(ln)
+            size += n
+        if not kept:
             return len(lines)
+        data = ("\n".join(kept) + "\n").encode()
         path = os.path.join(self.directory, f"{self._next:012d}.lp")
         self._next += 1
         with open(path + ".tmp", "wb") as f:
@@ -74,7 +82,7 @@ class Spool:
             f.flush()
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
-        return 0
+        return len(lines) - len(kept)
 
 
 class InfluxWriter:
@@ -96,6 +104,7 @@ class InfluxWriter:
         self.points_spooled_total = 0
         self.points_dropped_total = 0
         self.write_errors_total = 0
+        self.spool_bytes = self.spool.size_bytes()   # kept current by flush(): no directory walk per scrape
         self.last_error: str | None = None
 
     def add(self, lines: list[str | None]) -> None:
@@ -118,6 +127,12 @@ class InfluxWriter:
 
     def flush(self) -> None:
         """Replay the spool oldest first, then send what is new; keep what fails."""
+        try:
+            self._flush()
+        finally:
+            self.spool_bytes = self.spool.size_bytes()
+
+    def _flush(self) -> None:
         with self._lock:
             batch, self._pending = self._pending, []
         for path in self.spool.segments():

@@ -9,10 +9,12 @@ Volumes carry their stable identity (`volume`) as well as the kernel name (`devi
 """
 from __future__ import annotations
 
+import math
 import platform
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+BAND_SPREADS = 2.0  # the detector's allowance k: deviations inside the band never accumulate
 SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes")
 
 # Fixed latency buckets, the same on every host so histogram_quantile() aggregates
@@ -74,6 +76,18 @@ class SnapshotCollector:
             if st.last_success_timestamp_seconds:
                 last.add_metric([name], st.last_success_timestamp_seconds)
         yield from (dur, ok, err, last)
+        if s.influx is not None:
+            for key, help_ in (("written", "Points InfluxDB accepted"),
+                               ("spooled", "Points kept on disk while InfluxDB was unreachable"),
+                               ("dropped", "Points lost because the spool was full"),
+                               ("errors", "Failed writes to InfluxDB")):
+                name = "write_errors" if key == "errors" else f"points_{key}"
+                c = CounterMetricFamily(f"iowarden_influxdb_{name}", help_)
+                c.add_metric([], s.influx[key])
+                yield c
+            g = GaugeMetricFamily("iowarden_influxdb_spool_bytes", "Size of the InfluxDB spool on disk")
+            g.add_metric([], s.influx["spool_bytes"])
+            yield g
 
     # -- probes -------------------------------------------------------------------------------
     def _probes(self, s):
@@ -120,6 +134,11 @@ class SnapshotCollector:
                         pct.add_sample("iowarden_probe_clat_seconds", {**named, "quantile": q}, v)
                     pct.add_sample("iowarden_probe_clat_seconds_count", named, count)
                     pct.add_sample("iowarden_probe_clat_seconds_sum", named, total)
+        interval = GaugeMetricFamily("iowarden_probe_interval_seconds", "How often the profile runs on the target",
+                                     labels=["target", "profile"])
+        for (t, prof), sec in sorted(s.probe_intervals.items()):
+            interval.add_metric([t, prof], sec)
+        yield interval
         skipped = CounterMetricFamily("iowarden_probe_skipped", "Probes deferred or skipped, by reason",
                                       labels=["target", "reason"])
         targets = sorted({p.target for p in s.probes} | {t for t, _ in s.skipped_total})
@@ -151,10 +170,16 @@ class SnapshotCollector:
                                 "robust standard deviations; positive is worse", labels=labels)
         learning = GaugeMetricFamily("iowarden_baseline_learning", "1 while the baseline is still warming up",
                                      labels=labels)
+        lower = GaugeMetricFamily("iowarden_baseline_band_lower", "Lower edge of the normal band (baseline / "
+                                  "e^(2 spreads)), in the metric's unit", labels=labels)
+        upper = GaugeMetricFamily("iowarden_baseline_band_upper", "Upper edge of the normal band (baseline * "
+                                  "e^(2 spreads)), in the metric's unit", labels=labels)
         for b in s.baselines:
             lab = [b.volume, b.profile, b.metric]
             if b.baseline is not None:
                 base.add_metric(lab, b.baseline)
+                lower.add_metric(lab, b.baseline * math.exp(-BAND_SPREADS * b.spread_log))
+                upper.add_metric(lab, b.baseline * math.exp(BAND_SPREADS * b.spread_log))
             dev.add_metric(lab, b.deviation_score)
             learning.add_metric(lab, 1 if b.learning else 0)
         active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert",
@@ -165,7 +190,7 @@ class SnapshotCollector:
             lab = [a["alert"], a["severity"], a["volume"], a["target"], a["profile"]]
             active.add_metric(lab, 1)
             since.add_metric(lab, a["raised_at"])
-        yield from (base, dev, learning, active, since)
+        yield from (base, dev, learning, lower, upper, active, since)
 
     # -- the iostat -x stream -----------------------------------------------------------------
     DISK_FIELDS = (

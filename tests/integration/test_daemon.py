@@ -2,8 +2,6 @@
 import glob
 import os
 import signal
-import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -11,127 +9,9 @@ import time
 import pytest
 
 from iowarden.probes.common import kill_group
+from tests.integration.helpers import config_text, rows, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None):
-    return f"""
-[prometheus]
-listen_address = "127.0.0.1:{port or free_port()}"
-[daemon]
-state_dir = "{state_dir}"
-log_level = "debug"
-[limits]
-min_free_bytes = "1MiB"
-min_free_ratio = 0.0
-timeout_margin_seconds = 5.0
-[settings]
-interval_seconds = 1.0
-[profiles.rr]
-rw = "randread"
-size = "16MiB"
-runtime_seconds = {runtime}
-ramp_time_seconds = 0.0
-[[targets]]
-name = "loop"
-path = "{mount}"
-profiles = ["rr"]
-interval_seconds = {interval}
-{extra}"""
-
-
-class DaemonProc:
-    started = 0
-
-    def __init__(self, tmp_path, cfg_text):
-        DaemonProc.started += 1
-        self.cfg = tmp_path / "config.toml"
-        self.cfg.write_text(cfg_text)
-        self.sock_path = str(tmp_path / f"notify-{DaemonProc.started}.sock")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.sock_path)
-        self.sock.settimeout(0.2)
-        self.log = open(tmp_path / f"daemon-{DaemonProc.started}.log", "w+")
-        env = {**os.environ, "NOTIFY_SOCKET": self.sock_path}
-        env.pop("INVOCATION_ID", None)
-        env.pop("JOURNAL_STREAM", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", str(self.cfg)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self.messages: list[str] = []
-
-    def wait_message(self, text, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in m for m in self.messages):
-                return
-            try:
-                self.messages.append(self.sock.recv(4096).decode())
-            except socket.timeout:
-                assert self.proc.poll() is None, f"daemon exited: {self.output()}"
-        raise AssertionError(f"no {text!r} from the daemon in {timeout} s; got {self.messages[-5:]}")
-
-    def drain(self):
-        """Collect every message queued on the socket so far."""
-        while True:
-            try:
-                self.messages.append(self.sock.recv(4096).decode())
-            except socket.timeout:
-                return self.messages
-
-    def output(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def close(self):
-        if self.proc.poll() is None:
-            # SIGTERM first: the daemon kills its fio (which runs in a session of its own)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=8)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.sock.close()
-        self.log.close()
-
-
-@pytest.fixture
-def daemon_factory(tmp_path):
-    made = []
-
-    def make(text):
-        d = DaemonProc(tmp_path, text)
-        made.append(d)
-        return d
-    yield make
-    for d in made:
-        d.close()
-
-
-def rows(db, sql):
-    con = sqlite3.connect(db)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
-def wait_for(fn, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_ready_probes_drift_reload_and_stop(loop_xfs, tmp_path, daemon_factory):

@@ -1,0 +1,146 @@
+"""The Prometheus collector over a snapshot made from fixtures, the web config, and line protocol."""
+import subprocess
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from iowarden.daemon.exporters import influx
+from iowarden.daemon.exporters.http import WebConfigError, load_web_config, parse_listen_address
+from iowarden.daemon.exporters.prometheus import LATENCY_BUCKETS_SECONDS, SnapshotCollector, rebucket
+from iowarden.daemon.registry import PartStats
+from iowarden.daemon.snapshot import BaselineView, ProbeView, Snapshot
+from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
+from iowarden.probes.fio_run import ProbeResult
+from tests.conftest import FIXTURES
+
+
+def snapshot(tree):
+    rep = fio.parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
+    ok = ProbeResult("db", "/srv", "sdb", "randrw", True, None, 1.7e9, 2.1, rep)
+    bad = ProbeResult("db", "/srv", "sdb", "seq", False, "fio exited with 1: engine", 1.7e9, 0.1)
+    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    power = cpupower.read(tree("cpu-bare-metal.tree"), run_verify=False)
+    ds = diskstats.parse((FIXTURES / "diskstats" / "linux-4.14-14-fields.txt").read_text())
+    ds2 = {n: diskstats.DiskCounters(c.major, c.minor, n, reads=c.reads + 500, sectors_read=c.sectors_read + 8000,
+                                     read_ms=c.read_ms + 250, io_ms=c.io_ms + 400,
+                                     weighted_io_ms=c.weighted_io_ms + 900) for n, c in ds.items()}
+    rates = diskstats.rates_between(diskstats.DiskSample(0, ds), diskstats.DiskSample(1.0, ds2))
+    report = xfs.XfsReport("/srv", "/dev/md0", xfs.parse_frag((FIXTURES / "xfs" / "xfs_db-frag-fragmented.txt")
+                                                             .read_text()),
+                           xfs.parse_freesp((FIXTURES / "xfs" / "xfs_spaceman-freesp.txt").read_text()),
+                           "xfs_spaceman", None, ())
+    return Snapshot(
+        taken_at=1.7e9, version="0.1.0",
+        probes=(ProbeView("db", "randrw", "wwn:0x5000c500a1b2c3d4", ok, 1.7e9),
+                ProbeView("db", "seq", "wwn:0x5000c500a1b2c3d4", bad, None)),
+        skipped_total={("db", "busy"): 3},
+        baselines=(BaselineView("wwn:0x5000c500a1b2c3d4", "randrw", "read_iops", 38000.0, 0.05, -0.4, 50, False),),
+        alerts=({"alert": "VolumeDegraded", "volume": "wwn:0x5000c500a1b2c3d4", "profile": "randrw",
+                 "target": "db", "severity": "critical", "raised_at": 1.7e9, "id": 1},),
+        disk_rates=rates, devices=devices, power=power,
+        drift_total={("sdb", "wwn:0x5000c500a1b2c3d4", "scheduler"): 1},
+        xfs={"/srv": (report, 1.7e9)},
+        budget={"sdb": {"device_seconds_used": 2.0, "device_seconds_allowed": 36.0, "written_bytes_24h": 10,
+                        "written_bytes_allowed": 100}},
+        parts={"sampler": PartStats(runs_total=5, last_duration_seconds=0.001, last_success_timestamp_seconds=1.7e9)},
+        probe_intervals={("db", "randrw"): 300.0, ("db", "seq"): 300.0},
+        influx={"written": 10, "spooled": 2, "dropped": 1, "errors": 3, "spool_bytes": 100},
+    )
+
+
+def scrape(snap) -> str:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SnapshotCollector(lambda: snap))
+    return generate_latest(reg).decode()
+
+
+def test_full_scrape_passes_promtool(tree):
+    text = scrape(snapshot(tree))
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
+    for family in ("iowarden_probe_iops", "iowarden_probe_bandwidth_bytes", "iowarden_probe_latency_seconds_bucket",
+                   "iowarden_probe_clat_seconds", "iowarden_probe_success", "iowarden_probe_skipped_total",
+                   "iowarden_probe_last_success_timestamp_seconds", "iowarden_baseline", "iowarden_deviation_score",
+                   "iowarden_alert_active", "iowarden_disk_utilization_ratio", "iowarden_block_queue_info",
+                   "iowarden_cpu_idle_state_exit_latency_seconds", "iowarden_pm_qos_cpu_dma_latency_seconds",
+                   "iowarden_tuned_profile_info", "iowarden_settings_drift_total", "iowarden_xfs_extents_per_file",
+                   "iowarden_xfs_fragmentation_ratio", "iowarden_xfs_free_space_extents", "iowarden_md_degraded_devices",
+                   "iowarden_md_member_faulty", "iowarden_budget_device_seconds_used", "iowarden_part_success",
+                   "iowarden_build_info", "iowarden_influxdb_points_dropped_total"):
+        assert f"\n{family}" in text, family
+
+
+def test_values_and_labels(tree):
+    text = scrape(snapshot(tree))
+    assert 'iowarden_probe_success{device="sdb",profile="seq",target="db",volume="wwn:0x5000c500a1b2c3d4"} 0.0' in text
+    # a failed probe exports no measurement
+    assert 'iowarden_probe_iops{device="sdb",direction="read",profile="seq"' not in text
+    assert 'iowarden_md_member_faulty{device="md1",member="sde"} 1.0' in text
+    assert 'iowarden_md_degraded_devices{device="md1",level="raid1",volume="sdd"}' not in text
+    assert 'iowarden_pm_qos_cpu_dma_latency_seconds 1e-06' in text
+    assert 'iowarden_cpu_idle_state_disabled_cpus{state="C6"} 1.0' in text
+    assert 'iowarden_disk_utilization_ratio{device="sda",volume="kernel:sda"} 0.4' in text
+    assert 'quantile="0.999"' in text and 'iowarden_probe_clat_seconds_count{' in text
+    assert 'iowarden_probe_skipped_total{reason="busy",target="db"} 3.0' in text
+    assert 'iowarden_probe_skipped_total{reason="budget_time",target="db"} 0.0' in text
+
+
+def test_absent_sources_are_left_out(tree):
+    snap = snapshot(tree)
+    empty = Snapshot(taken_at=0, version="x", parts=snap.parts)
+    text = scrape(empty)
+    assert "iowarden_pm_qos_cpu_dma_latency_seconds " not in text and "iowarden_tuned_profile_info{" not in text
+    assert "iowarden_part_success" in text
+
+
+def test_rebucket_keeps_every_sample_at_or_above_its_fio_bucket():
+    rep = fio.parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
+    cum = rep.directions["read"].clat_histogram
+    out = rebucket(cum)
+    counts = [c for _, c in out]
+    assert counts == sorted(counts) and out[-1] == ("+Inf", cum[-1][1])
+    assert len(out) == len(LATENCY_BUCKETS_SECONDS) + 1
+    for le, c in cum:  # every fio bucket's samples are counted by the first fixed bound >= its edge
+        first = next(i for i, b in enumerate(LATENCY_BUCKETS_SECONDS) if b * (1 + 1e-9) >= le)
+        assert counts[first] >= c
+
+
+def test_web_config_errors(tmp_path):
+    bad = tmp_path / "web.yml"
+    bad.write_text("basic_auth_users:\n  alice: plaintext\n")
+    with pytest.raises(WebConfigError, match="not a bcrypt hash"):
+        load_web_config(str(bad))
+    bad.write_text("tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /nonexistent.key\n")
+    with pytest.raises(WebConfigError, match="tls_server_config"):
+        load_web_config(str(bad))
+    bad.write_text("tls_server_config: [\n")
+    with pytest.raises(WebConfigError, match="web.yml:"):
+        load_web_config(str(bad))
+    bad.write_text("basic_auth: {}\n")
+    with pytest.raises(WebConfigError, match="unknown keys"):
+        load_web_config(str(bad))
+
+
+@pytest.mark.parametrize("text,addr", [(":29110", ("::", 29110)), ("127.0.0.1:1", ("127.0.0.1", 1)),
+                                       ("[::1]:9", ("::1", 9))])
+def test_listen_addresses(text, addr):
+    assert parse_listen_address(text)[0] == addr
+
+
+def test_line_protocol_escaping():
+    ln = influx.line("iowarden_probe", {"target": "my db", "volume": "by-id:a,b=c"},
+                     {"read_iops": 1.5, "ok": True, "n": 3, "error": 'say "hi"', "skip": None}, 1.5)
+    assert ln == ('iowarden_probe,target=my\\ db,volume=by-id:a\\,b\\=c read_iops=1.5,ok=true,n=3i,'
+                  'error="say \\"hi\\"" 1500000000')
+    assert influx.line("m", {}, {"x": None}, 0) is None
+
+
+def test_spool_bounds_and_order(tmp_path):
+    sp = influx.Spool(str(tmp_path / "spool"), max_bytes=64)
+    assert sp.append(["a 1", "b 2"]) == 0 and sp.append(["c 3"]) == 0
+    assert sp.append(["x" * 100]) == 1                      # would exceed the bound: dropped, counted
+    assert sp.append(["d 4", "y" * 100]) == 1                # what fits is kept, the rest counted
+    assert [open(p).read() for p in sp.segments()] == ["a 1\nb 2\n", "c 3\n", "d 4\n"]
+    (tmp_path / "spool" / "000000000009.lp.tmp").write_text("half")
+    again = influx.Spool(str(tmp_path / "spool"), max_bytes=64)   # a restart keeps whole batches, drops halves
+    assert len(again.segments()) == 3 and not list((tmp_path / "spool").glob("*.tmp"))
