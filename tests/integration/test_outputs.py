@@ -3,7 +3,6 @@ Prometheus scraping iowarden, the shipped rules through Alertmanager to a webhoo
 victoria-metrics as the InfluxDB-v2-API server through an outage, TLS and basic auth."""
 import json
 import math
-import os
 import re
 import ssl
 import subprocess

@@ -1,0 +1,120 @@
+"""/metrics latency of iowarden (64 devices, every family on) beside node_exporter, same machine, same run.
+
+    sudo .venv/bin/python bench/metrics_latency.py [--scrapes 200]
+Makes 64 loop devices and a probe target on one of them (so probe, histogram,
+baseline and XFS families are all present), waits for the first probes, then
+times 200 sequential scrapes of each exporter. Removes everything it made.
+"""
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed_scrapes(url: str, n: int) -> tuple[list[float], int]:
+    times, size = [], 0
+    for _ in range(n):
+        t0 = time.perf_counter()
+        size = len(urllib.request.urlopen(url, timeout=10).read())
+        times.append(time.perf_counter() - t0)
+    return sorted(times), size
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scrapes", type=int, default=200)
+    ap.add_argument("--devices", type=int, default=64)
+    args = ap.parse_args()
+    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if os.geteuid() != 0 or not exporter:
+        raise SystemExit("needs root and prometheus-node-exporter (apt-get install prometheus-node-exporter)")
+    work = tempfile.mkdtemp(prefix="iowarden-bench-")
+    loops, procs, mnt = [], [], os.path.join(work, "mnt")
+    try:
+        for i in range(args.devices):
+            img = os.path.join(work, f"d{i}.img")
+            subprocess.run(["truncate", "-s", "512M" if i == 0 else "8M", img], check=True)
+            loops.append(subprocess.run(["losetup", "--find", "--show", img], capture_output=True, text=True,
+                                        check=True).stdout.strip())
+        subprocess.run(["mkfs.xfs", "-q", "-f", loops[0]], check=True)
+        os.mkdir(mnt)
+        subprocess.run(["mount", loops[0], mnt], check=True)
+        port = free_port()
+        cfg = os.path.join(work, "config.toml")
+        with open(cfg, "w") as f:
+            f.write(f"""[daemon]
+state_dir = "{work}/state"
+[prometheus]
+listen_address = "127.0.0.1:{port}"
+[xfs]
+interval_seconds = 60.0
+[limits]
+min_free_bytes = "1MiB"
+min_free_ratio = 0.0
+[budget]
+device_time_ratio = 1.0
+[profiles.rr]
+size = "32MiB"
+runtime_seconds = 1.0
+ramp_time_seconds = 0.0
+[profiles.rw]
+rw = "randwrite"
+size = "32MiB"
+runtime_seconds = 1.0
+ramp_time_seconds = 0.0
+[[targets]]
+name = "bench"
+path = "{mnt}"
+profiles = ["rr", "rw"]
+interval_seconds = 3600.0
+""")
+        iow = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", cfg],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        nport = free_port()
+        nex = subprocess.Popen([exporter, f"--web.listen-address=127.0.0.1:{nport}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs = [iow, nex]
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # both profiles have run once: every family is on
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+                if text.count("iowarden_probe_latency_seconds_count{") >= 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        else:
+            raise SystemExit("iowarden did not report its probes in time")
+        print(f"{args.devices} loop devices, {args.scrapes} sequential scrapes each")
+        print(f"{'exporter':<26} {'median ms':>10} {'p99 ms':>8} {'size KiB':>9}")
+        for name, u in (("iowarden", url), ("prometheus-node-exporter", f"http://127.0.0.1:{nport}/metrics")):
+            timed_scrapes(u, 5)  # warm
+            t, size = timed_scrapes(u, args.scrapes)
+            print(f"{name:<26} {statistics.median(t) * 1e3:>10.2f} {t[int(len(t) * 0.99) - 1] * 1e3:>8.2f} "
+                  f"{size / 1024:>9.0f}")
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+        if os.path.ismount(mnt):
+            subprocess.run(["umount", mnt], check=False)
+        for dev in loops:
+            subprocess.run(["losetup", "-d", dev], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
