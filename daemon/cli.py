@@ -305,6 +305,16 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def cmd_cleanup(args) -> int:
+    from iowarden.probes.fio_run import remove_probe_dir
+    cfg = configmod.load(args.config)
+    for t in cfg.targets:
+        if os.path.isdir(t.path):
+            for path in remove_probe_dir(t.path):
+                _print(f"removed {path}")
+    return 0
+
+
 def cmd_ack(args) -> int:
     from .status import ack_command
     _print(ack_command(configmod.load(args.config), args.alert_id, args.note or ""))
@@ -332,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--target")
     bl.add_argument("--profile")
     bl.set_defaults(func=cmd_baseline)
+
+    cl = sub.add_parser("cleanup", help="remove the probe files iowarden laid out in its targets")
+    cl.add_argument("-c", "--config", required=True)
+    cl.set_defaults(func=cmd_cleanup)
 
     ak = sub.add_parser("ack", help="acknowledge an open alert (it stays open until the volume recovers)")
     ak.add_argument("alert_id", type=int)

@@ -296,3 +296,27 @@ def _interpret(result: ProbeResult, stdout: str, run_error: str | None) -> None:
         result.error = "fio finished without doing any I/O"
     else:
         result.ok = True
+
+
+def remove_probe_dir(target_dir: str) -> list[str]:
+    """Remove iowarden's probe files from `<target_dir>/.iowarden`, and the directory if nothing else is in it.
+
+    Only files of iowarden's own naming are removed, never through a symlink.
+    """
+    path = os.path.join(target_dir, PROBE_DIR_NAME)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return []
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        removed = [os.path.join(path, n) for n in clean_leftovers(fd, set())]
+        left = os.listdir(fd)
+    finally:
+        os.close(fd)
+    if not left:
+        os.rmdir(path)
+        removed.append(path)
+    return removed

@@ -164,3 +164,14 @@ def test_real_fio_past_its_timeout_leaves_no_process(loop_xfs):
             return False
     alive = [p for p in leftovers if running(p)]
     assert alive == [], f"fio processes survived the timeout: {alive}"
+
+
+def test_cleanup_removes_only_our_files(loop_xfs, tmp_path):
+    from iowarden.probes.fio_run import remove_probe_dir
+    assert probe(loop_xfs.mountpoint).ok
+    pdir = loop_xfs.mountpoint / PROBE_DIR_NAME
+    (pdir / "notes.txt").write_text("not ours")
+    removed = remove_probe_dir(str(loop_xfs.mountpoint))
+    assert removed == [str(pdir / "probe-16777216.dat")] and os.listdir(pdir) == ["notes.txt"]
+    (pdir / "notes.txt").unlink()
+    assert remove_probe_dir(str(loop_xfs.mountpoint)) == [str(pdir)] and not pdir.exists()
