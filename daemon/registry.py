@@ -8,6 +8,7 @@ is withheld while any part is stuck, so systemd restarts a daemon that hangs.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ class Registry:
 
     def run_once(self, part: Part) -> None:
         started, wall = time.monotonic(), time.time()
+        _test_hang(part.name)
         try:
             part.step()
             error = None
@@ -99,3 +101,21 @@ class Registry:
     def stats(self) -> dict[str, PartStats]:
         with self._lock:
             return {name: PartStats(**vars(p.stats)) for name, p in self.parts.items()}
+
+
+def _test_hang(part_name: str) -> None:
+    """Test-only fault switch: while the file named by IOWARDEN_TEST_HANG_FILE exists and names
+    this part, its step hangs, as a wedged disk read would. This is how the tests show that
+    systemd's watchdog kills and restarts a daemon whose part is stuck. Unset in production."""
+    path = os.environ.get("IOWARDEN_TEST_HANG_FILE")
+    if not path:
+        return
+    while True:
+        try:
+            with open(path) as f:
+                if f.read().strip() != part_name:
+                    return
+        except OSError:
+            return
+        log.warning("part %s hangs on purpose (%s)", part_name, path)
+        time.sleep(1.0)

@@ -7,9 +7,10 @@
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(realpath -m "${1:-$src/dist}")
-version=$(/usr/bin/python3 -c "import tomllib; print(tomllib.load(open('$src/pyproject.toml', 'rb'))['project']['version'])")
+version=${VERSION:-$(/usr/bin/python3 -c "import tomllib; print(tomllib.load(open('$src/pyproject.toml', 'rb'))['project']['version'])")}
 arch=$(dpkg --print-architecture)
 stage=$(mktemp -d)
+chmod 0755 "$stage"   # it becomes /: mktemp made it 0700
 trap 'rm -rf "$stage"' EXIT
 
 bash "$src/packaging/stage.sh" "$stage" /lib/systemd/system
@@ -26,7 +27,7 @@ Version: $version
 Architecture: $arch
 Maintainer: iowarden developers <iowarden@localhost>
 Installed-Size: $size
-Depends: python$pyver, python3 (>= $pyver), python3 (<< ${pyver%.*}.$((${pyver#*.} + 1))), fio, xfsprogs, util-linux, libsystemd0
+Depends: python$pyver, python3 (>= $pyver), python3 (<< ${pyver%.*}.$((${pyver#*.} + 1))), fio, xfsprogs, util-linux, procps, libsystemd0
 Recommends: sysstat
 Section: admin
 Priority: optional
