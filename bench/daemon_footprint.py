@@ -8,12 +8,13 @@ Needs root and prometheus-node-exporter (apt-get install prometheus-node-exporte
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from _support import attach_loops, detach_loops, free_port, node_exporter_or_exit
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -30,29 +31,17 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--devices", type=int, default=64)
     args = ap.parse_args()
-    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-    if os.geteuid() != 0 or not exporter:
-        raise SystemExit("needs root and prometheus-node-exporter (apt-get install prometheus-node-exporter)")
+    exporter = node_exporter_or_exit()
     work = tempfile.mkdtemp(prefix="iowarden-bench-")
     loops, procs = [], []
     try:
         existing = len([ln for ln in open("/proc/diskstats") if " loop" in ln])
-        for i in range(args.devices):
-            img = os.path.join(work, f"d{i}.img")
-            subprocess.run(["truncate", "-s", "8M", img], check=True)
-            loops.append(subprocess.run(["losetup", "--find", "--show", img], capture_output=True, text=True,
-                                        check=True).stdout.strip())
+        loops = attach_loops(work, args.devices)
         cfg = os.path.join(work, "config.toml")
         with open(cfg, "w") as f:
             f.write(f'[daemon]\nstate_dir = "{work}/state"\n[sampler]\ninterval_seconds = 1.0\n')
@@ -84,8 +73,7 @@ def main():
         for p in procs:
             p.terminate()
             p.wait(timeout=10)
-        for dev in loops:
-            subprocess.run(["losetup", "-d", dev], check=False)
+        detach_loops(loops)
         shutil.rmtree(work, ignore_errors=True)
 
 

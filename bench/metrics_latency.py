@@ -8,7 +8,6 @@ times 200 sequential scrapes of each exporter. Removes everything it made.
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -16,11 +15,7 @@ import tempfile
 import time
 import urllib.request
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from _support import attach_loops, detach_loops, free_port, node_exporter_or_exit
 
 
 def timed_scrapes(url: str, n: int) -> tuple[list[float], int]:
@@ -37,17 +32,11 @@ def main():
     ap.add_argument("--scrapes", type=int, default=200)
     ap.add_argument("--devices", type=int, default=64)
     args = ap.parse_args()
-    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-    if os.geteuid() != 0 or not exporter:
-        raise SystemExit("needs root and prometheus-node-exporter (apt-get install prometheus-node-exporter)")
+    exporter = node_exporter_or_exit()
     work = tempfile.mkdtemp(prefix="iowarden-bench-")
     loops, procs, mnt = [], [], os.path.join(work, "mnt")
     try:
-        for i in range(args.devices):
-            img = os.path.join(work, f"d{i}.img")
-            subprocess.run(["truncate", "-s", "512M" if i == 0 else "8M", img], check=True)
-            loops.append(subprocess.run(["losetup", "--find", "--show", img], capture_output=True, text=True,
-                                        check=True).stdout.strip())
+        loops = attach_loops(work, args.devices, first_size="512M")
         subprocess.run(["mkfs.xfs", "-q", "-f", loops[0]], check=True)
         os.mkdir(mnt)
         subprocess.run(["mount", loops[0], mnt], check=True)
@@ -111,8 +100,7 @@ interval_seconds = 3600.0
             p.wait(timeout=10)
         if os.path.ismount(mnt):
             subprocess.run(["umount", mnt], check=False)
-        for dev in loops:
-            subprocess.run(["losetup", "-d", dev], check=False)
+        detach_loops(loops)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -98,12 +98,13 @@ def parse_freesp(text: str) -> FreeSpace:
         if s.split()[:2] == ["from", "to"]:
             header_seen = True
             continue
-        if s.startswith("total free extents"):
-            totals["extents"] = int(s.split()[-1])
-        elif s.startswith("total free blocks"):
-            totals["blocks"] = int(s.split()[-1])
-        elif s.startswith("average free extent size"):
-            totals["average"] = float(s.split()[-1])
+        total = next((k for prefix, k in (("total free extents", "extents"), ("total free blocks", "blocks"),
+                                           ("average free extent size", "average")) if s.startswith(prefix)), None)
+        if total:
+            try:
+                totals[total] = float(s.split()[-1]) if total == "average" else int(s.split()[-1])
+            except ValueError:
+                raise ParseError(f"freesp total without a number: {s[:120]!r}") from None
         else:
             parts = s.split()
             if len(parts) != 5 or not header_seen:

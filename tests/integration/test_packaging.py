@@ -12,13 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import free_port
+from tests.integration.helpers import free_port, wait_for
 from tests.integration.systemd_root import BootedSystemd
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -120,16 +119,6 @@ def _journal(sd) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def _wait(fn, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 TEST_CONFIG = """
 [prometheus]
 listen_address = "127.0.0.1:{port}"
@@ -176,8 +165,8 @@ def test_service_under_a_real_systemd(packages, tmp_path):
         assert "iowarden_build_info" in body
 
         # the journal carries structured fields
-        probe_entries = _wait(lambda: [e for e in _journal(sd) if e.get("PROBE") == "rr" and e.get("TARGET")],
-                              60, "a probe result in the journal")
+        probe_entries = wait_for(lambda: [e for e in _journal(sd) if e.get("PROBE") == "rr" and e.get("TARGET")],
+                                 timeout=60, what="a probe result in the journal")
         assert probe_entries[0]["TARGET"] == "state" and probe_entries[0].get("DEVICE")
         assert "devices sampled" in _show(sd, "StatusText")["StatusText"]
 
@@ -186,7 +175,8 @@ def test_service_under_a_real_systemd(packages, tmp_path):
         conf.write_text(TEST_CONFIG.format(port=port, more=more, profiles='"rr", "rw2"'))
         pid = _show(sd, "MainPID")["MainPID"]
         sd.run("systemctl", "reload", "iowarden")
-        _wait(lambda: [e for e in _journal(sd) if e.get("PROBE") == "rw2"], 60, "a probe of the reloaded profile")
+        wait_for(lambda: [e for e in _journal(sd) if e.get("PROBE") == "rw2"], timeout=60,
+                 what="a probe of the reloaded profile")
         assert _show(sd, "MainPID")["MainPID"] == pid
         assert any("configuration reloaded" in e.get("MESSAGE", "") for e in _journal(sd))
 
@@ -199,12 +189,12 @@ def test_service_under_a_real_systemd(packages, tmp_path):
         sd.run("systemctl", "restart", "iowarden")
         pid = _show(sd, "MainPID")["MainPID"]
         (sd.root / "var/lib/iowarden/hang").write_text("sampler")
-        _wait(lambda: _show(sd, "MainPID")["MainPID"] not in (pid, "0"), 60, "a watchdog restart")
+        wait_for(lambda: _show(sd, "MainPID")["MainPID"] not in (pid, "0"), timeout=60, what="a watchdog restart")
         assert int(_show(sd, "NRestarts")["NRestarts"]) >= 1
         log = sd.run("journalctl", "-u", "iowarden", "--no-pager", check=False).stdout
         assert "Watchdog timeout" in log
         (sd.root / "var/lib/iowarden/hang").unlink()
-        _wait(lambda: _show(sd, "ActiveState")["ActiveState"] == "active", 30, "active again")
+        wait_for(lambda: _show(sd, "ActiveState")["ActiveState"] == "active", timeout=30, what="active again")
         shutil.rmtree(dropin)
         sd.run("systemctl", "daemon-reload")
 
@@ -217,7 +207,8 @@ def test_service_under_a_real_systemd(packages, tmp_path):
                env={"DEBIAN_FRONTEND": "noninteractive"}, timeout=600)
         assert "0.1.1" in sd.run("dpkg-query", "-W", "-f=${Version}", "iowarden").stdout
         assert f"127.0.0.1:{port}" in conf.read_text()
-        _wait(lambda: _show(sd, "ActiveState")["ActiveState"] == "active", 30, "active after the upgrade")
+        wait_for(lambda: _show(sd, "ActiveState")["ActiveState"] == "active", timeout=30,
+                 what="active after the upgrade")
         after = int(sd.run("/usr/lib/iowarden/venv/bin/python3", "-c",
                            "import sqlite3; print(sqlite3.connect('/var/lib/iowarden/state.db')"
                            ".execute('select count(*) from probe_results').fetchone()[0])").stdout)

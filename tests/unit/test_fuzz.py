@@ -1,5 +1,9 @@
-"""Property-based: whatever bytes the kernel or a tool hands over, a parser answers or raises ParseError."""
+"""Property-based: whatever bytes the kernel or a tool hands over, a parser answers or raises ParseError.
+
+IOWARDEN_FUZZ_EXAMPLES=20000 runs a deeper search than the suite's default.
+"""
 import json
+import os
 
 from hypothesis import given, settings, strategies as st
 
@@ -8,6 +12,7 @@ from iowarden.probes import blockqueue, diskstats, fio, fio_job, xfs
 from iowarden.probes.common import ParseError
 from tests.conftest import FIXTURES
 
+EXAMPLES = int(os.environ.get("IOWARDEN_FUZZ_EXAMPLES", "300"))
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400)
 numbers_and_words = st.lists(st.one_of(st.integers(-5, 2**64), st.sampled_from(["sda", "x", "", "-", "1.5"])),
                              max_size=22).map(lambda xs: " ".join(map(str, xs)))
@@ -20,13 +25,13 @@ def _only_parse_errors(fn, arg):
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(numbers_and_words, max_size=5).map("\n".join))
 def test_diskstats(s):
     _only_parse_errors(diskstats.parse, s)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(text)
 def test_fio_text(s):
     _only_parse_errors(fio.parse, s)
@@ -36,7 +41,7 @@ REAL = json.loads((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
 leaf = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**12), st.floats(allow_nan=False), st.text(max_size=5))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(st.sampled_from(["iops", "bw_bytes", "io_bytes", "runtime", "clat_ns", "bins", "percentile", "N", "error"]),
        leaf)
 def test_fio_json_with_a_field_replaced(key, value):
@@ -48,27 +53,27 @@ def test_fio_json_with_a_field_replaced(key, value):
     _only_parse_errors(fio.parse, json.dumps(doc))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(text)
 def test_xfs_outputs(s):
     for fn in (xfs.parse_frag, xfs.parse_freesp, xfs.parse_xfs_info):
         _only_parse_errors(fn, s)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(text)
 def test_scheduler_and_udev(s):
     _only_parse_errors(blockqueue.parse_scheduler, s)
     blockqueue.parse_udev_db(s)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(text)
 def test_job_files(s):
     _only_parse_errors(fio_job.parse_job_file, s)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(text)
 def test_config_text(s):
     try:

@@ -65,3 +65,10 @@ def test_mounts_decode_escapes_and_filter_xfs():
     text = ("/dev/sda1 / ext4 rw 0 0\n/dev/md0 /srv/my\\040data xfs rw,noatime 0 0\n"
             "proc /proc proc rw 0 0\n")
     assert xfs.parse_mounts(text)[1] == ("/dev/md0", "/srv/my data", "xfs")
+
+
+@pytest.mark.parametrize("line", ["total free extents", "total free blocks many", "average free extent size ?"])
+def test_freesp_totals_without_numbers(line):
+    # found by the fuzz test: a truncated total line must be a ParseError, not a ValueError
+    with pytest.raises(ParseError, match="without a number"):
+        xfs.parse_freesp(line + "\n")
