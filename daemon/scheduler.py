@@ -110,6 +110,9 @@ class Scheduler:
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config; probes already planned keep their next time."""
         now = time.monotonic()
+        b = cfg.section("budget")
+        self.budget.time_ratio, self.budget.window_seconds = b["device_time_ratio"], b["window_seconds"]
+        self.budget.write_bytes_per_day = b["write_bytes_per_day"]
         with self._lock:
             old = {(d.target.name, d.profile): d for d in getattr(self, "due", [])}
             self.cfg = cfg
