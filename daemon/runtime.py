@@ -95,7 +95,8 @@ class Daemon:
             warmup_probes=det["warmup_probes"], window=det["window_probes"], drift_ratio=det["drift_ratio"],
             auto_accept_probes=det["auto_accept_probes"]), on_event=self._event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result,
-                                   history=self.state.probe_results(limit=5000), pin_check=self._pin_check)
+                                   history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
+                                   devices=lambda: self.settings.devices or blockqueue.read(self.roots))
         self.registry = Registry()
         c = self.cfg
         self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self.sampler.step)
@@ -172,7 +173,6 @@ class Daemon:
         level = logging.INFO if result.ok else logging.WARNING
         log.log(level, result_summary(result),
                 extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
-        self.health.apply_requests(self.identity_of_target)
         rates = self.sampler.rates.get(result.device) if result.device else None
         context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
                    "disk_write_await_ms": rates.write_await_ms} if rates else {}

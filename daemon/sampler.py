@@ -16,6 +16,7 @@ class Sampler:
         self.roots = roots
         self.device_globs = device_globs
         self._prev: diskstats.DiskSample | None = None
+        self._partition: dict[str, bool] = {}
         self._lock = threading.Lock()
         self.rates: dict[str, diskstats.DiskRates] = {}
         self._util: dict[str, collections.deque] = {}
@@ -26,7 +27,10 @@ class Sampler:
     def _wanted(self, name: str) -> bool:
         if self.device_globs:
             return any(fnmatch.fnmatch(name, g) for g in self.device_globs)
-        return not diskstats.is_partition(name, self.roots)
+        # one stat() per device per tick adds up at 1000 devices: a name's kind is asked once
+        if name not in self._partition:
+            self._partition[name] = diskstats.is_partition(name, self.roots)
+        return not self._partition[name]
 
     def step(self) -> None:
         cur = diskstats.read(self.roots)
@@ -45,6 +49,8 @@ class Sampler:
                 self._util.setdefault(name, collections.deque(maxlen=self.HISTORY_TICKS)).append(r.util_percent)
             for gone in set(self._util) - set(rates):
                 del self._util[gone]
+            if set(self._partition) - set(cur.counters):  # devices went away: names may be reused
+                self._partition = {n: p for n, p in self._partition.items() if n in cur.counters}
         self.first_sample_done.set()
 
     def recent_util_percent(self, device: str, seconds: int = 5) -> float | None:

@@ -44,6 +44,14 @@ class Budget:
         self.write_bytes_per_day = write_bytes_per_day
         self.spent: dict[str, collections.deque] = {}   # disk -> (wall time, device seconds, bytes written)
 
+    def replay(self, records: list[dict], devices: dict) -> None:
+        """Count stored probe results (from the state database) against their disks."""
+        for rec in records:
+            if rec.get("device"):
+                disks = blockqueue.physical_devices(rec["device"], devices) or (rec["device"],)
+                self.record(disks, rec["started_at"], rec["duration_seconds"],
+                            rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0))
+
     def record(self, disks, at: float, seconds: float, written: int) -> None:
         for disk in disks:
             self.spent.setdefault(disk, collections.deque()).append((at, seconds, written))
@@ -82,11 +90,14 @@ class Due:
 
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, sampler, on_result, rng: random.Random | None = None,
-                 history: list[dict] | None = None, pin_check=None):
+                 history: list[dict] | None = None, pin_check=None, devices=None):
         self.roots = roots
         self.sampler = sampler
         self.on_result = on_result
         self.pin_check = pin_check or (lambda target, device: None)
+        # the block devices as last read (the settings poller's view, kept current by hotplug):
+        # a probe waiting for a busy disk must not re-read all of sysfs every second
+        self.devices = devices or (lambda: blockqueue.read(roots))
         self.rng = rng or random.Random()
         self.skipped_total: collections.Counter = collections.Counter()
         self._busy_disks: set[str] = set()
@@ -99,12 +110,8 @@ class Scheduler:
         self._stopping = False
         b = cfg.section("budget")
         self.budget = Budget(b["device_time_ratio"], b["window_seconds"], b["write_bytes_per_day"])
-        devices = blockqueue.read(roots) if history else {}
-        for rec in history or []:  # what was spent before a restart still counts
-            if rec.get("device"):
-                disks = blockqueue.physical_devices(rec["device"], devices) or (rec["device"],)
-                self.budget.record(disks, rec["started_at"], rec["duration_seconds"],
-                                   rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0))
+        if history:  # what was spent before a restart still counts
+            self.budget.replay(history, self.devices())
         self.configure(cfg)
 
     def configure(self, cfg: Config) -> None:
@@ -135,7 +142,7 @@ class Scheduler:
 
     def physical_disks(self, target: Target) -> tuple[str, ...]:
         name = self.device_of(target)
-        disks = () if name is None else (blockqueue.physical_devices(name, blockqueue.read(self.roots)) or (name,))
+        disks = () if name is None else (blockqueue.physical_devices(name, self.devices()) or (name,))
         self._disks_of[target.name] = disks
         return disks
 

@@ -45,13 +45,8 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             latest[(rec["target"], rec["profile"])] = rec
         b = cfg.section("budget")
         budget = Budget(b["device_time_ratio"], b["window_seconds"], b["write_bytes_per_day"])
-        devices = blockqueue.read(roots)
+        budget.replay(state.probe_results(limit=5000), blockqueue.read(roots))
         now = time.time()
-        for rec in state.probe_results(limit=5000):
-            if rec.get("device"):
-                disks = blockqueue.physical_devices(rec["device"], devices) or (rec["device"],)
-                budget.record(disks, rec["started_at"], rec["duration_seconds"],
-                              rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0))
         return {
             "probes": [latest[k] for k in sorted(latest)],
             "baselines": baseline_rows(state),
