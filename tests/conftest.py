@@ -78,7 +78,9 @@ def _run(*argv: str) -> str:
 class LoopXfs:
     """A real XFS filesystem on a loop device backed by an image file, mounted."""
 
-    def __init__(self, size: str = "1G"):
+    def __init__(self, size: str = "1G", direct_io: bool = False):
+        """direct_io: the loop device reads its image with O_DIRECT, so a read costs what the disk
+        under the image costs instead of a page-cache copy by the loop worker thread."""
         require_root()
         self.workdir = Path(tempfile.mkdtemp(prefix="iowarden-test-"))
         self.image = self.workdir / "xfs.img"
@@ -89,7 +91,13 @@ class LoopXfs:
         try:
             _run("truncate", "-s", size, str(self.image))
             _run("mkfs.xfs", "-q", "-f", str(self.image))
-            self.device = _run("losetup", "--find", "--show", str(self.image))
+            self.device = _run("losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}",
+                               str(self.image))
+            if direct_io:
+                dio = Path(f"/sys/block/{self.name}/loop/dio").read_text().strip()
+                if dio != "1":
+                    raise RuntimeError(f"{self.device}: the kernel refused direct I/O to {self.image} "
+                                       f"(loop/dio={dio}); the image's filesystem must support O_DIRECT")
             _run("mount", self.device, str(self.mountpoint))
             self.mounted = True
         except BaseException:
