@@ -18,6 +18,7 @@ from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_f
 from iowarden.probes.fio_run import ProbeLimits, run_probe
 
 from . import config as configmod
+from .discovery import targets_now
 from .tables import dumps, table
 
 EX_NOPERM = 77
@@ -32,7 +33,8 @@ def _print(text: str) -> None:
 
 def cmd_check_config(args) -> int:
     cfg = configmod.load(args.config)
-    _print(f"{args.config}: valid ({len(cfg.profiles)} profiles, {len(cfg.targets)} targets)")
+    _print(f"{args.config}: valid ({len(cfg.profiles)} profiles, {len(cfg.targets)} targets, "
+           f"{len(cfg.discover)} discovery rules)")
     return 0
 
 
@@ -57,7 +59,7 @@ def cmd_probe(args) -> int:
         cfg = configmod.load(args.config)
         limits = cfg.limits
         plan = []
-        for t in cfg.targets:
+        for t in targets_now(cfg):
             if args.target and t.name != args.target:
                 continue
             sizes = {min(cfg.profiles[p].effective_size_bytes(), limits.max_size_bytes) for p in t.profiles}
@@ -308,7 +310,7 @@ def cmd_baseline(args) -> int:
 def cmd_cleanup(args) -> int:
     from iowarden.probes.fio_run import remove_probe_dir
     cfg = configmod.load(args.config)
-    for t in cfg.targets:
+    for t in targets_now(cfg):
         if os.path.isdir(t.path):
             for path in remove_probe_dir(t.path):
                 _print(f"removed {path}")

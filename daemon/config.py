@@ -56,6 +56,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "max_deferral_seconds": Key("float", 600.0, "then run it anyway, marked contended", minimum=0.0),
         "jitter_ratio": Key("float", 0.1, "random spread of each interval, so hosts do not probe in step",
                             minimum=0.0),
+        "discover_interval_seconds": Key("float", 10.0, "how often [[discover]] rules are matched against the "
+                                         "mount table (and at every block device event)", minimum=1.0),
     },
     "budget": {
         "device_time_ratio": Key("float", 0.01, "probe device-time per physical disk, as a share of wall time",
@@ -126,10 +128,31 @@ TARGET_KEYS: dict[str, Key] = {
 }
 
 
+DISCOVER_KEYS: dict[str, Key] = {
+    "name": Key("str", None, "rule name; a volume it finds is the target NAME:MOUNTPOINT", required=True),
+    "mountpoints": Key("strlist", None, "glob patterns of mount points to probe, e.g. \"/srv/*\"", required=True),
+    "fstypes": Key("strlist", ["xfs", "ext4"], "filesystem types the rule accepts"),
+    "profiles": Key("strlist", None, "profile names to run", required=True),
+    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0),
+}
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
     path: str
+    profiles: tuple[str, ...]
+    interval_seconds: float
+    # Set for a target found by a [[discover]] rule: the st_dev of the filesystem it was
+    # found mounted at. A probe refuses when the path is on another one (unmounted since).
+    found_on_dev: int | None = None
+
+
+@dataclass(frozen=True)
+class DiscoveryRule:
+    name: str
+    mountpoints: tuple[str, ...]
+    fstypes: tuple[str, ...]
     profiles: tuple[str, ...]
     interval_seconds: float
 
@@ -141,6 +164,7 @@ class Config:
     limits: ProbeLimits
     profiles: dict[str, ProbeProfile] = field(default_factory=dict)
     targets: tuple[Target, ...] = ()
+    discover: tuple[DiscoveryRule, ...] = ()
 
     def section(self, name: str) -> dict[str, Any]:
         return self.values[name]
@@ -253,7 +277,7 @@ def parse(text: str, source: str = "<config>") -> Config:
     def where(path: tuple, message: str) -> str:
         return f"{source}:{lines.line(path)}: {_dotted(path)}: {message}"
 
-    known = set(SECTIONS) | {"profiles", "targets"}
+    known = set(SECTIONS) | {"profiles", "targets", "discover"}
     for key in raw:
         if key not in known:
             errors.append(where((key,), f"unknown section (expected one of {', '.join(sorted(known))})"))
@@ -284,26 +308,42 @@ def parse(text: str, source: str = "<config>") -> Config:
         except (ValueError, ParseError) as exc:
             errors.append(where(path + (("job_file",) if v["job_file"] else ()), str(exc)))
 
-    targets: list[Target] = []
-    raw_targets = raw.get("targets", [])
-    if not isinstance(raw_targets, list):
-        errors.append(where(("targets",), "expected [[targets]] entries"))
-        raw_targets = []
     names: set[str] = set()
-    for i, body in enumerate(raw_targets):
-        path = ("targets", i)
-        v = _table(body, TARGET_KEYS, path, errors, where)
-        if "name" in v:
-            if v["name"] in names:
-                errors.append(where(path + ("name",), f"target name {v['name']!r} is used twice"))
-            names.add(v["name"])
+
+    def entries(section: str, schema: dict[str, Key]):
+        """Each [[section]] entry checked against its schema, with the checks targets and rules share."""
+        raw_list = raw.get(section, [])
+        if not isinstance(raw_list, list):
+            errors.append(where((section,), f"expected [[{section}]] entries"))
+            return
+        for i, body in enumerate(raw_list):
+            path = (section, i)
+            v = _table(body, schema, path, errors, where)
+            if "name" in v:
+                if v["name"] in names:
+                    errors.append(where(path + ("name",), f"name {v['name']!r} is used twice"))
+                names.add(v["name"])
+            for p in v.get("profiles", []):
+                if p not in raw_profiles:
+                    errors.append(where(path + ("profiles",), f"no profile named {p!r} (define [profiles.{p}])"))
+            yield path, v
+
+    targets: list[Target] = []
+    for path, v in entries("targets", TARGET_KEYS):
         if "path" in v and not v["path"].startswith("/"):
             errors.append(where(path + ("path",), f"must be an absolute path, got {v['path']!r}"))
-        for p in v.get("profiles", []):
-            if p not in raw_profiles:
-                errors.append(where(path + ("profiles",), f"no profile named {p!r} (define [profiles.{p}])"))
         if len(v) == len(TARGET_KEYS):
             targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"]))
+    rules: list[DiscoveryRule] = []
+    for path, v in entries("discover", DISCOVER_KEYS):
+        for pattern in v.get("mountpoints", []):
+            if not pattern.startswith("/"):
+                errors.append(where(path + ("mountpoints",), f"must be absolute glob patterns, got {pattern!r}"))
+        if "mountpoints" in v and not v["mountpoints"]:
+            errors.append(where(path + ("mountpoints",), "must name at least one pattern"))
+        if len(v) == len(DISCOVER_KEYS):
+            rules.append(DiscoveryRule(v["name"], tuple(v["mountpoints"]), tuple(v["fstypes"]),
+                                       tuple(v["profiles"]), v["interval_seconds"]))
 
     if errors:
         raise ConfigError(errors)
@@ -311,7 +351,7 @@ def parse(text: str, source: str = "<config>") -> Config:
     limits = ProbeLimits(max_size_bytes=lim["max_probe_size"], max_runtime_seconds=lim["max_runtime_seconds"],
                          min_free_bytes=lim["min_free_bytes"], min_free_ratio=lim["min_free_ratio"],
                          timeout_margin_seconds=lim["timeout_margin_seconds"])
-    return Config(source, values, limits, profiles, tuple(targets))
+    return Config(source, values, limits, profiles, tuple(targets), tuple(rules))
 
 
 def load(path: str | Path) -> Config:

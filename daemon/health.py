@@ -164,6 +164,13 @@ class Health:
             events.append("VolumeDegraded cleared")
         return events
 
+    def target_dropped(self, target: str, why: str) -> None:
+        """A discovered target is gone (unmounted): its probe failures are no longer news."""
+        for fkey in [k for k in self.failures if k[0] == f"target:{target}"]:
+            del self.failures[fkey]
+            if ("ProbeFailing",) + fkey in self.open:
+                self._close(("ProbeFailing",) + fkey, why)
+
     def _raise(self, akey, target, metric, severity, evidence, causes) -> None:
         alert, identity, profile = akey
         aid = self.state.open_alert(alert, identity, target, profile, metric, severity, evidence, causes)

@@ -22,6 +22,8 @@ from iowarden.probes.common import Roots
 
 from . import config as configmod
 from .causes import Evidence, likely_causes
+from .config import Target
+from .discovery import discover
 from .detect import DetectorParams
 from .health import Health
 from .exporters.http import WebConfigError
@@ -101,6 +103,9 @@ class Daemon:
         c = self.cfg
         self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self.sampler.step)
         self.registry.add("scheduler", 1.0, 5.0, self.scheduler.step)
+        self.discovered: tuple[Target, ...] = ()
+        self._discovery_lock = threading.Lock()
+        self.registry.add("discovery", c.section("scheduling")["discover_interval_seconds"], 5.0, self.rediscover)
         self.registry.add("settings", c.section("settings")["interval_seconds"], 5.0, self.settings.step)
         self.registry.add("xfs", c.section("xfs")["interval_seconds"], c.section("xfs")["timeout_seconds"],
                           self.xfs.step)
@@ -127,10 +132,38 @@ class Daemon:
         return dev.identity if dev else f"kernel:{device}"
 
     def identity_of_target(self, target_name: str) -> str | None:
-        for t in self.cfg.targets:
+        for t in self.targets():
             if t.name == target_name:
                 return self.identity_of_device(self.scheduler.device_of(t))
         return None
+
+    def targets(self) -> tuple[Target, ...]:
+        """The configured targets and the ones [[discover]] rules found mounted."""
+        return self.cfg.targets + self.discovered
+
+    def rediscover(self, reconfigure: bool = False) -> None:
+        """Match the rules against the mount table; hand the scheduler the new targets if they changed."""
+        with self._discovery_lock:
+            cfg = self.cfg
+            found = discover(cfg, self.roots)
+            before = {t.name: t for t in self.discovered}
+            after = {t.name: t for t in found}
+            if not reconfigure and before == after:
+                return
+            for name in sorted(after.keys() - before.keys()):
+                log.info("target %s discovered: %s is mounted", name, after[name].path, extra={"TARGET": name})
+            for name in sorted(before.keys() - after.keys()):
+                log.info("target %s dropped: %s is no longer mounted", name, before[name].path,
+                         extra={"TARGET": name})
+                for key in [k for k in self.latest_probes if k[0] == name]:
+                    del self.latest_probes[key]   # its series disappear from /metrics
+                self.health.target_dropped(name, "target dropped: no longer mounted")
+            for name in sorted(before.keys() & after.keys()):
+                if before[name] != after[name]:
+                    log.info("target %s: another filesystem is mounted at %s now", name, after[name].path,
+                             extra={"TARGET": name})
+            self.discovered = found
+            self.scheduler.configure(cfg, self.targets())
 
     def _event(self, kind: str, **data) -> None:
         if getattr(self, "influx", None) is not None:
@@ -153,8 +186,14 @@ class Daemon:
             log.info("block device removed: %s", removed, extra={"DEVICE": removed})
             if self.scheduler.abort_on(removed):
                 log.warning("probe on %s aborted: the device was removed", removed, extra={"DEVICE": removed})
+        if self.cfg.discover:
+            self.rediscover()
 
     def _pin_check(self, target, device: str | None) -> str | None:
+        if target.found_on_dev is not None:
+            # a discovered target is whatever its rule finds mounted there (the scheduler checks
+            # that it still is); its baselines follow the volume's identity, so no pin
+            return None
         self.health.apply_requests(self.identity_of_target)  # a reset may re-pin this target
         return self.health.pin_refusal(target.name, self.identity_of_device(device))
 
@@ -165,11 +204,13 @@ class Daemon:
         if self.influx is not None:
             self.influx.probe_result(record, identity)
         self.last_result = result
-        key = (result.target, result.profile)
-        prev = self.latest_probes.get(key)
-        last_ok = result.started_at + result.duration_seconds if result.ok else (
-            prev.last_success_timestamp if prev else None)
-        self.latest_probes[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
+        # a discovered target dropped while its probe ran is stored, but gets no series back
+        if result.target in {t.name for t in self.targets()}:
+            key = (result.target, result.profile)
+            prev = self.latest_probes.get(key)
+            last_ok = result.started_at + result.duration_seconds if result.ok else (
+                prev.last_success_timestamp if prev else None)
+            self.latest_probes[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
         level = logging.INFO if result.ok else logging.WARNING
         log.log(level, result_summary(result),
                 extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
@@ -179,7 +220,7 @@ class Daemon:
         self.health.on_result(record, identity, lambda since: self._causes(result, since), context)
 
     def _causes(self, result, since: float) -> list[str]:
-        target = next((t for t in self.cfg.targets if t.name == result.target), None)
+        target = next((t for t in self.targets() if t.name == result.target), None)
         devices = self.settings.devices or blockqueue.read(self.roots)
         disks = self.scheduler.physical_disks(target) if target else ()
         waits = {n: max(r.read_await_ms, r.write_await_ms) for n, r in self.sampler.rates.items()}
@@ -200,15 +241,17 @@ class Daemon:
             log.error("reload rejected, keeping the running configuration:\n%s", "\n".join(exc.errors))
         else:
             self.cfg = new
-            self.scheduler.configure(new)
-            log.info("configuration reloaded from %s (%d targets)", self.config_path, len(new.targets))
+            self.rediscover(reconfigure=True)
+            log.info("configuration reloaded from %s (%d targets, %d discovery rules)", self.config_path,
+                     len(new.targets), len(new.discover))
         notify("READY=1")
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
         signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
         signal.signal(signal.SIGHUP, lambda *_: self.reload_requested.set())
-        log.info("iowarden starting: %d targets, state in %s", len(self.cfg.targets), self.state.path)
+        log.info("iowarden starting: %d targets, %d discovery rules, state in %s", len(self.cfg.targets),
+                 len(self.cfg.discover), self.state.path)
         self.http = None
         if self.cfg.section("prometheus")["enabled"]:
             try:
@@ -217,6 +260,7 @@ class Daemon:
                 log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus")["listen_address"], exc)
                 self.state.close()
                 return 1
+        self.rediscover()  # what is mounted already is a target from the start
         self.registry.start(self.stop_event)
         self.inventory.start(self.stop_event)
         ready = False
@@ -248,7 +292,7 @@ class Daemon:
     def status_line(self, stuck: list[str]) -> str:
         r = self.last_result
         last = f"last probe {r.target}/{r.profile} {'ok' if r.ok else 'failed'}" if r else "no probe yet"
-        return (f"{len(self.sampler.rates)} devices sampled, {len(self.cfg.targets)} targets, {last}"
+        return (f"{len(self.sampler.rates)} devices sampled, {len(self.targets())} targets, {last}"
                 + (f"; STUCK: {', '.join(stuck)}" if stuck else ""))
 
 

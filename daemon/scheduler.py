@@ -114,8 +114,10 @@ class Scheduler:
             self.budget.replay(history, self.devices())
         self.configure(cfg)
 
-    def configure(self, cfg: Config) -> None:
-        """Take a (re)loaded config; probes already planned keep their next time."""
+    def configure(self, cfg: Config, targets: tuple[Target, ...] | None = None) -> None:
+        """Take a (re)loaded config and the targets to probe (the config's, unless discovery adds some);
+        probes already planned keep their next time, a target no longer given is dropped."""
+        targets = cfg.targets if targets is None else targets
         now = time.monotonic()
         b = cfg.section("budget")
         self.budget.time_ratio, self.budget.window_seconds = b["device_time_ratio"], b["window_seconds"]
@@ -124,7 +126,12 @@ class Scheduler:
             old = {(d.target.name, d.profile): d for d in getattr(self, "due", [])}
             self.cfg = cfg
             self.due = []
-            for t in cfg.targets:
+            names = {t.name for t in targets}
+            for gone in set(self._disks_of) - names:
+                del self._disks_of[gone]
+            for key in [k for k in list(self.skipped_total) if k[0] not in names]:
+                del self.skipped_total[key]  # a dropped target's series go with it
+            for t in targets:
                 for p in t.profiles:
                     prev = old.get((t.name, p))
                     # first runs are spread over the first interval (at most a minute) so
@@ -158,6 +165,12 @@ class Scheduler:
         with self._lock:
             due = [d for d in self.due if d.next_at <= now]
         for d in due:
+            if not still_mounted(d.target):
+                # unmounted since discovery found it: the next discovery pass drops it; a probe
+                # now would write into the directory underneath
+                self.skipped_total[(d.target.name, "unmounted")] += 1
+                d.next_at = now + 1.0
+                continue
             disks = self.physical_disks(d.target)
             with self._lock:
                 if self._stopping or self._busy_disks & set(disks):
@@ -208,13 +221,17 @@ class Scheduler:
                      for p in d.target.profiles if p in cfg.profiles}
             device = self.device_of(d.target)
             refusal = self.pin_check(d.target, device)
+            if not still_mounted(d.target):
+                self.skipped_total[(d.target.name, "unmounted")] += 1
+                return
             if refusal:
                 result = ProbeResult(d.target.name, d.target.path, device, d.profile, False,
                                      f"refused: {refusal}", time.time(), 0.0)
             else:
                 result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                    fio_binary=cfg.section("daemon")["fio_path"], keep_sizes=sizes,
-                                   on_start=lambda proc: self._track(proc, disks))
+                                   on_start=lambda proc: self._track(proc, disks),
+                                   expect_dev=d.target.found_on_dev)
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
             rec = result.to_json()
@@ -265,6 +282,16 @@ class Scheduler:
         deadline = time.monotonic() + timeout_seconds
         for w in self._workers:
             w.join(max(0.0, deadline - time.monotonic()))
+
+
+def still_mounted(target: Target) -> bool:
+    """False when a discovered target's filesystem is no longer the one at its path."""
+    if target.found_on_dev is None:
+        return True
+    try:
+        return os.stat(target.path).st_dev == target.found_on_dev
+    except OSError:
+        return False
 
 
 def result_summary(r: ProbeResult) -> str:

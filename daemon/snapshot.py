@@ -62,7 +62,7 @@ def take(daemon) -> Snapshot:
                                       base[1] if base else None, verdict.z if verdict else 0.0,
                                       len(det.values), base is None))
     disks = {}
-    for t in daemon.cfg.targets:
+    for t in daemon.targets():
         for disk in daemon.scheduler.physical_disks_cached(t):
             disks[disk] = daemon.scheduler.budget.status(disk)
     return Snapshot(
@@ -80,7 +80,7 @@ def take(daemon) -> Snapshot:
         budget=disks,
         parts=daemon.registry.stats(),
         io_pressure=daemon.sampler.io_pressure,
-        probe_intervals={(t.name, p): t.interval_seconds for t in daemon.cfg.targets for p in t.profiles},
+        probe_intervals={(t.name, p): t.interval_seconds for t in daemon.targets() for p in t.profiles},
         influx=_influx_stats(daemon.influx.writer) if daemon.influx is not None else None,
     )
 

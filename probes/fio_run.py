@@ -106,10 +106,16 @@ def device_name_for(st_dev_or_rdev: int, roots: Roots) -> str | None:
         return None
 
 
-def open_probe_dir(target_dir: str) -> int:
-    """Create (if needed) and open `<target_dir>/.iowarden` safely; returns a directory fd."""
+def open_probe_dir(target_dir: str, expect_dev: int | None = None) -> int:
+    """Create (if needed) and open `<target_dir>/.iowarden` safely; returns a directory fd.
+
+    expect_dev: the filesystem target_dir must be on. Checked on the open directory,
+    which keeps that filesystem from being unmounted until the probe is done.
+    """
     parent = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        if expect_dev is not None and os.fstat(parent).st_dev != expect_dev:
+            raise ProbeRefused(f"{target_dir} is no longer on the filesystem it was found on (unmounted?)")
         try:
             os.mkdir(PROBE_DIR_NAME, 0o700, dir_fd=parent)
         except FileExistsError:
@@ -221,8 +227,11 @@ def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readon
 
 def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
               roots: Roots = Roots(), fio_binary: str = "fio", keep_sizes: set[int] | None = None,
-              on_start=None) -> ProbeResult:
-    """Run one profile once. Never raises for a probe's failure: the result says what went wrong."""
+              on_start=None, expect_dev: int | None = None) -> ProbeResult:
+    """Run one profile once. Never raises for a probe's failure: the result says what went wrong.
+
+    expect_dev: for a directory target, the filesystem (st_dev) it must still be on.
+    """
     started_wall, started = time.time(), time.monotonic()
     result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0)
     dir_fd = None
@@ -242,7 +251,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
             readonly = True
         elif stat.S_ISDIR(st.st_mode):
             result.device = device_name_for(st.st_dev, roots)
-            dir_fd = open_probe_dir(path)
+            dir_fd = open_probe_dir(path, expect_dev)
             name = probe_file_name(size)
             clean_leftovers(dir_fd, (keep_sizes or set()) | {size})
             try:

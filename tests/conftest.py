@@ -78,14 +78,15 @@ def _run(*argv: str) -> str:
 class LoopXfs:
     """A real XFS filesystem on a loop device backed by an image file, mounted."""
 
-    def __init__(self, size: str = "1G", direct_io: bool = False):
+    def __init__(self, size: str = "1G", direct_io: bool = False, mountpoint: Path | None = None):
         """direct_io: the loop device reads its image with O_DIRECT, so a read costs what the disk
-        under the image costs instead of a page-cache copy by the loop worker thread."""
+        under the image costs instead of a page-cache copy by the loop worker thread.
+        mountpoint: where to mount (created if absent, left in place); else a fresh temp directory."""
         require_root()
         self.workdir = Path(tempfile.mkdtemp(prefix="iowarden-test-"))
         self.image = self.workdir / "xfs.img"
-        self.mountpoint = self.workdir / "mnt"
-        self.mountpoint.mkdir()
+        self.mountpoint = mountpoint or self.workdir / "mnt"
+        self.mountpoint.mkdir(exist_ok=True)
         self.device = None
         self.mounted = False
         try:
@@ -98,8 +99,7 @@ class LoopXfs:
                 if dio != "1":
                     raise RuntimeError(f"{self.device}: the kernel refused direct I/O to {self.image} "
                                        f"(loop/dio={dio}); the image's filesystem must support O_DIRECT")
-            _run("mount", self.device, str(self.mountpoint))
-            self.mounted = True
+            self.mount()
         except BaseException:
             self.close()
             raise
@@ -113,7 +113,12 @@ class LoopXfs:
         st = os.stat(self.device)
         return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
 
-    def close(self):
+    def mount(self):
+        _run("mount", self.device, str(self.mountpoint))
+        self.mounted = True
+
+    def unmount(self) -> list[str]:
+        """Unmount; the problems met (a mount that stayed busy), for close() to report."""
         problems = []
         if self.mounted:
             # A process still finishing I/O (a killed fio's job children) keeps the mount busy
@@ -126,6 +131,10 @@ class LoopXfs:
                 subprocess.run(["umount", "-l", str(self.mountpoint)], check=False)
                 problems.append(f"{self.mountpoint} was busy and had to be unmounted lazily")
             self.mounted = False
+        return problems
+
+    def close(self):
+        problems = self.unmount()
         if self.device:
             subprocess.run(["losetup", "-d", self.device], check=False)
             self.device = None

@@ -15,7 +15,7 @@ import platform
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 BAND_SPREADS = 2.0  # the detector's allowance k: deviations inside the band never accumulate
-SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes")
+SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes", "unmounted")
 
 # Fixed latency buckets, the same on every host so histogram_quantile() aggregates
 # across a fleet: half-octave steps from 1 us to ~134 s (fio's own buckets are 1/64

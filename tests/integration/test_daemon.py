@@ -5,11 +5,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
 from iowarden.probes.common import kill_group
-from tests.integration.helpers import config_text, rows, wait_for
+from tests.integration.helpers import config_text, free_port, rows, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -278,3 +279,65 @@ def test_busy_device_defers_then_runs_contended_and_drift_survives_restart(loop_
     d2.wait_message("READY=1")
     wait_for(lambda: rows(db, "SELECT id FROM drift_events WHERE setting = 'scheduler' AND old_value = "
                               f"'{before}' AND new_value = '{after}'"), what="drift recorded across a restart")
+
+
+def _scrape(port):
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def _series(port, family, target):
+    return [line for line in _scrape(port).splitlines()
+            if line.startswith(family + "{") and f'target="{target}"' in line]
+
+
+def test_a_volume_mounted_while_running_is_found_by_a_rule_and_dropped_when_unmounted(tmp_path, daemon_factory):
+    from tests.conftest import LoopXfs
+    state = tmp_path / "state"
+    db = str(state / "state.db")
+    configured = tmp_path / "configured"
+    configured.mkdir()
+    port = free_port()
+    extra = f"""
+[scheduling]
+discover_interval_seconds = 1.0
+[budget]
+device_time_ratio = 1.0
+[[discover]]
+name = "new"
+mountpoints = ["{tmp_path}/vol*"]
+fstypes = ["xfs"]
+profiles = ["rr"]
+interval_seconds = 1.0
+"""
+    d = daemon_factory(config_text(configured, state, interval=3600.0, extra=extra, port=port))
+    d.wait_message("READY=1")
+    mnt = tmp_path / "vol1"
+    target = f"new:{mnt}"
+    ok_rows = f"SELECT identity FROM probe_results WHERE target = '{target}' AND ok = 1"
+    fs = LoopXfs("512M", mountpoint=mnt)
+    try:
+        wait_for(lambda: f"target {target} discovered" in d.output(), what="the mount found by the rule")
+        wait_for(lambda: rows(db, ok_rows), what="a probe of the discovered volume")
+        wait_for(lambda: _series(port, "iowarden_probe_success", target), what="its series on /metrics")
+        identity = rows(db, ok_rows)[0][0]
+        assert identity == f"loop-file:{fs.image}"
+
+        # unmounted: dropped, its series gone, nothing written into the directory underneath,
+        # and no failure recorded for it (an unmounted volume is not a failing probe)
+        assert fs.unmount() == []
+        wait_for(lambda: f"target {target} dropped" in d.output(), what="the target dropped")
+        wait_for(lambda: f'target="{target}"' not in _scrape(port), what="its series gone")
+        time.sleep(3)  # three probe intervals and discovery passes
+        assert not (mnt / ".iowarden").exists()
+        assert rows(db, f"SELECT error FROM probe_results WHERE target = '{target}' AND ok = 0") == []
+        n_ok = len(rows(db, ok_rows))
+
+        # mounted again: found again, and the same volume keeps its identity (and baselines)
+        fs.mount()
+        wait_for(lambda: d.output().count(f"target {target} discovered") == 2, what="rediscovery")
+        wait_for(lambda: len(rows(db, ok_rows)) > n_ok, what="probes after the remount")
+        assert {r[0] for r in rows(db, ok_rows)} == {identity}
+        assert d.proc.poll() is None
+        assert "Traceback" not in d.output()
+    finally:
+        fs.close()

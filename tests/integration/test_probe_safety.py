@@ -66,6 +66,19 @@ def test_symlinked_probe_file_is_refused(loop_xfs, tmp_path):
     assert victim.read_bytes() == b"precious"
 
 
+def test_a_directory_no_longer_on_its_filesystem_is_refused_untouched(loop_xfs):
+    # a discovered mount point: once unmounted, the path is a directory of the filesystem beneath
+    under = loop_xfs.mountpoint.parent / "beneath"
+    under.mkdir()
+    r = run_probe("t", str(under), ProbeProfile("p", **SMALL), LIMITS,
+                  expect_dev=os.stat(loop_xfs.mountpoint).st_dev)
+    assert not r.ok and r.error.startswith("refused:") and "no longer on the filesystem" in r.error
+    assert os.listdir(under) == []
+    ok = run_probe("t", str(loop_xfs.mountpoint), ProbeProfile("p", **SMALL), LIMITS,
+                   expect_dev=os.stat(loop_xfs.mountpoint).st_dev)
+    assert ok.ok, ok.error
+
+
 def test_raw_device_is_never_written(loop_xfs):
     before = open(loop_xfs.device, "rb").read(1 << 20)
     r = probe(loop_xfs.device, rw="randwrite")

@@ -101,7 +101,7 @@ def test_example_config_documents_every_key():
     raw = tomllib.loads(text)
     for section, keys in config.SECTIONS.items():
         assert set(raw[section]) == set(keys), f"[{section}] in the example must set every key"
-    for keys in (config.PROFILE_KEYS, config.TARGET_KEYS):
+    for keys in (config.PROFILE_KEYS, config.TARGET_KEYS, config.DISCOVER_KEYS):
         for key in keys:
             assert re.search(rf"^#?\s*{key}\s*=", text, re.M), f"{key} is not documented in the example"
 

@@ -1,0 +1,76 @@
+"""Targets found at run time: [[discover]] rules matched against the mount table.
+
+A volume attached while iowarden runs is usually mounted some seconds or minutes
+later, and mounting sends no uevent. So the rules are matched against
+/proc/self/mounts on a short cadence and on every block-device event; a mount
+that matches a rule becomes a target, and one that goes away stops being one.
+
+A discovered target remembers the filesystem (st_dev) it was found on. If that
+filesystem is unmounted between a match and a probe, the probe refuses rather
+than write into the directory underneath (the root filesystem, usually).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+
+from iowarden.probes.common import Roots, read_text
+from iowarden.probes.xfs import parse_mounts
+
+from .config import Config, DiscoveryRule, Target
+
+
+def match(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bool]],
+          configured: tuple[Target, ...], dev_of) -> list[Target]:
+    """Targets for the mounts the rules match (pure, given dev_of(mountpoint) -> st_dev or None).
+
+    mounts: (device, mountpoint, fstype, read_only). A read-only mount is left alone
+    (its write probes could only fail), and so is a mountpoint a [[targets]] entry
+    already probes; the first rule that matches a mountpoint takes it.
+    """
+    taken = {os.path.normpath(t.path) for t in configured}
+    found: list[Target] = []
+    for _dev, mountpoint, fstype, read_only in mounts:
+        if read_only or mountpoint in taken:
+            continue
+        for rule in rules:
+            if fstype in rule.fstypes and any(fnmatch.fnmatchcase(mountpoint, p) for p in rule.mountpoints):
+                st_dev = dev_of(mountpoint)
+                if st_dev is not None:
+                    found.append(Target(f"{rule.name}:{mountpoint}", mountpoint, rule.profiles,
+                                        rule.interval_seconds, found_on_dev=st_dev))
+                    taken.add(mountpoint)
+                break
+    return found
+
+
+def read_mounts(roots: Roots = Roots()) -> list[tuple[str, str, str, bool]]:
+    """(device, mountpoint, fstype, read_only) of what is mounted now; the last mount over a path wins."""
+    latest: dict[str, tuple[str, str, str, bool]] = {}
+    for line in (read_text(roots.proc / "self" / "mounts") or "").splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        dev, mountpoint, fstype = parse_mounts(line)[0]
+        latest.pop(mountpoint, None)  # re-insert: a mount stacked over another one hides it
+        latest[mountpoint] = (dev, mountpoint, fstype, "ro" in fields[3].split(","))
+    return list(latest.values())
+
+
+def st_dev_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
+
+
+def discover(cfg: Config, roots: Roots = Roots()) -> tuple[Target, ...]:
+    """The targets the config's rules find in the mount table now."""
+    if not cfg.discover:
+        return ()
+    return tuple(match(cfg.discover, read_mounts(roots), cfg.targets, st_dev_of))
+
+
+def targets_now(cfg: Config, roots: Roots = Roots()) -> tuple[Target, ...]:
+    """The configured targets and those the rules find mounted now (for one-shot commands)."""
+    return cfg.targets + discover(cfg, roots)
