@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import uuid
 from dataclasses import dataclass, field
 
 from .common import ParseError, Roots, read_int, read_str, read_text
@@ -115,7 +116,8 @@ def parse_udev_db(text: str) -> tuple[dict[str, str], tuple[str, ...]]:
 
 
 def stable_identity(name: str, udev: dict[str, str], links: tuple[str, ...], wwid: str | None,
-                    serial: str | None, dm: DmInfo | None, loop_backing_file: str | None) -> str:
+                    serial: str | None, dm: DmInfo | None, loop_backing_file: str | None,
+                    fs_uuid: str | None = None) -> str:
     """The most stable name a device has, as 'scheme:value'.
 
     Order: hardware names (WWN, serial, by-id), then names that follow the data
@@ -140,9 +142,48 @@ def stable_identity(name: str, udev: dict[str, str], links: tuple[str, ...], wwi
         return "md-uuid:" + udev["MD_UUID"]
     if udev.get("ID_FS_UUID"):
         return "fs-uuid:" + udev["ID_FS_UUID"]
+    by_uuid = sorted(link for link in links if link.startswith("disk/by-uuid/"))
+    if by_uuid:
+        return "fs-uuid:" + by_uuid[0].rsplit("/", 1)[1]
+    if fs_uuid:
+        return "fs-uuid:" + fs_uuid
     if loop_backing_file:
         return "loop-file:" + loop_backing_file
     return "kernel:" + name
+
+
+# Where the filesystem UUID sits in a device's first bytes (what blkid reads when udev is absent):
+# XFS: superblock at 0, magic "XFSB", sb_uuid at 32 (after magicnum, blocksize, dblocks, rblocks,
+# rextents; fs/xfs/libxfs/xfs_format.h). ext2/3/4: superblock at 1024, s_magic 0xEF53
+# little-endian at +0x38, s_uuid at +0x68 (fs/ext4/ext4.h).
+FS_HEAD_BYTES = 2048
+EXT_SUPER = 1024
+
+
+def parse_fs_uuid(head: bytes) -> str | None:
+    """The UUID of an XFS or ext2/3/4 filesystem from its device's first 2 KiB; None for anything else."""
+    raw = None
+    if head[:4] == b"XFSB" and len(head) >= 48:
+        raw = head[32:48]
+    elif len(head) >= EXT_SUPER + 0x78 and head[EXT_SUPER + 0x38:EXT_SUPER + 0x3A] == b"\x53\xef":
+        raw = head[EXT_SUPER + 0x68:EXT_SUPER + 0x78]
+    if raw is None or raw == bytes(16):
+        return None
+    return str(uuid.UUID(bytes=raw))
+
+
+def read_fs_uuid(device_node) -> str | None:
+    """Read-only: the first 2 KiB of the device node, for parse_fs_uuid. None when it cannot be read."""
+    try:
+        fd = os.open(device_node, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return parse_fs_uuid(os.pread(fd, FS_HEAD_BYTES, 0))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _queue(qdir) -> QueueSettings | None:
@@ -206,8 +247,13 @@ def _device(devdir, parent: str | None, roots: Roots) -> BlockDevice | None:
         links = _links_to(name, roots)
     # Partitions share the disk's queue; their queue dir is absent, so read the parent's.
     queue = _queue(devdir / "queue") if not parent else _queue(devdir.parent / "queue")
-    ident = stable_identity(name, udev, links, read_str(devdir / "device" / "wwid") or read_str(devdir / "wwid"),
-                            read_str(devdir / "device" / "serial"), dm, backing)
+    wwid = read_str(devdir / "device" / "wwid") or read_str(devdir / "wwid")
+    serial = read_str(devdir / "device" / "serial")
+    ident = stable_identity(name, udev, links, wwid, serial, dm, backing)
+    if ident.startswith(("loop-file:", "kernel:")) and not parent and sectors:
+        # no udev to have read the filesystem's UUID: read it ourselves, as udev would have
+        # (a partition first takes its disk's name, in read())
+        ident = stable_identity(name, udev, links, wwid, serial, dm, backing, read_fs_uuid(roots.dev / name))
     return BlockDevice(name, major, minor, kind, sectors * 512 if sectors is not None else None, parent,
                        _listdir(devdir / "slaves"), _listdir(devdir / "holders"), queue, md, dm, backing,
                        udev, links, ident)
@@ -243,6 +289,10 @@ def read(roots: Roots = Roots()) -> dict[str, BlockDevice]:
                     # A partition without a name of its own is "its disk, partition N", as by-id names it.
                     number = read_int(devdir / child / "partition")
                     part = dataclasses.replace(part, identity=f"{dev.identity}-part{number}")
+                elif part and part.identity.startswith("kernel:") and part.size_bytes:
+                    fs_uuid = read_fs_uuid(roots.dev / child)
+                    if fs_uuid:
+                        part = dataclasses.replace(part, identity="fs-uuid:" + fs_uuid)
                 if part:
                     out[child] = part
     return out

@@ -105,6 +105,11 @@ class LoopXfs:
             raise
 
     @property
+    def fs_uuid(self) -> str:
+        """The filesystem's UUID as blkid reads it (the identity iowarden gives the loop device)."""
+        return _run("blkid", "-p", "-s", "UUID", "-o", "value", self.device)
+
+    @property
     def name(self) -> str:
         return os.path.basename(self.device)
 

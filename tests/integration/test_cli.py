@@ -83,7 +83,7 @@ def test_iostat_json_lines_and_table(shared_loop_xfs):
 def test_settings_json(shared_loop_xfs):
     out = json.loads(iowarden("settings", "--json").stdout)
     dev = out["block_devices"][shared_loop_xfs.name]
-    assert dev["kind"] == "loop" and dev["identity"] == f"loop-file:{shared_loop_xfs.image}"
+    assert dev["kind"] == "loop" and dev["identity"] == f"fs-uuid:{shared_loop_xfs.fs_uuid}"
     assert dev["queue"]["scheduler"] in dev["queue"]["schedulers_available"]
     assert out["power"]["cpus"] and "pm_qos_cpu_dma_latency_usec" in out["power"]
     assert "scheduler" in iowarden("settings").stdout

@@ -129,7 +129,7 @@ def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(loo
                          timeout=60, what="a VolumeDegraded alert")[0]
         probes_to_alert = len(rows(db, "SELECT id FROM probe_results")) - n0
         identity, target, severity, causes, metric = alert
-        assert identity == f"loop-file:{loop_xfs.image}" and target == "loop" and severity == "critical"
+        assert identity == f"fs-uuid:{loop_xfs.fs_uuid}" and target == "loop" and severity == "critical"
         # every deviating metric is in the evidence; IOPS falls with the throttle, whichever metric crossed first
         wait_for(lambda: "read_iops" in rows(db, "SELECT evidence FROM alerts WHERE alert = 'VolumeDegraded'")[0][0],
                  timeout=20, what="read_iops in the alert's evidence")
@@ -320,7 +320,7 @@ interval_seconds = 1.0
         wait_for(lambda: rows(db, ok_rows), what="a probe of the discovered volume")
         wait_for(lambda: _series(port, "iowarden_probe_success", target), what="its series on /metrics")
         identity = rows(db, ok_rows)[0][0]
-        assert identity == f"loop-file:{fs.image}"
+        assert identity == f"fs-uuid:{fs.fs_uuid}"
 
         # unmounted: dropped, its series gone, nothing written into the directory underneath,
         # and no failure recorded for it (an unmounted volume is not a failing probe)

@@ -116,7 +116,7 @@ def test_degraded_volume_alert_reaches_alertmanager_webhook(loop_xfs, tmp_path, 
         with open(blkio, "w") as f:
             f.write(f"{loop_xfs.major_minor} 0")
     labels = alert["labels"]
-    assert labels["volume"] == f"loop-file:{loop_xfs.image}" and labels["target"] == "loop"
+    assert labels["volume"] == f"fs-uuid:{loop_xfs.fs_uuid}" and labels["target"] == "loop"
     assert labels["profile"] == "rr" and labels["severity"] in ("warning", "critical")
     assert "is slower than its baseline" in alert["annotations"]["summary"]
     assert "iowarden status" in alert["annotations"]["description"]

@@ -1,4 +1,6 @@
 """Block devices from a fixture /sys: md RAID0 under LVM, RAID1 with a failed member, udev identity."""
+import subprocess
+
 from iowarden.probes import blockqueue
 from iowarden.probes.common import ParseError
 
@@ -59,3 +61,32 @@ def test_scheduler_line_garbage():
         blockqueue.parse_scheduler("[none] [bfq]")
     with pytest.raises(ParseError):
         blockqueue.parse_scheduler("mq-deadline bfq")
+
+
+def _fs_image(tmp_path, mkfs: list[str], size: str) -> tuple[bytes, str]:
+    """The first 2 KiB of a freshly made filesystem image, and the UUID blkid reads from it."""
+    img = tmp_path / f"{mkfs[0]}.img"
+    subprocess.run(["truncate", "-s", size, str(img)], check=True)
+    subprocess.run(mkfs + [str(img)], check=True, capture_output=True)
+    uuid = subprocess.run(["blkid", "-p", "-s", "UUID", "-o", "value", str(img)], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    return img.read_bytes()[:blockqueue.FS_HEAD_BYTES], uuid
+
+
+def test_filesystem_uuid_read_like_blkid_names_a_device_without_udev(tree, tmp_path):
+    xfs_head, xfs_uuid = _fs_image(tmp_path, ["mkfs.xfs", "-q", "-f"], "320M")
+    ext4_head, ext4_uuid = _fs_image(tmp_path, ["mkfs.ext4", "-q", "-F"], "16M")
+    assert blockqueue.parse_fs_uuid(xfs_head) == xfs_uuid
+    assert blockqueue.parse_fs_uuid(ext4_head) == ext4_uuid
+    assert blockqueue.parse_fs_uuid(bytes(2048)) is None and blockqueue.parse_fs_uuid(b"XFSB") is None
+    # sdc (no udev record, no serial): its partition sdc1 holds ext4, then sdc itself holds XFS
+    roots = tree("storage-md-dm.tree")
+    roots.dev.mkdir(parents=True, exist_ok=True)
+    (roots.dev / "sdc1").write_bytes(ext4_head)
+    devs = blockqueue.read(roots)
+    assert (devs["sdc"].identity, devs["sdc1"].identity) == ("kernel:sdc", f"fs-uuid:{ext4_uuid}")
+    (roots.dev / "sdc").write_bytes(xfs_head)
+    devs = blockqueue.read(roots)
+    # a whole-disk filesystem names the disk; the partition is then "its disk, partition 1"
+    assert (devs["sdc"].identity, devs["sdc1"].identity) == (f"fs-uuid:{xfs_uuid}", f"fs-uuid:{xfs_uuid}-part1")
+    assert devs["sdb"].identity == "wwn:0x5000c500a1b2c3d4"   # a hardware name still comes first

@@ -68,6 +68,13 @@ def test_scheduler_and_udev(s):
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
+@given(st.one_of(st.binary(max_size=2048), st.binary(max_size=2044).map(lambda b: b"XFSB" + b)))
+def test_filesystem_head(head):
+    value = blockqueue.parse_fs_uuid(head)
+    assert value is None or len(value) == 36
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(text)
 def test_job_files(s):
     _only_parse_errors(fio_job.parse_job_file, s)
