@@ -3,7 +3,8 @@
 The systemd test boots systemd as PID 1 of a new PID and mount namespace in a
 Debian root (tests/integration/systemd_root.py), installs the built .deb with apt,
 and drives the service as a user would: start (active only after READY=1),
-structured journal fields, reload, a hang killed by the watchdog, an upgrade
+structured journal fields, reload, a volume found by a discovery rule and
+written to through the sandbox, a hang killed by the watchdog, an upgrade
 that keeps config and state, stop, purge.
 """
 import json
@@ -141,6 +142,31 @@ interval_seconds = 2.0
 """
 
 
+def _discovered_volume_is_probed_and_dropped(sd, tmp_path):
+    img = tmp_path / "srv-vol1.img"
+    subprocess.run(["truncate", "-s", "320M", str(img)], check=True)
+    subprocess.run(["mkfs.xfs", "-q", "-f", str(img)], check=True)
+    dev = subprocess.run(["losetup", "--find", "--show", str(img)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    mountpoint = sd.root / "srv" / "vol1"
+    in_systemd_ns = ["nsenter", "-t", str(sd.pid), "-m"]   # where the service's mounts come from
+    try:
+        mountpoint.mkdir(parents=True)
+        subprocess.run(in_systemd_ns + ["mount", dev, str(mountpoint)], check=True)
+        entries = wait_for(lambda: [e for e in _journal(sd) if e.get("TARGET") == "disk:/srv/vol1"
+                                    and e.get("PROBE") == "rw2"], timeout=60,
+                           what="a probe of the volume mounted under /srv")
+        # a write probe that succeeded, not "failed: ... Read-only file system"
+        assert "write" in entries[0]["MESSAGE"] and "failed" not in entries[0]["MESSAGE"], entries[0]["MESSAGE"]
+        wait_for(lambda: subprocess.run(in_systemd_ns + ["umount", str(mountpoint)],
+                                        capture_output=True).returncode == 0, what="the volume unmounted")
+        wait_for(lambda: [e for e in _journal(sd) if e.get("TARGET") == "disk:/srv/vol1"
+                          and "dropped" in e.get("MESSAGE", "")], what="the target dropped")
+    finally:
+        subprocess.run(in_systemd_ns + ["umount", str(mountpoint)], capture_output=True)
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
 def test_service_under_a_real_systemd(packages, tmp_path):
     sd = BootedSystemd(tmp_path)
     try:
@@ -180,8 +206,21 @@ def test_service_under_a_real_systemd(packages, tmp_path):
         assert _show(sd, "MainPID")["MainPID"] == pid
         assert any("configuration reloaded" in e.get("MESSAGE", "") for e in _journal(sd))
 
-        # a hung part: the watchdog ping stops, systemd kills and restarts the daemon
+        # a [[discover]] rule: a volume mounted while the service runs is found and written to
+        # (ReadWritePaths= for the directory the mount points live under, as the unit says)
         dropin = sd.root / "etc/systemd/system/iowarden.service.d"
+        dropin.mkdir(parents=True)
+        (dropin / "discover.conf").write_text("[Service]\nReadWritePaths=/srv\n")
+        rule = ('[scheduling]\ndiscover_interval_seconds = 1.0\n[[discover]]\nname = "disk"\n'
+                'mountpoints = ["/srv/*"]\nfstypes = ["xfs"]\nprofiles = ["rw2"]\ninterval_seconds = 2.0\n')
+        conf.write_text(TEST_CONFIG.format(port=port, more=more + rule, profiles='"rr", "rw2"'))
+        sd.run("systemctl", "daemon-reload")
+        sd.run("systemctl", "restart", "iowarden")
+        _discovered_volume_is_probed_and_dropped(sd, tmp_path)
+        shutil.rmtree(dropin)
+        sd.run("systemctl", "daemon-reload")
+
+        # a hung part: the watchdog ping stops, systemd kills and restarts the daemon
         dropin.mkdir(parents=True)
         (dropin / "test-watchdog.conf").write_text(
             "[Service]\nWatchdogSec=5\nEnvironment=IOWARDEN_TEST_HANG_FILE=/var/lib/iowarden/hang\n")
