@@ -44,6 +44,13 @@ def match(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bo
     return found
 
 
+def read_only_matches(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bool]]) -> list[str]:
+    """Mount points a rule would take but for being read-only: worth a warning, since under
+    systemd's ProtectSystem= it is the sandbox, not the mount, that makes them so."""
+    return [mountpoint for _dev, mountpoint, fstype, read_only in mounts if read_only and any(
+        fstype in r.fstypes and any(fnmatch.fnmatchcase(mountpoint, p) for p in r.mountpoints) for r in rules)]
+
+
 def read_mounts(roots: Roots = Roots()) -> list[tuple[str, str, str, bool]]:
     """(device, mountpoint, fstype, read_only) of what is mounted now; the last mount over a path wins."""
     latest: dict[str, tuple[str, str, str, bool]] = {}
@@ -64,13 +71,15 @@ def st_dev_of(path: str) -> int | None:
         return None
 
 
-def discover(cfg: Config, roots: Roots = Roots()) -> tuple[Target, ...]:
-    """The targets the config's rules find in the mount table now."""
+def discover(cfg: Config, roots: Roots = Roots()) -> tuple[tuple[Target, ...], list[str]]:
+    """The targets the config's rules find in the mount table now, and the read-only mount
+    points they had to pass over."""
     if not cfg.discover:
-        return ()
-    return tuple(match(cfg.discover, read_mounts(roots), cfg.targets, st_dev_of))
+        return (), []
+    mounts = read_mounts(roots)
+    return tuple(match(cfg.discover, mounts, cfg.targets, st_dev_of)), read_only_matches(cfg.discover, mounts)
 
 
 def targets_now(cfg: Config, roots: Roots = Roots()) -> tuple[Target, ...]:
     """The configured targets and those the rules find mounted now (for one-shot commands)."""
-    return cfg.targets + discover(cfg, roots)
+    return cfg.targets + discover(cfg, roots)[0]

@@ -105,6 +105,7 @@ class Daemon:
         self.registry.add("scheduler", 1.0, 5.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
         self._discovery_lock = threading.Lock()
+        self._read_only_warned: set[str] = set()
         self.registry.add("discovery", c.section("scheduling")["discover_interval_seconds"], 5.0, self.rediscover)
         self.registry.add("settings", c.section("settings")["interval_seconds"], 5.0, self.settings.step)
         self.registry.add("xfs", c.section("xfs")["interval_seconds"], c.section("xfs")["timeout_seconds"],
@@ -145,7 +146,12 @@ class Daemon:
         """Match the rules against the mount table; hand the scheduler the new targets if they changed."""
         with self._discovery_lock:
             cfg = self.cfg
-            found = discover(cfg, self.roots)
+            found, read_only = discover(cfg, self.roots)
+            for mountpoint in sorted(set(read_only) - self._read_only_warned):
+                log.warning("%s matches a [[discover]] rule but is read-only here, so it is not probed; under "
+                            "systemd, ReadWritePaths= must name it or a directory above it (see the unit)",
+                            mountpoint, extra={"TARGET": mountpoint})
+            self._read_only_warned = set(read_only)
             before = {t.name: t for t in self.discovered}
             after = {t.name: t for t in found}
             if not reconfigure and before == after:

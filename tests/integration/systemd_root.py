@@ -40,6 +40,9 @@ BOOT = """set -e
 # the root a mount point of its own: systemd's sandboxing (ProtectSystem=, PrivateTmp=, ...)
 # sets up mount namespaces from "/" and fails with 226/NAMESPACE on a plain chroot directory
 mount --bind "$ROOT" "$ROOT"
+# shared, as systemd makes "/" on a real host (it leaves that to the container manager when
+# it sees one): a file system mounted later then reaches the services' mount namespaces
+mount --make-shared "$ROOT"
 mount -t proc proc "$ROOT/proc"
 mount --rbind /sys "$ROOT/sys"
 mount --make-rslave "$ROOT/sys"

@@ -142,7 +142,25 @@ interval_seconds = 2.0
 """
 
 
-def _discovered_volume_is_probed_and_dropped(sd, tmp_path):
+def _discovered_volume_probes(sd) -> list[str]:
+    return [e.get("MESSAGE", "") for e in _journal(sd) if e.get("TARGET") == "disk:/srv/vol1"
+            and e.get("PROBE") == "rw2"]
+
+
+def _messages_about_the_volume(sd) -> list[str]:
+    return [e.get("MESSAGE", "") for e in _journal(sd) if e.get("TARGET") in ("disk:/srv/vol1", "/srv/vol1")]
+
+
+def _after_restart(sd, starts: str) -> str:
+    """Restart the service; the first message about /srv/vol1 from then on that starts so."""
+    seen = len(_messages_about_the_volume(sd))
+    sd.run("systemctl", "restart", "iowarden")
+    return wait_for(lambda: [m for m in _messages_about_the_volume(sd)[seen:] if m.startswith(starts)],
+                    timeout=60, what=f"{starts!r} about /srv/vol1 after the restart")[0]
+
+
+def _discovered_volume_is_probed_and_dropped(sd, tmp_path, dropin):
+    """A [[discover]] rule for /srv/* under the unit's ProtectSystem=strict sandbox."""
     img = tmp_path / "srv-vol1.img"
     subprocess.run(["truncate", "-s", "320M", str(img)], check=True)
     subprocess.run(["mkfs.xfs", "-q", "-f", str(img)], check=True)
@@ -151,13 +169,22 @@ def _discovered_volume_is_probed_and_dropped(sd, tmp_path):
     mountpoint = sd.root / "srv" / "vol1"
     in_systemd_ns = ["nsenter", "-t", str(sd.pid), "-m"]   # where the service's mounts come from
     try:
+        # mounted while the service runs: found, and writable (a new mount keeps its own flags)
         mountpoint.mkdir(parents=True)
         subprocess.run(in_systemd_ns + ["mount", dev, str(mountpoint)], check=True)
-        entries = wait_for(lambda: [e for e in _journal(sd) if e.get("TARGET") == "disk:/srv/vol1"
-                                    and e.get("PROBE") == "rw2"], timeout=60,
-                           what="a probe of the volume mounted under /srv")
-        # a write probe that succeeded, not "failed: ... Read-only file system"
-        assert "write" in entries[0]["MESSAGE"] and "failed" not in entries[0]["MESSAGE"], entries[0]["MESSAGE"]
+        first = wait_for(lambda: _discovered_volume_probes(sd), timeout=60,
+                         what="a probe of the volume mounted under /srv")[0]
+        assert "write" in first and "failed" not in first, first
+        # already mounted when the service starts: the sandbox makes it read-only, and the
+        # daemon says why it is not probed ...
+        warned = _after_restart(sd, "/srv/vol1 ")
+        assert "read-only" in warned and "ReadWritePaths=" in warned, warned
+        # ... until ReadWritePaths= names the directory the mount points live under
+        (dropin / "discover.conf").write_text("[Service]\nReadWritePaths=/srv\n")
+        sd.run("systemctl", "daemon-reload")
+        allowed = _after_restart(sd, "probe ")
+        assert "write" in allowed and "failed" not in allowed, allowed
+        # unmounted: dropped
         wait_for(lambda: subprocess.run(in_systemd_ns + ["umount", str(mountpoint)],
                                         capture_output=True).returncode == 0, what="the volume unmounted")
         wait_for(lambda: [e for e in _journal(sd) if e.get("TARGET") == "disk:/srv/vol1"
@@ -206,17 +233,14 @@ def test_service_under_a_real_systemd(packages, tmp_path):
         assert _show(sd, "MainPID")["MainPID"] == pid
         assert any("configuration reloaded" in e.get("MESSAGE", "") for e in _journal(sd))
 
-        # a [[discover]] rule: a volume mounted while the service runs is found and written to
-        # (ReadWritePaths= for the directory the mount points live under, as the unit says)
+        # a [[discover]] rule: volumes mounted under /srv, through the sandbox
         dropin = sd.root / "etc/systemd/system/iowarden.service.d"
         dropin.mkdir(parents=True)
-        (dropin / "discover.conf").write_text("[Service]\nReadWritePaths=/srv\n")
         rule = ('[scheduling]\ndiscover_interval_seconds = 1.0\n[[discover]]\nname = "disk"\n'
                 'mountpoints = ["/srv/*"]\nfstypes = ["xfs"]\nprofiles = ["rw2"]\ninterval_seconds = 2.0\n')
         conf.write_text(TEST_CONFIG.format(port=port, more=more + rule, profiles='"rr", "rw2"'))
-        sd.run("systemctl", "daemon-reload")
-        sd.run("systemctl", "restart", "iowarden")
-        _discovered_volume_is_probed_and_dropped(sd, tmp_path)
+        sd.run("systemctl", "reload", "iowarden")
+        _discovered_volume_is_probed_and_dropped(sd, tmp_path, dropin)
         shutil.rmtree(dropin)
         sd.run("systemctl", "daemon-reload")
 

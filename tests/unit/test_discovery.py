@@ -2,7 +2,7 @@
 import pytest
 
 from iowarden.daemon import config
-from iowarden.daemon.discovery import match, read_mounts, targets_now
+from iowarden.daemon.discovery import match, read_mounts, read_only_matches, targets_now
 from iowarden.probes.common import Roots
 
 PROFILES = """
@@ -52,6 +52,7 @@ def test_rules_match_writable_mounts_of_their_types_and_leave_configured_paths_a
         ("data:/srv/old data", "/srv/old data", 103, 60.0),
         ("data:/srv/stack", "/srv/stack", 105, 60.0),
     ]  # not: ro /srv/logs, tmpfs /srv/scratch, the configured /srv/conf, /data (no pattern)
+    assert read_only_matches((rule(),), read_mounts(proc)) == ["/srv/logs"]  # these are warned about
 
 
 def test_first_matching_rule_wins_and_a_vanished_mountpoint_is_skipped(proc):
