@@ -130,7 +130,7 @@ TARGET_KEYS: dict[str, Key] = {
 
 DISCOVER_KEYS: dict[str, Key] = {
     "name": Key("str", None, "rule name; a volume it finds is the target NAME:MOUNTPOINT", required=True),
-    "mountpoints": Key("strlist", None, "glob patterns of mount points to probe, e.g. \"/srv/*\"", required=True),
+    "mountpoints": Key("strlist", None, "glob patterns of mount points to probe, e.g. \"/srv/*\" (* also matches /)", required=True),
     "fstypes": Key("strlist", ["xfs", "ext4"], "filesystem types the rule accepts"),
     "profiles": Key("strlist", None, "profile names to run", required=True),
     "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0),

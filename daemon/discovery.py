@@ -31,24 +31,27 @@ def match(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bo
     taken = {os.path.normpath(t.path) for t in configured}
     found: list[Target] = []
     for _dev, mountpoint, fstype, read_only in mounts:
-        if read_only or mountpoint in taken:
+        rule = rule_for(rules, mountpoint, fstype)
+        if rule is None or read_only or mountpoint in taken:
             continue
-        for rule in rules:
-            if fstype in rule.fstypes and any(fnmatch.fnmatchcase(mountpoint, p) for p in rule.mountpoints):
-                st_dev = dev_of(mountpoint)
-                if st_dev is not None:
-                    found.append(Target(f"{rule.name}:{mountpoint}", mountpoint, rule.profiles,
-                                        rule.interval_seconds, found_on_dev=st_dev))
-                    taken.add(mountpoint)
-                break
+        st_dev = dev_of(mountpoint)
+        if st_dev is not None:
+            found.append(Target(f"{rule.name}:{mountpoint}", mountpoint, rule.profiles, rule.interval_seconds,
+                                found_on_dev=st_dev))
+            taken.add(mountpoint)
     return found
+
+
+def rule_for(rules: tuple[DiscoveryRule, ...], mountpoint: str, fstype: str) -> DiscoveryRule | None:
+    """The first rule whose types and patterns take this mount (fnmatch: "*" also matches "/")."""
+    return next((r for r in rules if fstype in r.fstypes
+                 and any(fnmatch.fnmatchcase(mountpoint, p) for p in r.mountpoints)), None)
 
 
 def read_only_matches(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bool]]) -> list[str]:
     """Mount points a rule would take but for being read-only: worth a warning, since under
     systemd's ProtectSystem= it is the sandbox, not the mount, that makes them so."""
-    return [mountpoint for _dev, mountpoint, fstype, read_only in mounts if read_only and any(
-        fstype in r.fstypes and any(fnmatch.fnmatchcase(mountpoint, p) for p in r.mountpoints) for r in rules)]
+    return [mnt for _dev, mnt, fstype, read_only in mounts if read_only and rule_for(rules, mnt, fstype)]
 
 
 def read_mounts(roots: Roots = Roots()) -> list[tuple[str, str, str, bool]]:

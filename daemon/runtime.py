@@ -196,11 +196,11 @@ class Daemon:
             self.rediscover()
 
     def _pin_check(self, target, device: str | None) -> str | None:
+        self.health.apply_requests(self.identity_of_target)  # a reset may re-pin this target
         if target.found_on_dev is not None:
             # a discovered target is whatever its rule finds mounted there (the scheduler checks
             # that it still is); its baselines follow the volume's identity, so no pin
             return None
-        self.health.apply_requests(self.identity_of_target)  # a reset may re-pin this target
         return self.health.pin_refusal(target.name, self.identity_of_device(device))
 
     def _on_result(self, result) -> None:

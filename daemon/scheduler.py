@@ -23,6 +23,7 @@ from iowarden.probes.common import Roots, kill_group
 from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
 
 from .config import Config, Target
+from .discovery import st_dev_of
 
 log = logging.getLogger("iowarden")
 
@@ -286,12 +287,7 @@ class Scheduler:
 
 def still_mounted(target: Target) -> bool:
     """False when a discovered target's filesystem is no longer the one at its path."""
-    if target.found_on_dev is None:
-        return True
-    try:
-        return os.stat(target.path).st_dev == target.found_on_dev
-    except OSError:
-        return False
+    return target.found_on_dev is None or st_dev_of(target.path) == target.found_on_dev
 
 
 def result_summary(r: ProbeResult) -> str:
