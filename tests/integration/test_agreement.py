@@ -1,7 +1,8 @@
 """iowarden's numbers beside the reference tools', on the same real device at the same time.
 
 - `iowarden iostat` vs sysstat's `iostat -x` under fio load, over the same intervals: within 2 %.
-- a short `iowarden probe` vs a 30 s plain fio run of the same job: within 10 %.
+- a short `iowarden probe` vs a 30 s plain fio run of the same job: within 10 %, over a loop device
+  with direct I/O.
 - the QD1 probe's median latency vs `ioping`'s on the same file, over a loop device with direct I/O.
 - extent counts of a deliberately fragmented file vs `xfs_bmap`, and the filesystem total vs `xfs_db frag`.
 """
@@ -78,32 +79,36 @@ def _fio_json(argv):
     return json.loads(out[out.index("{"):])
 
 
-def test_short_probe_agrees_with_a_long_fio_run(shared_loop_xfs):
-    # Queue depth 1: on this 2-core VM a loop device at QD16-32 is bound by CPU scheduling
-    # between fio and the loop worker, and 3 s runs of it vary by ~9 % among themselves
-    # (bench/probe_spread.py); at QD1 they vary by ~4 %, so a 10 % agreement is a fair test.
-    fs = shared_loop_xfs
+@pytest.fixture(scope="module")
+def direct_loop_xfs():
+    # The loop device reads its image with O_DIRECT: the probes measure the virtio disk under
+    # the image, not the loop worker's wake-ups over the page cache (see below and
+    # docs/measurements.md for why the latter cannot be compared across time windows here).
+    fs = LoopXfs("1G", direct_io=True)
+    yield fs
+    fs.close()
+
+
+def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
+    # Queue depth 8 on the direct-I/O loop device: the virtio disk is the bottleneck, and 3 s
+    # windows agree with the 30 s run within ~3 % (16 probes against four 30 s runs). Over the
+    # page cache, and at QD1 or QD32, this VM's own speed moves 10-25 % between windows a few
+    # seconds apart (idle-polling and worker placement), which a 10 % bound would test instead.
+    fs = direct_loop_xfs
     size = 256 << 20
-    prof = ProbeProfile("rr4k", rw="randread", bs_bytes=4096, iodepth=1, ioengine="psync", size_bytes=size,
+    prof = ProbeProfile("rr4k", rw="randread", bs_bytes=4096, iodepth=8, ioengine="libaio", size_bytes=size,
                         runtime_seconds=3, ramp_time_seconds=1)
     first = run_probe("t", str(fs.mountpoint), prof, LIMITS)
     assert first.ok, first.error
     path = fs.mountpoint / PROBE_DIR_NAME / probe_file_name(size)
     long = _fio_json(["fio", "--name=long", f"--filename={path}", "--allow_file_create=0", "--rw=randread",
-                      "--bs=4k", "--iodepth=1", "--ioengine=psync", "--direct=1", f"--size={size}",
+                      "--bs=4k", "--iodepth=8", "--ioengine=libaio", "--direct=1", f"--size={size}",
                       "--time_based", "--runtime=30", "--ramp_time=1"])
     long_iops = long["jobs"][0]["read"]["iops"]
     probe = run_probe("t", str(fs.mountpoint), prof, LIMITS)
     assert probe.ok, probe.error
     print(f"probe {probe.iops('read'):.0f} IOPS, 30 s fio {long_iops:.0f} IOPS")
     assert close(probe.iops("read"), long_iops, 0.10, 0), (probe.iops("read"), long_iops)
-
-
-@pytest.fixture(scope="module")
-def direct_loop_xfs():
-    fs = LoopXfs("1G", direct_io=True)
-    yield fs
-    fs.close()
 
 
 def _ioping_request_seconds(path, seconds: float) -> list[float]:
