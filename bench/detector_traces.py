@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/detector_traces.py [--seeds 200]
 Prints detection delay (median, p90, worst) for step changes, drift and burst-credit
-exhaustion, false alarms per 1000 probes on stable traces, and spike shapes that
+exhaustion, probes to clear after a recovery (full or partial), false alarms per 1000 probes on stable traces, and spike shapes that
 must never alert.
 """
 import argparse
@@ -25,11 +25,26 @@ def first_raise(vals, metric):
     return None
 
 
-def summary(delays):
+def recovery(level, seed, level_after, n_after=200):
+    """IOPS halve for 60 probes, then come back to `level_after` of normal: the probes
+    from the recovery to the clear (None: still open) and how many times it was raised."""
+    vals = traces.stable(300 + 60 + n_after, level, seed)
+    vals = vals[:300] + [v * 0.5 for v in vals[300:360]] + [v * level_after for v in vals[360:]]
+    d = Detector("read_iops")
+    raises, cleared_at = 0, None
+    for i, v in enumerate(vals):
+        changed = d.update(v).changed
+        raises += changed == "raised"
+        if changed == "cleared" and i >= 360 and cleared_at is None:
+            cleared_at = i - 359
+    return cleared_at, raises
+
+
+def summary(delays, never="never detected"):
     got = sorted(d for d in delays if d is not None)
     missed = len(delays) - len(got)
     if not got:
-        return "never detected"
+        return never
     return (f"median {statistics.median(got):g}, p90 {got[int(len(got) * 0.9) - 1]}, worst {got[-1]}"
             + (f", missed {missed}" if missed else ""))
 
@@ -59,6 +74,11 @@ def main():
             i = first_raise(vals, "read_iops")
             delays.append(None if i is None or i < empty else i - empty + 1)
         print(f"  {'burst credits exhausted':<28} {summary(delays)}")
+        for after in (1.0, 0.9, 0.75):
+            got = [recovery(level, s, after) for s in range(n)]
+            flaps = sum(r > 1 for _, r in got)
+            print(f"  {f'halved, back to {after:.0%}: clear':<28} {summary([c for c, _ in got], 'never cleared (still degraded)')}"
+                  f"{f', raised again in {flaps}' if flaps else ''}")
         for metric, hi in (("read_iops", False), ("clat_p99_seconds", True)):
             probes = alarms = 0
             for s in range(n // 4):

@@ -12,7 +12,11 @@ Design, and why:
   z_cap - k, so isolated spikes, pairs and a few scattered spikes cannot reach
   the threshold h, while a sustained shift adds z_cap - k every probe and does.
 - Hysteresis: an alert clears only after `clear_probes` probes in a row back
-  within `clear_z` of the baseline.
+  within `clear_z` spreads of the baseline. clear_z equals k: a value below k
+  pulls the CUSUM down and could never raise an alert, so an alert held open
+  for it would be stale (a volume back at 93 % of its median after an outage
+  would stay "critical" until an operator accepted a new normal). The
+  hysteresis is the CUSUM itself: raising again takes a sum above h.
 - Frozen while degraded: values are not learned while the CUSUM is above h/2
   or an alert is open, so a degradation is never learned as the new normal. A
   new normal is accepted by an operator, or automatically after
@@ -44,7 +48,7 @@ class DetectorParams:
     z_cap: float = 5.0
     k: float = 2.0               # allowance per probe: drift below 2 spreads is noise
     h: float = 14.0              # > 4 capped spikes (4 * 3 = 12), < 5 probes of a clear shift (5 * 3 = 15)
-    clear_z: float = 1.0
+    clear_z: float = 2.0         # = k: back within what could never raise an alert (see the docstring)
     clear_probes: int = 3
     auto_accept_probes: int = 0  # 0: a new normal needs an operator
     critical_ratio: float = 2.0  # severity "critical" when the value is this many times worse

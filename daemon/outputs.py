@@ -52,9 +52,12 @@ class InfluxOutput:
     def probe_result(self, record: dict, identity: str) -> None:
         tags = {"host": self.host, "target": record["target"], "profile": record["profile"],
                 "device": record["device"], "volume": identity}
-        fields = {k: record[k] for k in ("read_iops", "write_iops", "read_bw_bytes", "write_bw_bytes",
-                                         "clat_p50_seconds", "clat_p90_seconds", "clat_p99_seconds",
-                                         "clat_p999_seconds", "clat_p9999_seconds", "duration_seconds")}
+        # a failed probe's figures (e.g. the partial report of a fio killed at shutdown) are
+        # not a measurement of the volume: its point says ok=false and why, as /metrics does
+        measured = ("read_iops", "write_iops", "read_bw_bytes", "write_bw_bytes", "clat_p50_seconds",
+                    "clat_p90_seconds", "clat_p99_seconds", "clat_p999_seconds", "clat_p9999_seconds")
+        fields = {k: record[k] for k in measured} if record["ok"] else {}
+        fields["duration_seconds"] = record["duration_seconds"]
         fields.update(ok=bool(record["ok"]), contended=bool(record["contended"]))
         if record["error"]:
             fields["error"] = record["error"]

@@ -155,6 +155,17 @@ def loop_xfs():
     fs.close()
 
 
+@pytest.fixture
+def direct_loop_xfs():
+    """A disk-paced volume: the loop device reads its image with O_DIRECT, so a probe
+    measures the virtio disk under the image, not the loop worker's wake-ups over the page
+    cache, whose speed on this VM moves 10-35 % between windows seconds apart (idle
+    polling, worker placement; docs/measurements.md). For tests that compare windows."""
+    fs = LoopXfs("1G", direct_io=True)
+    yield fs
+    fs.close()
+
+
 @pytest.fixture(scope="module")
 def shared_loop_xfs():
     fs = LoopXfs("2G")

@@ -81,9 +81,7 @@ def _fio_json(argv):
 
 @pytest.fixture(scope="module")
 def direct_loop_xfs():
-    # The loop device reads its image with O_DIRECT: the probes measure the virtio disk under
-    # the image, not the loop worker's wake-ups over the page cache (see below and
-    # docs/measurements.md for why the latter cannot be compared across time windows here).
+    # module scope: the comparisons below share one disk-paced volume (see conftest.py)
     fs = LoopXfs("1G", direct_io=True)
     yield fs
     fs.close()

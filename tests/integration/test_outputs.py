@@ -153,9 +153,20 @@ def test_influx_outage_loses_nothing_and_a_full_spool_counts_drops(loop_xfs, tmp
     wait_for(lambda: not list(spool.glob("*.lp")), timeout=40, what="the spool replayed")
     d.proc.send_signal(15)
     assert d.proc.wait(timeout=10) == 0                  # the last points flushed on the way out
-    probes = len(rows(str(state / "state.db"), "SELECT id FROM probe_results WHERE target = 'loop'"))
-    got = _export_count(vm_port, 'iowarden_probe_read_iops{target="loop"}')
-    assert got == probes, f"{probes} probes, {got} points in victoria-metrics"
+    # every probe result, measured or failed, is one point; `ok` is the field every point has (a
+    # probe cut short by the SIGTERM above is recorded as failed and has no read_iops).
+    # victoria-metrics makes the newest rows searchable about 1 s after force_flush: poll.
+    results = rows(str(state / "state.db"), "SELECT ok FROM probe_results WHERE target = 'loop'")
+    ok = sum(r[0] for r in results)
+    try:
+        wait_for(lambda: _export_count(vm_port, 'iowarden_probe_ok{target="loop"}') >= len(results) and
+                 _export_count(vm_port, 'iowarden_probe_read_iops{target="loop"}') >= ok, timeout=15)
+    except AssertionError:
+        pass  # the exact counts below say what is missing
+    got = _export_count(vm_port, 'iowarden_probe_ok{target="loop"}')
+    assert got == len(results), f"{len(results)} probe results ({ok} ok), {got} points"
+    measured = _export_count(vm_port, 'iowarden_probe_read_iops{target="loop"}')
+    assert measured == ok, f"{ok} measured probes, {measured} points with read_iops"
     assert _export_count(vm_port, "iowarden_disk_r_per_s") > 0
     assert token not in d.output()
     assert "replayed" in d.output()

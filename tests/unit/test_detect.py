@@ -121,6 +121,31 @@ def test_degradation_is_not_learned_and_the_alert_clears_when_it_ends():
     assert verdicts[400].severity == "critical"
 
 
+def _halve_then(level: str, seed: int, after: float) -> list:
+    vals = traces.stable(420, level, seed)
+    return [d.changed for d in _run(vals[:300] + [v * 0.5 for v in vals[300:360]] + [v * after for v in vals[360:]])]
+
+
+def _run(vals):
+    det = Detector("read_iops")
+    return [det.update(v) for v in vals]
+
+
+@pytest.mark.parametrize("level", ["low", "high"])
+def test_a_full_recovery_clears_within_a_few_probes_and_is_not_raised_again(level):
+    for seed in range(100):
+        changes = _halve_then(level, seed, 1.0)
+        assert changes.count("raised") == 1, f"seed {seed}"
+        cleared = [i for i, c in enumerate(changes) if c == "cleared"]
+        assert cleared and 360 + 2 <= cleared[0] < 360 + 10, f"seed {seed}: cleared at {cleared}"
+
+
+def test_a_partial_recovery_that_is_still_a_clear_loss_stays_open():
+    for seed in range(100):
+        changes = _halve_then("low", seed, 0.75)     # 25 % below normal at 5 % noise
+        assert "raised" in changes and "cleared" not in changes, f"seed {seed}"
+
+
 def test_auto_accept_after_a_stable_new_level():
     params = DetectorParams(auto_accept_probes=50)
     d = Detector("read_iops", params)

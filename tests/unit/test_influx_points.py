@@ -1,0 +1,36 @@
+"""InfluxDB points from probe results: a failed probe is a point too, without figures."""
+from types import SimpleNamespace
+
+from iowarden.daemon.outputs import InfluxOutput
+from iowarden.probes.fio import parse
+from iowarden.probes.fio_run import ProbeResult
+
+from tests.conftest import FIXTURES
+
+
+def _points(result: ProbeResult) -> list[str]:
+    out = InfluxOutput.__new__(InfluxOutput)   # only the mapping: no server, no spool
+    lines: list[str] = []
+    out.host, out.writer = "h1", SimpleNamespace(add=lines.extend)
+    out.probe_result(result.to_json(), "fs-uuid:abc")
+    return lines
+
+
+def _result(ok: bool, error: str | None) -> ProbeResult:
+    report = parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
+    return ProbeResult("data", "/srv", "sdb", "rr", ok, error, 1_700_000_000.5, 3.2, report)
+
+
+def test_a_measured_probe_carries_its_figures():
+    (point,) = _points(_result(True, None))
+    assert point.startswith("iowarden_probe,device=sdb,host=h1,profile=rr,target=data,volume=fs-uuid:abc ")
+    assert "read_iops=" in point and "clat_p99_seconds=" in point and "ok=true" in point
+    assert point.endswith(" 1700000000500000000")
+
+
+def test_a_failed_probe_is_a_point_with_its_reason_and_no_figures():
+    # fio killed at shutdown can leave a partial report: not a measurement of the volume
+    (point,) = _points(_result(False, "interrupted: iowarden is stopping"))
+    assert "ok=false" in point and 'error="interrupted: iowarden is stopping"' in point
+    assert "duration_seconds=3.2" in point
+    assert "read_iops" not in point and "clat_" not in point
