@@ -155,9 +155,9 @@ def loop_xfs():
     fs.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def direct_loop_xfs():
-    """A disk-paced volume: the loop device reads its image with O_DIRECT, so a probe
+    """A disk-paced volume, shared by a module's tests: the loop device reads its image with O_DIRECT, so a probe
     measures the virtio disk under the image, not the loop worker's wake-ups over the page
     cache, whose speed on this VM moves 10-35 % between windows seconds apart (idle
     polling, worker placement; docs/measurements.md). For tests that compare windows."""

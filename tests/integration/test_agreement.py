@@ -20,7 +20,6 @@ from iowarden.probes import xfs
 from iowarden.probes.common import kill_group
 from iowarden.probes.fio_job import ProbeProfile
 from iowarden.probes.fio_run import PROBE_DIR_NAME, ProbeLimits, probe_file_name, run_probe
-from tests.conftest import LoopXfs
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -77,14 +76,6 @@ def test_iostat_agrees_with_sysstat(shared_loop_xfs):
 def _fio_json(argv):
     out = subprocess.run(argv + ["--output-format=json"], capture_output=True, text=True, check=True).stdout
     return json.loads(out[out.index("{"):])
-
-
-@pytest.fixture(scope="module")
-def direct_loop_xfs():
-    # module scope: the comparisons below share one disk-paced volume (see conftest.py)
-    fs = LoopXfs("1G", direct_io=True)
-    yield fs
-    fs.close()
 
 
 def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
