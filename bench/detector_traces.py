@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/detector_traces.py [--seeds 200]
 Prints detection delay (median, p90, worst) for step changes, drift and burst-credit
-exhaustion, probes to clear after a recovery (full or partial), false alarms per 1000 probes on stable traces, and spike shapes that
-must never alert.
+exhaustion, probes to clear after a recovery (full or partial), false alarms per
+1000 probes on stable traces, and spike shapes that must never alert.
 """
 import argparse
 import random
@@ -25,14 +25,12 @@ def first_raise(vals, metric):
     return None
 
 
-def recovery(level, seed, level_after, n_after=200):
-    """IOPS halve for 60 probes, then come back to `level_after` of normal: the probes
-    from the recovery to the clear (None: still open) and how many times it was raised."""
-    vals = traces.stable(300 + 60 + n_after, level, seed)
-    vals = vals[:300] + [v * 0.5 for v in vals[300:360]] + [v * level_after for v in vals[360:]]
+def recovery(level, seed, back_to):
+    """IOPS halved for 60 probes after 300, then back at `back_to` of normal: the probes from
+    the recovery to the clear (None: still open) and how many times it was raised."""
     d = Detector("read_iops")
     raises, cleared_at = 0, None
-    for i, v in enumerate(vals):
+    for i, v in enumerate(traces.halve_then_recover(level, seed, back_to)):
         changed = d.update(v).changed
         raises += changed == "raised"
         if changed == "cleared" and i >= 360 and cleared_at is None:

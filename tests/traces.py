@@ -48,6 +48,14 @@ def step(n_before: int, n_after: int, factor: float, level: str, seed: int, base
     return vals[:n_before] + [v * factor for v in vals[n_before:]]
 
 
+def halve_then_recover(level: str, seed: int, back_to: float, n_before: int = 300, n_halved: int = 60,
+                       n_after: int = 200, base: float = 10000.0) -> list[float]:
+    """IOPS: stable, halved for n_halved probes, then back at `back_to` of normal (1.0: fully)."""
+    vals = stable(n_before + n_halved + n_after, level, seed, base)
+    recovered = n_before + n_halved
+    return vals[:n_before] + [v * 0.5 for v in vals[n_before:recovered]] + [v * back_to for v in vals[recovered:]]
+
+
 def drift(n_before: int, n_ramp: int, n_after: int, factor: float, level: str, seed: int,
           base: float = 0.001) -> list[float]:
     """Latency (higher is worse) rising smoothly to `factor` times over n_ramp probes."""

@@ -121,14 +121,10 @@ def test_degradation_is_not_learned_and_the_alert_clears_when_it_ends():
     assert verdicts[400].severity == "critical"
 
 
-def _halve_then(level: str, seed: int, after: float) -> list:
-    vals = traces.stable(420, level, seed)
-    return [d.changed for d in _run(vals[:300] + [v * 0.5 for v in vals[300:360]] + [v * after for v in vals[360:]])]
-
-
-def _run(vals):
+def _halve_then(level: str, seed: int, back_to: float) -> list:
+    """The transitions over a trace halved at 300 and back at `back_to` from 360."""
     det = Detector("read_iops")
-    return [det.update(v) for v in vals]
+    return [det.update(v).changed for v in traces.halve_then_recover(level, seed, back_to, n_after=60)]
 
 
 @pytest.mark.parametrize("level", ["low", "high"])
