@@ -1,4 +1,4 @@
-"""Helpers for tests that run `iowarden run` as a real process."""
+"""Helpers for tests that run `iowarden run` as a real process, or that need a volume of a known speed."""
 import os
 import signal
 import socket
@@ -6,6 +6,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+
+BLKIO_READ_IOPS = "/sys/fs/cgroup/blkio/blkio.throttle.read_iops_device"
 
 
 def free_port():
@@ -113,3 +116,17 @@ def wait_for(fn, timeout=30, what="condition"):
             return value
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def read_iops_cap(major_minor: str, iops: int):
+    """Cap one device's reads at `iops` with a cgroup v1 blkio throttle, as a cloud volume's
+    provisioned IOPS (or an exhausted burst budget) caps it. The rule is removed by its device id
+    on exit. Tests run in the root blkio cgroup: the cap applies to them and the daemons they start."""
+    with open(BLKIO_READ_IOPS, "w") as f:
+        f.write(f"{major_minor} {iops}")
+    try:
+        yield
+    finally:
+        with open(BLKIO_READ_IOPS, "w") as f:
+            f.write(f"{major_minor} 0")

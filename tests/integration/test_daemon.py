@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from iowarden.probes.common import kill_group
-from tests.integration.helpers import config_text, free_port, rows, wait_for
+from tests.integration.helpers import config_text, free_port, read_iops_cap, rows, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -101,9 +101,6 @@ def test_invalid_config_exits_78(tmp_path):
     assert r.returncode == 78 and f"{cfg}:2: daemon.log_level" in r.stderr
 
 
-BLKIO = "/sys/fs/cgroup/blkio/blkio.throttle.read_iops_device"
-
-
 def _probe_table(db: str) -> str:
     """Every probe's figures, for a failure message: what the detector saw."""
     lines = ["started_at ok contended read_iops p50_us p99_us p999_us"]
@@ -135,24 +132,22 @@ def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(dir
         f.write(other)
     wait_for(lambda: rows(db, "SELECT id FROM drift_events WHERE setting = 'scheduler'"), what="drift")
     try:
-        with open(BLKIO, "w") as f:
-            f.write(f"{direct_loop_xfs.major_minor} 200")
-        n0 = len(rows(db, "SELECT id FROM probe_results"))
-        alert = wait_for(lambda: rows(db, "SELECT identity, target, severity, causes, metric FROM alerts "
-                                          "WHERE alert = 'VolumeDegraded' AND cleared_at IS NULL"),
-                         timeout=60, what="a VolumeDegraded alert")[0]
-        probes_to_alert = len(rows(db, "SELECT id FROM probe_results")) - n0
-        identity, target, severity, causes, metric = alert
-        assert identity == f"fs-uuid:{direct_loop_xfs.fs_uuid}" and target == "loop" and severity == "critical"
-        # every deviating metric is in the evidence; IOPS falls with the throttle, whichever metric crossed first
-        wait_for(lambda: "read_iops" in rows(db, "SELECT evidence FROM alerts WHERE alert = 'VolumeDegraded'")[0][0],
-                 timeout=20, what="read_iops in the alert's evidence")
-        assert f"scheduler {original} -> {other}" in causes
-        assert probes_to_alert <= 7, f"took {probes_to_alert} probes"
-        assert "ALERT VolumeDegraded critical" in d.output()
+        with read_iops_cap(direct_loop_xfs.major_minor, 200):
+            n0 = len(rows(db, "SELECT id FROM probe_results"))
+            alert = wait_for(lambda: rows(db, "SELECT identity, target, severity, causes, metric FROM alerts "
+                                              "WHERE alert = 'VolumeDegraded' AND cleared_at IS NULL"),
+                             timeout=60, what="a VolumeDegraded alert")[0]
+            probes_to_alert = len(rows(db, "SELECT id FROM probe_results")) - n0
+            identity, target, severity, causes, metric = alert
+            assert identity == f"fs-uuid:{direct_loop_xfs.fs_uuid}" and target == "loop" and severity == "critical"
+            # every deviating metric is in the evidence; IOPS falls with the throttle, whichever crossed first
+            wait_for(lambda: "read_iops" in rows(db, "SELECT evidence FROM alerts "
+                                                     "WHERE alert = 'VolumeDegraded'")[0][0],
+                     timeout=20, what="read_iops in the alert's evidence")
+            assert f"scheduler {original} -> {other}" in causes
+            assert probes_to_alert <= 7, f"took {probes_to_alert} probes"
+            assert "ALERT VolumeDegraded critical" in d.output()
     finally:
-        with open(BLKIO, "w") as f:
-            f.write(f"{direct_loop_xfs.major_minor} 0")
         with open(sched, "w") as f:
             f.write(original)
     try:

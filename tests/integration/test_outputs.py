@@ -16,7 +16,7 @@ import bcrypt
 import pytest
 
 from tests.integration import servers
-from tests.integration.helpers import config_text, free_port, rows, wait_for
+from tests.integration.helpers import config_text, free_port, read_iops_cap, rows, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,20 +101,13 @@ def test_degraded_volume_alert_reaches_alertmanager_webhook(loop_xfs, tmp_path, 
     cleanup(prom)
     db = str(state / "state.db")
     wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1")) >= 8, timeout=60, what="warm-up")
-    blkio = "/sys/fs/cgroup/blkio/blkio.throttle.read_iops_device"
-    try:
-        with open(blkio, "w") as f:
-            f.write(f"{loop_xfs.major_minor} 200")
-
+    with read_iops_cap(loop_xfs.major_minor, 200):
         def delivered():
             for p in hook.payloads:
                 for a in p["alerts"]:
                     if a["labels"]["alertname"] == "IowardenVolumeDegraded" and a["status"] == "firing":
                         return a
         alert = wait_for(delivered, timeout=90, what="IowardenVolumeDegraded at the webhook")
-    finally:
-        with open(blkio, "w") as f:
-            f.write(f"{loop_xfs.major_minor} 0")
     labels = alert["labels"]
     assert labels["volume"] == f"fs-uuid:{loop_xfs.fs_uuid}" and labels["target"] == "loop"
     assert labels["profile"] == "rr" and labels["severity"] in ("warning", "critical")
