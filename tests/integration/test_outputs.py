@@ -101,12 +101,13 @@ def test_degraded_volume_alert_reaches_alertmanager_webhook(loop_xfs, tmp_path, 
     cleanup(prom)
     db = str(state / "state.db")
     wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1")) >= 8, timeout=60, what="warm-up")
+
+    def delivered():
+        for p in hook.payloads:
+            for a in p["alerts"]:
+                if a["labels"]["alertname"] == "IowardenVolumeDegraded" and a["status"] == "firing":
+                    return a
     with read_iops_cap(loop_xfs.major_minor, 200):
-        def delivered():
-            for p in hook.payloads:
-                for a in p["alerts"]:
-                    if a["labels"]["alertname"] == "IowardenVolumeDegraded" and a["status"] == "firing":
-                        return a
         alert = wait_for(delivered, timeout=90, what="IowardenVolumeDegraded at the webhook")
     labels = alert["labels"]
     assert labels["volume"] == f"fs-uuid:{loop_xfs.fs_uuid}" and labels["target"] == "loop"
