@@ -170,7 +170,12 @@ def cmd_iostat(args) -> int:
 def cmd_xfs(args) -> int:
     roots = Roots()
     if args.file:
-        counts = {f: xfs.file_extent_count(f) for f in args.file}
+        counts = {}
+        for f in args.file:
+            try:
+                counts[f] = xfs.file_extent_count(f)
+            except OSError as exc:  # missing, a symlink (not followed), or no FIEMAP on its filesystem
+                raise SystemExit(f"iowarden xfs: cannot count the extents of {f}: {exc.strerror or exc}") from None
         _print(dumps(counts) if args.json else table(["file", "extents"], counts.items()))
         return 0
     mounts = xfs.xfs_mounts(roots)
@@ -257,24 +262,28 @@ def read_series_csv(path: str) -> list[tuple[float, float]]:
     """`timestamp,value` rows (a header line is allowed); timestamps as Unix seconds or ISO 8601."""
     from datetime import datetime
     out = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            parts = [p.strip() for p in line.split(",")]
-            if lineno == 1 and parts[0].lower() in ("timestamp", "time", "ts"):
-                continue
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParseError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if lineno == 1 and parts[0].lower() in ("timestamp", "time", "ts"):
+            continue
+        try:
+            if len(parts) != 2:
+                raise ValueError("expected two columns: timestamp,value")
             try:
-                if len(parts) != 2:
-                    raise ValueError("expected two columns: timestamp,value")
-                try:
-                    ts = float(parts[0])
-                except ValueError:
-                    ts = datetime.fromisoformat(parts[0]).timestamp()
-                out.append((ts, float(parts[1])))
-            except ValueError as exc:
-                raise ParseError(f"{path}:{lineno}: {exc}") from None
+                ts = float(parts[0])
+            except ValueError:
+                ts = datetime.fromisoformat(parts[0]).timestamp()
+            out.append((ts, float(parts[1])))
+        except ValueError as exc:
+            raise ParseError(f"{path}:{lineno}: {exc}") from None
     return out
 
 
@@ -327,64 +336,68 @@ def cmd_ack(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iowarden", description="Storage-health daemon and probes.")
+    config_help = "the TOML configuration file (packaged: /etc/iowarden/config.toml)"
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run the daemon in the foreground (systemd: Type=notify)")
-    r.add_argument("-c", "--config", required=True)
+    r.add_argument("-c", "--config", required=True, help=config_help)
     r.set_defaults(func=cmd_run)
 
     st = sub.add_parser("status", help="volumes, last probes, baselines, alerts, budgets (from the state database)")
-    st.add_argument("-c", "--config", required=True)
-    st.add_argument("--json", action="store_true")
+    st.add_argument("-c", "--config", required=True, help=config_help)
+    st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=cmd_status)
 
     bl = sub.add_parser("baseline", help="show, accept (a new normal) or reset baselines")
-    bl.add_argument("action", choices=["show", "accept", "reset"])
-    bl.add_argument("-c", "--config", required=True)
-    bl.add_argument("--target")
-    bl.add_argument("--profile")
+    bl.add_argument("action", choices=["show", "accept", "reset"],
+                    help="show them; accept the recent probes as the new normal; reset (learn again)")
+    bl.add_argument("-c", "--config", required=True, help=config_help)
+    bl.add_argument("--target", help="only this target's baselines")
+    bl.add_argument("--profile", help="only this probe profile's baselines")
     bl.set_defaults(func=cmd_baseline)
 
     cl = sub.add_parser("cleanup", help="remove the probe files iowarden laid out in its targets")
-    cl.add_argument("-c", "--config", required=True)
+    cl.add_argument("-c", "--config", required=True, help=config_help)
     cl.set_defaults(func=cmd_cleanup)
 
     ak = sub.add_parser("ack", help="acknowledge an open alert (it stays open until the volume recovers)")
-    ak.add_argument("alert_id", type=int)
-    ak.add_argument("-c", "--config", required=True)
-    ak.add_argument("--note")
+    ak.add_argument("alert_id", type=int, help="the id that `iowarden status` shows")
+    ak.add_argument("-c", "--config", required=True, help=config_help)
+    ak.add_argument("--note", help="why, for the alert history")
     ak.set_defaults(func=cmd_ack)
 
     rp = sub.add_parser("replay", help="run the detector offline over a timestamp,value CSV")
-    rp.add_argument("csv")
+    rp.add_argument("csv", help="a file of timestamp,value lines, one probe each (Unix seconds or ISO 8601)")
     rp.add_argument("--metric", choices=sorted(REPLAY_METRICS), default="iops",
                     help="iops and bandwidth alert when they fall, latency when it rises")
     rp.add_argument("--warmup", type=int, help="values learned before any alert (default 12)")
-    rp.add_argument("--json", action="store_true")
+    rp.add_argument("--json", action="store_true", help="one JSON object per value")
     rp.set_defaults(func=cmd_replay)
 
     c = sub.add_parser("check-config", help="validate a configuration file")
-    c.add_argument("-c", "--config", required=True)
+    c.add_argument("-c", "--config", required=True, help=config_help)
     c.set_defaults(func=cmd_check_config)
 
     pr = sub.add_parser("probe", help="run fio probes once and print IOPS, bandwidth, latency")
-    pr.add_argument("-c", "--config")
+    pr.add_argument("-c", "--config", help=config_help + "; without it, an ad-hoc probe of --path")
     pr.add_argument("--target", help="only this configured target")
     pr.add_argument("--profile", help="only this configured profile (or the name of an ad-hoc one)")
     pr.add_argument("--path", help="ad hoc: a directory (probe file in DIR/.iowarden) or a block device (read-only)")
-    pr.add_argument("--rw", default="randread", choices=PROFILE_RW)
-    pr.add_argument("--bs", default="4k")
-    pr.add_argument("--iodepth", type=int, default=32)
-    pr.add_argument("--numjobs", type=int, default=1)
-    pr.add_argument("--ioengine", default="libaio")
-    pr.add_argument("--size", default="256MiB")
+    pr.add_argument("--rw", default="randread", choices=PROFILE_RW, help="fio rw= of an ad-hoc probe")
+    pr.add_argument("--bs", default="4k", help="block size")
+    pr.add_argument("--iodepth", type=int, default=32, help="I/Os in flight per job")
+    pr.add_argument("--numjobs", type=int, default=1, help="parallel fio jobs")
+    pr.add_argument("--ioengine", default="libaio", help="fio ioengine= (direct I/O always)")
+    pr.add_argument("--size", default="256MiB", help="probe file size (laid out once with data)")
     pr.add_argument("--runtime", type=float, default=5.0, help="seconds")
     pr.add_argument("--ramp-time", type=float, default=1.0, help="seconds excluded from the results")
-    pr.add_argument("--rate-iops", type=int, default=0)
+    pr.add_argument("--rate-iops", type=int, default=0, help="cap the probe's IOPS (0: none)")
     pr.add_argument("--job-file", help="an existing fio job file instead of --rw/--bs/...")
-    pr.add_argument("--min-free-bytes", type=parse_size_bytes, default=ProbeLimits.min_free_bytes)
-    pr.add_argument("--min-free-ratio", type=float, default=ProbeLimits.min_free_ratio)
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--min-free-bytes", type=parse_size_bytes, default=ProbeLimits.min_free_bytes,
+                    help="refuse to lay out a probe file that would leave less free space")
+    pr.add_argument("--min-free-ratio", type=float, default=ProbeLimits.min_free_ratio,
+                    help="... or a smaller share of the filesystem free")
+    pr.add_argument("--json", action="store_true", help="one JSON object per probe")
     pr.set_defaults(func=cmd_probe)
 
     io = sub.add_parser("iostat", help="iostat -x from /proc/diskstats")
@@ -392,20 +405,20 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("-p", "--partitions", action="store_true", help="include partitions")
     io.add_argument("-y", dest="omit_first", action="store_true", help="omit the since-boot report")
     io.add_argument("--json", action="store_true", help="one JSON object per device per interval, one per line")
-    io.add_argument("interval", nargs="?", type=float)
-    io.add_argument("count", nargs="?", type=int)
+    io.add_argument("interval", nargs="?", type=float, help="seconds between reports (none: one since-boot report)")
+    io.add_argument("count", nargs="?", type=int, help="number of reports (none: until interrupted)")
     io.set_defaults(func=cmd_iostat)
 
     x = sub.add_parser("xfs", help="XFS fragmentation and free-space report")
-    x.add_argument("mounts", nargs="*")
-    x.add_argument("--timeout", type=float, default=120.0)
+    x.add_argument("mounts", nargs="*", help="XFS mount points (none: every mounted XFS)")
+    x.add_argument("--timeout", type=float, default=120.0, help="seconds before xfs_db is killed")
     x.add_argument("--file", action="append", help="count the extents of this file instead (repeatable)")
-    x.add_argument("--json", action="store_true")
+    x.add_argument("--json", action="store_true", help="machine-readable output")
     x.set_defaults(func=cmd_xfs)
 
     s = sub.add_parser("settings", help="block queue, md, C-state, PM QoS and tuned snapshot")
-    s.add_argument("-p", "--partitions", action="store_true")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("-p", "--partitions", action="store_true", help="include partitions")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_settings)
     return p
 

@@ -95,6 +95,10 @@ def test_xfs_report_and_refusal(shared_loop_xfs):
     assert mine and mine[0]["geometry"]["block_size_bytes"] == 4096 and mine[0]["free_space"]["total_free_blocks"] > 0
     r = iowarden("xfs", "/proc", check=False)
     assert r.returncode != 0 and "not an XFS mount point" in r.stderr
+    missing = shared_loop_xfs.mountpoint / "no-such-file"
+    r = iowarden("xfs", "--file", str(missing), check=False)
+    assert r.returncode == 1 and r.stderr == (f"iowarden xfs: cannot count the extents of {missing}: "
+                                              "No such file or directory\n")
 
 
 def test_without_root_the_message_says_what_needs_root(shared_loop_xfs):

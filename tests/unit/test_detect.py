@@ -187,3 +187,7 @@ def test_replay_rejects_a_bad_csv(tmp_path):
     r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "replay", str(csv)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and f"{csv}:3:" in r.stderr
+    missing = tmp_path / "missing.csv"
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "replay", str(missing)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and r.stderr == f"iowarden: {missing}: cannot read: No such file or directory\n"
