@@ -6,6 +6,7 @@
 #   UNITDIR/iowarden.service   (/lib/systemd/system on Debian, /usr/lib/systemd/system on RPM systems)
 #   /etc/iowarden/config.toml  the example configuration: probes only /var/lib/iowarden
 #   /usr/share/iowarden/       Prometheus rules (and their tests), the Grafana dashboard
+#   /usr/share/man/man8/iowarden.8.gz   generated from the command line's parser (packaging/manpage.py)
 # Usage: stage.sh DESTDIR [UNITDIR]
 set -euo pipefail
 dest=$(realpath -m "$1")
@@ -25,6 +26,9 @@ rm -rf "$venv"/bin/Activate.ps1
 find "$venv" -name __pycache__ -prune -exec rm -rf {} +
 # byte-compile now, as root at run time would otherwise leave unpackaged .pyc files behind
 "$venv/bin/python" -m compileall -q -d "$final" "$venv/lib" >/dev/null
+
+install -d "$dest/usr/share/man/man8"
+"$venv/bin/python" "$src/packaging/manpage.py" | gzip -9n > "$dest/usr/share/man/man8/iowarden.8.gz"
 
 install -d "$dest/usr/bin"
 ln -sf ../lib/iowarden/venv/bin/iowarden "$dest/usr/bin/iowarden"

@@ -7,6 +7,7 @@ structured journal fields, reload, a volume found by a discovery rule and
 written to through the sandbox, a hang killed by the watchdog, an upgrade
 that keeps config and state, stop, purge.
 """
+import gzip
 import json
 import os
 import re
@@ -59,7 +60,8 @@ def test_deb_and_rpm_hold_the_same_files(packages):
     assert deb == rpm, (sorted(deb - rpm)[:10], sorted(rpm - deb)[:10])
     for path in ("/usr/bin/iowarden", "/usr/lib/systemd/system/iowarden.service", "/etc/iowarden/config.toml",
                  "/usr/share/iowarden/prometheus/iowarden.rules.yml",
-                 "/usr/share/iowarden/grafana/iowarden-dashboard.json", "/usr/lib/iowarden/venv/bin/iowarden"):
+                 "/usr/share/iowarden/grafana/iowarden-dashboard.json", "/usr/lib/iowarden/venv/bin/iowarden",
+                 "/usr/share/man/man8/iowarden.8.gz"):
         assert path in deb, path
     assert any("/site-packages/iowarden/daemon/exporters/prometheus.py" in p for p in deb)
     control = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Depends"], capture_output=True,
@@ -71,6 +73,11 @@ def test_deb_and_rpm_hold_the_same_files(packages):
     script = subprocess.run(["tar", "-xO", "./usr/lib/iowarden/venv/bin/iowarden"], input=tar, capture_output=True,
                             check=True).stdout.decode()
     assert script.startswith("#!/usr/lib/iowarden/venv/bin/python"), script[:80]
+    man = subprocess.run(["tar", "-xO", "./usr/share/man/man8/iowarden.8.gz"], input=tar, capture_output=True,
+                         check=True).stdout
+    version = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Version"], capture_output=True,
+                             text=True).stdout.strip()
+    assert f'"iowarden {version}"' in gzip.decompress(man).decode().splitlines()[0]
 
 
 def test_pip_install_gives_a_console_script(tmp_path):

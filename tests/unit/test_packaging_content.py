@@ -43,3 +43,32 @@ def test_dashboard_structure():
     assert any("iowarden_baseline_band_lower" in e for e in exprs)           # IOPS against the baseline band
     assert any("histogram_quantile" in e for e in exprs)
     assert {a["name"] for a in doc["annotations"]["list"]} == {"settings drift", "iowarden alerts"}
+
+
+def _manpage_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("manpage", ROOT / "packaging" / "manpage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_man_page_matches_help_and_renders_without_warnings():
+    import argparse
+    from iowarden.daemon.cli import build_parser
+    page = _manpage_module().manpage("9.9.9")
+    rendered = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-P-cbou"], input=page, capture_output=True,
+                              text=True)
+    assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
+    text = " ".join(rendered.stdout.replace("\u2010", "-").replace("\u2212", "-").split())
+    assert "iowarden 9.9.9" in text and "EXIT STATUS" in text and "SIGHUP" in text
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(subparsers.choices) >= 10
+    for name, sub in subparsers.choices.items():
+        assert " ".join(sub.format_usage().split())[len("usage: "):] in text, name
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            for option in action.option_strings:
+                assert option in text, (name, option)
+            assert action.help and action.help in text, (name, action.dest, action.help)
