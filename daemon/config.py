@@ -7,7 +7,10 @@ the user thinks it does.
 """
 from __future__ import annotations
 
+import math
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any, Callable
 from iowarden.probes.common import parse_size_bytes
 from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
 from iowarden.probes.common import ParseError
-from iowarden.probes.fio_run import ProbeLimits
+from iowarden.probes.fio_run import ProbeLimits, directory_target_problem
 
 EX_CONFIG = 78  # sysexits.h: configuration error
 
@@ -27,6 +30,28 @@ class ConfigError(Exception):
         self.errors = errors
 
 
+def listen_address_problem(text: str) -> str | None:
+    from .exporters.http import parse_listen_address
+    try:
+        parse_listen_address(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def target_path_problem(path: str) -> str | None:
+    """A target is a block device (read-only probes) or a directory iowarden may write its probe file in."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None   # not there yet (a mount point made later): checked again at every probe
+    if st is not None and stat.S_ISBLK(st.st_mode):
+        return None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        return f"{path} is neither a directory nor a block device"
+    return directory_target_problem(path)
+
+
 @dataclass(frozen=True)
 class Key:
     kind: str            # int, float, str, bool, size, strlist
@@ -35,6 +60,8 @@ class Key:
     required: bool = False
     choices: tuple = ()
     minimum: float | None = None
+    maximum: float | None = None
+    check: Callable[[Any], str | None] | None = None   # a further rule: the error message, or None
 
 
 SECTIONS: dict[str, dict[str, Key]] = {
@@ -47,27 +74,29 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "max_probe_size": Key("size", "1GiB", "largest probe file any profile may use"),
         "max_runtime_seconds": Key("float", 60.0, "longest a single probe may run", minimum=0.1),
         "min_free_bytes": Key("size", "1GiB", "a probe never leaves less free space than this ..."),
-        "min_free_ratio": Key("float", 0.10, "... nor less than this share of the filesystem", minimum=0.0),
+        "min_free_ratio": Key("float", 0.10, "... nor less than this share of the filesystem", minimum=0.0,
+                              maximum=0.9),
         "timeout_margin_seconds": Key("float", 30.0, "fio is killed this long after its runtime", minimum=1.0),
     },
     "scheduling": {
         "defer_util_percent": Key("float", 50.0, "defer a probe while its disk is busier than this with other I/O",
-                                  minimum=0.0),
+                                  minimum=0.0, maximum=100.0),
         "max_deferral_seconds": Key("float", 600.0, "then run it anyway, marked contended", minimum=0.0),
         "jitter_ratio": Key("float", 0.1, "random spread of each interval, so hosts do not probe in step",
-                            minimum=0.0),
+                            minimum=0.0, maximum=0.5),
         "discover_interval_seconds": Key("float", 10.0, "how often [[discover]] rules are matched against the "
                                          "mount table (and at every block device event)", minimum=1.0),
     },
     "budget": {
         "device_time_ratio": Key("float", 0.01, "probe device-time per physical disk, as a share of wall time",
-                                 minimum=0.0),
+                                 minimum=0.0, maximum=1.0),
         "window_seconds": Key("float", 3600.0, "the window that share is measured over", minimum=60.0),
         "write_bytes_per_day": Key("size", "10GiB", "bytes probes may write per physical disk per day"),
     },
     "prometheus": {
         "enabled": Key("bool", True, "serve /metrics"),
-        "listen_address": Key("str", ":29110", "HOST:PORT; ':29110' is every interface, IPv4 and IPv6"),
+        "listen_address": Key("str", ":29110", "HOST:PORT; ':29110' is every interface, IPv4 and IPv6",
+                              check=listen_address_problem),
         "web_config_file": Key("str", "", "TLS and basic auth, in the format of Prometheus' exporters"),
     },
     "influxdb": {
@@ -214,15 +243,20 @@ def _check(value: Any, spec: Key) -> tuple[Any, str | None]:
         ok = isinstance(value, int) and not isinstance(value, bool) or (kind == "float" and isinstance(value, float))
         if not ok:
             return None, f"expected {'a whole number' if kind == 'int' else 'a number'}, got {value!r}"
+        if not math.isfinite(value):
+            return None, f"must be a finite number, got {value!r}"
         if spec.minimum is not None and value < spec.minimum:
             return None, f"must be at least {spec.minimum:g}, got {value!r}"
+        if spec.maximum is not None and value > spec.maximum:
+            return None, f"must be at most {spec.maximum:g}, got {value!r}"
         return (float(value) if kind == "float" else value), None
     if kind == "str":
         if not isinstance(value, str):
             return None, f"expected a string, got {value!r}"
         if spec.choices and value not in spec.choices:
             return None, f"must be one of {', '.join(spec.choices)}, got {value!r}"
-        return value, None
+        problem = spec.check(value) if spec.check else None
+        return (None, problem) if problem else (value, None)
     if kind == "size":
         try:
             return parse_size_bytes(value), None
@@ -332,6 +366,10 @@ def parse(text: str, source: str = "<config>") -> Config:
     for path, v in entries("targets", TARGET_KEYS):
         if "path" in v and not v["path"].startswith("/"):
             errors.append(where(path + ("path",), f"must be an absolute path, got {v['path']!r}"))
+        elif "path" in v:
+            problem = target_path_problem(v["path"])
+            if problem:
+                errors.append(where(path + ("path",), problem))
         if len(v) == len(TARGET_KEYS):
             targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"]))
     rules: list[DiscoveryRule] = []

@@ -106,13 +106,76 @@ def device_name_for(st_dev_or_rdev: int, roots: Roots) -> str | None:
         return None
 
 
+# Trees of the operating system itself: never a probe directory, whatever the config says.
+SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                "/libx32", "/run")
+
+
+def directory_target_problem(path: str) -> str | None:
+    """Why `path` may not be a probe directory, or None. Checks the name, and the path as it is now.
+
+    Used by check-config (before anything runs) and again by every probe (the tree can change).
+    """
+    if not path.startswith("/"):
+        return f"{path!r} is not an absolute path"
+    norm = os.path.normpath(path)
+    if norm == "/" or any(norm == t or norm.startswith(t + "/") for t in SYSTEM_TREES):
+        return (f"{path} is {'the root directory' if norm == '/' else 'in a system tree'}: iowarden never "
+                f"writes probe files there (not in /, {', '.join(SYSTEM_TREES)}); name a directory on the "
+                "volume to probe, such as its mount point")
+    walked = "/"
+    for part in norm.strip("/").split("/"):
+        walked = os.path.join(walked, part)
+        try:
+            st = os.lstat(walked)
+        except FileNotFoundError:
+            return None       # not there yet (mounted later): checked again when probed
+        except OSError as exc:
+            return f"{walked}: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return (f"{walked} is a symlink (to {os.readlink(walked)}): iowarden never probes through a link, "
+                    f"which could be pointed elsewhere; name the real directory ({os.path.realpath(path)})")
+        if walked != norm and not stat.S_ISDIR(st.st_mode):
+            return f"{walked} is not a directory"
+    return None
+
+
+def open_target_dir(target_dir: str) -> int:
+    """Open a directory target walking from / one component at a time, never following a link.
+
+    Each component is opened relative to the one before it with O_NOFOLLOW, so no
+    symlink, placed before the walk or swapped in during it, can lead the walk
+    elsewhere (a check of the path followed by an open of it would race).
+    """
+    problem = directory_target_problem(target_dir)
+    if problem:
+        raise ProbeRefused(problem)
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in os.path.normpath(target_dir).strip("/").split("/"):
+            try:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise ProbeRefused(f"{target_dir}: {part} is a symlink or not a directory; iowarden "
+                                       "never probes through a link") from None
+                raise
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_probe_dir(target_dir: str, expect_dev: int | None = None) -> int:
     """Create (if needed) and open `<target_dir>/.iowarden` safely; returns a directory fd.
 
     expect_dev: the filesystem target_dir must be on. Checked on the open directory,
     which keeps that filesystem from being unmounted until the probe is done.
+    Nothing is created before the target has passed every check.
     """
-    parent = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY)
+    parent = open_target_dir(target_dir)
     try:
         if expect_dev is not None and os.fstat(parent).st_dev != expect_dev:
             raise ProbeRefused(f"{target_dir} is no longer on the filesystem it was found on (unmounted?)")

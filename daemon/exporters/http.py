@@ -181,6 +181,8 @@ def parse_listen_address(text: str) -> tuple[tuple, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"listen address {text!r} is not HOST:PORT")
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"listen address {text!r}: the port must be 1-65535")
     host = host.strip("[]")
     if host in ("", "::"):
         return ("::", int(port)), socket.AF_INET6

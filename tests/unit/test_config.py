@@ -123,3 +123,50 @@ def test_check_config_as_a_command(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 78 and f"{bad}:2: daemon.log_level: expected a string" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_values_the_daemon_cannot_use_are_refused_with_their_ranges(tmp_path):
+    """Hardening issue, item 12: each of these passed check-config and then failed or misbehaved in `run`."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    link = tmp_path / "etc-link"
+    link.symlink_to("/etc")
+    text = f"""\
+[prometheus]
+listen_address = "127.0.0.1:99999"
+[scheduling]
+jitter_ratio = 5
+[limits]
+min_free_ratio = 5
+max_runtime_seconds = nan
+[profiles.r]
+rw = "randread"
+[[targets]]
+name = "proc"
+path = "/proc"
+profiles = ["r"]
+[[targets]]
+name = "file"
+path = "{afile}"
+profiles = ["r"]
+[[targets]]
+name = "link"
+path = "{link}"
+profiles = ["r"]
+[[targets]]
+name = "root"
+path = "/"
+profiles = ["r"]
+"""
+    with pytest.raises(config.ConfigError) as e:
+        config.parse(text, "c.toml")
+    errors = "\n".join(e.value.errors)
+    assert "c.toml:2: prometheus.listen_address: listen address '127.0.0.1:99999': the port must be 1-65535" in errors
+    assert "c.toml:4: scheduling.jitter_ratio: must be at most 0.5, got 5" in errors
+    assert "c.toml:6: limits.min_free_ratio: must be at most 0.9, got 5" in errors
+    assert "c.toml:7: limits.max_runtime_seconds: must be a finite number" in errors
+    assert re.search(r"c.toml:12: targets\[0\].path: /proc is in a system tree", errors)
+    assert re.search(r"c.toml:16: targets\[1\].path: .*afile is neither a directory nor a block device", errors)
+    assert re.search(r"c.toml:20: targets\[2\].path: .*etc-link is a symlink \(to /etc\)", errors)
+    assert re.search(r"c.toml:24: targets\[3\].path: / is the root directory", errors)
+    assert len(e.value.errors) == 8

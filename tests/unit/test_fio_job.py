@@ -92,3 +92,39 @@ def test_sizes_are_binary_like_fios(text, value):
 def test_bad_sizes(text):
     with pytest.raises(ValueError):
         parse_size_bytes(text)
+
+
+# --- the allowlist (hardening issue, item 1) --------------------------------------------
+
+@pytest.mark.parametrize("line,why", [
+    ("trigger=id > /tmp/pwned", "never run commands"),
+    ("trigger-timeout=1", "not allowed"),
+    ("trigger_timeout=1", "not allowed"),
+    ("ioengine=/tmp/evil.so", "not allowed in a probe"),
+    ("ioengine=external:/tmp/evil.so", "not allowed in a probe"),
+    ("ioscheduler=bfq", "never changes the host"),
+    ("cpus_allowed=0", "not allowed"),
+    ("verify_dump=1", "not allowed"),
+    ("rw=randread:$(id)", "not a workload"),
+    ("bs=${HOME}", "not a size"),
+    ("numjobs=100000", "more than a probe needs"),
+])
+def test_options_outside_the_allowlist_are_refused_with_their_line(line, why):
+    with pytest.raises(ParseError, match=f"<job file>:4: .*{why}"):
+        parse_job_file(f"[global]\nbs=4k\n[job]\n{line}\n")
+
+
+def test_fio_include_syntax_is_refused_with_its_line():
+    # fio's include is `include FILE`, not `include=FILE`: the old check let it through
+    with pytest.raises(ParseError, match=r"<job file>:2: .*includes are not allowed"):
+        parse_job_file("[global]\ninclude other.fio\n[job]\nrw=read\n")
+
+
+def test_job_names_cannot_carry_options():
+    with pytest.raises(ParseError, match="job name"):
+        parse_job_file("[x --trigger=id]\nrw=read\n")
+
+
+def test_aliases_reach_fio_by_their_documented_name():
+    jobs = parse_job_file("[j]\nreadwrite=randread\nblocksize=8k\ntimeout=3\n")
+    assert jobs[0][1]["rw"] == "randread" and jobs[0][1]["bs"] == "8k" and jobs[0][1]["runtime"] == "3"

@@ -87,3 +87,45 @@ def test_config_text(s):
         config.parse(s, "fuzz.toml")
     except config.ConfigError as e:
         assert all(err.startswith("fuzz.toml:") for err in e.errors)
+
+
+# Every option name fio 3.33 documents that a probe must never use, a few it may, and noise:
+# whatever job file these make, nothing outside the allowlist reaches fio's argv.
+_FIO_OPTION_NAMES = sorted(set(fio_job.ALLOWED_JOB_OPTIONS) | set(fio_job.OPTION_ALIASES) | {
+    "trigger", "trigger-timeout", "trigger_timeout", "trigger-file", "trigger_cmd", "trigger-remote-cmd",
+    "exec_prerun", "exec_postrun", "ioscheduler", "filename", "directory", "opendir", "nrfiles",
+    "write_iolog", "read_iolog", "write_bw_log", "write_lat_log", "write_iops_log", "write_hist_log",
+    "cpus_allowed", "cpumask", "verify", "verify_dump", "verify_state_save", "create_on_open", "unlink",
+    "unlink_each_loop", "pre_read", "exitall", "exitall_on_error", "kb_base", "lockfile", "uid", "gid",
+    "chroot", "mem", "iomem", "hugepage-size", "include", "cgroup", "cgroup_nodelete", "prio", "nice",
+    "allow_mounted_write", "filename_format", "output", "output-format", "daemonize", "client", "server"})
+_ENGINE_VALUES = ["libaio", "io_uring", "sg", "exec", "external:/tmp/x.so", "/tmp/x.so", "net", "filecreate"]
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_FIO_OPTION_NAMES + ["ioengine"] * 5),
+                          st.one_of(st.sampled_from(_ENGINE_VALUES + ["4k", "1", "randread", "$x", "a;b"]),
+                                    st.text(max_size=20)),
+                          st.booleans()), max_size=12),
+       st.text(alphabet="abcxyz-_ $[]", min_size=1, max_size=10))
+def test_no_option_outside_the_allowlist_ever_reaches_fio(options, name):
+    from iowarden.probes.fio_run import ProbeLimits, build_argv
+    body = "".join(f"{k}={v}\n" if with_value else f"{k}\n" for k, v, with_value in options)
+    text = f"[global]\n{body}[{name}]\nrw=randread\n"
+    try:
+        jobs = fio_job.parse_job_file(text)
+    except ParseError:
+        return
+    prof = fio_job.ProbeProfile(name="p", jobs=tuple((n, tuple(sorted(o.items()))) for n, o in jobs))
+    try:
+        argv = build_argv(prof, "/x/probe.dat", ProbeLimits(), readonly=False)
+    except ValueError:
+        return   # a value build_argv cannot use (e.g. numjobs=0) fails before fio, as a refused profile
+    own = {"output-format", "readonly", "name", "filename", "allow_file_create", "fallocate", "group_reporting"}
+    for arg in argv[1:]:
+        assert arg.startswith("--"), arg
+        key, _, value = arg[2:].partition("=")
+        assert key in fio_job.ALLOWED_JOB_OPTIONS or key in own, arg
+        assert "$" not in value and "\n" not in value, arg
+        if key == "ioengine":
+            assert value in fio_job.ALLOWED_ENGINES

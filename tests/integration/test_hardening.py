@@ -1,0 +1,77 @@
+"""What a hostile or careless user broke (the hardening issue), each held with the real process it lived in.
+
+The HTTP, InfluxDB, state-database and fio-lifetime items have their own files
+(test_hardening_http.py, test_hardening_state.py, test_hardening_influx.py);
+here: job files, target paths, and the one-shot commands' input.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.integration.test_cli import iowarden
+
+pytestmark = pytest.mark.root
+
+
+# --- item 1: a job file cannot run commands, load code or change the host -------------------
+
+@pytest.mark.parametrize("option", ["trigger-timeout=1\ntrigger=touch {marker}",
+                                    "ioengine={marker}.so", "ioscheduler=bfq"])
+def test_job_file_that_would_act_on_the_host_is_refused_by_check_config_and_probe(
+        shared_loop_xfs, tmp_path, option):
+    marker = tmp_path / "ran"
+    job = tmp_path / "evil.fio"
+    job.write_text(f"[global]\nrw=randread\nsize=8m\nruntime=1\n[evil]\n{option.format(marker=marker)}\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[profiles.evil]\njob_file = "{job}"\n[[targets]]\nname = "t"\npath = '
+                   f'"{shared_loop_xfs.mountpoint}"\nprofiles = ["evil"]\n')
+    scheduler = f"/sys/block/{shared_loop_xfs.name}/queue/scheduler"
+    before = open(scheduler).read()
+    r = iowarden("check-config", "-c", str(cfg), check=False)
+    assert r.returncode == 78 and f"{job}:6:" in r.stderr and "not allowed" in r.stderr, r.stderr
+    r = iowarden("probe", "--path", str(shared_loop_xfs.mountpoint), "--job-file", str(job), check=False)
+    assert r.returncode != 0 and f"{job}:6:" in (r.stderr + r.stdout)
+    time.sleep(1.5)   # what a trigger would have run has had time to
+    assert not marker.exists()
+    assert open(scheduler).read() == before
+
+
+def test_fio_include_is_refused_before_fio_runs(tmp_path):
+    job = tmp_path / "inc.fio"
+    job.write_text("[global]\ninclude other.fio\n[j]\nrw=read\n")
+    r = iowarden("probe", "--path", str(tmp_path), "--job-file", str(job), check=False)
+    assert r.returncode != 0 and "includes are not allowed" in r.stderr, r.stderr
+
+
+# --- item 2: a symlinked or system target is refused before anything is created -------------
+
+def test_symlinked_target_writes_nothing_where_it_points(shared_loop_xfs, tmp_path):
+    victim = shared_loop_xfs.mountpoint / "victim"   # stands in for /etc: a test must not write there
+    victim.mkdir(exist_ok=True)
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    r = iowarden("probe", "--path", str(link), "--size", "8MiB", "--runtime", "0.5", "--min-free-bytes", "1MiB",
+                 "--json", check=False)
+    assert r.returncode == 1
+    assert "is a symlink" in r.stdout and "never probes through a link" in r.stdout, r.stdout
+    assert os.listdir(victim) == []        # not even the .iowarden directory
+
+
+def test_a_symlink_in_any_component_is_refused(shared_loop_xfs, tmp_path):
+    (shared_loop_xfs.mountpoint / "real" / "data").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "via").symlink_to(shared_loop_xfs.mountpoint / "real")
+    r = iowarden("probe", "--path", str(tmp_path / "via" / "data"), "--size", "8MiB", "--runtime", "0.5",
+                 "--json", check=False)
+    assert r.returncode == 1 and "is a symlink" in r.stdout, r.stdout
+    assert os.listdir(shared_loop_xfs.mountpoint / "real" / "data") == []
+
+
+@pytest.mark.parametrize("path", ["/proc", "/etc", "/usr/share", "/"])
+def test_system_trees_are_refused_with_a_clear_message(path):
+    r = iowarden("probe", "--path", path, "--size", "8MiB", "--runtime", "0.5", "--json", check=False)
+    assert r.returncode == 1
+    assert "never writes probe files there" in r.stdout, r.stdout
+    assert not os.path.exists(os.path.join(path, ".iowarden"))
