@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import os
+import stat
 import sys
 import time
 
@@ -139,8 +141,6 @@ def _emit_rates(rates: dict, names: list[str], args, stamp: float) -> None:
 
 def cmd_iostat(args) -> int:
     roots = Roots()
-    if args.interval is not None and args.interval <= 0:
-        raise SystemExit("iowarden iostat: INTERVAL must be positive")
     prev = diskstats.read(roots)
     names = _select(prev, args, roots)
     if args.device and not names:
@@ -173,6 +173,10 @@ def cmd_xfs(args) -> int:
         counts = {}
         for f in args.file:
             try:
+                st = os.lstat(f)
+                if not stat.S_ISREG(st.st_mode):
+                    # a FIFO would block the open for ever; a device or socket has no extents
+                    raise ValueError(f"xfs --file {f}: not a regular file (only files have extents)")
                 counts[f] = xfs.file_extent_count(f)
             except OSError as exc:  # missing, a symlink (not followed), or no FIEMAP on its filesystem
                 raise SystemExit(f"iowarden xfs: cannot count the extents of {f}: {exc.strerror or exc}") from None
@@ -259,7 +263,12 @@ REPLAY_METRICS = {"iops": "read_iops", "bandwidth": "read_bw_bytes", "latency": 
 
 
 def read_series_csv(path: str) -> list[tuple[float, float]]:
-    """`timestamp,value` rows (a header line is allowed); timestamps as Unix seconds or ISO 8601."""
+    """`timestamp,value` rows (a header line is allowed); timestamps as Unix seconds or ISO 8601.
+
+    Every value must be a finite number and timestamps must increase: a NaN, an
+    infinity or a row out of order is an error naming its line, never a silent 0,
+    an alert, or a different result.
+    """
     from datetime import datetime
     out = []
     try:
@@ -281,7 +290,13 @@ def read_series_csv(path: str) -> list[tuple[float, float]]:
                 ts = float(parts[0])
             except ValueError:
                 ts = datetime.fromisoformat(parts[0]).timestamp()
-            out.append((ts, float(parts[1])))
+            value = float(parts[1])
+            if not (math.isfinite(ts) and math.isfinite(value)):
+                raise ValueError(f"{parts[1] if math.isfinite(ts) else parts[0]!r} is not a finite number "
+                                 "(leave a missing probe out rather than writing NaN)")
+            if out and ts <= out[-1][0]:
+                raise ValueError(f"timestamp {parts[0]} is not after the one before it: rows must be in time order")
+            out.append((ts, value))
         except ValueError as exc:
             raise ParseError(f"{path}:{lineno}: {exc}") from None
     return out
@@ -334,6 +349,27 @@ def cmd_ack(args) -> int:
 
 # ---- argument parsing -----------------------------------------------------------------------
 
+def positive_seconds(text: str) -> float:
+    """A number of seconds for argparse: finite and above zero (nan, inf and -1 are refused, not looped on)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iowarden", description="Storage-health daemon and probes.")
     config_help = "the TOML configuration file (packaged: /etc/iowarden/config.toml)"
@@ -370,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("csv", help="a file of timestamp,value lines, one probe each (Unix seconds or ISO 8601)")
     rp.add_argument("--metric", choices=sorted(REPLAY_METRICS), default="iops",
                     help="iops and bandwidth alert when they fall, latency when it rises")
-    rp.add_argument("--warmup", type=int, help="values learned before any alert (default 12)")
+    rp.add_argument("--warmup", type=positive_int, help="values learned before any alert (default 12)")
     rp.add_argument("--json", action="store_true", help="one JSON object per value")
     rp.set_defaults(func=cmd_replay)
 
@@ -405,13 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("-p", "--partitions", action="store_true", help="include partitions")
     io.add_argument("-y", dest="omit_first", action="store_true", help="omit the since-boot report")
     io.add_argument("--json", action="store_true", help="one JSON object per device per interval, one per line")
-    io.add_argument("interval", nargs="?", type=float, help="seconds between reports (none: one since-boot report)")
-    io.add_argument("count", nargs="?", type=int, help="number of reports (none: until interrupted)")
+    io.add_argument("interval", nargs="?", type=positive_seconds,
+                    help="seconds between reports (none: one since-boot report)")
+    io.add_argument("count", nargs="?", type=positive_int, help="number of reports (none: until interrupted)")
     io.set_defaults(func=cmd_iostat)
 
     x = sub.add_parser("xfs", help="XFS fragmentation and free-space report")
     x.add_argument("mounts", nargs="*", help="XFS mount points (none: every mounted XFS)")
-    x.add_argument("--timeout", type=float, default=120.0, help="seconds before xfs_db is killed")
+    x.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds before xfs_db is killed")
     x.add_argument("--file", action="append", help="count the extents of this file instead (repeatable)")
     x.add_argument("--json", action="store_true", help="machine-readable output")
     x.set_defaults(func=cmd_xfs)

@@ -1,0 +1,48 @@
+"""One-shot commands given bad input (hardening issue, item 13): a one-line error and exit 2, never a loop,
+a hang, a traceback or a silently different answer. No root needed."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+IOWARDEN = [sys.executable, "-m", "iowarden.daemon.cli"]
+
+
+def run(*args, timeout=10):
+    return subprocess.run(IOWARDEN + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["iostat", "nan"], "must be a finite number of seconds above 0"),     # looped flat out
+    (["iostat", "inf", "1"], "must be a finite number of seconds above 0"),  # a traceback
+    (["iostat", "1", "-5"], "must be at least 1"),                          # exited 0 after one report
+    (["iostat", "0"], "must be a finite number of seconds above 0"),
+    (["xfs", "--timeout", "-1"], "must be a finite number of seconds above 0"),
+    (["xfs", "--timeout", "nan"], "must be a finite number of seconds above 0"),
+])
+def test_bad_numbers_are_refused_at_once(args, says):
+    r = run(*args)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_xfs_file_on_a_fifo_does_not_hang(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run("xfs", "--file", str(fifo))
+    assert r.returncode == 2 and "not a regular file" in r.stderr
+
+
+@pytest.mark.parametrize("rows,says", [
+    ("1,5\n2,nan\n", "2: 'nan' is not a finite number"),     # was taken as 0: "no alerts"
+    ("1,5\n2,inf\n", "2: 'inf' is not a finite number"),     # raised a critical alert
+    ("2,5\n1,5\n", "2: timestamp 1 is not after the one before it"),   # changed the result silently
+    ("1,5\n1,5\n", "2: timestamp 1 is not after the one before it"),
+])
+def test_replay_refuses_values_it_cannot_judge_naming_the_line(tmp_path, rows, says):
+    csv = tmp_path / "s.csv"
+    csv.write_text("timestamp,value\n" + rows)
+    r = run("replay", str(csv))
+    assert r.returncode == 2 and f"{csv}:{says}" in r.stderr.replace(f"{csv}:", f"{csv}:", 1), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
