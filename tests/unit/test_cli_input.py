@@ -35,14 +35,14 @@ def test_xfs_file_on_a_fifo_does_not_hang(tmp_path):
 
 
 @pytest.mark.parametrize("rows,says", [
-    ("1,5\n2,nan\n", "2: 'nan' is not a finite number"),     # was taken as 0: "no alerts"
-    ("1,5\n2,inf\n", "2: 'inf' is not a finite number"),     # raised a critical alert
-    ("2,5\n1,5\n", "2: timestamp 1 is not after the one before it"),   # changed the result silently
-    ("1,5\n1,5\n", "2: timestamp 1 is not after the one before it"),
+    ("1,5\n2,nan\n", "3: 'nan' is not a finite number"),     # was taken as 0: "no alerts"
+    ("1,5\n2,inf\n", "3: 'inf' is not a finite number"),     # raised a critical alert
+    ("2,5\n1,5\n", "3: timestamp 1 is not after the one before it"),   # changed the result silently
+    ("1,5\n1,5\n", "3: timestamp 1 is not after the one before it"),
 ])
 def test_replay_refuses_values_it_cannot_judge_naming_the_line(tmp_path, rows, says):
     csv = tmp_path / "s.csv"
     csv.write_text("timestamp,value\n" + rows)
     r = run("replay", str(csv))
-    assert r.returncode == 2 and f"{csv}:{says}" in r.stderr.replace(f"{csv}:", f"{csv}:", 1), r.stderr
+    assert r.returncode == 2 and f"{csv}:{says}" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
