@@ -7,7 +7,10 @@ deviates, so one degradation pages once.
 """
 from __future__ import annotations
 
+import functools
 import logging
+import math
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -42,8 +45,18 @@ class OpenAlert:
     raised_at: float = 0.0
 
 
+def _locked(method):
+    """Probe workers feed results concurrently and scrapes read views: one lock per Health."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 class Health:
     def __init__(self, state, params: DetectorParams = DetectorParams(), on_event=None):
+        self._lock = threading.RLock()
         self.state = state
         self.on_event = on_event or (lambda **event: None)   # alert transitions, for the outputs
         self.params = params
@@ -62,14 +75,30 @@ class Health:
             self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
                 a["id"], a["alert"], a["severity"], a["evidence"].get("metrics", {}), a["target"], a["raised_at"])
 
+    @_locked
     def open_alert_views(self) -> list[dict]:
         return [{"alert": k[0], "volume": k[1], "profile": k[2], "target": a.target, "severity": a.severity,
                  "raised_at": a.raised_at, "id": a.id} for k, a in list(self.open.items())]
 
+    @_locked
+    def baseline_views(self) -> list:
+        """Every baseline with its latest verdict, read in one go (for a snapshot)."""
+        from .snapshot import BaselineView
+        views = []
+        for (volume, profile, metric), det in self.detectors.items():
+            base = det.baseline()
+            verdict = self.latest.get((volume, profile), {}).get(metric)
+            views.append(BaselineView(volume, profile, metric, math.exp(base[0]) if base else None,
+                                      base[1] if base else None, verdict.z if verdict else 0.0,
+                                      len(det.values), base is None))
+        return views
+
+    @_locked
     def baseline_since(self, identity: str, profile: str) -> float:
         times = [t for (i, p, _), t in self.learned_at.items() if i == identity and p == profile]
         return min(times) if times else time.time()
 
+    @_locked
     def pin_refusal(self, target: str, identity: str | None) -> str | None:
         pinned = self.pins.get(target)
         if pinned is None or identity == pinned:
@@ -78,6 +107,7 @@ class Health:
                 "a different volume (is its filesystem still mounted? was the device name reused?); "
                 f"`iowarden baseline reset --target {target}` accepts the new one")
 
+    @_locked
     def apply_requests(self, identity_of_target) -> None:
         """Operator requests from `iowarden baseline accept|reset` (queued in the state database)."""
         for action, target, profile in self.state.take_baseline_requests():
@@ -105,6 +135,7 @@ class Health:
                         (not target or identity_of_target(target) == akey[1]):
                     self._close(akey, "baseline " + action)
 
+    @_locked
     def on_result(self, record: dict, identity: str, causes_fn, context: dict | None = None) -> list[str]:
         """Feed one probe result; returns the alert transitions it caused (for logs and tests)."""
         target, profile = record["target"], record["profile"]
@@ -164,6 +195,7 @@ class Health:
             events.append("VolumeDegraded cleared")
         return events
 
+    @_locked
     def target_dropped(self, target: str, why: str) -> None:
         """A discovered target is gone (unmounted): its probe failures are no longer news."""
         for fkey in [k for k in self.failures if k[0] == f"target:{target}"]:

@@ -118,11 +118,16 @@ class Daemon:
                               c.section("influxdb")["timeout_seconds"] * 4, self.influx.step)
         self.last_result = None
         self.latest_probes: dict = {}   # (target, profile) -> snapshot.ProbeView
+        self._latest_lock = threading.Lock()   # probe workers write it, discovery drops from it, scrapes read
         try:
             self.version = importlib.metadata.version("iowarden")
         except importlib.metadata.PackageNotFoundError:
             self.version = "unknown"
         self.inventory = Inventory(self._on_device_change, str(roots.run))
+
+    def latest_probe_views(self) -> tuple:
+        with self._latest_lock:
+            return tuple(self.latest_probes.values())
 
     def identity_of_device(self, device: str | None) -> str | None:
         if device is None:
@@ -161,8 +166,9 @@ class Daemon:
             for name in sorted(before.keys() - after.keys()):
                 log.info("target %s dropped: %s is no longer mounted", name, before[name].path,
                          extra={"TARGET": name})
-                for key in [k for k in self.latest_probes if k[0] == name]:
-                    del self.latest_probes[key]   # its series disappear from /metrics
+                with self._latest_lock:
+                    for key in [k for k in self.latest_probes if k[0] == name]:
+                        del self.latest_probes[key]   # its series disappear from /metrics
                 self.health.target_dropped(name, "target dropped: no longer mounted")
             for name in sorted(before.keys() & after.keys()):
                 if before[name] != after[name]:
@@ -213,10 +219,11 @@ class Daemon:
         # a discovered target dropped while its probe ran is stored, but gets no series back
         if result.target in {t.name for t in self.targets()}:
             key = (result.target, result.profile)
-            prev = self.latest_probes.get(key)
-            last_ok = result.started_at + result.duration_seconds if result.ok else (
-                prev.last_success_timestamp if prev else None)
-            self.latest_probes[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
+            with self._latest_lock:
+                prev = self.latest_probes.get(key)
+                last_ok = result.started_at + result.duration_seconds if result.ok else (
+                    prev.last_success_timestamp if prev else None)
+                self.latest_probes[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
         level = logging.INFO if result.ok else logging.WARNING
         log.log(level, result_summary(result),
                 extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})

@@ -38,12 +38,16 @@ class Budget:
 
     Cloud volumes bill per I/O and burst-credit volumes pay for every probe in
     credits: a monitor must not become the load it is watching.
+
+    Probe workers record, the scheduler and every scrape read: one lock guards the
+    history, so a reader never iterates a deque a worker is appending to.
     """
 
     def __init__(self, time_ratio: float, window_seconds: float, write_bytes_per_day: int):
         self.time_ratio, self.window_seconds = time_ratio, window_seconds
         self.write_bytes_per_day = write_bytes_per_day
         self.spent: dict[str, collections.deque] = {}   # disk -> (wall time, device seconds, bytes written)
+        self._lock = threading.Lock()
 
     def replay(self, records: list[dict], devices: dict) -> None:
         """Count stored probe results (from the state database) against their disks."""
@@ -54,8 +58,13 @@ class Budget:
                             rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0))
 
     def record(self, disks, at: float, seconds: float, written: int) -> None:
-        for disk in disks:
-            self.spent.setdefault(disk, collections.deque()).append((at, seconds, written))
+        with self._lock:
+            for disk in disks:
+                self.spent.setdefault(disk, collections.deque()).append((at, seconds, written))
+
+    def disks(self) -> list[str]:
+        with self._lock:
+            return sorted(self.spent)
 
     def _trim(self, disk: str, now: float) -> collections.deque:
         q = self.spent.setdefault(disk, collections.deque())
@@ -65,9 +74,10 @@ class Budget:
 
     def status(self, disk: str, now: float | None = None) -> dict:
         now = time.time() if now is None else now
-        q = self._trim(disk, now)
-        used = sum(sec for at, sec, _ in q if at >= now - self.window_seconds)
-        written = sum(b for at, _, b in q if at >= now - DAY_SECONDS)
+        with self._lock:
+            q = self._trim(disk, now)
+            used = sum(sec for at, sec, _ in q if at >= now - self.window_seconds)
+            written = sum(b for at, _, b in q if at >= now - DAY_SECONDS)
         return {"device_seconds_used": used, "device_seconds_allowed": self.time_ratio * self.window_seconds,
                 "written_bytes_24h": written, "written_bytes_allowed": self.write_bytes_per_day}
 
@@ -87,12 +97,20 @@ class Due:
     profile: str
     next_at: float
     deferred_since: float | None = None
+    waiting: bool = False        # held back by another probe on its disks since it fell due (counted once)
+
+
+def oldest_due_first(due: list[Due], now: float) -> list[Due]:
+    """The probes due at `now`, the longest-waiting first: two profiles on one disk take turns,
+    instead of the first-configured one winning every time the disk comes free."""
+    return sorted((d for d in due if d.next_at <= now), key=lambda d: d.next_at)
 
 
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, sampler, on_result, rng: random.Random | None = None,
-                 history: list[dict] | None = None, pin_check=None, devices=None):
+                 history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic):
         self.roots = roots
+        self.clock = clock
         self.sampler = sampler
         self.on_result = on_result
         self.pin_check = pin_check or (lambda target, device: None)
@@ -119,7 +137,7 @@ class Scheduler:
         """Take a (re)loaded config and the targets to probe (the config's, unless discovery adds some);
         probes already planned keep their next time, a target no longer given is dropped."""
         targets = cfg.targets if targets is None else targets
-        now = time.monotonic()
+        now = self.clock()
         b = cfg.section("budget")
         self.budget.time_ratio, self.budget.window_seconds = b["device_time_ratio"], b["window_seconds"]
         self.budget.write_bytes_per_day = b["write_bytes_per_day"]
@@ -161,26 +179,44 @@ class Scheduler:
     def budget_exhausted(self, disks) -> bool:
         return self.budget.refuses(disks, 0.0) is not None
 
-    def step(self) -> None:
-        now = time.monotonic()
+    def skip(self, target: str, reason: str) -> None:
+        """Count a deferral or skip (probe workers and the scheduler both count)."""
         with self._lock:
-            due = [d for d in self.due if d.next_at <= now]
+            self.skipped_total[(target, reason)] += 1
+
+    def skipped(self) -> dict:
+        """The skip counters as they are now, for a snapshot."""
+        with self._lock:
+            return dict(self.skipped_total)
+
+    def step(self) -> None:
+        now = self.clock()
+        with self._lock:
+            due = oldest_due_first(self.due, now)
         for d in due:
             if not still_mounted(d.target):
                 # unmounted since discovery found it: the next discovery pass drops it; a probe
                 # now would write into the directory underneath
-                self.skipped_total[(d.target.name, "unmounted")] += 1
+                self.skip(d.target.name, "unmounted")
                 d.next_at = now + 1.0
                 continue
             disks = self.physical_disks(d.target)
             with self._lock:
-                if self._stopping or self._busy_disks & set(disks):
-                    continue  # another probe holds one of its disks: try again next tick
+                if self._stopping:
+                    continue
+                held = self._busy_disks & set(disks)
+            if held:
+                # another probe holds one of its disks: it runs when that one ends, before
+                # anything that fell due later; counted once per time it has to wait
+                if not d.waiting:
+                    d.waiting = True
+                    self.skip(d.target.name, "waiting_for_disk")
+                continue
             profile = self.cfg.profiles[d.profile]
             needed = min(profile.effective_runtime_seconds(), self.cfg.limits.max_runtime_seconds)
             refusal = self.budget.refuses(disks, needed)
             if refusal:
-                self.skipped_total[(d.target.name, refusal)] += 1
+                self.skip(d.target.name, refusal)
                 d.next_at = now + BUDGET_RETRY_SECONDS
                 log.info("probe %s/%s waits: %s budget spent on %s", d.target.name, d.profile,
                          "device-time" if refusal == "budget_time" else "write", ",".join(disks),
@@ -196,7 +232,7 @@ class Scheduler:
                 d.deferred_since = d.deferred_since or now
                 if now - d.deferred_since < sch["max_deferral_seconds"]:
                     reason = "busy" if util > sch["defer_util_percent"] else "io_pressure"
-                    self.skipped_total[(d.target.name, reason)] += 1
+                    self.skip(d.target.name, reason)
                     d.next_at = now + 5.0
                     log.info("probe %s/%s deferred: %s", d.target.name, d.profile,
                              f"device busy ({util:.0f}% util)" if reason == "busy"
@@ -204,15 +240,24 @@ class Scheduler:
                              extra={"TARGET": d.target.name, "PROBE": d.profile})
                     continue
                 contended = True
-            d.deferred_since = None
+            d.deferred_since, d.waiting = None, False
             jitter = sch["jitter_ratio"]
             d.next_at = now + d.target.interval_seconds * (1 + self.rng.uniform(-jitter, jitter))
             with self._lock:
                 self._busy_disks |= set(disks)
-            w = threading.Thread(target=self._run, args=(d, disks, contended, util), name="iowarden-probe",
-                                 daemon=True)
-            self._workers = [t for t in self._workers if t.is_alive()] + [w]
-            w.start()
+            self.start_worker(d, disks, contended, util)
+
+    def start_worker(self, d: Due, disks, contended: bool, util: float) -> None:
+        """Run the probe in a thread of its own; the scheduler keeps its cadence while fio runs."""
+        w = threading.Thread(target=self._run, args=(d, disks, contended, util), name="iowarden-probe",
+                             daemon=True)
+        self._workers = [t for t in self._workers if t.is_alive()] + [w]
+        w.start()
+
+    def probe_done(self, disks) -> None:
+        with self._lock:
+            self._busy_disks -= set(disks)
+            self._last_probe_end = self.clock()
 
     def _run(self, d: Due, disks, contended: bool, foreign_util: float) -> None:
         cfg = self.cfg
@@ -223,7 +268,7 @@ class Scheduler:
             device = self.device_of(d.target)
             refusal = self.pin_check(d.target, device)
             if not still_mounted(d.target):
-                self.skipped_total[(d.target.name, "unmounted")] += 1
+                self.skip(d.target.name, "unmounted")
                 return
             if refusal:
                 result = ProbeResult(d.target.name, d.target.path, device, d.profile, False,
@@ -249,9 +294,7 @@ class Scheduler:
         except Exception:
             log.exception("probe %s/%s crashed", d.target.name, d.profile)
         finally:
-            with self._lock:
-                self._busy_disks -= set(disks)
-                self._last_probe_end = time.monotonic()
+            self.probe_done(disks)
 
     def _track(self, proc, disks=()) -> None:
         with self._lock:

@@ -6,7 +6,6 @@ to values the parts replace whole (never mutate), so it is cheap.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -54,13 +53,7 @@ class Snapshot:
 
 def take(daemon) -> Snapshot:
     health = daemon.health
-    baselines = []
-    for (volume, profile, metric), det in list(health.detectors.items()):
-        base = det.baseline()
-        verdict = health.latest.get((volume, profile), {}).get(metric)
-        baselines.append(BaselineView(volume, profile, metric, math.exp(base[0]) if base else None,
-                                      base[1] if base else None, verdict.z if verdict else 0.0,
-                                      len(det.values), base is None))
+    baselines = health.baseline_views()
     disks = {}
     for t in daemon.targets():
         for disk in daemon.scheduler.physical_disks_cached(t):
@@ -68,8 +61,8 @@ def take(daemon) -> Snapshot:
     return Snapshot(
         taken_at=time.time(),
         version=daemon.version,
-        probes=tuple(daemon.latest_probes.values()),
-        skipped_total=dict(daemon.scheduler.skipped_total),
+        probes=daemon.latest_probe_views(),
+        skipped_total=daemon.scheduler.skipped(),
         baselines=tuple(baselines),
         alerts=tuple(health.open_alert_views()),
         disk_rates=daemon.sampler.rates,

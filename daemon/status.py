@@ -53,7 +53,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             "alerts": state.alerts(open_only=True),
             "drift": [{"at": at, "device": d, "identity": i, "setting": s, "old": o, "new": n}
                       for at, d, i, s, o, n in state.drift_events()[-20:]],
-            "budget": {disk: budget.status(disk, now) for disk in sorted(budget.spent)},
+            "budget": {disk: budget.status(disk, now) for disk in budget.disks()},
         }
     finally:
         state.close()
