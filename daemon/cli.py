@@ -21,6 +21,7 @@ from iowarden.probes.fio_run import ProbeLimits, run_probe
 
 from . import config as configmod
 from .discovery import targets_now
+from .state import StateDamaged, StateUnavailable
 from .tables import dumps, table
 
 EX_NOPERM = 77
@@ -468,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in exc.errors:
             print(line, file=sys.stderr)
         return configmod.EX_CONFIG
+    except (StateUnavailable, StateDamaged) as exc:
+        print(f"iowarden: the state database cannot be read now: {exc}", file=sys.stderr)
+        return 1
     except PermissionError as exc:
         print(f"iowarden: permission denied: {exc.filename or exc}. This needs root "
               "(or read access to the block devices): run it with sudo.", file=sys.stderr)

@@ -34,10 +34,11 @@ from .registry import Registry
 from .sampler import Sampler
 from .scheduler import Scheduler, result_summary
 from .snapshot import ProbeView
-from .state import State
+from .state import State, StateUnavailable
 
 log = logging.getLogger("iowarden")
-STOP_TIMEOUT_SECONDS = 4.0
+STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, exit well within 5 s
+STATE_RETRY_SECONDS = 2.0
 RESULT_RETENTION_SECONDS = 90 * 86400
 
 
@@ -79,6 +80,34 @@ def setup_logging(level: str) -> None:
     root.addHandler(handler)
 
 
+class StopRequested(Exception):
+    """SIGTERM arrived before the daemon was running."""
+
+
+def open_state_waiting(path: str, stop_event: threading.Event) -> State:
+    """The state database, waiting while it is locked, on a full filesystem or unreadable.
+
+    Never a reason to start on an empty database: that would throw away every volume's
+    learned normal. One log line per distinct reason, and the systemd status says why.
+    """
+    said = None
+    while True:
+        try:
+            state = State(path)
+        except StateUnavailable as exc:
+            if str(exc) != said:
+                said = str(exc)
+                log.error("state database %s cannot be opened now (%s); it is left as it is, retrying every %g s",
+                          path, exc, STATE_RETRY_SECONDS)
+            notify(f"STATUS=waiting for the state database {path}: {exc}")
+            if stop_event.wait(STATE_RETRY_SECONDS):
+                raise StopRequested from None
+            continue
+        if said:
+            log.warning("state database %s opened", path)
+        return state
+
+
 class Daemon:
     def __init__(self, config_path: str, roots: Roots = Roots()):
         self.config_path = config_path
@@ -86,8 +115,10 @@ class Daemon:
         self.cfg = configmod.load(config_path)
         setup_logging(self.cfg.section("daemon")["log_level"])
         state_dir = self.cfg.section("daemon")["state_dir"]
-        self.state = State(os.path.join(state_dir, "state.db"))
         self.stop_event = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())   # also while the database is awaited
+        signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+        self.state = open_state_waiting(os.path.join(state_dir, "state.db"), self.stop_event)
         self.reload_requested = threading.Event()
         self.sampler = Sampler(roots, self.cfg.section("sampler")["devices"])
         self.settings = SettingsPoller(roots, self.state, on_event=self._event)
@@ -111,6 +142,7 @@ class Daemon:
         self.registry.add("xfs", c.section("xfs")["interval_seconds"], c.section("xfs")["timeout_seconds"],
                           self.xfs.step)
         self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
+        self.registry.add("state", STATE_RETRY_SECONDS, 10.0, self.state.retry_pending)
         self.influx = None
         if c.section("influxdb")["enabled"]:
             self.influx = InfluxOutput(self)
@@ -310,4 +342,8 @@ class Daemon:
 
 
 def main(config_path: str) -> int:
-    return Daemon(config_path).run()
+    try:
+        daemon = Daemon(config_path)
+    except StopRequested:
+        return 0
+    return daemon.run()

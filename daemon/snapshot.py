@@ -49,6 +49,7 @@ class Snapshot:
     io_pressure: object | None = None
     probe_intervals: dict = field(default_factory=dict)      # (target, profile) -> seconds
     influx: dict | None = None                               # writer counters, when InfluxDB is on
+    state: dict | None = None                                # state database: writable, pending, errors
 
 
 def take(daemon) -> Snapshot:
@@ -75,6 +76,7 @@ def take(daemon) -> Snapshot:
         io_pressure=daemon.sampler.io_pressure,
         probe_intervals={(t.name, p): t.interval_seconds for t in daemon.targets() for p in t.profiles},
         influx=_influx_stats(daemon.influx.writer) if daemon.influx is not None else None,
+        state=daemon.state.stats(),
     )
 
 

@@ -1,12 +1,22 @@
 """Durable state in SQLite: probe results, settings drift, baselines, alerts and operator requests.
 
 WAL mode with synchronous=NORMAL: a `kill -9` loses at most the last commit,
-never the database. A database that fails its integrity check is moved aside
-(logged) and a fresh one is started: a monitor that refuses to run because its
-history is damaged protects nothing.
+never the database.
+
+Damaged and unavailable are told apart by SQLite's own error code. Only a file
+that is really corrupt (SQLITE_CORRUPT, SQLITE_NOTADB, a failed integrity check)
+is moved aside for a fresh start: a monitor that refuses to run because its
+history is damaged protects nothing. A database that is locked, on a full
+filesystem or unreadable for now is healthy: opening it is retried, never reset.
+
+Writes never raise into the daemon. Each is a transaction queued in memory
+(bounded) and written in order; while the filesystem is full or the file locked,
+they wait there and are retried, one log line says so, and the self-metrics show
+it. Alert ids are handed out here, so an alert can be raised while its row waits.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -85,40 +95,166 @@ CREATE TABLE IF NOT EXISTS drift_events (
 """
 
 
+# SQLite's primary result codes (sqlite3.h): the file is damaged ...
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+# ... or only unavailable for now: locked, full, read-only, unreadable.
+SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = \
+    3, 5, 6, 8, 10, 13, 14
+TRANSIENT_CODES = {SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL,
+                   SQLITE_CANTOPEN}
+MAX_PENDING_WRITES = 20000          # transactions kept in memory while the database cannot take them
+BUSY_TIMEOUT_SECONDS = 2.0          # how long a write waits for another process's lock before it queues
+
+
+class StateUnavailable(Exception):
+    """The database is there and healthy as far as anyone knows, but cannot be opened now."""
+
+
+class StateDamaged(Exception):
+    """The database is corrupt (and this opener may not move it aside)."""
+
+
+def _code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A write that may succeed later (full, locked, read-only for now), as opposed to a bad statement."""
+    if isinstance(exc, OSError):
+        return True
+    code = _code(exc)
+    if code is not None:
+        return code in TRANSIENT_CODES
+    # without a code (older Python), the messages SQLite uses for these
+    text = str(exc).lower()
+    return any(w in text for w in ("locked", "full", "unable to open", "readonly", "disk i/o", "busy"))
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    code = _code(exc)
+    if code is not None:
+        return code in (SQLITE_CORRUPT, SQLITE_NOTADB)
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text
+
+
 class State:
-    def __init__(self, path: str):
+    def __init__(self, path: str, repair: bool = True):
+        """repair: move a corrupt database aside and start fresh (the daemon); else raise StateDamaged (the CLI).
+
+        Raises StateUnavailable when the database cannot be opened now (locked, full, unreadable):
+        the caller retries; nothing is moved or reset.
+        """
         self.path = path
         self._lock = threading.Lock()
-        self.db = self._open()
+        self._pending: collections.deque = collections.deque()   # transactions: [(sql, params), ...]
+        self.writable = True
+        self.write_errors_total = 0
+        self.writes_dropped_total = 0
+        self.db = self._open(repair)
+        self._next_alert_id = (self.db.execute("SELECT max(id) FROM alerts").fetchone()[0] or 0) + 1
 
-    def _open(self) -> sqlite3.Connection:
-        os.makedirs(os.path.dirname(self.path) or ".", mode=0o750, exist_ok=True)
+    def _open(self, repair: bool) -> sqlite3.Connection:
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", mode=0o750, exist_ok=True)
+        except OSError as exc:
+            raise StateUnavailable(f"cannot create {os.path.dirname(self.path)}: {exc.strerror}") from None
+        db = None
         try:
             db = self._connect()
-            ok = db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
-            if ok:
+            if db.execute("PRAGMA quick_check").fetchone()[0] == "ok":
                 return db
-            db.close()
             reason = "integrity check failed"
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.Error, OSError) as exc:
+            if not is_corrupt(exc):
+                raise StateUnavailable(f"{exc}") from None
             reason = str(exc)
+        finally:
+            if db is not None and "reason" in locals():
+                db.close()
+        if not repair:
+            raise StateDamaged(f"state database {self.path} is damaged ({reason}); `iowarden run` moves it aside")
         aside = f"{self.path}.corrupt-{int(time.time())}"
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(self.path + suffix):
                 os.replace(self.path + suffix, aside + suffix)
         log.error("state database %s is damaged (%s); moved aside to %s, starting fresh", self.path, reason, aside)
-        return self._connect()
+        try:
+            return self._connect()
+        except (sqlite3.Error, OSError) as exc:
+            raise StateUnavailable(str(exc)) from None
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(SCHEMA)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                             timeout=BUSY_TIMEOUT_SECONDS)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(SCHEMA)
+        except BaseException:
+            db.close()
+            raise
         return db
 
-    def add_probe_result(self, record: dict, identity: str | None) -> None:
+    # ---- writes: queued, in order, never raising ------------------------------------------------
+
+    def _write(self, *statements: tuple[str, tuple]) -> None:
         with self._lock:
-            self.db.execute(
+            if len(self._pending) >= MAX_PENDING_WRITES:
+                self._pending.popleft()
+                self.writes_dropped_total += 1
+                if self.writes_dropped_total == 1 or self.writes_dropped_total % 1000 == 0:
+                    log.error("state database %s: %d writes waiting is the most kept in memory; the oldest are "
+                              "dropped (%d so far)", self.path, MAX_PENDING_WRITES, self.writes_dropped_total)
+            self._pending.append(statements)
+            if self.writable:
+                # while it is not, retry_pending() tries (every few seconds): a probe worker must
+                # not wait out SQLite's busy timeout on every write
+                self._drain_locked()
+
+    def retry_pending(self) -> None:
+        """Write what waits (a registry part calls this, so waiting writes go out without new ones)."""
+        with self._lock:
+            if self._pending:
+                self._drain_locked()
+
+    def _drain_locked(self) -> None:
+        while self._pending:
+            tx = self._pending[0]
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                for sql, params in tx:
+                    self.db.execute(sql, params)
+                self.db.execute("COMMIT")
+            except (sqlite3.Error, OSError) as exc:
+                try:
+                    self.db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                self.write_errors_total += 1
+                if is_transient(exc):
+                    if self.writable:
+                        self.writable = False
+                        log.error("state database %s cannot be written now (%s): results are kept in memory and "
+                                  "written when it can be (up to %d writes)", self.path, exc, MAX_PENDING_WRITES)
+                    return
+                self._pending.popleft()   # this statement's own fault: it would fail for ever
+                log.error("state database %s refused a write (%s); dropped it: %s", self.path, exc,
+                          tx[0][0].split("(")[0])
+                continue
+            self._pending.popleft()
+        if not self.writable:
+            self.writable = True
+            log.warning("state database %s is writable again: every waiting write is saved", self.path)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"writable": self.writable, "pending_writes": len(self._pending),
+                    "write_errors": self.write_errors_total, "writes_dropped": self.writes_dropped_total}
+
+    def add_probe_result(self, record: dict, identity: str | None) -> None:
+        self._write((
                 "INSERT INTO probe_results (started_at, target, profile, device, identity, ok, error, contended,"
                 " read_iops, write_iops, read_bw_bytes, write_bw_bytes, clat_p50_seconds, clat_p99_seconds,"
                 " clat_p999_seconds, duration_seconds, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -126,19 +262,17 @@ class State:
                  int(record["ok"]), record["error"], int(record["contended"]), record["read_iops"],
                  record["write_iops"], record["read_bw_bytes"], record["write_bw_bytes"],
                  record["clat_p50_seconds"], record["clat_p99_seconds"], record["clat_p999_seconds"],
-                 record["duration_seconds"], json.dumps(record)))
+                 record["duration_seconds"], json.dumps(record))))
 
     def add_drift(self, device: str, identity: str | None, setting: str, old, new) -> None:
-        with self._lock:
-            self.db.execute("INSERT INTO drift_events (at, device, identity, setting, old_value, new_value)"
-                            " VALUES (?,?,?,?,?,?)", (time.time(), device, identity, setting, str(old), str(new)))
+        self._write(("INSERT INTO drift_events (at, device, identity, setting, old_value, new_value)"
+                     " VALUES (?,?,?,?,?,?)", (time.time(), device, identity, setting, str(old), str(new))))
 
     def save_baseline(self, identity: str, profile: str, metric: str, learned_at: float, state: dict) -> None:
-        with self._lock:
-            self.db.execute("INSERT INTO baselines VALUES (?,?,?,?,?,?) ON CONFLICT (identity, profile, metric)"
-                            " DO UPDATE SET learned_at=excluded.learned_at, updated_at=excluded.updated_at,"
-                            " state=excluded.state",
-                            (identity, profile, metric, learned_at, time.time(), json.dumps(state)))
+        self._write(("INSERT INTO baselines VALUES (?,?,?,?,?,?) ON CONFLICT (identity, profile, metric)"
+                     " DO UPDATE SET learned_at=excluded.learned_at, updated_at=excluded.updated_at,"
+                     " state=excluded.state",
+                     (identity, profile, metric, learned_at, time.time(), json.dumps(state))))
 
     def load_baselines(self) -> list[tuple[str, str, str, float, dict]]:
         with self._lock:
@@ -146,27 +280,26 @@ class State:
         return [(i, p, m, t, json.loads(s)) for i, p, m, t, s in rows]
 
     def delete_baselines(self, identity: str, profile: str) -> None:
-        with self._lock:
-            self.db.execute("DELETE FROM baselines WHERE identity = ? AND profile = ?", (identity, profile))
+        self._write(("DELETE FROM baselines WHERE identity = ? AND profile = ?", (identity, profile)))
 
     def open_alert(self, alert: str, identity: str, target: str, profile: str, metric: str | None,
                    severity: str, evidence: dict, causes: list[str]) -> int:
         with self._lock:
-            cur = self.db.execute(
-                "INSERT INTO alerts (alert, identity, target, profile, metric, severity, raised_at, evidence, causes)"
-                " VALUES (?,?,?,?,?,?,?,?,?)",
-                (alert, identity, target, profile, metric, severity, time.time(), json.dumps(evidence),
-                 json.dumps(causes)))
-            return cur.lastrowid
+            alert_id = self._next_alert_id
+            self._next_alert_id += 1
+        self._write((
+            "INSERT INTO alerts (id, alert, identity, target, profile, metric, severity, raised_at, evidence, causes)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (alert_id, alert, identity, target, profile, metric, severity, time.time(), json.dumps(evidence),
+             json.dumps(causes))))
+        return alert_id
 
     def update_alert(self, alert_id: int, severity: str, evidence: dict) -> None:
-        with self._lock:
-            self.db.execute("UPDATE alerts SET severity = ?, evidence = ? WHERE id = ?",
-                            (severity, json.dumps(evidence), alert_id))
+        self._write(("UPDATE alerts SET severity = ?, evidence = ? WHERE id = ?",
+                     (severity, json.dumps(evidence), alert_id)))
 
     def close_alert(self, alert_id: int) -> None:
-        with self._lock:
-            self.db.execute("UPDATE alerts SET cleared_at = ? WHERE id = ?", (time.time(), alert_id))
+        self._write(("UPDATE alerts SET cleared_at = ? WHERE id = ?", (time.time(), alert_id)))
 
     def alerts(self, open_only: bool = False) -> list[dict]:
         keys = ("id", "alert", "identity", "target", "profile", "metric", "severity", "raised_at", "cleared_at",
@@ -185,10 +318,17 @@ class State:
                             (time.time(), action, target, profile))
 
     def take_baseline_requests(self) -> list[tuple[str, str | None, str | None]]:
+        """Operator requests, each taken once: none while they cannot be marked taken (full, locked)."""
         with self._lock:
-            rows = self.db.execute("SELECT id, action, target, profile FROM baseline_requests ORDER BY id").fetchall()
-            if rows:
-                self.db.execute("DELETE FROM baseline_requests WHERE id <= ?", (rows[-1][0],))
+            try:
+                rows = self.db.execute("SELECT id, action, target, profile FROM baseline_requests"
+                                       " ORDER BY id").fetchall()
+                if rows:
+                    self.db.execute("DELETE FROM baseline_requests WHERE id <= ?", (rows[-1][0],))
+            except sqlite3.Error as exc:
+                if not is_transient(exc):
+                    raise
+                return []   # taken on a later probe, when the database can record it
         return [(a, t, p) for _, a, t, p in rows]
 
     def drift_since(self, since: float, devices: set[str]) -> list[tuple]:
@@ -205,10 +345,9 @@ class State:
 
     def save_settings(self, settings: dict[tuple[str, str], object]) -> None:
         """The last settings seen, so drift while the daemon was down is still recorded."""
-        with self._lock:
-            self.db.execute("DELETE FROM settings_snapshot")
-            self.db.executemany("INSERT INTO settings_snapshot VALUES (?, ?)",
-                                [(f"{d}\t{k}", json.dumps(v)) for (d, k), v in settings.items()])
+        self._write(("DELETE FROM settings_snapshot", ()),
+                    *[("INSERT INTO settings_snapshot VALUES (?, ?)", (f"{d}\t{k}", json.dumps(v)))
+                      for (d, k), v in settings.items()])
 
     def load_settings(self) -> dict[tuple[str, str], object] | None:
         with self._lock:
@@ -226,17 +365,15 @@ class State:
             return dict(self.db.execute("SELECT target, identity FROM target_pins").fetchall())
 
     def set_pin(self, target: str, identity: str | None) -> None:
-        with self._lock:
-            if identity is None:
-                self.db.execute("DELETE FROM target_pins WHERE target = ?", (target,))
-            else:
-                self.db.execute("INSERT OR REPLACE INTO target_pins VALUES (?,?,?)", (target, identity, time.time()))
+        if identity is None:
+            self._write(("DELETE FROM target_pins WHERE target = ?", (target,)))
+        else:
+            self._write(("INSERT OR REPLACE INTO target_pins VALUES (?,?,?)", (target, identity, time.time())))
 
     def prune(self, keep_seconds: float) -> None:
         cutoff = time.time() - keep_seconds
-        with self._lock:
-            self.db.execute("DELETE FROM probe_results WHERE started_at < ?", (cutoff,))
-            self.db.execute("DELETE FROM drift_events WHERE at < ?", (cutoff,))
+        self._write(("DELETE FROM probe_results WHERE started_at < ?", (cutoff,)),
+                    ("DELETE FROM drift_events WHERE at < ?", (cutoff,)))
 
     def probe_results(self, limit: int = 100) -> list[dict]:
         with self._lock:
@@ -249,5 +386,11 @@ class State:
                                    " ORDER BY id").fetchall()
 
     def close(self) -> None:
+        """Write what waits if the database takes it now; say what is lost if it does not."""
         with self._lock:
+            if self._pending:
+                self._drain_locked()
+            if self._pending:
+                log.error("state database %s still cannot be written: %d waiting writes are lost at exit",
+                          self.path, len(self._pending))
             self.db.close()

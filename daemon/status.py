@@ -23,7 +23,7 @@ def open_state(cfg: Config) -> State:
     path = os.path.join(cfg.section("daemon")["state_dir"], "state.db")
     if not os.path.exists(path):
         raise SystemExit(f"iowarden: no state database at {path}: has `iowarden run -c {cfg.path}` run yet?")
-    return State(path)
+    return State(path, repair=False)   # the daemon owns the file: a CLI never moves it aside
 
 
 def baseline_rows(state: State) -> list[dict]:

@@ -78,8 +78,11 @@ def _run(*argv: str) -> str:
 class LoopXfs:
     """A real XFS filesystem on a loop device backed by an image file, mounted."""
 
-    def __init__(self, size: str = "1G", direct_io: bool = False, mountpoint: Path | None = None):
-        """direct_io: the loop device reads its image with O_DIRECT, so a read costs what the disk
+    def __init__(self, size: str = "1G", direct_io: bool = False, mountpoint: Path | None = None,
+                 mkfs: tuple[str, ...] = ("mkfs.xfs", "-q", "-f")):
+        """mkfs: the command that makes the filesystem (another one, e.g. a tiny ext4, where XFS's 300 MiB
+        minimum is too large to fill quickly).
+        direct_io: the loop device reads its image with O_DIRECT, so a read costs what the disk
         under the image costs instead of a page-cache copy by the loop worker thread.
         mountpoint: where to mount (created if absent, left in place); else a fresh temp directory."""
         require_root()
@@ -91,7 +94,7 @@ class LoopXfs:
         self.mounted = False
         try:
             _run("truncate", "-s", size, str(self.image))
-            _run("mkfs.xfs", "-q", "-f", str(self.image))
+            _run(*mkfs, str(self.image))
             self.device = _run("losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}",
                                str(self.image))
             if direct_io:

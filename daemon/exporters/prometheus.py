@@ -15,7 +15,7 @@ import platform
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 BAND_SPREADS = 2.0  # the detector's allowance k: deviations inside the band never accumulate
-SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes", "unmounted")
+SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes", "unmounted", "waiting_for_disk")
 
 # Fixed latency buckets, the same on every host so histogram_quantile() aggregates
 # across a fleet: half-octave steps from 1 us to ~134 s (fio's own buckets are 1/64
@@ -76,6 +76,20 @@ class SnapshotCollector:
             if st.last_success_timestamp_seconds:
                 last.add_metric([name], st.last_success_timestamp_seconds)
         yield from (dur, ok, err, last)
+        if s.state is not None:
+            g = GaugeMetricFamily("iowarden_state_writable",
+                                  "1 if the state database took the last write; 0 while writes wait in memory "
+                                  "(filesystem full, database locked)")
+            g.add_metric([], 1 if s.state["writable"] else 0)
+            yield g
+            g = GaugeMetricFamily("iowarden_state_pending_writes", "Writes waiting in memory for the state database")
+            g.add_metric([], s.state["pending_writes"])
+            yield g
+            for key, help_ in (("write_errors", "Failed attempts to write the state database"),
+                               ("writes_dropped", "Writes lost because too many were waiting in memory")):
+                c = CounterMetricFamily(f"iowarden_state_{key}", help_)
+                c.add_metric([], s.state[key])
+                yield c
         if s.influx is not None:
             for key, help_ in (("written", "Points InfluxDB accepted"),
                                ("spooled", "Points kept on disk while InfluxDB was unreachable"),
