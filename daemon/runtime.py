@@ -328,7 +328,9 @@ class Daemon:
         self.scheduler.stop(STOP_TIMEOUT_SECONDS)
         self.registry.join(0.5)
         if self.influx is not None:
-            self.influx.writer.flush()  # what cannot be sent now waits in the spool
+            # no network on the way out: a server that hangs must not hold up the stop
+            n = self.influx.writer.spool_pending()
+            log.info("InfluxDB: %d unsent points kept in the spool for the next start", n)
         if self.http is not None:
             self.http.shutdown()
         self.state.close()

@@ -82,4 +82,4 @@ def take(daemon) -> Snapshot:
 
 def _influx_stats(w) -> dict:
     return {"written": w.points_written_total, "spooled": w.points_spooled_total, "dropped": w.points_dropped_total,
-            "errors": w.write_errors_total, "spool_bytes": w.spool_bytes}
+            "errors": w.write_errors_total, "spool_bytes": w.spool_bytes, "rejected": w.points_rejected_total}

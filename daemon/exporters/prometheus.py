@@ -94,6 +94,7 @@ class SnapshotCollector:
             for key, help_ in (("written", "Points InfluxDB accepted"),
                                ("spooled", "Points kept on disk while InfluxDB was unreachable"),
                                ("dropped", "Points lost because the spool was full"),
+                               ("rejected", "Points in batches InfluxDB refused as invalid (set aside, not retried)"),
                                ("errors", "Failed writes to InfluxDB")):
                 name = "write_errors" if key == "errors" else f"points_{key}"
                 c = CounterMetricFamily(f"iowarden_influxdb_{name}", help_)

@@ -44,7 +44,8 @@ def snapshot(tree):
                         "written_bytes_allowed": 100}},
         parts={"sampler": PartStats(runs_total=5, last_duration_seconds=0.001, last_success_timestamp_seconds=1.7e9)},
         probe_intervals={("db", "randrw"): 300.0, ("db", "seq"): 300.0},
-        influx={"written": 10, "spooled": 2, "dropped": 1, "errors": 3, "spool_bytes": 100},
+        influx={"written": 10, "spooled": 2, "dropped": 1, "errors": 3, "spool_bytes": 100, "rejected": 4},
+        state={"writable": False, "pending_writes": 7, "write_errors": 2, "writes_dropped": 0},
     )
 
 
@@ -66,7 +67,9 @@ def test_full_scrape_passes_promtool(tree):
                    "iowarden_tuned_profile_info", "iowarden_settings_drift_total", "iowarden_xfs_extents_per_file",
                    "iowarden_xfs_fragmentation_ratio", "iowarden_xfs_free_space_extents", "iowarden_md_degraded_devices",
                    "iowarden_md_member_faulty", "iowarden_budget_device_seconds_used", "iowarden_part_success",
-                   "iowarden_build_info", "iowarden_influxdb_points_dropped_total"):
+                   "iowarden_build_info", "iowarden_influxdb_points_dropped_total",
+                   "iowarden_influxdb_points_rejected_total", "iowarden_state_writable", "iowarden_state_pending_writes",
+                   "iowarden_state_write_errors_total"):
         assert f"\n{family}" in text, family
 
 
