@@ -19,6 +19,7 @@ import time
 
 from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots
+from iowarden.probes.fio_run import end_leftover_probes
 
 from . import config as configmod
 from .causes import Evidence, likely_causes
@@ -305,6 +306,10 @@ class Daemon:
                 log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus")["listen_address"], exc)
                 self.state.close()
                 return 1
+        ended = end_leftover_probes(self.scheduler.owner)
+        if ended:
+            log.warning("ended %d fio process(es) a previous run of iowarden left running (pids %s), before "
+                        "probing their disks again", len(ended), ", ".join(map(str, ended)))
         self.rediscover()  # what is mounted already is a target from the start
         self.registry.start(self.stop_event)
         self.inventory.start(self.stop_event)

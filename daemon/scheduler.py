@@ -111,6 +111,8 @@ class Scheduler:
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic):
         self.roots = roots
         self.clock = clock
+        # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
+        self.owner = os.path.realpath(cfg.section("daemon")["state_dir"])
         self.sampler = sampler
         self.on_result = on_result
         self.pin_check = pin_check or (lambda target, device: None)
@@ -277,7 +279,7 @@ class Scheduler:
                 result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                    fio_binary=cfg.section("daemon")["fio_path"], keep_sizes=sizes,
                                    on_start=lambda proc: self._track(proc, disks),
-                                   expect_dev=d.target.found_on_dev)
+                                   expect_dev=d.target.found_on_dev, owner=self.owner)
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
             rec = result.to_json()

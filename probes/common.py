@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -99,7 +100,7 @@ class ToolRun:
 
 
 def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
-             env: dict | None = None, on_start=None) -> ToolRun:
+             env: dict | None = None, on_start=None, die_with_parent: bool = False) -> ToolRun:
     """Run a command (argument list, never a shell) in its own process group.
 
     On timeout the whole group is killed: fio forks one process per job, and
@@ -107,7 +108,16 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     `idle_io` runs it in the idle I/O class so an expensive read (xfs_db walking
     every inode) yields to the real workload. `on_start(proc)` lets a caller that
     must stop quickly (the daemon on SIGTERM) kill the group itself.
+    `die_with_parent`: the kernel sends the tool SIGTERM when the thread that started
+    it dies, kill -9 of the daemon included (PR_SET_PDEATHSIG, set by util-linux's
+    setpriv just before it execs the tool: preexec_fn is unsafe in a threaded daemon).
+    fio answers SIGTERM by ending its job processes and exiting.
     """
+    tool = argv[0]
+    if die_with_parent:
+        if shutil.which(tool) is None:
+            return ToolRun(argv, None, "", "", 0.0, f"{tool} not found (is it installed?)")
+        argv = ["setpriv", "--pdeathsig", "TERM", "--", *argv]
     if idle_io:
         argv = ["ionice", "-c", "3", *argv]
     started = time.monotonic()
@@ -118,7 +128,7 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     except FileNotFoundError:
         return ToolRun(argv, None, "", "", 0.0, f"{argv[0]} not found (is it installed?)")
     except OSError as exc:
-        return ToolRun(argv, None, "", "", 0.0, f"cannot start {argv[0]}: {exc}")
+        return ToolRun(argv, None, "", "", 0.0, f"cannot start {tool}: {exc}")
     if on_start is not None:
         on_start(proc)
     try:
@@ -127,7 +137,7 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
         kill_group(proc)
         out, err = proc.communicate()
         return ToolRun(argv, proc.returncode, out, err, time.monotonic() - started,
-                       f"{os.path.basename(argv[0])} timed out after {timeout_seconds:g} s and was killed")
+                       f"{os.path.basename(tool)} timed out after {timeout_seconds:g} s and was killed")
     except BaseException:
         kill_group(proc)
         proc.wait()
@@ -136,7 +146,7 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     error = None
     if proc.returncode != 0:
         tail = (err.strip().splitlines() or ["no message"])[-1]
-        error = f"{os.path.basename(argv[0])} exited with {proc.returncode}: {tail}"
+        error = f"{os.path.basename(tool)} exited with {proc.returncode}: {tail}"
     return ToolRun(argv, proc.returncode, out, err, duration, error)
 
 

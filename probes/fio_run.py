@@ -26,6 +26,10 @@ from .fio import FioReport, parse
 from .fio_job import READ_ONLY_RW, ProbeProfile, seconds
 
 PROBE_DIR_NAME = ".iowarden"
+# Set in every probe's fio environment (its job processes inherit it): which iowarden
+# (by state directory) started it, so a restarted daemon can find a fio its
+# predecessor left running and end it before it probes that disk again.
+OWNER_ENV = "IOWARDEN_PROBE_OWNER"
 PROBE_FILE_PREFIX = "probe-"
 LAYOUT_CHUNK_BYTES = 1 << 20
 
@@ -290,7 +294,7 @@ def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readon
 
 def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
               roots: Roots = Roots(), fio_binary: str = "fio", keep_sizes: set[int] | None = None,
-              on_start=None, expect_dev: int | None = None) -> ProbeResult:
+              on_start=None, expect_dev: int | None = None, owner: str | None = None) -> ProbeResult:
     """Run one profile once. Never raises for a probe's failure: the result says what went wrong.
 
     expect_dev: for a directory target, the filesystem (st_dev) it must still be on.
@@ -330,7 +334,9 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         argv = build_argv(profile, filename, limits, readonly, fio_binary)
         result.argv = argv
         runtime = min(profile.effective_runtime_seconds(), limits.max_runtime_seconds + 60)
-        run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds, on_start=on_start)
+        env = {**os.environ, OWNER_ENV: owner} if owner else None
+        run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds, on_start=on_start,
+                       env=env, die_with_parent=True)
         _interpret(result, run.stdout, run.error)
     except ProbeRefused as exc:
         result.error = f"refused: {exc}"
@@ -368,6 +374,32 @@ def _interpret(result: ProbeResult, stdout: str, run_error: str | None) -> None:
         result.error = "fio finished without doing any I/O"
     else:
         result.ok = True
+
+
+def end_leftover_probes(owner: str, wait_seconds: float = 5.0) -> list[int]:
+    """End fio processes a previous run of this iowarden (same `owner`) left behind; returns their pids.
+
+    Normally none: fio gets SIGTERM when the daemon dies. This covers what that cannot:
+    a fio that ignored it, or one started by a version without it.
+    """
+    import psutil
+    me = os.getpid()
+    found = []
+    for p in psutil.process_iter(["pid", "ppid", "name"]):
+        if p.info["pid"] == me or p.info["ppid"] == me or p.info["name"] not in ("fio", "setpriv"):
+            continue
+        try:
+            if p.environ().get(OWNER_ENV) == owner:
+                found.append(p)
+        except psutil.Error:
+            continue
+    for p in found:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(found, timeout=wait_seconds)
+    return [p.pid for p in found]
 
 
 def remove_probe_dir(target_dir: str) -> list[str]:

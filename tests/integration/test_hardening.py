@@ -5,12 +5,13 @@ The HTTP, InfluxDB, state-database and fio-lifetime items have their own files
 here: job files, target paths, and the one-shot commands' input.
 """
 import os
+import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.integration.helpers import config_text, wait_for
 from tests.integration.test_cli import iowarden
 
 pytestmark = pytest.mark.root
@@ -75,3 +76,63 @@ def test_system_trees_are_refused_with_a_clear_message(path):
     assert r.returncode == 1
     assert "never writes probe files there" in r.stdout, r.stdout
     assert not os.path.exists(os.path.join(path, ".iowarden"))
+
+
+# --- item 9: fio dies with the daemon, and a restarted daemon ends a leftover one ----------
+
+def _probes_of(owner):
+    """pids of processes carrying this daemon's probe marker (fio and its job processes)."""
+    import psutil
+    out = []
+    for p in psutil.process_iter(["pid", "name"]):
+        try:
+            if p.environ().get("IOWARDEN_PROBE_OWNER") == owner:
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _long_probe_config(mount, state):
+    return config_text(mount, state, runtime=30.0, interval=1.0,
+                       extra="").replace("[limits]\n", "[limits]\nmax_runtime_seconds = 60.0\n")
+
+
+def test_kill_9_of_the_daemon_takes_its_fio_with_it(loop_xfs, tmp_path, daemon_factory):
+    state = tmp_path / "state"
+    d = daemon_factory(_long_probe_config(loop_xfs.mountpoint, state))
+    owner = os.path.realpath(state)
+    pids = wait_for(lambda: len(_probes_of(owner)) >= 2 and _probes_of(owner), timeout=40,
+                    what="fio and its job process running")
+    os.kill(d.proc.pid, signal.SIGKILL)
+    d.proc.wait()
+    try:
+        # on main: fio went on (ppid 1) for the rest of its 30 s runtime
+        wait_for(lambda: not _probes_of(owner), timeout=5, what=f"fio {pids} to end with its daemon")
+    finally:
+        for pid in _probes_of(owner):   # if it did not, this test's fio must not outlive it
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_restarted_daemon_ends_a_leftover_fio_before_probing(loop_xfs, tmp_path, daemon_factory):
+    state = tmp_path / "state"
+    state.mkdir()
+    owner = os.path.realpath(state)
+    # a fio that outlived its daemon (one that ignored SIGTERM, or came from an older version)
+    leftover = subprocess.Popen(
+        ["fio", "--name=left", f"--filename={loop_xfs.mountpoint}/left.dat", "--size=8m", "--rw=randread",
+         "--time_based=1", "--runtime=120", "--output-format=json"],
+        env={**os.environ, "IOWARDEN_PROBE_OWNER": owner}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: len(_probes_of(owner)) >= 2, what="the leftover fio running")
+        d = daemon_factory(config_text(loop_xfs.mountpoint, state, runtime=0.3, interval=1.0))
+        wait_for(lambda: "probe loop/rr on" in d.output(), timeout=40, what="a probe")
+        out = d.output()
+        assert "left running" in out and out.index("left running") < out.index("probe loop/rr on"), out[-2000:]
+        assert leftover.wait(timeout=5) is not None
+        assert [p for p in _probes_of(owner) if p == leftover.pid] == []
+    finally:
+        if leftover.poll() is None:
+            os.killpg(leftover.pid, signal.SIGKILL)
+            leftover.wait()
