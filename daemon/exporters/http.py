@@ -11,17 +11,37 @@
 
 client_python's start_http_server has TLS but no basic auth, hence this small
 server. Scrapes only render the collector's snapshot; nothing here does I/O work.
+
+It runs on one asyncio loop, so a connection that is slow, idle or hostile costs a
+socket, not a thread, and cannot crowd out a scrape:
+- a request must arrive whole within REQUEST_READ_TIMEOUT_SECONDS of its first
+  byte; a kept-alive connection may idle KEEPALIVE_IDLE_SECONDS; a TLS handshake
+  has HANDSHAKE_TIMEOUT_SECONDS; then the connection is closed;
+- at most MAX_CONNECTIONS open (more are closed at once) and MAX_REQUESTS
+  rendered at a time (more get 503, like node_exporter's --web.max-requests);
+- a listen backlog the size of a real server's, not socketserver's 5.
+Basic auth is bcrypt, slow on purpose (~0.2 s), so a client must not be able to make
+the daemon hash at will: a correct password is remembered (only correct ones, so
+wrong ones cannot evict them) and costs nothing afterwards; an unknown user costs
+the same hash as a known one (no user enumeration by timing); each source may
+fail FAILED_AUTH_PER_SOURCE times per FAILED_AUTH_WINDOW_SECONDS before it gets 429
+without a hash; and one hash runs at a time, so at most one core goes to hashing.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
+import concurrent.futures
+import gzip
 import hashlib
 import logging
+import resource
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -34,6 +54,19 @@ CLIENT_AUTH = {
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
     "RequireAnyClientCert": ssl.CERT_REQUIRED,
 }
+REQUEST_READ_TIMEOUT_SECONDS = 10.0
+KEEPALIVE_IDLE_SECONDS = 60.0
+HANDSHAKE_TIMEOUT_SECONDS = 10.0
+WRITE_TIMEOUT_SECONDS = 30.0
+MAX_CONNECTIONS = 512
+MAX_REQUESTS = 40
+LISTEN_BACKLOG = 1024
+MAX_HEADER_BYTES = 16384
+FAILED_AUTH_PER_SOURCE = 5
+FAILED_AUTH_WINDOW_SECONDS = 300.0
+MAX_HASHES_WAITING = 4               # checks queued for the one hashing thread; more get 503
+GOOD_CREDENTIALS_KEPT = 64
+
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 
@@ -89,91 +122,268 @@ def load_web_config(path: str) -> WebConfig:
     return wc
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "iowarden"
+class BasicAuth:
+    """Who may scrape, at a bounded cost in bcrypt work (see the module's docstring)."""
 
-    def log_message(self, fmt, *args):  # scrapes are not worth a journal line each
-        pass
-
-    def _authorized(self) -> bool:
-        users = self.server.web.users
-        if not users:
-            return True
-        header = self.headers.get("Authorization", "")
-        if not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:]).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        hashed = users.get(user)
-        return hashed is not None and self.server.check_password(user, password.encode(), hashed)
-
-    def do_GET(self):
-        if not self._authorized():
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="iowarden"')
-            self.end_headers()
-            return
-        if self.path.split("?")[0] == "/metrics":
-            body = generate_latest(self.server.registry)
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-        elif self.path == "/":
-            body = b"<html><body><h1>iowarden</h1><a href='/metrics'>metrics</a></body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-        else:
-            body = b"not found\n"
-            self.send_response(404)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, addr, family, registry, web: WebConfig):
-        self.address_family = family
-        super().__init__(addr, _Handler)
-        self.registry, self.web = registry, web
-        self._cache: dict[tuple[str, bytes], bool] = {}
-        self._cache_lock = threading.Lock()
-
-    def finish_request(self, request, client_address):
-        # The TLS handshake runs here, in the request's own thread, so a slow or
-        # hostile client cannot hold up the accept loop.
-        if self.web.tls:
-            try:
-                request = self.web.tls.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
-                request.close()
-                return
-        super().finish_request(request, client_address)
-
-    def check_password(self, user: str, password: bytes, hashed: bytes) -> bool:
-        """bcrypt is slow on purpose (~0.2 s): remember good answers so a 1 s scrape stays cheap."""
+    def __init__(self, users: dict[str, bytes], clock=time.monotonic):
         import bcrypt
-        key = (user, hashlib.sha256(password + b"\0" + hashed).digest())
-        with self._cache_lock:
-            if key in self._cache:
-                return self._cache[key]
-        ok = bcrypt.checkpw(password, hashed)
-        with self._cache_lock:
-            if len(self._cache) > 64:
-                self._cache.clear()
-            self._cache[key] = ok
+        self.users = users
+        self.clock = clock
+        # an unknown user is checked against this, at the cost of the real hashes
+        cost = max((int(h.split(b"$")[2]) for h in users.values()), default=4)
+        self._dummy = bcrypt.hashpw(b"iowarden-dummy", bcrypt.gensalt(rounds=cost))
+        self._good: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
+        self._failures: dict[str, collections.deque] = {}
+        self._lock = threading.Lock()
+        self.hashes_total = 0          # bcrypt checks run: what clients made the daemon spend
+        self.refused_total = 0         # checks refused without a hash (429 or 503)
+
+    def _key(self, user: str, password: bytes) -> bytes:
+        hashed = self.users.get(user, self._dummy)
+        return hashlib.sha256(user.encode() + b"\0" + password + b"\0" + hashed).digest()
+
+    def remembered(self, user: str, password: bytes) -> bool:
+        with self._lock:
+            key = self._key(user, password)
+            if key in self._good:
+                self._good.move_to_end(key)
+                return True
+        return False
+
+    def over_limit(self, source: str) -> bool:
+        now = self.clock()
+        with self._lock:
+            q = self._failures.get(source)
+            while q and q[0] < now - FAILED_AUTH_WINDOW_SECONDS:
+                q.popleft()
+            return bool(q) and len(q) >= FAILED_AUTH_PER_SOURCE
+
+    def verify(self, user: str, password: bytes, source: str) -> bool:
+        """Run one bcrypt check (the caller bounds how many run at once) and remember its outcome."""
+        import bcrypt
+        known = user in self.users
+        ok = bcrypt.checkpw(password, self.users.get(user, self._dummy)) and known
+        with self._lock:
+            self.hashes_total += 1
+            if ok:
+                self._good[self._key(user, password)] = True
+                while len(self._good) > GOOD_CREDENTIALS_KEPT:
+                    self._good.popitem(last=False)
+            else:
+                q = self._failures.setdefault(source, collections.deque())
+                q.append(self.clock())
+                if len(self._failures) > 4096:   # a bound on the sources remembered: the oldest go
+                    for old in list(self._failures)[:2048]:
+                        del self._failures[old]
         return ok
 
-    def server_bind(self):
-        if self.address_family == socket.AF_INET6:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # ":port" serves IPv4 too
-        super().server_bind()
 
-    def handle_error(self, request, client_address):
-        log.debug("metrics request from %s failed", client_address[0], exc_info=True)
+def _parse_basic(header: str) -> tuple[str, bytes] | None:
+    if not header.startswith("Basic "):
+        return None
+    try:
+        user, sep, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password.encode()) if sep else None
+
+
+class MetricsServer:
+    """The endpoint on an asyncio loop in a thread of its own; shutdown() stops it."""
+
+    def __init__(self, addr, family, registry, web: WebConfig):
+        self.registry, self.web = registry, web
+        self.auth = BasicAuth(web.users) if web.users else None
+        self.connections = 0
+        self.requests_in_flight = 0
+        self.rejected_total = collections.Counter()   # why connections or requests were turned away
+        self._workers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iowarden-http")
+        # bcrypt on a thread of its own: hashing can never take a renderer, and uses one core at most
+        self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="iowarden-auth")
+        self._hashes_waiting = 0
+        self._rendering: asyncio.Future | None = None
+        self._raise_fd_limit()
+        self.socket = self._bind(addr, family)
+        self.server_address = self.socket.getsockname()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stopped = None
+        self._thread = threading.Thread(target=self._run, name="iowarden-http", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    @staticmethod
+    def _raise_fd_limit():
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = min(hard, max(soft, 4096)) if hard != resource.RLIM_INFINITY else max(soft, 4096)
+        if want > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+    @staticmethod
+    def _bind(addr, family) -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)   # ":port" serves IPv4 too
+        try:
+            sock.bind(addr)
+            sock.listen(LISTEN_BACKLOG)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        return sock
+
+    def _run(self):
+        asyncio.set_event_loop(self._loop)
+        self._stopped = asyncio.Event()
+
+        async def main():
+            server = await asyncio.start_server(
+                self._connection, sock=self.socket, ssl=self.web.tls, backlog=LISTEN_BACKLOG,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECONDS if self.web.tls else None,
+                limit=MAX_HEADER_BYTES)
+            self._ready.set()
+            async with server:
+                await self._stopped.wait()
+        try:
+            self._loop.run_until_complete(main())
+        except Exception:   # noqa: BLE001 - logged; the daemon's part watchdog sees scrapes stop
+            log.exception("metrics server stopped")
+        finally:
+            self._ready.set()
+
+    def shutdown(self):
+        if self._stopped is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._stopped.set)
+        self._thread.join(2.0)
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        self._hasher.shutdown(wait=False, cancel_futures=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        if self.connections >= MAX_CONNECTIONS:
+            self.rejected_total["connections"] += 1
+            writer.transport.abort()
+            return
+        self.connections += 1
+        peer = writer.get_extra_info("peername") or ("?",)
+        source = str(peer[0])
+        try:
+            idle = KEEPALIVE_IDLE_SECONDS
+            while True:
+                try:
+                    first = await asyncio.wait_for(reader.readline(), idle)
+                    if not first:
+                        return
+                    head = await asyncio.wait_for(self._read_headers(reader), REQUEST_READ_TIMEOUT_SECONDS)
+                except (asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
+                    self.rejected_total["timeout_or_oversize"] += 1
+                    return
+                if head is None:
+                    return
+                keep_alive = await self._respond(first, head, writer, source)
+                if not keep_alive:
+                    return
+        except (ConnectionError, ssl.SSLError, OSError, asyncio.TimeoutError):
+            return   # a client that went away or would not read its answer
+        finally:
+            self.connections -= 1
+            writer.close()
+
+    @staticmethod
+    async def _read_headers(reader) -> dict | None:
+        headers, size = {}, 0
+        while True:
+            raw = await reader.readline()
+            if not raw:
+                return None
+            size += len(raw)
+            if size > MAX_HEADER_BYTES:
+                raise ValueError("headers too large")
+            text = raw.decode("latin-1").rstrip("\r\n")
+            if not text:
+                return headers
+            name, _, value = text.partition(":")
+            headers[name.strip().lower()] = value.strip()
+
+    async def _respond(self, first: bytes, headers: dict, writer, source: str) -> bool:
+        parts = first.decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            await self._send(writer, 400, b"bad request\n", close=True)
+            return False
+        method, target, version = parts
+        conn = headers.get("connection", "").lower()
+        keep_alive = (version == "HTTP/1.1" and conn != "close") or conn == "keep-alive"
+        if method not in ("GET", "HEAD"):
+            await self._send(writer, 405, b"method not allowed\n", keep_alive, extra={"Allow": "GET, HEAD"})
+            return keep_alive
+        if self.auth is not None:
+            verdict = await self._authorize(headers.get("authorization", ""), source)
+            if verdict != "ok":
+                status, extra = {"limited": (429, {"Retry-After": str(int(FAILED_AUTH_WINDOW_SECONDS))}),
+                                 "busy": (503, {"Retry-After": "1"})}.get(
+                    verdict, (401, {"WWW-Authenticate": 'Basic realm="iowarden"'}))
+                await self._send(writer, status, b"unauthorized\n", keep_alive, extra=extra)
+                return keep_alive
+        path = target.split("?")[0]
+        if path == "/metrics":
+            if self.requests_in_flight >= MAX_REQUESTS:
+                self.rejected_total["max_requests"] += 1
+                await self._send(writer, 503, b"too many concurrent scrapes\n", keep_alive,
+                                 extra={"Retry-After": "1"})
+                return keep_alive
+            self.requests_in_flight += 1
+            try:
+                body = await self._render()
+            finally:
+                self.requests_in_flight -= 1
+            extra = {}
+            if "gzip" in headers.get("accept-encoding", ""):
+                body = await self._loop.run_in_executor(self._workers, gzip.compress, body, 1)
+                extra["Content-Encoding"] = "gzip"
+            await self._send(writer, 200, body, keep_alive, CONTENT_TYPE_LATEST, extra, head=method == "HEAD")
+        elif path == "/":
+            await self._send(writer, 200, b"<html><body><h1>iowarden</h1><a href='/metrics'>metrics</a></body></html>",
+                             keep_alive, "text/html", head=method == "HEAD")
+        else:
+            await self._send(writer, 404, b"not found\n", keep_alive)
+        return keep_alive
+
+    async def _render(self) -> bytes:
+        """The exposition; scrapes that arrive while one is being rendered share it (one snapshot, one render)."""
+        if self._rendering is None or self._rendering.done():
+            self._rendering = asyncio.ensure_future(
+                self._loop.run_in_executor(self._workers, generate_latest, self.registry))
+        return await asyncio.shield(self._rendering)
+
+    async def _authorize(self, header: str, source: str) -> str:
+        creds = _parse_basic(header)
+        if creds is None:
+            return "denied"
+        user, password = creds
+        auth = self.auth
+        if auth.remembered(user, password):
+            return "ok"   # the common case, a scrape with the right password: no hash, no thread hop
+        if auth.over_limit(source) or self._hashes_waiting >= MAX_HASHES_WAITING:
+            auth.refused_total += 1
+            return "limited" if auth.over_limit(source) else "busy"
+        self._hashes_waiting += 1
+        try:
+            ok = await self._loop.run_in_executor(self._hasher, auth.verify, user, password, source)
+        finally:
+            self._hashes_waiting -= 1
+        return "ok" if ok else "denied"
+
+    async def _send(self, writer, status: int, body: bytes, keep_alive: bool = False,
+                    content_type: str = "text/plain; charset=utf-8", extra: dict | None = None,
+                    head: bool = False, close: bool = False):
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+                  429: "Too Many Requests", 503: "Service Unavailable"}[status]
+        lines = [f"HTTP/1.1 {status} {reason}", "Server: iowarden", f"Content-Type: {content_type}",
+                 f"Content-Length: {len(body)}", f"Connection: {'keep-alive' if keep_alive and not close else 'close'}"]
+        lines += [f"{k}: {v}" for k, v in (extra or {}).items()]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body))
+        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_SECONDS)
 
 
 def parse_listen_address(text: str) -> tuple[tuple, int]:
@@ -189,10 +399,35 @@ def parse_listen_address(text: str) -> tuple[tuple, int]:
     return (host, int(port)), socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def serve(listen: str, registry, web: WebConfig) -> _Server:
+class ServerCollector:
+    """The endpoint's own counters: what clients made it hash, and what it turned away."""
+
+    def __init__(self, server: MetricsServer):
+        self.server = server
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        srv = self.server
+        g = GaugeMetricFamily("iowarden_http_connections", "Open connections to the metrics endpoint")
+        g.add_metric([], srv.connections)
+        yield g
+        c = CounterMetricFamily("iowarden_http_rejected", "Connections or requests turned away, by reason",
+                                labels=["reason"])
+        for reason in ("connections", "timeout_or_oversize", "max_requests"):
+            c.add_metric([reason], srv.rejected_total[reason])
+        if srv.auth is not None:
+            c.add_metric(["auth_limited_or_busy"], srv.auth.refused_total)
+            h = CounterMetricFamily("iowarden_http_auth_hashes", "bcrypt checks clients made the daemon run")
+            h.add_metric([], srv.auth.hashes_total)
+            yield h
+        yield c
+
+
+def serve(listen: str, registry, web: WebConfig) -> MetricsServer:
     addr, family = parse_listen_address(listen)
-    server = _Server(addr, family, registry, web)
-    threading.Thread(target=server.serve_forever, name="iowarden-http", daemon=True).start()
+    server = MetricsServer(addr, family, registry, web)
+    registry.register(ServerCollector(server))
     return server
-
-
