@@ -81,7 +81,7 @@ def _fio_json(argv):
 
 def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
     # On a volume of steady pace: a provisioned-IOPS cap, as the cloud volumes iowarden watches
-    # have, here a blkio throttle at half what the first probe got from the disk under the
+    # have, here a blkio throttle at a third of what the first probe got from the disk under the
     # direct-I/O loop device. Uncapped, that virtio disk moved 11 % between a probe and the 30 s
     # run next to it in one CI run (37.4k vs 42.1k IOPS at QD8): the test then measured the VM's
     # neighbours, not the probe. Capped, what is left to differ is how each run measures: its
@@ -93,7 +93,9 @@ def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
                         runtime_seconds=3, ramp_time_seconds=1)
     first = run_probe("t", str(fs.mountpoint), prof, LIMITS)
     assert first.ok, first.error
-    cap = int(first.iops("read") / 2)
+    # a third, not a half: at half (35k of 70k IOPS on a faster day) one 3 s probe in a full run
+    # fell 27 % below the cap while the 30 s run held it; the 2-core VM had no headroom left
+    cap = int(first.iops("read") / 3)
     path = fs.mountpoint / PROBE_DIR_NAME / probe_file_name(size)
     with read_iops_cap(fs.major_minor, cap):
         long = _fio_json(["fio", "--name=long", f"--filename={path}", "--allow_file_create=0", "--rw=randread",
