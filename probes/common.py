@@ -108,16 +108,16 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     `idle_io` runs it in the idle I/O class so an expensive read (xfs_db walking
     every inode) yields to the real workload. `on_start(proc)` lets a caller that
     must stop quickly (the daemon on SIGTERM) kill the group itself.
-    `die_with_parent`: the kernel sends the tool SIGTERM when the thread that started
+    `die_with_parent`: the kernel kills the tool (SIGKILL) when the thread that started
     it dies, kill -9 of the daemon included (PR_SET_PDEATHSIG, set by util-linux's
     setpriv just before it execs the tool: preexec_fn is unsafe in a threaded daemon).
-    fio answers SIGTERM by ending its job processes and exiting.
+    It reaches that one process only: fio runs its jobs as threads (--thread) for it.
     """
     tool = argv[0]
     if die_with_parent:
         if shutil.which(tool) is None:
             return ToolRun(argv, None, "", "", 0.0, f"{tool} not found (is it installed?)")
-        argv = ["setpriv", "--pdeathsig", "TERM", "--", *argv]
+        argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
     if idle_io:
         argv = ["ionice", "-c", "3", *argv]
     started = time.monotonic()

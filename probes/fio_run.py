@@ -144,6 +144,16 @@ def directory_target_problem(path: str) -> str | None:
     return None
 
 
+def _open_real_dir(name: str, dir_fd: int, refusal: str) -> int:
+    """Open directory `name` under dir_fd without following a link; ProbeRefused(refusal) if it is one."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ProbeRefused(refusal) from None
+        raise
+
+
 def open_target_dir(target_dir: str) -> int:
     """Open a directory target walking from / one component at a time, never following a link.
 
@@ -157,13 +167,8 @@ def open_target_dir(target_dir: str) -> int:
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
     try:
         for part in os.path.normpath(target_dir).strip("/").split("/"):
-            try:
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise ProbeRefused(f"{target_dir}: {part} is a symlink or not a directory; iowarden "
-                                       "never probes through a link") from None
-                raise
+            nxt = _open_real_dir(part, fd, f"{target_dir}: {part} is a symlink or not a directory; iowarden "
+                                           "never probes through a link")
             os.close(fd)
             fd = nxt
         return fd
@@ -187,13 +192,8 @@ def open_probe_dir(target_dir: str, expect_dev: int | None = None) -> int:
             os.mkdir(PROBE_DIR_NAME, 0o700, dir_fd=parent)
         except FileExistsError:
             pass
-        try:
-            fd = os.open(PROBE_DIR_NAME, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise ProbeRefused(f"{os.path.join(target_dir, PROBE_DIR_NAME)} is a symlink or not a directory; "
-                                   "iowarden probes only in a real directory of its own") from None
-            raise
+        fd = _open_real_dir(PROBE_DIR_NAME, parent, f"{os.path.join(target_dir, PROBE_DIR_NAME)} is a symlink or "
+                                                    "not a directory; iowarden probes only in a real directory of its own")
     finally:
         os.close(parent)
     st = os.fstat(fd)
@@ -269,7 +269,10 @@ def lay_out(dir_fd: int, name: str, size_bytes: int) -> int:
 
 def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readonly: bool,
                fio_binary: str = "fio") -> list[str]:
-    argv = [fio_binary, "--output-format=json+"]
+    # --thread: jobs as threads of one fio process, not forked processes, so the kernel's
+    # parent-death signal (see run_tool) ends every job at once; a forked job process outlives
+    # a fio main that dies, and a main that gets SIGTERM mid-start-up was seen to hang.
+    argv = [fio_binary, "--output-format=json+", "--thread"]
     if readonly:
         argv.append("--readonly")
     for name, opts in profile.job_dicts():

@@ -107,6 +107,13 @@ def victoria_metrics(storage, port: int, log_path: str) -> Server:
                   f"http://127.0.0.1:{port}/health", log_path)
 
 
+def serve_in_thread(handler) -> tuple[ThreadingHTTPServer, int]:
+    """A small HTTP server of the test's own on a free loopback port; stop it with shutdown()."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
 class Webhook:
     """An Alertmanager webhook receiver: every POSTed JSON document, in order."""
 
@@ -124,9 +131,8 @@ class Webhook:
             def log_message(self, *a):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.port = serve_in_thread(Handler)
 
     def stop(self):
         self.server.shutdown()
+        self.server.server_close()

@@ -102,13 +102,24 @@ def test_kill_9_of_the_daemon_takes_its_fio_with_it(loop_xfs, tmp_path, daemon_f
     state = tmp_path / "state"
     d = daemon_factory(_long_probe_config(loop_xfs.mountpoint, state))
     owner = os.path.realpath(state)
-    pids = wait_for(lambda: len(_probes_of(owner)) >= 2 and _probes_of(owner), timeout=40,
-                    what="fio and its job process running")
+    pids = wait_for(lambda: _probes_of(owner), timeout=40, what="fio running")
+    time.sleep(1.0)   # into its run: job threads started
     os.kill(d.proc.pid, signal.SIGKILL)
     d.proc.wait()
     try:
         # on main: fio went on (ppid 1) for the rest of its 30 s runtime
-        wait_for(lambda: not _probes_of(owner), timeout=5, what=f"fio {pids} to end with its daemon")
+        try:
+            wait_for(lambda: not _probes_of(owner), timeout=5, what=f"fio {pids} to end with its daemon")
+        except AssertionError:
+            for pid in _probes_of(owner):   # what state it was left in, for whoever reads the failure
+                try:
+                    status = open(f"/proc/{pid}/status").read()
+                    print(pid, open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:100],
+                          {k: v.strip() for k, v in (x.split(":", 1) for x in status.splitlines())
+                           if k in ("State", "PPid", "SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")})
+                except OSError:
+                    pass
+            raise
     finally:
         for pid in _probes_of(owner):   # if it did not, this test's fio must not outlive it
             os.kill(pid, signal.SIGKILL)
@@ -125,7 +136,7 @@ def test_a_restarted_daemon_ends_a_leftover_fio_before_probing(loop_xfs, tmp_pat
         env={**os.environ, "IOWARDEN_PROBE_OWNER": owner}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_for(lambda: len(_probes_of(owner)) >= 2, what="the leftover fio running")
+        wait_for(lambda: len(_probes_of(owner)) >= 2, what="the leftover fio running (main and job process)")
         d = daemon_factory(config_text(loop_xfs.mountpoint, state, runtime=0.3, interval=1.0))
         wait_for(lambda: "probe loop/rr on" in d.output(), timeout=40, what="a probe")
         out = d.output()

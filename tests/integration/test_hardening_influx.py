@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
@@ -118,9 +118,7 @@ class _RefusingServer:
             def log_message(self, *a):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.port = servers.serve_in_thread(Handler)
 
     def stop(self):
         self.server.shutdown()

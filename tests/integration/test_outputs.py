@@ -15,6 +15,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from iowarden.daemon.exporters import influx
 from tests.integration import servers
 from tests.integration.helpers import config_text, free_port, read_iops_cap, rows, wait_for
 
@@ -146,7 +147,12 @@ def test_influx_outage_loses_nothing_and_a_full_spool_counts_drops(loop_xfs, tmp
     cleanup(vm2)
     wait_for(lambda: not list(spool.glob("*.lp")), timeout=40, what="the spool replayed")
     d.proc.send_signal(15)
-    assert d.proc.wait(timeout=10) == 0                  # the last points flushed on the way out
+    assert d.proc.wait(timeout=10) == 0                  # the last points go to the spool on the way out,
+    writer = influx.InfluxWriter(f"http://127.0.0.1:{vm_port}", "iowarden", "iowarden", token,   # and are
+                                 str(spool), 1 << 20, timeout_seconds=5)                      # replayed by the
+    writer.flush()                                                                            # next start's writer
+    writer.close()
+    assert not list(spool.glob("*.lp"))
     # every probe result, measured or failed, is one point; `ok` is the field every point has (a
     # probe cut short by the SIGTERM above is recorded as failed and has no read_iops).
     # victoria-metrics makes the newest rows searchable about 1 s after force_flush: poll.

@@ -121,7 +121,8 @@ def test_no_option_outside_the_allowlist_ever_reaches_fio(options, name):
         argv = build_argv(prof, "/x/probe.dat", ProbeLimits(), readonly=False)
     except ValueError:
         return   # a value build_argv cannot use (e.g. numjobs=0) fails before fio, as a refused profile
-    own = {"output-format", "readonly", "name", "filename", "allow_file_create", "fallocate", "group_reporting"}
+    own = {"output-format", "thread", "readonly", "name", "filename", "allow_file_create", "fallocate",
+           "group_reporting"}
     for arg in argv[1:]:
         assert arg.startswith("--"), arg
         key, _, value = arg[2:].partition("=")
