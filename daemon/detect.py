@@ -54,6 +54,12 @@ class DetectorParams:
     critical_ratio: float = 2.0  # severity "critical" when the value is this many times worse
     drift_ratio: float = 1.5     # the baseline may creep this far from where it was learned
 
+    @classmethod
+    def from_config(cls, detector: dict) -> "DetectorParams":
+        """From the [detector] section: what the daemon judges with and `status` reports with."""
+        return cls(warmup_probes=detector["warmup_probes"], window=detector["window_probes"],
+                   drift_ratio=detector["drift_ratio"], auto_accept_probes=detector["auto_accept_probes"])
+
 
 @dataclass
 class Verdict:
@@ -103,6 +109,16 @@ class Detector:
         centre = statistics.median(vals)
         mad = statistics.median(abs(v - centre) for v in vals)
         return centre, max(MAD_TO_SIGMA * mad, self.params.min_spread_log)
+
+    def deviation(self) -> float | None:
+        """The last value's distance from the baseline in spreads (positive is worse); None while learning.
+
+        Read from the detector's own state, so it is there again after a restart."""
+        base = self.baseline()
+        if base is None or not self.recent:
+            return None
+        value = self.recent[-1] if self.recent[-1] > 0 else 1e-9
+        return self.sign * (math.log(value) - base[0]) / base[1]
 
     def accept_new_normal(self, recent: list[float]) -> None:
         """Forget the old normal; learn again from these values (operator's accept)."""

@@ -88,9 +88,11 @@ class Health:
         for (volume, profile, metric), det in self.detectors.items():
             base = det.baseline()
             verdict = self.latest.get((volume, profile), {}).get(metric)
+            # the verdict's score when there is one; after a restart, the detector's own view of its
+            # last value; during warm-up none at all (not 0: nothing was judged)
+            score = verdict.z if verdict is not None and not verdict.learning else det.deviation()
             views.append(BaselineView(volume, profile, metric, math.exp(base[0]) if base else None,
-                                      base[1] if base else None, verdict.z if verdict else 0.0,
-                                      len(det.values), base is None))
+                                      base[1] if base else None, score, len(det.values), base is None))
         return views
 
     @_locked

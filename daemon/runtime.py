@@ -124,10 +124,8 @@ class Daemon:
         self.sampler = Sampler(roots, self.cfg.section("sampler")["devices"])
         self.settings = SettingsPoller(roots, self.state, on_event=self._event)
         self.xfs = XfsPoller(roots, self.cfg.section("xfs")["timeout_seconds"])
-        det = self.cfg.section("detector")
-        self.health = Health(self.state, DetectorParams(
-            warmup_probes=det["warmup_probes"], window=det["window_probes"], drift_ratio=det["drift_ratio"],
-            auto_accept_probes=det["auto_accept_probes"]), on_event=self._event)
+        self.health = Health(self.state, DetectorParams.from_config(self.cfg.section("detector")),
+                             on_event=self._event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
                                    devices=lambda: self.settings.devices or blockqueue.read(self.roots))

@@ -26,7 +26,7 @@ class BaselineView:
     metric: str
     baseline: float | None
     spread_log: float | None              # robust spread of log(value)
-    deviation_score: float
+    deviation_score: float | None        # None while learning: absent from /metrics, not 0
     samples: int
     learning: bool
 

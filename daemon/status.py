@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 
 from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots
 
 from .config import Config
+from .detect import Detector, DetectorParams
+from .exporters.prometheus import BAND_SPREADS
+from .tables import human_metric, human_seconds
 from .scheduler import Budget
 from .state import State
 
@@ -26,15 +28,27 @@ def open_state(cfg: Config) -> State:
     return State(path, repair=False)   # the daemon owns the file: a CLI never moves it aside
 
 
-def baseline_rows(state: State) -> list[dict]:
+def baseline_rows(state: State, params: DetectorParams = DetectorParams()) -> list[dict]:
+    """Each baseline as the detector sees it: None (and `learning`) until warm-up is done."""
     rows = []
     for identity, profile, metric, learned_at, st in state.load_baselines():
-        vals = st["values"]
-        centre = math.exp(statistics.median(vals)) if vals else None
-        rows.append({"identity": identity, "profile": profile, "metric": metric, "learned_at": learned_at,
-                     "samples": len(vals), "baseline": centre, "cusum": round(st["cusum"], 2),
-                     "alerting": st.get("shift_alerting", False) or st.get("drift_alerting", False)})
+        det = Detector.from_state(st, params)
+        base = det.baseline()
+        last = det.recent[-1] if det.recent else None
+        row = {"identity": identity, "profile": profile, "metric": metric, "learned_at": learned_at,
+               "samples": len(det.values), "warmup": params.warmup_probes, "learning": base is None,
+               "baseline": None, "band_lower": None, "band_upper": None, "last": last,
+               "cusum": round(st["cusum"], 2), "alerting": det.alerting}
+        if base is not None:
+            centre, spread = base
+            row.update(baseline=math.exp(centre), band_lower=math.exp(centre - BAND_SPREADS * spread),
+                       band_upper=math.exp(centre + BAND_SPREADS * spread))
+        rows.append(row)
     return rows
+
+
+def detector_params(cfg: Config) -> DetectorParams:
+    return DetectorParams.from_config(cfg.section("detector"))
 
 
 def collect(cfg: Config, roots: Roots = Roots()) -> dict:
@@ -49,7 +63,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
         now = time.time()
         return {
             "probes": [latest[k] for k in sorted(latest)],
-            "baselines": baseline_rows(state),
+            "baselines": baseline_rows(state, detector_params(cfg)),
             "alerts": state.alerts(open_only=True),
             "drift": [{"at": at, "device": d, "identity": i, "setting": s, "old": o, "new": n}
                       for at, d, i, s, o, n in state.drift_events()[-20:]],
@@ -61,14 +75,20 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
 
 def render(st: dict, table) -> str:
     out = []
-    out.append(table(["target", "profile", "device", "last probe", "ok", "r IOPS", "w IOPS", "p99 ms"],
+    out.append(table(["target", "profile", "device", "last probe", "ok", "r IOPS", "w IOPS", "clat p99"],
                      [[p["target"], p["profile"], p["device"], time.strftime("%H:%M:%S", time.localtime(
                          p["started_at"])), p["ok"], round(p["read_iops"]), round(p["write_iops"]),
-                       p["clat_p99_seconds"] * 1000 if p["clat_p99_seconds"] else None] for p in st["probes"]]))
+                       human_seconds(p["clat_p99_seconds"])] for p in st["probes"]]))
     out.append("")
-    out.append(table(["volume", "profile", "metric", "baseline", "samples", "alerting"],
-                     [[b["identity"], b["profile"], b["metric"], b["baseline"], b["samples"], b["alerting"]]
-                      for b in st["baselines"]]))
+
+    def normal(b):
+        if b["learning"]:
+            return f"learning {b['samples']}/{b['warmup']}"
+        return (f"{human_metric(b['metric'], b['baseline'])} "
+                f"({human_metric(b['metric'], b['band_lower'])} .. {human_metric(b['metric'], b['band_upper'])})")
+    out.append(table(["volume", "profile", "metric", "last", "normal (band)", "alerting"],
+                     [[b["identity"], b["profile"], b["metric"], human_metric(b["metric"], b["last"]), normal(b),
+                       b["alerting"]] for b in st["baselines"]]))
     out.append("")
     if st["alerts"]:
         for a in st["alerts"]:
@@ -94,11 +114,14 @@ def baseline_command(cfg: Config, action: str, target: str | None, profile: str 
     state = open_state(cfg)
     try:
         if action == "show":
-            return "\n".join(f"{b['identity']} {b['profile']} {b['metric']}: {b['baseline']:.6g} over "
-                             f"{b['samples']} probes, learned since "
+            return "\n".join(f"{b['identity']} {b['profile']} {b['metric']}: "
+                             + (f"learning ({b['samples']} of {b['warmup']} probes)" if b["learning"] else
+                                f"{human_metric(b['metric'], b['baseline'])} over {b['samples']} probes")
+                             + ", learned since "
                              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b['learned_at']))}"
                              + (" (ALERTING)" if b["alerting"] else "")
-                             for b in baseline_rows(state) if not profile or b["profile"] == profile) \
+                             for b in baseline_rows(state, detector_params(cfg))
+                             if not profile or b["profile"] == profile) \
                 or "no baselines yet"
         state.request_baseline(action, target, profile)
         what = " ".join(x for x in (target and f"target {target}", profile and f"profile {profile}") if x)

@@ -18,6 +18,30 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def human_seconds(seconds: float | None) -> str | None:
+    """A latency as a person reads it: 85 µs, 1.25 ms, 2.5 s (not 0.00 seconds)."""
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
+
+
+def human_metric(metric: str, value: float | None) -> str | None:
+    """A probe metric in its unit: IOPS, MiB/s, or a latency."""
+    if value is None or not math.isfinite(value):
+        return None
+    if metric.endswith("_iops"):
+        return f"{value:,.0f} IOPS"
+    if metric.endswith("_bw_bytes"):
+        return f"{value / (1 << 20):,.1f} MiB/s"
+    if metric.endswith("_seconds"):
+        return human_seconds(value)
+    return f"{value:.6g}"
+
+
 def _is_num(s: str) -> bool:
     try:
         float(s)

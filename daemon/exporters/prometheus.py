@@ -195,7 +195,8 @@ class SnapshotCollector:
                 base.add_metric(lab, b.baseline)
                 lower.add_metric(lab, b.baseline * math.exp(-BAND_SPREADS * b.spread_log))
                 upper.add_metric(lab, b.baseline * math.exp(BAND_SPREADS * b.spread_log))
-            dev.add_metric(lab, b.deviation_score)
+            if b.deviation_score is not None:
+                dev.add_metric(lab, b.deviation_score)
             learning.add_metric(lab, 1 if b.learning else 0)
         active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert",
                                    labels=["alert", "severity", "volume", "target", "profile"])
