@@ -1,0 +1,231 @@
+"""Policy without root: budgets, deferral, one probe per physical disk, alert state, causes.
+
+A fake clock drives the scheduler and a fake worker stands in for fio; the md/LVM
+topology is the fixture tree's (sdb1 + sdc1 -> md0 -> dm-0; sdd + sde -> md1 with
+sde faulty). The end-to-end tests prove the same wiring with real devices.
+"""
+import random
+
+from iowarden.daemon import config
+from iowarden.daemon.causes import Evidence, likely_causes
+from iowarden.daemon.detect import DetectorParams
+from iowarden.daemon.health import Health
+from iowarden.daemon.scheduler import Budget, Scheduler
+from iowarden.daemon.state import State
+from iowarden.probes import blockqueue
+from iowarden.probes.common import Roots
+from iowarden.probes.xfs import FragReport, XfsReport
+
+
+class Clock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+class Sampler:
+    io_pressure = None
+
+    def __init__(self, util=0.0):
+        self.util = util
+
+    def recent_util_percent(self, disk):
+        return self.util
+
+
+def _cfg(targets: str, extra: str = "") -> config.Config:
+    return config.parse(f"""
+[budget]
+device_time_ratio = 1.0
+[scheduling]
+jitter_ratio = 0.0
+max_deferral_seconds = 30.0
+defer_util_percent = 50.0
+{extra}
+[profiles.rr]
+rw = "randread"
+runtime_seconds = 2.0
+ramp_time_seconds = 0.0
+{targets}""")
+
+
+def _target(name, interval=10.0):
+    return f'[[targets]]\nname = "{name}"\npath = "/srv/{name}"\nprofiles = ["rr"]\ninterval_seconds = {interval}\n'
+
+
+class FakeRun(Scheduler):
+    """The scheduler's decisions with the probe replaced by a record of what would run, and when."""
+
+    def __init__(self, *a, device_of=None, **kw):
+        self.ran, self.running, self._device = [], [], device_of or {}
+        kw.setdefault("devices", lambda: {})   # no sysfs: the disks are the fixture's, or the names themselves
+        super().__init__(*a, **kw)
+
+    def device_of(self, target):
+        return self._device.get(target.name, "sdz")
+
+    def start_worker(self, d, disks, contended, util):
+        self.ran.append((self.clock(), d.target.name, contended))
+        self.running.append((self.clock() + 2.0, d.target.name, disks))
+
+    def tick(self, seconds=1.0):
+        for item in [r for r in self.running if r[0] <= self.clock()]:
+            self.running.remove(item)
+            self.probe_done(item[2])
+        self.step()
+        self.clock.now += seconds
+
+
+# --- budget -------------------------------------------------------------------------------
+
+def test_budget_refuses_past_its_device_time_share_and_write_bytes():
+    b = Budget(time_ratio=0.01, window_seconds=3600.0, write_bytes_per_day=1 << 30)
+    now = 1e9
+    b.record(("sdb",), now - 100, 30.0, 0)
+    assert b.refuses(("sdb",), 5.0, now) is None              # 35 of 36 s
+    assert b.refuses(("sdb",), 7.0, now) == "budget_time"     # 37 of 36 s
+    assert b.refuses(("sdb",), 7.0, now + 3600) is None       # the window moved on
+    b.record(("sdc",), now - 10, 1.0, 1 << 30)
+    assert b.refuses(("sdc",), 1.0, now) == "budget_bytes"
+    assert b.refuses(("sdc",), 1.0, now + 86400) is None      # a day later
+
+
+def test_budget_replayed_after_a_restart_counts_against_every_member(tree):
+    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    b = Budget(time_ratio=0.01, window_seconds=3600.0, write_bytes_per_day=1 << 30)
+    now = 1e9
+    b.replay([{"device": "dm-0", "started_at": now - 60, "duration_seconds": 20.0, "write_io_bytes": 1 << 20,
+               "layout_bytes": 0}], devices)
+    # a probe of the LV on md0 spent the time of both disks under it
+    for disk in ("sdb", "sdc"):
+        st = b.status(disk, now)
+        assert st["device_seconds_used"] == 20.0 and st["written_bytes_24h"] == 1 << 20
+    assert b.status("sdd", now)["device_seconds_used"] == 0
+
+
+# --- deferral -----------------------------------------------------------------------------
+
+def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended():
+    clock = Clock()
+    sampler = Sampler(util=90.0)
+    sch = FakeRun(_cfg(_target("db")), Roots(), sampler, on_result=None, rng=random.Random(0), clock=clock)
+    start = clock.now
+    for _ in range(80):
+        sch.tick()
+        if sch.ran:
+            break
+    (at, name, contended), = sch.ran
+    assert contended and 30.0 <= at - start <= 60.0 + 5.0         # first due within a minute, then 30 s
+    assert sch.skipped()[("db", "busy")] >= 5                     # every deferral counted
+
+
+def test_an_idle_disk_runs_on_time_and_uncontended():
+    clock = Clock()
+    sch = FakeRun(_cfg(_target("db", interval=10.0)), Roots(), Sampler(0.0), on_result=None,
+                  rng=random.Random(0), clock=clock)
+    for _ in range(60):
+        sch.tick()
+    times = [at for at, _, _ in sch.ran]
+    assert len(times) >= 5 and all(not c for _, _, c in sch.ran)
+    assert all(abs((b - a) - 10.0) <= 1.0 for a, b in zip(times, times[1:]))   # no jitter configured
+
+
+# --- one probe per physical disk across md and LVM -------------------------------------------
+
+def test_targets_sharing_md_members_never_probe_at_once_and_others_run_beside_them(tree):
+    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    clock = Clock()
+    cfg = _cfg(_target("lv", 2.0) + _target("raw-sdc", 2.0) + _target("mirror", 2.0))
+    sch = FakeRun(cfg, Roots(), Sampler(0.0), on_result=None, rng=random.Random(0), clock=clock,
+                  devices=lambda: devices, device_of={"lv": "dm-0", "raw-sdc": "sdc1", "mirror": "md1"})
+    together = set()
+    for _ in range(120):
+        sch.tick()
+        names = {name for _, name, _ in sch.running}
+        assert not {"lv", "raw-sdc"} <= names         # dm-0 -> md0 -> sdb1 + sdc1: shares sdc with sdc1
+        together.add(frozenset(names))
+    assert any({"lv", "mirror"} <= s or {"raw-sdc", "mirror"} <= s for s in together)   # disjoint disks: in parallel
+    counts = {n: sum(1 for _, name, _ in sch.ran if name == n) for n in ("lv", "raw-sdc", "mirror")}
+    assert min(counts["lv"], counts["raw-sdc"]) >= 20 and abs(counts["lv"] - counts["raw-sdc"]) <= 2, counts
+
+
+# --- alert state ---------------------------------------------------------------------------
+
+def _result(i, iops):
+    return {"target": "db", "profile": "rr", "ok": True, "error": None, "contended": False, "started_at": i,
+            "read_iops": iops, "write_iops": 0.0, "read_bw_bytes": iops * 4096, "write_bw_bytes": 0.0}
+
+
+def test_volume_degraded_raises_clears_and_an_accepted_normal_closes_it(tmp_path):
+    st = State(str(tmp_path / "s.db"))
+    h = Health(st, DetectorParams(warmup_probes=6))
+    causes = lambda since: ["a cause"]   # noqa: E731
+    for i in range(12):
+        assert h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", causes) == []
+    events = []
+    for i in range(12, 20):
+        events += h.on_result(_result(i, 500.0), "vol", causes)
+    assert events == ["VolumeDegraded raised"]
+    (alert,) = st.alerts(open_only=True)
+    assert alert["causes"] == ["a cause"] and alert["severity"] == "critical"   # half: 2x worse
+    cleared = []
+    for i in range(20, 30):
+        cleared += h.on_result(_result(i, 1000.0), "vol", causes)
+    assert cleared == ["VolumeDegraded cleared"] and st.alerts(open_only=True) == []
+    # degraded again, and the operator says it is the new normal
+    for i in range(30, 40):
+        h.on_result(_result(i, 400.0), "vol", causes)
+    assert st.alerts(open_only=True)
+    st.request_baseline("accept", None, "rr")
+    h.apply_requests(lambda target: "vol")
+    assert st.alerts(open_only=True) == []
+    assert h.on_result(_result(41, 400.0), "vol", causes) == []   # 400 is normal now
+    st.close()
+
+
+def test_probe_failing_after_two_failures_in_a_row_and_cleared_by_a_success(tmp_path):
+    st = State(str(tmp_path / "s.db"))
+    h = Health(st)
+    fail = {**_result(0, 0.0), "ok": False, "error": "fio exited with 1"}
+    assert h.on_result(fail, "vol", None) == []
+    assert h.on_result(fail, "vol", None) == ["ProbeFailing raised"]
+    assert h.on_result(_result(2, 1000.0), "vol", None) == ["ProbeFailing cleared"]
+    st.close()
+
+
+# --- causes ----------------------------------------------------------------------------------
+
+def _frag(per_file):
+    return XfsReport("/srv", "dm-0", FragReport(int(per_file * 100), 100, 1 - 1 / per_file, per_file),
+                     None, None, None, ())
+
+
+def test_causes_name_drift_contention_md_members_fragmentation_and_budget(tree):
+    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    ev = Evidence(physical_disks=("sdb", "sdc"), device="dm-0", devices=devices,
+                  drift=[(1.0, "sdb", "scheduler", "mq-deadline", "bfq"), (2.0, "sdd", "scheduler", "none", "bfq"),
+                         (3.0, "host", "tuned_profile", "latency-performance", "balanced")],
+                  contended=True, foreign_util_percent=85.0,
+                  disk_await_ms={"sdb1": 40.0, "sdc1": 2.0},
+                  xfs_now=_frag(6.0), xfs_then=_frag(1.5), budget_exhausted=True)
+    causes = likely_causes(ev)
+    text = "\n".join(causes)
+    assert "sdb scheduler mq-deadline -> bfq" in text
+    assert "sdd" not in text                                   # not under this volume
+    assert "host tuned_profile latency-performance -> balanced" in text
+    assert "contention" in text and "85% util" in text
+    assert "md member sdb1 of md0 is slow: await 40.0 ms" in text
+    assert "XFS fragmentation grew on /srv: 1.5 -> 6.0" in text
+    assert "probe budget is spent" in text
+
+
+def test_causes_name_a_degraded_array_and_its_faulty_member(tree):
+    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    ev = Evidence(physical_disks=("sdd", "sde"), device="md1", devices=devices, drift=[], contended=False,
+                  foreign_util_percent=None)
+    assert likely_causes(ev) == ["md array md1 (raid1) is degraded: faulty member sde"]
+    quiet = Evidence(physical_disks=("sdb", "sdc"), device="dm-0", devices=devices, drift=[], contended=False,
+                     foreign_util_percent=10.0)
+    assert likely_causes(quiet) == []
