@@ -9,10 +9,14 @@ Volumes carry their stable identity (`volume`) as well as the kernel name (`devi
 """
 from __future__ import annotations
 
+import logging
 import math
 import platform
+import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+log = logging.getLogger("iowarden")
 
 BAND_SPREADS = 2.0  # the detector's allowance k: deviations inside the band never accumulate
 SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes", "unmounted", "waiting_for_disk")
@@ -49,12 +53,28 @@ class SnapshotCollector:
         s = self.get_snapshot()
         if s is None:
             return
-        yield from self._self_metrics(s)
-        yield from self._probes(s)
-        yield from self._baselines(s)
-        yield from self._disks(s)
-        yield from self._settings(s)
-        yield from self._xfs(s)
+        # One section per source, each built whole before any of it is sent: a section that
+        # fails (a value of a shape nobody foresaw) is left out and says so in
+        # iowarden_scrape_collector_success, and the rest of the scrape is intact.
+        success = GaugeMetricFamily("iowarden_scrape_collector_success",
+                                    "1 if the section of this scrape was built, 0 if it failed (logged)",
+                                    labels=["collector"])
+        duration = GaugeMetricFamily("iowarden_scrape_collector_duration_seconds",
+                                     "Time taken to build the section of this scrape", labels=["collector"])
+        for name, build in (("self", self._self_metrics), ("probes", self._probes),
+                            ("baselines", self._baselines), ("disks", self._disks),
+                            ("settings", self._settings), ("xfs", self._xfs)):
+            started = time.perf_counter()
+            try:
+                families = list(build(s))
+            except Exception:   # noqa: BLE001 - one source's fault must not fail the scrape
+                log.exception("metrics section %s failed; left out of this scrape", name)
+                families = None
+            duration.add_metric([name], time.perf_counter() - started)
+            success.add_metric([name], 0 if families is None else 1)
+            yield from families or ()
+        yield success
+        yield duration
 
     # -- self ---------------------------------------------------------------------------------
     def _self_metrics(self, s):
