@@ -1,9 +1,11 @@
-"""One registry of the daemon's parts: each has a name, a cadence and a timeout, and its own thread.
+"""One registry of the daemon's parts: each has a name, a cadence, a stuck threshold and its own thread.
 
 A part's step may fail; the failure is counted and logged and the next step runs
-on time. A slow part delays only itself. `stuck()` names the parts that have not
-completed a step for longer than their cadence plus timeout: the watchdog ping
-is withheld while any part is stuck, so systemd restarts a daemon that hangs.
+on time. A slow part delays only itself. Nothing here cancels a step: a step that
+runs a tool bounds it itself (run_tool's timeout). `stuck()` names the parts that
+have not completed a step for longer than twice their cadence plus their stuck
+threshold: the watchdog ping is withheld while any part is stuck, so systemd
+restarts a daemon that hangs.
 """
 from __future__ import annotations
 
@@ -35,24 +37,26 @@ class PartStats:
 class Part:
     name: str
     cadence_seconds: float
-    timeout_seconds: float
+    stuck_after_seconds: float       # beyond two cadences: how long a step may take before the part is stuck
     step: Callable[[], None]
     stats: PartStats = field(default_factory=PartStats)
 
 
 class Registry:
-    def __init__(self):
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
         self.parts: dict[str, Part] = {}
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def add(self, name: str, cadence_seconds: float, timeout_seconds: float, step: Callable[[], None]) -> Part:
-        part = Part(name, cadence_seconds, timeout_seconds, step)
+    def add(self, name: str, cadence_seconds: float, stuck_after_seconds: float, step: Callable[[], None]) -> Part:
+        part = Part(name, cadence_seconds, stuck_after_seconds, step)
+        part.stats.last_completed_monotonic = self.clock()
         self.parts[name] = part
         return part
 
     def run_once(self, part: Part) -> None:
-        started, wall = time.monotonic(), time.time()
+        started, wall = self.clock(), time.time()
         _test_hang(part.name)
         try:
             part.step()
@@ -63,8 +67,8 @@ class Registry:
         with self._lock:
             s = part.stats
             s.runs_total += 1
-            s.last_duration_seconds = time.monotonic() - started
-            s.last_completed_monotonic = time.monotonic()
+            s.last_duration_seconds = self.clock() - started
+            s.last_completed_monotonic = self.clock()
             s.last_error = error
             if error:
                 s.errors_total += 1
@@ -93,10 +97,10 @@ class Registry:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def stuck(self) -> list[str]:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             return [p.name for p in self.parts.values()
-                    if now - p.stats.last_completed_monotonic > 2 * p.cadence_seconds + p.timeout_seconds]
+                    if now - p.stats.last_completed_monotonic > 2 * p.cadence_seconds + p.stuck_after_seconds]
 
     def stats(self) -> dict[str, PartStats]:
         with self._lock:

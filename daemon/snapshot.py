@@ -1,8 +1,11 @@
 """The latest view of everything the daemon knows, taken in one go for the exporters.
 
 Exporters read snapshots only: no fio, xfs_db or sysfs work happens at scrape
-time, and a scrape never sees half of an update. Building one copies references
-to values the parts replace whole (never mutate), so it is cheap.
+time. Building one is cheap: values a part replaces whole (the device view, the
+latest rates, power settings) are referenced; those parts change in place (health,
+budgets, skip counters, latest results, the state database's counters) are copied
+by their owners under their own locks, so a scrape never iterates a collection a
+worker is changing.
 """
 from __future__ import annotations
 

@@ -229,3 +229,29 @@ def test_causes_name_a_degraded_array_and_its_faulty_member(tree):
     quiet = Evidence(physical_disks=("sdb", "sdc"), device="dm-0", devices=devices, drift=[], contended=False,
                      foreign_util_percent=10.0)
     assert likely_causes(quiet) == []
+
+
+# --- parts and the watchdog ----------------------------------------------------------------
+
+def test_a_failing_part_is_counted_and_a_silent_one_is_stuck_after_two_cadences_and_its_threshold():
+    from iowarden.daemon.registry import Registry
+    clock = Clock(0.0)
+    reg = Registry(clock=clock)
+    calls = []
+
+    def flaky():
+        calls.append(clock())
+        if len(calls) == 1:
+            raise OSError("EIO from sysfs")
+    part = reg.add("settings", cadence_seconds=30.0, stuck_after_seconds=5.0, step=flaky)
+    reg.add("xfs", cadence_seconds=3600.0, stuck_after_seconds=120.0, step=lambda: None)
+    reg.run_once(part)
+    st = reg.stats()["settings"]
+    assert st.errors_total == 1 and not st.success and "EIO" in st.last_error
+    clock.now = 10.0
+    reg.run_once(part)
+    assert reg.stats()["settings"].success and reg.stats()["settings"].errors_total == 1
+    clock.now = 10.0 + 2 * 30.0 + 5.0          # exactly at the threshold: not yet
+    assert reg.stuck() == []
+    clock.now += 0.1
+    assert reg.stuck() == ["settings"]           # xfs, hourly, is nowhere near its own
