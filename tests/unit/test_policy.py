@@ -59,7 +59,7 @@ class FakeRun(Scheduler):
     """The scheduler's decisions with the probe replaced by a record of what would run, and when."""
 
     def __init__(self, *a, device_of=None, **kw):
-        self.ran, self.running, self._device = [], [], device_of or {}
+        self.ran, self.ran_profiles, self.running, self._device = [], [], [], device_of or {}
         kw.setdefault("devices", lambda: {})   # no sysfs: the disks are the fixture's, or the names themselves
         super().__init__(*a, **kw)
 
@@ -68,6 +68,7 @@ class FakeRun(Scheduler):
 
     def start_worker(self, d, disks, contended, util):
         self.ran.append((self.clock(), d.target.name, contended))
+        self.ran_profiles.append(d.profile)
         self.running.append((self.clock() + 2.0, d.target.name, disks))
 
     def tick(self, seconds=1.0):
@@ -130,6 +131,23 @@ def test_an_idle_disk_runs_on_time_and_uncontended():
     times = [at for at, _, _ in sch.ran]
     assert len(times) >= 5 and all(not c for _, _, c in sch.ran)
     assert all(abs((b - a) - 10.0) <= 1.0 for a, b in zip(times, times[1:]))   # no jitter configured
+
+
+def test_two_profiles_on_one_disk_take_turns():
+    """Hardening item 11. On main: two profiles, 2 s interval and 2 s runtime, on one target: 12 randread
+    in 40 s, 0 randwrite, and no skip counted."""
+    cfg = _cfg(_target("data", 2.0).replace('profiles = ["rr"]', 'profiles = ["rr", "rw"]'),
+               '[profiles.rw]\nrw = "randwrite"\nruntime_seconds = 2.0\nramp_time_seconds = 0.0\n')
+    clock = Clock()
+    sch = FakeRun(cfg, Roots(), Sampler(0.0), on_result=None, rng=random.Random(1), clock=clock)
+    for _ in range(40):
+        sch.tick()
+        assert len(sch.running) <= 1          # never two probes at once on the disk
+    ran = [name for _, name, _ in sch.ran]
+    profiles = sch.ran_profiles
+    assert profiles.count("rr") >= 8 and profiles.count("rw") >= 8, profiles
+    assert abs(profiles.count("rr") - profiles.count("rw")) <= 1 and set(ran) == {"data"}
+    assert sch.skipped()[("data", "waiting_for_disk")] >= 8    # each waited for the other, counted
 
 
 # --- one probe per physical disk across md and LVM -------------------------------------------
