@@ -162,7 +162,8 @@ class BasicAuth:
         """Run one bcrypt check (the caller bounds how many run at once) and remember its outcome."""
         import bcrypt
         known = user in self.users
-        ok = bcrypt.checkpw(password, self.users.get(user, self._dummy)) and known
+        # bcrypt reads 72 bytes at most (and bcrypt 5 refuses more): no stored password is longer
+        ok = len(password) <= 72 and bcrypt.checkpw(password, self.users.get(user, self._dummy)) and known
         with self._lock:
             self.hashes_total += 1
             if ok:
@@ -286,6 +287,8 @@ class MetricsServer:
                     return
         except (ConnectionError, ssl.SSLError, OSError, asyncio.TimeoutError):
             return   # a client that went away or would not read its answer
+        except Exception:   # noqa: BLE001 - one request's failure closes its connection, nothing more
+            log.debug("metrics request from %s failed", source, exc_info=True)
         finally:
             self.connections -= 1
             writer.close()

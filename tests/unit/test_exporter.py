@@ -147,3 +147,22 @@ def test_spool_bounds_and_order(tmp_path):
     (tmp_path / "spool" / "000000000009.lp.tmp").write_text("half")
     again = influx.Spool(str(tmp_path / "spool"), max_bytes=64)   # a restart keeps whole batches, drops halves
     assert len(again.segments()) == 3 and not list((tmp_path / "spool").glob("*.tmp"))
+
+
+def test_basic_auth_bounds_the_hashing_a_client_can_cause():
+    import bcrypt
+    from iowarden.daemon.exporters.http import FAILED_AUTH_PER_SOURCE, FAILED_AUTH_WINDOW_SECONDS, BasicAuth
+    now = [0.0]
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))}, clock=lambda: now[0])
+    assert not auth.remembered("prometheus", b"right")
+    assert auth.verify("prometheus", b"right", "10.0.0.1") and auth.remembered("prometheus", b"right")
+    assert not auth.verify("mallory", b"right", "10.0.0.2")       # unknown users are hashed too
+    assert auth.hashes_total == 2
+    for i in range(FAILED_AUTH_PER_SOURCE - 1):
+        assert not auth.verify("prometheus", f"guess{i}".encode(), "10.0.0.2")
+    assert auth.over_limit("10.0.0.2") and not auth.over_limit("10.0.0.3")
+    assert not auth.verify("prometheus", b"x" * 100, "10.0.0.3")   # longer than bcrypt reads: denied, no error
+    now[0] = FAILED_AUTH_WINDOW_SECONDS + 1
+    assert not auth.over_limit("10.0.0.2")                        # the window passed
+    # wrong passwords never evict a right one
+    assert auth.remembered("prometheus", b"right")

@@ -3,7 +3,6 @@ restart, and `status` in units a person reads (the daemon-core issue's "unknown 
 and "human status"). No root."""
 import pytest
 
-from iowarden.daemon import config
 from iowarden.daemon.detect import DetectorParams
 from iowarden.daemon.health import Health
 from iowarden.daemon.snapshot import BaselineView, Snapshot
