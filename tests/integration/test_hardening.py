@@ -105,11 +105,13 @@ def test_kill_9_of_the_daemon_takes_its_fio_with_it(loop_xfs, tmp_path, daemon_f
     pids = wait_for(lambda: _probes_of(owner), timeout=40, what="fio running")
     time.sleep(1.0)   # into its run: job threads started
     os.kill(d.proc.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
     d.proc.wait()
     try:
         # on main: fio went on (ppid 1) for the rest of its 30 s runtime
         try:
             wait_for(lambda: not _probes_of(owner), timeout=5, what=f"fio {pids} to end with its daemon")
+            print(f"fio {pids} gone {time.monotonic() - killed_at:.2f} s after kill -9 of its daemon")
         except AssertionError:
             for pid in _probes_of(owner):   # what state it was left in, for whoever reads the failure
                 try:
