@@ -4,8 +4,9 @@ Every second it looks for due probes. A probe waits while another probe runs on
 any of the same physical disks (a filesystem on md0 shares md0's members), and
 is deferred while the disk is busy with other work, up to a maximum deferral;
 then it runs and is marked contended. Every deferral and skip is counted by
-reason. Probes run in worker threads, so the scheduler and the sampler keep
-their cadence while fio runs.
+reason. Those rules are plan()'s (daemon/plan.py, a pure function); this module
+carries its decisions out. Probes run in worker threads, so the scheduler and the
+sampler keep their cadence while fio runs.
 """
 from __future__ import annotations
 
@@ -24,12 +25,10 @@ from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
 
 from .config import Config, Target
 from .discovery import st_dev_of
+from .plan import Candidate, Decision, Load, Rules, plan
 
 log = logging.getLogger("iowarden")
 
-DEFER_IO_PRESSURE_FULL_PERCENT = 20.0  # /proc/pressure/io "full avg10": every task stalled on I/O
-OWN_PRESSURE_SECONDS = 15.0            # PSI is system-wide: ignore it this long after a probe of ours
-BUDGET_RETRY_SECONDS = 60.0
 DAY_SECONDS = 86400.0
 
 
@@ -98,12 +97,6 @@ class Due:
     next_at: float
     deferred_since: float | None = None
     waiting: bool = False        # held back by another probe on its disks since it fell due (counted once)
-
-
-def oldest_due_first(due: list[Due], now: float) -> list[Due]:
-    """The probes due at `now`, the longest-waiting first: two profiles on one disk take turns,
-    instead of the first-configured one winning every time the disk comes free."""
-    return sorted((d for d in due if d.next_at <= now), key=lambda d: d.next_at)
 
 
 class Scheduler:
@@ -192,62 +185,57 @@ class Scheduler:
             return dict(self.skipped_total)
 
     def step(self) -> None:
+        """Ask plan() what to do with the due probes, and do it: start workers, count, log."""
         now = self.clock()
         with self._lock:
-            due = oldest_due_first(self.due, now)
+            if self._stopping:
+                return
+            due = [d for d in self.due if d.next_at <= now]
+            busy = set(self._busy_disks)
+            since_own_probe = now - self._last_probe_end
+        if not due:
+            return
+        by_key, candidates = {}, []
         for d in due:
-            if not still_mounted(d.target):
-                # unmounted since discovery found it: the next discovery pass drops it; a probe
-                # now would write into the directory underneath
-                self.skip(d.target.name, "unmounted")
-                d.next_at = now + 1.0
-                continue
             disks = self.physical_disks(d.target)
-            with self._lock:
-                if self._stopping:
-                    continue
-                held = self._busy_disks & set(disks)
-            if held:
-                # another probe holds one of its disks: it runs when that one ends, before
-                # anything that fell due later; counted once per time it has to wait
-                if not d.waiting:
-                    d.waiting = True
-                    self.skip(d.target.name, "waiting_for_disk")
+            by_key[(d.target.name, d.profile)] = (d, disks)
+            needed = min(self.cfg.profiles[d.profile].effective_runtime_seconds(),
+                         self.cfg.limits.max_runtime_seconds)
+            candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, still_mounted(d.target),
+                                        needed, d.target.interval_seconds, d.deferred_since, d.waiting))
+        psi = getattr(self.sampler, "io_pressure", None)
+        load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
+                    psi.full_avg10_percent if psi is not None else None, since_own_probe)
+        sch = self.cfg.section("scheduling")
+        rules = Rules(sch["defer_util_percent"], sch["max_deferral_seconds"], sch["jitter_ratio"])
+        decisions = plan(now, candidates, busy, self.budget.refuses, load, rules,
+                         lambda ratio: self.rng.uniform(-ratio, ratio))
+        for dec in decisions:
+            d, disks = by_key[(dec.target, dec.profile)]
+            if dec.next_at is not None:
+                d.next_at = dec.next_at
+            d.deferred_since, d.waiting = dec.deferred_since, dec.waiting
+            if dec.action == "run":
+                with self._lock:
+                    self._busy_disks |= set(disks)
+                self.start_worker(d, disks, dec.contended, dec.util_percent)
                 continue
-            profile = self.cfg.profiles[d.profile]
-            needed = min(profile.effective_runtime_seconds(), self.cfg.limits.max_runtime_seconds)
-            refusal = self.budget.refuses(disks, needed)
-            if refusal:
-                self.skip(d.target.name, refusal)
-                d.next_at = now + BUDGET_RETRY_SECONDS
-                log.info("probe %s/%s waits: %s budget spent on %s", d.target.name, d.profile,
-                         "device-time" if refusal == "budget_time" else "write", ",".join(disks),
-                         extra={"TARGET": d.target.name, "PROBE": d.profile})
-                continue
-            contended = False
-            util = max((self.sampler.recent_util_percent(x) or 0.0 for x in disks), default=0.0)
-            psi = getattr(self.sampler, "io_pressure", None)
-            stalled = (psi is not None and (psi.full_avg10_percent or 0.0) > DEFER_IO_PRESSURE_FULL_PERCENT
-                       and not self._busy_disks and now - self._last_probe_end > OWN_PRESSURE_SECONDS)
-            sch = self.cfg.section("scheduling")
-            if util > sch["defer_util_percent"] or stalled:
-                d.deferred_since = d.deferred_since or now
-                if now - d.deferred_since < sch["max_deferral_seconds"]:
-                    reason = "busy" if util > sch["defer_util_percent"] else "io_pressure"
-                    self.skip(d.target.name, reason)
-                    d.next_at = now + 5.0
-                    log.info("probe %s/%s deferred: %s", d.target.name, d.profile,
-                             f"device busy ({util:.0f}% util)" if reason == "busy"
-                             else f"I/O pressure (full avg10 {psi.full_avg10_percent:.0f}%)",
-                             extra={"TARGET": d.target.name, "PROBE": d.profile})
-                    continue
-                contended = True
-            d.deferred_since, d.waiting = None, False
-            jitter = sch["jitter_ratio"]
-            d.next_at = now + d.target.interval_seconds * (1 + self.rng.uniform(-jitter, jitter))
-            with self._lock:
-                self._busy_disks |= set(disks)
-            self.start_worker(d, disks, contended, util)
+            if dec.counted:
+                self.skip(dec.target, dec.reason)
+                self._log_hold(dec, disks, load)
+
+    @staticmethod
+    def _log_hold(dec: Decision, disks, load: Load) -> None:
+        extra = {"TARGET": dec.target, "PROBE": dec.profile}
+        if dec.reason in ("budget_time", "budget_bytes"):
+            log.info("probe %s/%s waits: %s budget spent on %s", dec.target, dec.profile,
+                     "device-time" if dec.reason == "budget_time" else "write", ",".join(disks), extra=extra)
+        elif dec.reason == "busy":
+            util = max((load.util_percent.get(x, 0.0) for x in disks), default=0.0)
+            log.info("probe %s/%s deferred: device busy (%.0f%% util)", dec.target, dec.profile, util, extra=extra)
+        elif dec.reason == "io_pressure":
+            log.info("probe %s/%s deferred: I/O pressure (full avg10 %.0f%%)", dec.target, dec.profile,
+                     load.io_full_avg10_percent or 0.0, extra=extra)
 
     def start_worker(self, d: Due, disks, contended: bool, util: float) -> None:
         """Run the probe in a thread of its own; the scheduler keeps its cadence while fio runs."""

@@ -4,9 +4,8 @@ import random
 import threading
 import time
 
-from iowarden.daemon import config
 from iowarden.daemon.health import Health
-from iowarden.daemon.scheduler import Budget, Due, oldest_due_first
+from iowarden.daemon.scheduler import Budget
 from iowarden.daemon.state import State
 
 
@@ -82,9 +81,3 @@ def test_health_fed_by_concurrent_workers_while_scrapes_read(tmp_path):
     assert set(iops) == {"vol0", "vol1", "vol2", "vol3"}
     assert all(n == min(per_worker, health.params.window) for n in iops.values())
     state.close()
-
-
-def test_oldest_due_first():
-    t = config.Target("t", "/x", ("a", "b"), 2.0)
-    due = [Due(t, "a", 5.0), Due(t, "b", 3.0), Due(t, "c", 9.0)]
-    assert [d.profile for d in oldest_due_first(due, 6.0)] == ["b", "a"]

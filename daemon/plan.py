@@ -1,0 +1,105 @@
+"""Scheduling policy as a pure function: which due probes run now, which wait, and why.
+
+plan() reads nothing but its arguments: the time, the due probes (what each needs and
+where), the disks our own probes hold, the budget's answer, the disks' load and the
+rules. It returns one decision per probe; the scheduler carries them out (threads,
+counters, log lines). So every rule is unit-tested with a clock passed in, no root.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+DEFER_IO_PRESSURE_FULL_PERCENT = 20.0  # /proc/pressure/io "full avg10": every task stalled on I/O
+OWN_PRESSURE_SECONDS = 15.0            # PSI is system-wide: ignore it this long after a probe of ours
+BUDGET_RETRY_SECONDS = 60.0
+DEFER_RETRY_SECONDS = 5.0
+UNMOUNTED_RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One due probe, as the planner sees it."""
+    target: str
+    profile: str
+    due_at: float                       # when it fell due (the oldest is served first)
+    disks: tuple[str, ...]              # the physical disks under its target
+    mounted: bool                       # a discovered target still has its filesystem
+    needed_seconds: float               # device time it will spend (runtime + ramp, capped)
+    interval_seconds: float
+    deferred_since: float | None = None
+    waiting: bool = False               # already held back by another probe (counted once)
+
+
+@dataclass(frozen=True)
+class Load:
+    util_percent: Mapping[str, float]   # recent %util per disk, from other work
+    io_full_avg10_percent: float | None  # /proc/pressure/io "full avg10"
+    seconds_since_own_probe: float
+
+
+@dataclass(frozen=True)
+class Rules:
+    defer_util_percent: float
+    max_deferral_seconds: float
+    jitter_ratio: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    target: str
+    profile: str
+    action: str                         # "run", or "hold": look again at next_at (or next tick)
+    reason: str | None                  # why it is held: the iowarden_probe_skipped_total reason
+    counted: bool                       # count the reason this time (a wait for a disk counts once)
+    next_at: float | None               # when it is due next; None: unchanged (look again next tick)
+    deferred_since: float | None
+    waiting: bool
+    contended: bool = False
+    util_percent: float = 0.0
+
+
+def plan(now: float, due: list[Candidate], busy_disks: set[str],
+         budget_refusal: Callable[[tuple[str, ...], float], str | None], load: Load, rules: Rules,
+         jitter: Callable[[float], float]) -> list[Decision]:
+    """Decide every due probe, the longest-waiting first.
+
+    `budget_refusal(disks, seconds)`: None, or "budget_time" / "budget_bytes".
+    `jitter(ratio)`: a random factor in [-ratio, ratio] (the caller's RNG).
+    """
+    held = set(busy_disks)
+    out = []
+    for c in sorted(due, key=lambda c: c.due_at):
+        def hold(reason, counted=True, next_at=None, deferred_since=c.deferred_since, waiting=c.waiting):
+            out.append(Decision(c.target, c.profile, "hold", reason, counted, next_at, deferred_since, waiting))
+
+        if not c.mounted:
+            # unmounted since discovery found it: the next discovery pass drops it; a probe
+            # now would write into the directory underneath
+            hold("unmounted", next_at=now + UNMOUNTED_RETRY_SECONDS)
+            continue
+        if held & set(c.disks):
+            # another probe holds one of its disks: it runs when that one ends, before anything
+            # that fell due later; counted once per time it has to wait
+            hold("waiting_for_disk", counted=not c.waiting, waiting=True)
+            continue
+        refusal = budget_refusal(c.disks, c.needed_seconds)
+        if refusal:
+            hold(refusal, next_at=now + BUDGET_RETRY_SECONDS)
+            continue
+        util = max((load.util_percent.get(x) or 0.0 for x in c.disks), default=0.0)
+        stalled = ((load.io_full_avg10_percent or 0.0) > DEFER_IO_PRESSURE_FULL_PERCENT and not busy_disks
+                   and load.seconds_since_own_probe > OWN_PRESSURE_SECONDS)
+        contended = False
+        if util > rules.defer_util_percent or stalled:
+            since = c.deferred_since if c.deferred_since is not None else now
+            if now - since < rules.max_deferral_seconds:
+                hold("busy" if util > rules.defer_util_percent else "io_pressure",
+                     next_at=now + DEFER_RETRY_SECONDS, deferred_since=since)
+                continue
+            contended = True   # waited long enough: run, and say the result was measured under load
+        held |= set(c.disks)
+        out.append(Decision(c.target, c.profile, "run", None, False,
+                            now + c.interval_seconds * (1 + jitter(rules.jitter_ratio)), None, False,
+                            contended, util))
+    return out

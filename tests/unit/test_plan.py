@@ -1,0 +1,68 @@
+"""plan(), the scheduling policy, as a pure function: the time and the world passed in, decisions out."""
+from iowarden.daemon.plan import (BUDGET_RETRY_SECONDS, DEFER_RETRY_SECONDS, Candidate, Load, Rules, plan)
+
+RULES = Rules(defer_util_percent=50.0, max_deferral_seconds=600.0, jitter_ratio=0.1)
+IDLE = Load({}, None, 1e9)
+
+
+def no_budget_limit(disks, seconds):
+    return None
+
+
+def c(target, profile="rr", due_at=0.0, disks=("sdb",), **kw):
+    return Candidate(target, profile, due_at, disks, kw.pop("mounted", True), 5.0, 300.0, **kw)
+
+
+def run(now, due, busy=(), budget=no_budget_limit, load=IDLE, rules=RULES, jitter=lambda r: 0.0):
+    return {(d.target, d.profile): d for d in plan(now, due, set(busy), budget, load, rules, jitter)}
+
+
+def test_the_longest_waiting_of_two_on_one_disk_runs_and_the_other_waits_counted_once():
+    out = run(100.0, [c("db", "rr", due_at=90.0), c("db", "rw", due_at=50.0)])
+    assert out[("db", "rw")].action == "run" and out[("db", "rw")].next_at == 400.0
+    held = out[("db", "rr")]
+    assert (held.action, held.reason, held.counted, held.waiting, held.next_at) == \
+        ("hold", "waiting_for_disk", True, True, None)
+    again = run(101.0, [c("db", "rr", due_at=90.0, waiting=True)], busy={"sdb"})[("db", "rr")]
+    assert again.reason == "waiting_for_disk" and not again.counted       # the same wait: counted once
+
+
+def test_disjoint_disks_run_together_and_a_shared_member_does_not():
+    out = run(0.0, [c("lv", disks=("sdb", "sdc")), c("mirror", disks=("sdd", "sde")), c("raw", disks=("sdc",))])
+    assert [k[0] for k, d in out.items() if d.action == "run"] == ["lv", "mirror"]
+    assert out[("raw", "rr")].reason == "waiting_for_disk"
+
+
+def test_budget_refusal_holds_for_a_minute_with_its_reason():
+    out = run(10.0, [c("db")], budget=lambda disks, s: "budget_bytes" if "sdb" in disks else None)
+    d = out[("db", "rr")]
+    assert (d.action, d.reason, d.counted, d.next_at) == ("hold", "budget_bytes", True, 10.0 + BUDGET_RETRY_SECONDS)
+
+
+def test_a_busy_disk_defers_until_the_maximum_then_runs_contended():
+    busy = Load({"sdb": 80.0}, None, 1e9)
+    first = run(0.0, [c("db")], load=busy)[("db", "rr")]
+    assert (first.reason, first.deferred_since, first.next_at) == ("busy", 0.0, DEFER_RETRY_SECONDS)
+    later = run(599.0, [c("db", deferred_since=0.0)], load=busy)[("db", "rr")]
+    assert later.action == "hold" and later.deferred_since == 0.0
+    last = run(600.0, [c("db", deferred_since=0.0)], load=busy)[("db", "rr")]
+    assert last.action == "run" and last.contended and last.util_percent == 80.0 and last.deferred_since is None
+
+
+def test_io_pressure_defers_only_when_it_is_not_our_own():
+    stalled = Load({}, 40.0, 60.0)
+    assert run(0.0, [c("db")], load=stalled)[("db", "rr")].reason == "io_pressure"
+    # a probe of ours is running (on another disk): the pressure may be ours
+    assert run(0.0, [c("db")], busy={"sdz"}, load=stalled)[("db", "rr")].action == "run"
+    # ours ended 5 s ago: PSI's 10 s average still holds it
+    assert run(0.0, [c("db")], load=Load({}, 40.0, 5.0))[("db", "rr")].action == "run"
+
+
+def test_an_unmounted_target_is_held_and_counted():
+    d = run(7.0, [c("disk:/srv/a", mounted=False)])[("disk:/srv/a", "rr")]
+    assert (d.action, d.reason, d.next_at) == ("hold", "unmounted", 8.0)
+
+
+def test_jitter_spreads_the_next_run_within_its_ratio():
+    d = run(0.0, [c("db")], jitter=lambda ratio: ratio)[("db", "rr")]
+    assert d.next_at == 300.0 * 1.1
