@@ -270,9 +270,8 @@ class Scheduler:
                                    expect_dev=d.target.found_on_dev, owner=self.owner)
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
-            rec = result.to_json()
             self.budget.record(disks, result.started_at, result.duration_seconds,
-                               rec["write_io_bytes"] + result.layout_bytes)
+                               result.write_io_bytes + result.layout_bytes)
             if self._stopping and not result.ok:
                 result.error = "interrupted: iowarden is stopping"
             with self._lock:
@@ -324,10 +323,9 @@ def still_mounted(target: Target) -> bool:
 
 
 def result_summary(r: ProbeResult) -> str:
-    j = r.to_json()
     if not r.ok:
         return f"probe {r.target}/{r.profile} failed: {r.error}"
-    p99 = j["clat_p99_seconds"]
-    return (f"probe {r.target}/{r.profile} on {r.device}: read {j['read_iops']:.0f} IOPS, write "
-            f"{j['write_iops']:.0f} IOPS, clat p99 {p99 * 1000 if p99 else float('nan'):.3f} ms"
+    p99 = r.clat_percentile_seconds(99.0)
+    return (f"probe {r.target}/{r.profile} on {r.device}: read {r.iops('read'):.0f} IOPS, write "
+            f"{r.iops('write'):.0f} IOPS, clat p99 {p99 * 1000 if p99 else float('nan'):.3f} ms"
             f"{' (contended)' if r.contended else ''}")

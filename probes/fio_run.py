@@ -70,6 +70,12 @@ class ProbeResult:
         d = self._dir(direction)
         return d.bw_bytes if d else 0.0
 
+    @property
+    def write_io_bytes(self) -> int:
+        """Bytes fio wrote in the measured run (what a write budget counts, beside the layout)."""
+        d = self._dir("write")
+        return d.io_bytes if d else 0
+
     def clat_percentile_seconds(self, pct: float) -> float | None:
         """The worse (higher) of the read and write percentile: what an application waits for."""
         vals = [d.clat_percentiles_seconds.get(pct) for d in (self._dir("read"), self._dir("write")) if d]
@@ -90,7 +96,7 @@ class ProbeResult:
             "clat_p999_seconds": self.clat_percentile_seconds(99.9),
             "clat_p9999_seconds": self.clat_percentile_seconds(99.99),
             "layout_bytes": self.layout_bytes,
-            "write_io_bytes": self._dir("write").io_bytes if self._dir("write") else 0,
+            "write_io_bytes": self.write_io_bytes,
             "fio_version": self.report.fio_version if self.report else None,
             "disk_util_percent": self.report.disk_util_percent if self.report else {},
         }
