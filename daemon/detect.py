@@ -34,10 +34,9 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-MAD_TO_SIGMA = 1.4826
+from iowarden.probes.vocabulary import HIGHER_IS_WORSE, LOWER_IS_WORSE
 
-HIGHER_IS_WORSE = {"clat_p50_seconds", "clat_p99_seconds", "clat_p999_seconds", "await_ms"}
-LOWER_IS_WORSE = {"read_iops", "write_iops", "read_bw_bytes", "write_bw_bytes", "iops", "bandwidth"}
+MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)

@@ -14,22 +14,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from iowarden.probes.vocabulary import BASELINED_LATENCIES, DIRECTIONS
+
 from .detect import Detector, DetectorParams
 
 log = logging.getLogger("iowarden")
 
-LATENCY_METRICS = ("clat_p50_seconds", "clat_p99_seconds", "clat_p999_seconds")
 FAILURES_BEFORE_ALERT = 2
 
 
 def metrics_of(record: dict) -> dict[str, float]:
     """The baselined numbers of one probe result: IOPS and bandwidth per direction that did I/O, latencies."""
     out = {}
-    for d in ("read", "write"):
+    for d in DIRECTIONS:
         if record[f"{d}_iops"] > 0:
             out[f"{d}_iops"] = record[f"{d}_iops"]
             out[f"{d}_bw_bytes"] = record[f"{d}_bw_bytes"]
-    for m in LATENCY_METRICS:
+    for m in BASELINED_LATENCIES:
         if record.get(m):
             out[m] = record[m]
     return out

@@ -9,6 +9,7 @@ import os
 import time
 
 from iowarden.probes import diskstats
+from iowarden.probes.vocabulary import MEASURED_METRICS
 
 from .exporters import influx
 
@@ -54,9 +55,7 @@ class InfluxOutput:
                 "device": record["device"], "volume": identity}
         # a failed probe's figures (e.g. the partial report of a fio killed at shutdown) are
         # not a measurement of the volume: its point says ok=false and why, as /metrics does
-        measured = ("read_iops", "write_iops", "read_bw_bytes", "write_bw_bytes", "clat_p50_seconds",
-                    "clat_p90_seconds", "clat_p99_seconds", "clat_p999_seconds", "clat_p9999_seconds")
-        fields = {k: record[k] for k in measured} if record["ok"] else {}
+        fields = {k: record[k] for k in MEASURED_METRICS} if record["ok"] else {}
         fields["duration_seconds"] = record["duration_seconds"]
         fields.update(ok=bool(record["ok"]), contended=bool(record["contended"]))
         if record["error"]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from .common import ParseError, Roots, parse_size_bytes, run_tool
 from .fio import FioReport, parse
 from .fio_job import READ_ONLY_RW, ProbeProfile, seconds
+from .vocabulary import CLAT_PERCENTILE_KEYS, DIRECTIONS
 
 PROBE_DIR_NAME = ".iowarden"
 # Set in every probe's fio environment (its job processes inherit it): which iowarden
@@ -88,13 +89,9 @@ class ProbeResult:
             "ok": self.ok, "error": self.error, "started_at": self.started_at,
             "duration_seconds": round(self.duration_seconds, 3), "contended": self.contended,
             "foreign_util_percent": self.foreign_util_percent,
-            "read_iops": self.iops("read"), "write_iops": self.iops("write"),
-            "read_bw_bytes": self.bw_bytes("read"), "write_bw_bytes": self.bw_bytes("write"),
-            "clat_p50_seconds": self.clat_percentile_seconds(50.0),
-            "clat_p90_seconds": self.clat_percentile_seconds(90.0),
-            "clat_p99_seconds": self.clat_percentile_seconds(99.0),
-            "clat_p999_seconds": self.clat_percentile_seconds(99.9),
-            "clat_p9999_seconds": self.clat_percentile_seconds(99.99),
+            **{f"{d}_iops": self.iops(d) for d in DIRECTIONS},
+            **{f"{d}_bw_bytes": self.bw_bytes(d) for d in DIRECTIONS},
+            **{key: self.clat_percentile_seconds(pct) for pct, key in CLAT_PERCENTILE_KEYS.items()},
             "layout_bytes": self.layout_bytes,
             "write_io_bytes": self.write_io_bytes,
             "fio_version": self.report.fio_version if self.report else None,

@@ -34,3 +34,14 @@ def test_a_failed_probe_is_a_point_with_its_reason_and_no_figures():
     assert "ok=false" in point and 'error="interrupted: iowarden is stopping"' in point
     assert "duration_seconds=3.2" in point
     assert "read_iops" not in point and "clat_" not in point
+
+
+def test_one_vocabulary_every_layer_agrees_on():
+    from iowarden.daemon.health import metrics_of
+    from iowarden.probes.vocabulary import HIGHER_IS_WORSE, LOWER_IS_WORSE, MEASURED_METRICS
+    record = _result(True, None).to_json()
+    assert set(MEASURED_METRICS) <= set(record)                  # the record carries every figure by name
+    judged = metrics_of(record)
+    assert judged and all(m in HIGHER_IS_WORSE | LOWER_IS_WORSE for m in judged)   # each has a direction
+    (point,) = _points(_result(True, None))
+    assert all(f"{m}=" in point for m in MEASURED_METRICS if record[m] is not None)
