@@ -118,11 +118,8 @@ SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr", "/bin", "/sbin
                 "/libx32", "/run")
 
 
-def directory_target_problem(path: str) -> str | None:
-    """Why `path` may not be a probe directory, or None. Checks the name, and the path as it is now.
-
-    Used by check-config (before anything runs) and again by every probe (the tree can change).
-    """
+def directory_name_problem(path: str) -> str | None:
+    """Why the name `path` may never be a probe directory (relative, /, a system tree), or None."""
     if not path.startswith("/"):
         return f"{path!r} is not an absolute path"
     norm = os.path.normpath(path)
@@ -130,6 +127,19 @@ def directory_target_problem(path: str) -> str | None:
         return (f"{path} is {'the root directory' if norm == '/' else 'in a system tree'}: iowarden never "
                 f"writes probe files there (not in /, {', '.join(SYSTEM_TREES)}); name a directory on the "
                 "volume to probe, such as its mount point")
+    return None
+
+
+def directory_target_problem(path: str) -> str | None:
+    """Why `path` may not be a probe directory, or None: its name, and the path as it is now.
+
+    For check-config, which says which component is a link and where it points. A probe
+    relies on open_target_dir's walk instead, which cannot be raced.
+    """
+    problem = directory_name_problem(path)
+    if problem:
+        return problem
+    norm = os.path.normpath(path)
     walked = "/"
     for part in norm.strip("/").split("/"):
         walked = os.path.join(walked, part)
@@ -164,7 +174,7 @@ def open_target_dir(target_dir: str) -> int:
     symlink, placed before the walk or swapped in during it, can lead the walk
     elsewhere (a check of the path followed by an open of it would race).
     """
-    problem = directory_target_problem(target_dir)
+    problem = directory_name_problem(target_dir)
     if problem:
         raise ProbeRefused(problem)
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)

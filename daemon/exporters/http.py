@@ -367,9 +367,11 @@ class MetricsServer:
         auth = self.auth
         if auth.remembered(user, password):
             return "ok"   # the common case, a scrape with the right password: no hash, no thread hop
-        if auth.over_limit(source) or self._hashes_waiting >= MAX_HASHES_WAITING:
+        refusal = "limited" if auth.over_limit(source) else "busy" if self._hashes_waiting >= MAX_HASHES_WAITING \
+            else None
+        if refusal:
             auth.refused_total += 1
-            return "limited" if auth.over_limit(source) else "busy"
+            return refusal
         self._hashes_waiting += 1
         try:
             ok = await self._loop.run_in_executor(self._hasher, auth.verify, user, password, source)
