@@ -1,0 +1,474 @@
+"""Passive detection: judge every disk from the traffic it already carries, at no I/O cost.
+
+Fed windows of `iostat -x` figures (the daemon's sampler, or `replay --passive`),
+it returns alert transitions of three kinds, each with the evidence behind it:
+
+- self: the device is slower than its own normal *at the load it carries*
+  (passive_curve.LatencyCurve). A load increase that moves latency along the
+  curve is not a fault; the same latency at a lower load is. Raised when most
+  of the last `self_windows` judged windows are slow, cleared when few are;
+  nothing is learned while flagged.
+- peers: a device slower than the devices that should behave alike (members of
+  one md array or LVM stripe, else disks of one model and size), at comparable
+  load. Scored per window as latency over the peers' median; raised when the
+  median of the last `peer_windows` scores reaches `peer_ratio` (a slow drive
+  is slow most of the time, a noisy one only now and then: measured on the
+  Perseus traces, bench/passive_perseus.py), or at once when nearly every one
+  of the last `severe_windows` is `severe_ratio` times its peers.
+- saturation: a volume at its limit (a provisioned-IOPS or burst-credit cloud
+  volume): throughput flat at a constant while the device stays busy with a
+  queue, for `saturation_windows` windows. Named with the ceiling it sits at.
+
+Pure: no clock, no I/O. Keys are whatever the caller uses for a device (the
+daemon passes stable identities, replay the kernel names); learned curves go in
+and out as JSON-able state.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from .passive_curve import LatencyCurve
+
+DIRECTIONS = ("read", "write")
+KINDS = ("self", "peers", "saturation")
+ALERT_OF_KIND = {"self": "DeviceSlow", "peers": "SlowMember", "saturation": "VolumeAtLimit"}
+
+
+@dataclass(frozen=True)
+class PassiveParams:
+    window_seconds: float = 15.0
+    min_ios: int = 30               # fewer I/Os in a window is no evidence: an idle disk never alerts
+    min_kib: float = 256.0          # the same, where only bytes are known (a trace without r/s)
+    floor_ms: float = 0.02          # excess latency below this is noise on fast flash, never evidence
+    bin_min_windows: int = 20       # a load bin judges after this many windows (5 min at 15 s)
+    self_ratio: float = 2.5         # acute: a window is slow at this many times its normal (and above its p99)
+    self_windows: int = 40          # ... and most of the last 40 judged windows (10 min at 15 s) are
+    shift_ratio: float = 1.4        # persistent: the median ratio over the last hour of judged windows
+    shift_clear_ratio: float = 1.2
+    shift_windows: int = 240
+    shift_min_windows: int = 120
+    shift_history: int = 96          # hourly medians sampled every shift_sample windows: the device's own
+    shift_sample: int = 60           # hour-to-hour variation, which sets how far a median may wander
+    shift_margin: float = 1.25
+    raise_fraction: float = 0.75
+    clear_fraction: float = 0.25
+    peer_ratio: float = 2.0
+    peer_clear_ratio: float = 1.5
+    peer_windows: int = 480         # two hours of 15 s windows with traffic
+    peer_min_windows: int = 40
+    severe_ratio: float = 4.0
+    severe_windows: int = 12
+    comparable_load: float = 2.0    # a device carrying more than twice its peers' load is not compared
+    saturation_windows: int = 6
+    saturation_cv: float = 0.05     # "flat": throughput within 5 % across the windows
+    saturation_util_percent: float = 90.0
+    saturation_queue: float = 2.0
+    idle_clear_seconds: float = 3600.0   # an alert on a device without traffic for this long clears
+
+    @classmethod
+    def from_config(cls, section: dict) -> "PassiveParams":
+        return cls(window_seconds=section["window_seconds"], self_ratio=section["self_ratio"],
+                   peer_ratio=section["peer_ratio"], peer_windows=section["peer_windows"],
+                   saturation_windows=section["saturation_windows"], floor_ms=section["floor_ms"])
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One direction of one window. A rate that is not known is None, not zero."""
+    iops: float | None
+    kib_per_second: float | None
+    await_ms: float
+
+    def load(self) -> tuple[str, float]:
+        """The load the latency is judged against, with its unit: IOPS where known, else KiB/s."""
+        return ("iops", self.iops) if self.iops is not None else ("kib", self.kib_per_second or 0.0)
+
+    def is_evidence(self, seconds: float, p: PassiveParams) -> bool:
+        if self.iops is not None:
+            return self.iops * seconds >= p.min_ios
+        return (self.kib_per_second or 0.0) * seconds >= p.min_kib
+
+
+@dataclass(frozen=True)
+class Window:
+    device: str
+    end: float                        # Unix seconds
+    seconds: float
+    flows: dict                       # direction -> Flow (directions with a rate and an await)
+    queue_size: float | None = None   # iostat aqu-sz
+    util_percent: float | None = None
+
+    @classmethod
+    def from_rates(cls, device: str, end: float, r) -> "Window":
+        """From a diskstats.DiskRates over the window."""
+        flows = {"read": Flow(r.reads_per_second, r.read_kib_per_second, r.read_await_ms),
+                 "write": Flow(r.writes_per_second, r.write_kib_per_second, r.write_await_ms)}
+        return cls(device, end, r.interval_seconds, flows, r.queue_size, r.util_percent)
+
+
+@dataclass(frozen=True)
+class Transition:
+    kind: str                 # self, peers, saturation
+    device: str
+    state: str                # raised, cleared, updated
+    severity: str
+    summary: str              # one sentence naming the device and the evidence
+    evidence: dict
+
+    @property
+    def alert(self) -> str:
+        return ALERT_OF_KIND[self.kind]
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """The passive verdict of one device, for /metrics and `status`."""
+    device: str
+    slowdown_ratio: dict           # direction -> observed / normal at that load (judged directions)
+    expected_await_ms: dict        # direction -> the curve's normal at that load
+    learned_windows: dict          # direction -> windows in the curve
+    peer_ratio: float | None       # median latency over peers' median, recent windows
+    ceiling: str | None            # "2,000 IOPS" while at its limit
+    flagged: tuple[str, ...]       # kinds raised
+
+
+@dataclass
+class _Device:
+    curves: dict = field(default_factory=dict)            # (direction, unit) -> LatencyCurve
+    self_ring: deque = field(default_factory=deque)       # bools: judged windows, slow or not
+    self_log: RollingMedian | None = None                 # log(latency / normal at that load), recent windows
+    shift_seen: deque = field(default_factory=deque)      # past hourly medians of self_log (unflagged)
+    self_count: int = 0
+    peer_log: RollingMedian | None = None                 # log(latency / peers' median), recent windows
+    peer_excess: RollingMedian | None = None              # latency - peers' median, ms
+    peer_recent: deque = field(default_factory=deque)     # (log ratio, excess ms), the last severe_windows
+    sat_ring: deque = field(default_factory=deque)        # (iops, kib/s, queue, util, await) or None
+    flagged: dict = field(default_factory=dict)           # kind -> evidence while raised
+    last_traffic: float | None = None
+    last_ratio: dict = field(default_factory=dict)
+    last_expected: dict = field(default_factory=dict)
+    ceiling: str | None = None
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+class RollingMedian:
+    """The median of the last `size` values, kept sorted: O(log n) to find, one memmove to update.
+
+    statistics.median over a 480-value ring every window was 80 % of a replay's time.
+    """
+
+    def __init__(self, size: int):
+        self.ring: deque = deque()
+        self.size = size
+        self.sorted: list[float] = []
+
+    def add(self, x: float) -> None:
+        if len(self.ring) == self.size:
+            old = self.ring.popleft()
+            del self.sorted[bisect.bisect_left(self.sorted, old)]
+        self.ring.append(x)
+        bisect.insort(self.sorted, x)
+
+    def median(self) -> float:
+        s, n = self.sorted, len(self.sorted)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+    def __len__(self) -> int:
+        return len(self.ring)
+
+    def clear(self) -> None:
+        self.ring.clear()
+        self.sorted.clear()
+
+
+class PassiveDetector:
+    def __init__(self, params: PassiveParams = PassiveParams(), curves: dict | None = None):
+        self.p = params
+        self.devices: dict[str, _Device] = {}
+        for (device, direction, unit), st in (curves or {}).items():
+            self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
+
+    def _dev(self, device: str) -> _Device:
+        d = self.devices.get(device)
+        if d is None:
+            d = self.devices[device] = _Device(self_ring=deque(maxlen=self.p.self_windows),
+                                               self_log=RollingMedian(self.p.shift_windows),
+                                               shift_seen=deque(maxlen=self.p.shift_history),
+                                               peer_log=RollingMedian(self.p.peer_windows),
+                                               peer_excess=RollingMedian(self.p.peer_windows),
+                                               peer_recent=deque(maxlen=self.p.severe_windows),
+                                               sat_ring=deque(maxlen=self.p.saturation_windows))
+        return d
+
+    # -- feeding ----------------------------------------------------------------------------
+    def observe(self, windows: list[Window], groups: list[tuple[str, ...]] = ()) -> list[Transition]:
+        """Judge one batch of windows that end together; `groups` are sets of devices that are peers."""
+        out: list[Transition] = []
+        evidence = {w.device: {d: f for d, f in w.flows.items() if f.is_evidence(w.seconds, self.p)}
+                    for w in windows}
+        common = self._common_shift(groups)
+        for w in windows:
+            out += self._judge_self(w, evidence[w.device], common.get(w.device, 0.0))
+            out += self._judge_saturation(w, evidence[w.device])
+        by_device = {w.device: w for w in windows}
+        for group in groups:
+            members = [m for m in group if m in by_device]
+            if len(members) >= 2:
+                out += self._judge_peers(members, evidence)
+        out += self._together(groups)
+        if windows:
+            now = max(w.end for w in windows)
+            for name, d in self.devices.items():
+                if d.flagged and d.last_traffic is not None and now - d.last_traffic > self.p.idle_clear_seconds:
+                    for kind in list(d.flagged):
+                        out.append(self._clear(name, d, kind, "no traffic to judge for an hour"))
+        return out
+
+    def forget(self, device: str) -> None:
+        """A device that is gone: its open verdicts go with it (its learned curves stay in the state)."""
+        d = self.devices.get(device)
+        if d is not None:
+            d.flagged.clear()
+            d.self_ring.clear(), d.self_log.clear(), d.peer_log.clear(), d.peer_excess.clear()
+            d.peer_recent.clear(), d.sat_ring.clear()
+
+    # -- self ---------------------------------------------------------------------------------
+    def _common_shift(self, groups) -> dict[str, float]:
+        """Per device, how far its peers' latency moved off their own curves this past hour (log, >= 0).
+
+        A workload change (more writes, larger requests: invisible in the load figure) moves every
+        disk that carries it off its curve at once. A mild shift counts only beyond what the peers
+        share; the acute rule and the peers' own comparison stay whole.
+        """
+        out = {}
+        for group in groups:
+            if len(group) >= 3:
+                # with peers enough for a median, the peers' comparison judges mild shifts: it cancels a
+                # workload change exactly, where subtracting the peers' shift from this one only roughly
+                # does (on the Perseus traces healthy drives still wandered 1.4-1.7x for an hour)
+                out.update({m: math.inf for m in group})
+                continue
+            meds = {m: self.devices[m].self_log.median() for m in group
+                    if m in self.devices and len(self.devices[m].self_log) >= self.p.shift_min_windows}
+            for m in group:
+                others = [v for k, v in meds.items() if k != m]
+                if others:
+                    out[m] = max(0.0, statistics.median(others))
+        return out
+
+    def _judge_self(self, w: Window, flows: dict, common_shift: float = 0.0) -> list[Transition]:
+        d = self._dev(w.device)
+        if not flows:
+            return []
+        d.last_traffic = w.end
+        judged, slow_dirs, worst_log = False, {}, -math.inf
+        for direction, f in flows.items():
+            unit, load = f.load()
+            curve = d.curves.setdefault((direction, unit), LatencyCurve())
+            normal = curve.normal_at(load, self.p.bin_min_windows)
+            slow = False
+            if normal is not None:
+                judged = True
+                ratio = max(f.await_ms, 1e-6) / normal.median_ms
+                d.last_ratio[direction], d.last_expected[direction] = ratio, normal.median_ms
+                excess = f.await_ms - normal.median_ms
+                if excess >= self.p.floor_ms or ratio < 1:
+                    worst_log = max(worst_log, math.log(ratio))
+                slow = ratio >= self.p.self_ratio and f.await_ms >= normal.high_ms and excess >= self.p.floor_ms
+                if slow or ratio >= self.p.shift_ratio:
+                    slow_dirs[direction] = (f, normal, ratio, unit, load)
+            # an acutely slow window is never learned (it lies above the bin's p99 anyway, so its normal
+            # is hardly biased), nor anything while the device is flagged slow
+            if not slow and "self" not in d.flagged:
+                curve.learn(load, f.await_ms)
+        if not judged:
+            return []
+        d.self_ring.append(any(r >= self.p.self_ratio for _, _, r, _, _ in slow_dirs.values()))
+        if worst_log > -math.inf:
+            d.self_log.add(worst_log)
+        acute = len(d.self_ring) >= self.p.self_windows and \
+            sum(d.self_ring) >= self.p.raise_fraction * self.p.self_windows
+        d.self_count += 1
+        shift = False
+        if len(d.self_log) >= self.p.shift_min_windows:
+            med = d.self_log.median() - common_shift    # -inf: the device's peers judge mild shifts
+            limit = self._shift_limit(d)
+            shift = limit is not None and med >= limit
+            if d.self_count % self.p.shift_sample == 0 and "self" not in d.flagged and not shift \
+                    and math.isfinite(med):
+                d.shift_seen.append(med)
+        if "self" not in d.flagged and (acute or shift) and slow_dirs:
+            direction, (f, normal, ratio, unit, load) = max(slow_dirs.items(), key=lambda kv: kv[1][2])
+            typical = math.exp(d.self_log.median()) if len(d.self_log) else ratio
+            ev = {"direction": direction, "await_ms": round(f.await_ms, 3),
+                  "expected_ms": round(normal.median_ms, 3), "ratio": round(ratio if acute else typical, 2),
+                  "load": round(load, 1), "load_unit": "IOPS" if unit == "iops" else "KiB/s",
+                  "rule": "acute" if acute else "shift",
+                  "slow_windows": sum(d.self_ring) if acute else len(d.self_log),
+                  "of_windows": len(d.self_ring) if acute else len(d.self_log)}
+            return [self._raise(w.device, d, "self", ev, _self_summary(w.device, ev))]
+        if "self" in d.flagged and sum(d.self_ring) <= self.p.clear_fraction * len(d.self_ring) and \
+                (len(d.self_log) == 0 or d.self_log.median() < math.log(self.p.shift_clear_ratio)
+                 + max(0.0, (self._shift_limit(d) or 0.0) - math.log(self.p.shift_ratio))):
+            return [self._clear(w.device, d, "self", "latency back on its normal curve")]
+        return []
+
+    def _shift_limit(self, d: _Device) -> float | None:
+        """How high the hour's median log ratio may go: shift_ratio, or more on a device whose hourly
+        medians wander more than that in health (real drives do, day to day: the Perseus traces). None
+        until enough hours are seen to know."""
+        if len(d.shift_seen) < 8:
+            return None
+        seen = sorted(d.shift_seen)
+        wander = seen[min(len(seen) - 1, int(0.9 * len(seen)))]
+        return max(math.log(self.p.shift_ratio), wander + math.log(self.p.shift_margin))
+
+    # -- peers --------------------------------------------------------------------------------
+    def _judge_peers(self, members: list[str], evidence: dict) -> list[Transition]:
+        out = []
+        scores: dict[str, tuple[float, float]] = {}
+        for direction in DIRECTIONS:
+            flows = {m: evidence[m][direction] for m in members if direction in evidence[m]}
+            units = {f.load()[0] for f in flows.values()}
+            if len(flows) < 2 or len(units) != 1:
+                continue
+            for m, f in flows.items():
+                peers = [g for k, g in flows.items() if k != m]
+                peer_await = statistics.median(g.await_ms for g in peers)
+                peer_load = statistics.median(g.load()[1] for g in peers)
+                if f.load()[1] > self.p.comparable_load * peer_load or peer_await <= 0:
+                    continue   # more load than its peers explains more latency
+                score = (math.log(max(f.await_ms, 1e-6) / peer_await), f.await_ms - peer_await)
+                if m not in scores or score[0] > scores[m][0]:
+                    scores[m] = score
+        for m, score in scores.items():
+            d = self._dev(m)
+            d.peer_log.add(score[0])
+            d.peer_excess.add(score[1])
+            d.peer_recent.append(score)
+            med_log, med_excess = d.peer_log.median(), d.peer_excess.median()
+            recent = d.peer_recent
+            severe = len(recent) >= self.p.severe_windows and sum(
+                1 for lr, ex in recent if lr >= math.log(self.p.severe_ratio) and ex >= self.p.floor_ms
+            ) >= self.p.raise_fraction * self.p.severe_windows
+            persistent = len(d.peer_log) >= self.p.peer_min_windows and \
+                med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms
+            if "peers" not in d.flagged and (severe or persistent):
+                peers = sorted(x for x in members if x != m)
+                ev = {"ratio": round(math.exp(med_log if persistent else _median([r for r, _ in recent])), 2),
+                      "excess_ms": round(med_excess, 3), "peers": peers, "windows": len(d.peer_log),
+                      "rule": "persistent" if persistent else "severe"}
+                out.append(self._raise(m, d, "peers", ev,
+                                       f"{m} is {ev['ratio']:.1f}x slower than its peers {', '.join(peers)} "
+                                       f"at comparable load (median over {ev['windows']} windows)"))
+            elif "peers" in d.flagged and not severe and med_log < math.log(self.p.peer_clear_ratio):
+                out.append(self._clear(m, d, "peers", "back in line with its peers"))
+        return out
+
+    def _together(self, groups) -> list[Transition]:
+        """Every member of a group slow against its own normal at once: the array, controller or host."""
+        out = []
+        for group in groups:
+            if len(group) < 2:
+                continue
+            ds = [self.devices.get(m) for m in group]
+            if all(d is not None and "self" in d.flagged for d in ds):
+                for m, d in zip(group, ds):
+                    ev = d.flagged["self"]
+                    if not ev.get("together"):
+                        ev["together"] = sorted(group)
+                        out.append(Transition("self", m, "updated", "warning",
+                                              f"every member of {', '.join(sorted(group))} slowed together: the "
+                                              "array, controller or host, not one member", dict(ev)))
+        return out
+
+    # -- saturation ---------------------------------------------------------------------------
+    def _judge_saturation(self, w: Window, flows: dict) -> list[Transition]:
+        d = self._dev(w.device)
+        if not flows or w.util_percent is None or w.queue_size is None:
+            d.sat_ring.append(None)
+        else:
+            iops = sum(f.iops for f in w.flows.values() if f.iops is not None)
+            kib = sum(f.kib_per_second for f in w.flows.values() if f.kib_per_second is not None)
+            worst = max(f.await_ms for f in flows.values())
+            d.sat_ring.append((iops, kib, w.queue_size, w.util_percent, worst))
+        busy = [s for s in d.sat_ring if s is not None and s[3] >= self.p.saturation_util_percent
+                and s[2] >= self.p.saturation_queue]
+        if len(busy) == self.p.saturation_windows:
+            cost = self._queue_cost_ms(d)
+            busy = [s for s in busy if s[4] >= cost]
+        ceiling = None
+        if len(busy) == self.p.saturation_windows:
+            for idx, unit in ((0, "IOPS"), (1, "KiB/s")):
+                values = [s[idx] for s in busy]
+                mean = statistics.fmean(values)
+                if mean > 0 and statistics.pstdev(values) / mean <= self.p.saturation_cv:
+                    ceiling = (mean, unit)
+                    break
+        if ceiling is not None and "saturation" not in d.flagged:
+            value, unit = ceiling
+            shown = f"{value:,.0f} IOPS" if unit == "IOPS" else f"{value / 1024:,.1f} MiB/s"
+            d.ceiling = shown
+            ev = {"ceiling": round(value, 1), "ceiling_unit": unit,
+                  "queue": round(statistics.fmean(s[2] for s in busy), 1),
+                  "await_ms": round(statistics.fmean(s[4] for s in busy), 2),
+                  "util_percent": round(statistics.fmean(s[3] for s in busy), 1)}
+            return [self._raise(w.device, d, "saturation", ev,
+                                f"{w.device} is at its limit: {shown}, queue {ev['queue']:g}, "
+                                f"await {ev['await_ms']:g} ms")]
+        if "saturation" in d.flagged and len(busy) <= self.p.saturation_windows // 2:
+            d.ceiling = None
+            return [self._clear(w.device, d, "saturation", "no longer held at a ceiling")]
+        return []
+
+    def _queue_cost_ms(self, d: _Device) -> float:
+        """A queue that costs latency: twice the device's unqueued normal, where it has learned one."""
+        normals = [c.lowest_load_normal(self.p.bin_min_windows) for c in d.curves.values()]
+        known = [n.median_ms for n in normals if n is not None]
+        return self.p.self_ratio * min(known) if known else 0.0
+
+    # -- transitions and views ----------------------------------------------------------------
+    def _raise(self, device, d, kind, ev, summary) -> Transition:
+        ratio = ev.get("ratio", 0)
+        severity = "critical" if kind != "saturation" and ratio >= self.p.severe_ratio else "warning"
+        ev = {**ev, "summary": summary}
+        d.flagged[kind] = ev
+        return Transition(kind, device, "raised", severity, summary, dict(ev))
+
+    def _clear(self, device, d, kind, why) -> Transition:
+        ev = d.flagged.pop(kind)
+        if kind == "saturation":
+            d.ceiling = None
+        return Transition(kind, device, "cleared", "warning", f"{device}: {why}", ev)
+
+    def views(self) -> tuple[DeviceView, ...]:
+        out = []
+        for name, d in sorted(self.devices.items()):
+            peer = math.exp(d.peer_log.median()) if len(d.peer_log) else None
+            learned = {}
+            for (direction, _unit), c in d.curves.items():
+                learned[direction] = learned.get(direction, 0) + c.windows()
+            out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
+                                  tuple(sorted(d.flagged))))
+        return tuple(out)
+
+    def curves_state(self) -> dict:
+        """(device, direction, unit) -> JSON-able curve, for the state database."""
+        return {(name, direction, unit): c.to_state()
+                for name, d in self.devices.items() for (direction, unit), c in d.curves.items() if c.bins}
+
+
+def _self_summary(device: str, ev: dict) -> str:
+    how = (f"{ev['slow_windows']} of the last {ev['of_windows']} windows slow" if ev["rule"] == "acute"
+           else f"the median of the last {ev['of_windows']} windows")
+    return (f"{device} {ev['direction']}s are {ev['ratio']:.1f}x slower than its own normal at this load: "
+            f"await {ev['await_ms']:g} ms where {ev['expected_ms']:g} ms is normal at "
+            f"{ev['load']:,.0f} {ev['load_unit']} ({how})")
+

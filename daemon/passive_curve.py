@@ -1,0 +1,116 @@
+"""A device's own latency-vs-load curve, learned from the traffic it carries.
+
+Why this shape:
+- Bins of log load (half an octave each): latency depends on load, and load
+  spans decades (a disk idles at 5 IOPS at night and carries 5,000 at noon).
+  A window is compared only with windows that carried about the same load.
+- A histogram of log latency per bin (eighth-octave buckets), not a mean: the
+  quantiles are robust to the outliers that are the faults themselves, and a
+  histogram is a few dozen integers however many windows it has seen.
+- Forgetting by halving: when a bin holds more than `cap` windows every count is
+  halved, so the curve follows a device that changes over weeks, and a bin's
+  state stays bounded (about 60 buckets at most).
+- Unlearned load: a window at a load no bin has learned yet is compared with
+  the nearest learned bin at a *higher* load (latency grows with load, so that
+  bin's normal is an upper bound for this one: the same latency at a lower load
+  is a fault). Only higher load than ever seen is not judged: that is new
+  territory along the curve, learned, not alerted on.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+BINS_PER_OCTAVE = 2
+BUCKETS_PER_OCTAVE = 8
+LOOK_UP_BINS = 8          # an upper bound from at most 4 octaves above: further away it says nothing
+MIN_AWAIT_MS = 0.001
+
+
+def load_bin(load: float) -> int:
+    return math.floor(math.log2(max(load, 1e-3)) * BINS_PER_OCTAVE)
+
+
+def _bucket(await_ms: float) -> int:
+    return round(math.log2(max(await_ms, MIN_AWAIT_MS)) * BUCKETS_PER_OCTAVE)
+
+
+def _await_of(bucket: int) -> float:
+    return 2 ** (bucket / BUCKETS_PER_OCTAVE)
+
+
+@dataclass(frozen=True)
+class Normal:
+    """What the curve allows at one load."""
+    median_ms: float
+    high_ms: float           # the bin's 99th percentile: the top of its normal spread
+    windows: int             # windows the bin has learned (after forgetting)
+    exact: bool              # False: an upper bound borrowed from a bin at higher load
+
+
+@dataclass
+class LatencyCurve:
+    bins: dict[int, dict[int, float]] = field(default_factory=dict)   # load bin -> latency bucket -> weight
+    cap: int = 400
+    totals: dict[int, float] = field(default_factory=dict)       # load bin -> its weight, kept beside it
+    _normals: dict = field(default_factory=dict, repr=False)       # load bin -> Normal, until it learns again
+
+    def __post_init__(self):
+        self.totals = {b: sum(h.values()) for b, h in self.bins.items()}
+
+    def learn(self, load: float, await_ms: float) -> None:
+        lb = load_bin(load)
+        hist = self.bins.setdefault(lb, {})
+        b = _bucket(await_ms)
+        hist[b] = hist.get(b, 0.0) + 1.0
+        self.totals[lb] = self.totals.get(lb, 0.0) + 1.0
+        self._normals.pop(lb, None)
+        if self.totals[lb] > self.cap:
+            for k in list(hist):
+                hist[k] /= 2
+                if hist[k] < 0.25:
+                    del hist[k]
+            self.totals[lb] = sum(hist.values())
+
+    def windows(self) -> int:
+        return round(sum(self.totals.values()))
+
+    def _normal_of(self, lb: int, exact: bool) -> Normal:
+        n = self._normals.get(lb)
+        if n is None:
+            hist = self.bins[lb]
+            n = self._normals[lb] = Normal(_quantile(hist, 0.5), _quantile(hist, 0.99), round(self.totals[lb]), True)
+        return n if exact else Normal(n.median_ms, n.high_ms, n.windows, False)
+
+    def normal_at(self, load: float, min_windows: int) -> Normal | None:
+        """The normal latency at this load, or None where the curve cannot say."""
+        b = load_bin(load)
+        for step in range(LOOK_UP_BINS + 1):
+            if self.totals.get(b + step, 0.0) >= min_windows:
+                return self._normal_of(b + step, exact=step == 0)
+        return None
+
+    def lowest_load_normal(self, min_windows: int) -> Normal | None:
+        """The device's latency at the lightest load it has learned: what a request costs without a queue."""
+        for b in sorted(self.totals):
+            if self.totals[b] >= min_windows:
+                return self._normal_of(b, exact=True)
+        return None
+
+    def to_state(self) -> dict:
+        return {"cap": self.cap, "bins": {str(b): {str(k): v for k, v in h.items()} for b, h in self.bins.items()}}
+
+    @classmethod
+    def from_state(cls, st: dict) -> "LatencyCurve":
+        return cls({int(b): {int(k): float(v) for k, v in h.items()} for b, h in st["bins"].items()},
+                   int(st.get("cap", 400)))
+
+
+def _quantile(hist: dict[int, float], q: float) -> float:
+    total = sum(hist.values())
+    seen = 0.0
+    for b in sorted(hist):
+        seen += hist[b]
+        if seen >= q * total:
+            return _await_of(b)
+    return _await_of(max(hist))

@@ -1,0 +1,167 @@
+"""`iowarden replay --passive FILE`: the passive detector offline, over `iowarden iostat --json` lines.
+
+One JSON object per device per interval: `timestamp` (Unix seconds), `disk_device`
+and the sysstat keys where known (`r/s`, `w/s`, `rkB/s`, `wkB/s`, `r_await`,
+`w_await`, `aqu-sz`, `util`); an optional `model` groups peers (without it, every
+device of the file is a peer of every other). A missing key is unknown, not
+zero. Intervals of any length: lines of one device are pooled into windows of
+at least the detector's window (I/O-weighted, as iostat over the longer interval
+would show); a gap longer than `MAX_GAP_WINDOWS` windows starts afresh, so traces
+of evening hours only replay as they are.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from iowarden.probes.common import ParseError
+
+from .passive import Flow, PassiveDetector, PassiveParams, Window
+
+MAX_GAP_WINDOWS = 4
+NUMERIC_KEYS = ("r/s", "w/s", "rkB/s", "wkB/s", "r_await", "w_await", "aqu-sz", "util")
+
+
+@dataclass(frozen=True)
+class Line:
+    timestamp: float
+    device: str
+    model: str | None
+    values: dict          # sysstat key -> float, known keys only
+
+
+def parse_lines(path: str, text: str) -> list[Line]:
+    """Every line checked: an error names FILE:LINE and the key, nothing is guessed."""
+    out, last = [], {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ParseError(f"{path}:{lineno}: not a JSON object: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise ParseError(f"{path}:{lineno}: expected a JSON object per line")
+        ts, dev = obj.get("timestamp"), obj.get("disk_device")
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
+            raise ParseError(f"{path}:{lineno}: 'timestamp' must be Unix seconds, got {ts!r}")
+        if not isinstance(dev, str) or not dev:
+            raise ParseError(f"{path}:{lineno}: 'disk_device' must name the device, got {dev!r}")
+        values = {}
+        for key in NUMERIC_KEYS:
+            v = obj.get(key)
+            if v is None:
+                continue
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise ParseError(f"{path}:{lineno}: {key!r} must be a finite number >= 0, got {v!r} "
+                                 "(leave an unknown value out)")
+            values[key] = float(v)
+        if dev in last and ts <= last[dev]:
+            raise ParseError(f"{path}:{lineno}: timestamp {ts} of {dev} is not after the one before it: "
+                             "lines must be in time order")
+        last[dev] = ts
+        model = obj.get("model")
+        out.append(Line(float(ts), dev, str(model) if model is not None else None, values))
+    return out
+
+
+class _Pool:
+    """Lines of one device pooled into one window: rates weighted by time, awaits by I/Os."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.sums: dict = defaultdict(float)
+        self.known: set = set()
+
+    def add(self, line: Line, seconds: float) -> None:
+        v = line.values
+        self.seconds += seconds
+        for d, rate, kib, wait in (("r", "r/s", "rkB/s", "r_await"), ("w", "w/s", "wkB/s", "w_await")):
+            if wait not in v or (rate not in v and kib not in v):
+                continue
+            weight = v[rate] * seconds if rate in v else v[kib] * seconds
+            self.known.add(d)
+            self.sums[d + "weight"] += weight
+            self.sums[d + "wait"] += v[wait] * weight
+            self.sums[d + "time"] += seconds
+            for key in (rate, kib):
+                if key in v:
+                    self.sums[key] += v[key] * seconds
+                    self.known.add(key)
+        for key in ("aqu-sz", "util"):
+            if key in v:
+                self.sums[key] += v[key] * seconds
+                self.sums[key + "time"] += seconds
+
+    def window(self, device: str, end: float) -> Window:
+        flows = {}
+        for d, name, rate, kib in (("r", "read", "r/s", "rkB/s"), ("w", "write", "w/s", "wkB/s")):
+            if d not in self.known:
+                continue
+            t = self.sums[d + "time"]
+            await_ms = self.sums[d + "wait"] / self.sums[d + "weight"] if self.sums[d + "weight"] else 0.0
+            flows[name] = Flow(self.sums[rate] / t if rate in self.known else None,
+                               self.sums[kib] / t if kib in self.known else None, await_ms)
+        extra = {k: self.sums[k] / self.sums[k + "time"] if self.sums[k + "time"] else None
+                 for k in ("aqu-sz", "util")}
+        return Window(device, end, self.seconds, flows, extra["aqu-sz"], extra["util"])
+
+
+def windows_of(lines: list[Line], window_seconds: float) -> list[tuple[float, list[Window]]]:
+    """Batches of windows that end together, in time order."""
+    typical = _typical_interval(lines) or window_seconds
+    pools: dict[str, _Pool] = {}
+    prev: dict[str, float] = {}
+    batches: dict[float, list[Window]] = defaultdict(list)
+    for line in sorted(lines, key=lambda x: (x.timestamp, x.device)):
+        gap = line.timestamp - prev.get(line.device, -math.inf)
+        prev[line.device] = line.timestamp
+        if gap > MAX_GAP_WINDOWS * max(window_seconds, typical):
+            pools.pop(line.device, None)   # after a gap the first line's interval is the usual one
+            seconds = typical
+        else:
+            seconds = gap
+        pool = pools.setdefault(line.device, _Pool())
+        pool.add(line, seconds)
+        if pool.seconds >= window_seconds * 0.999:
+            batches[line.timestamp].append(pool.window(line.device, line.timestamp))
+            del pools[line.device]
+    return sorted(batches.items())
+
+
+def _typical_interval(lines: list[Line]) -> float | None:
+    last: dict[str, float] = {}
+    gaps = []
+    for line in lines:
+        if line.device in last:
+            gaps.append(line.timestamp - last[line.device])
+        last[line.device] = line.timestamp
+    gaps.sort()
+    return gaps[len(gaps) // 2] if gaps else None
+
+
+def peer_groups(lines: list[Line]) -> list[tuple[str, ...]]:
+    by_model: dict = defaultdict(set)
+    for line in lines:
+        by_model[line.model].add(line.device)
+    return [tuple(sorted(devs)) for devs in by_model.values() if len(devs) >= 2]
+
+
+def replay_passive(lines: list[Line], params: PassiveParams = PassiveParams()) -> list[dict]:
+    """The alert intervals: {"device", "start", "end", "severity", "kind"} (end None while open)."""
+    detector = PassiveDetector(params)
+    groups = peer_groups(lines)
+    open_: dict = {}
+    out: list[dict] = []
+    for end, batch in windows_of(lines, params.window_seconds):
+        for t in detector.observe(batch, groups):
+            key = (t.device, t.kind)
+            if t.state == "raised":
+                open_[key] = {"device": t.device, "start": end, "end": None, "severity": t.severity,
+                              "kind": t.kind, "summary": t.summary}
+                out.append(open_[key])
+            elif t.state == "cleared" and key in open_:
+                open_.pop(key)["end"] = end
+    return out
