@@ -304,6 +304,10 @@ def read_series_csv(path: str) -> list[tuple[float, float]]:
 
 
 def cmd_replay(args) -> int:
+    if args.passive:
+        return _replay_passive(args)
+    if not args.csv:
+        raise ParseError("replay needs a CSV of probe values, or --passive FILE of `iowarden iostat --json` lines")
     from .detect import DetectorParams, replay
     series = read_series_csv(args.csv)
     params = DetectorParams(warmup_probes=args.warmup) if args.warmup else DetectorParams()
@@ -315,6 +319,32 @@ def cmd_replay(args) -> int:
                                                       i["severity"]] for i in intervals]) if intervals
                else f"no alerts in {len(series)} values")
     return 0
+
+
+def _replay_passive(args) -> int:
+    from .passive import PassiveParams
+    from .passive_replay import parse_lines, replay_passive
+    try:
+        with open(args.passive) as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParseError(f"{args.passive}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    lines = parse_lines(args.passive, text)
+    params = PassiveParams(window_seconds=args.window) if args.window else PassiveParams()
+    intervals = replay_passive(lines, params)
+    if args.json:
+        _print(json.dumps([{k: i[k] for k in ("device", "start", "end", "severity", "kind")} for i in intervals]))
+    elif intervals:
+        _print(table(["device", "kind", "start", "end", "severity", "evidence"],
+                     [[i["device"], i["kind"], _when(i["start"]), _when(i["end"]) if i["end"] else "open",
+                       i["severity"], i["summary"]] for i in intervals]))
+    else:
+        _print(f"no alerts in {len(lines)} lines of {len({x.device for x in lines})} devices")
+    return 0
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 # ---- status and baseline ----------------------------------------------------------------------
@@ -403,8 +433,13 @@ def build_parser() -> argparse.ArgumentParser:
     ak.add_argument("--note", help="why, for the alert history")
     ak.set_defaults(func=cmd_ack)
 
-    rp = sub.add_parser("replay", help="run the detector offline over a timestamp,value CSV")
-    rp.add_argument("csv", help="a file of timestamp,value lines, one probe each (Unix seconds or ISO 8601)")
+    rp = sub.add_parser("replay", help="run the detector offline over a timestamp,value CSV, or the passive "
+                        "detector over `iostat --json` lines")
+    rp.add_argument("csv", nargs="?", help="a file of timestamp,value lines, one probe each (Unix seconds or "
+                    "ISO 8601)")
+    rp.add_argument("--passive", metavar="FILE", help="JSON lines as `iowarden iostat --json` prints them: the "
+                    "passive detector (self, peers, saturation) over them")
+    rp.add_argument("--window", type=positive_seconds, help="with --passive: seconds per window (default 15)")
     rp.add_argument("--metric", choices=sorted(REPLAY_METRICS), default="iops",
                     help="iops and bandwidth alert when they fall, latency when it rises")
     rp.add_argument("--warmup", type=positive_int, help="values learned before any alert (default 12)")

@@ -120,6 +120,21 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "auto_accept_probes": Key("int", 0, "accept a stable new level as normal after this many probes "
                                   "(0: only `iowarden baseline accept`)", minimum=0),
     },
+    "passive": {
+        "enabled": Key("bool", True, "judge every sampled disk from the traffic it carries (no I/O of its own)"),
+        "window_seconds": Key("float", 15.0, "the 1 Hz samples are judged in windows this long", minimum=1.0,
+                              maximum=600.0),
+        "self_ratio": Key("float", 2.5, "a window is slow at this many times the device's normal at that load",
+                          minimum=1.2),
+        "peer_ratio": Key("float", 2.0, "a member is slow at this many times its peers' latency (median of "
+                          "recent windows)", minimum=1.2),
+        "peer_windows": Key("int", 480, "windows with traffic the peer comparison is the median of (2 h at "
+                            "15 s)", minimum=10),
+        "saturation_windows": Key("int", 6, "windows in a row held flat at a ceiling before a volume is at its "
+                                  "limit", minimum=2),
+        "floor_ms": Key("float", 0.02, "latency excess below this is never evidence (noise on fast flash)",
+                        minimum=0.0),
+    },
     "sampler": {
         "interval_seconds": Key("float", 1.0, "diskstats sampling interval", minimum=0.1),
         "devices": Key("strlist", [], "kernel-name globs to sample; empty: every whole device"),

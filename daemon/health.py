@@ -21,6 +21,7 @@ from .detect import Detector, DetectorParams
 log = logging.getLogger("iowarden")
 
 FAILURES_BEFORE_ALERT = 2
+PASSIVE_PROFILE = "passive"
 
 
 def metrics_of(record: dict) -> dict[str, float]:
@@ -44,6 +45,7 @@ class OpenAlert:
     metrics: dict = field(default_factory=dict)
     target: str = ""
     raised_at: float = 0.0
+    causes: tuple = ()
 
 
 def _locked(method):
@@ -70,11 +72,14 @@ class Health:
         # filesystem is no longer mounted must not be probed on the disk beneath it
         self.pins: dict[str, str] = state.pins()
         for identity, profile, metric, learned_at, st in state.load_baselines():
+            if profile == PASSIVE_PROFILE:
+                continue   # the passive detector's curves (passive_part)
             self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
             self.learned_at[(identity, profile, metric)] = learned_at
         for a in state.alerts(open_only=True):
             self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
-                a["id"], a["alert"], a["severity"], a["evidence"].get("metrics", {}), a["target"], a["raised_at"])
+                a["id"], a["alert"], a["severity"], a["evidence"].get("metrics", {}), a["target"], a["raised_at"],
+                tuple(a["causes"]))
 
     @_locked
     def open_alert_views(self) -> list[dict]:
@@ -199,6 +204,33 @@ class Health:
         return events
 
     @_locked
+    def on_passive(self, t, device: str) -> str | None:
+        """A passive verdict's transition (passive.Transition) as an alert on the device's volume."""
+        akey = (t.alert, t.device, PASSIVE_PROFILE)
+        evidence = {"kind": t.kind, "device": device, **t.evidence}
+        if t.state == "raised" and akey not in self.open:
+            self._raise(akey, device, None, t.severity, evidence, [t.summary])
+            return f"{t.alert} raised"
+        if t.state == "updated" and akey in self.open:
+            a = self.open[akey]
+            self.state.update_alert(a.id, a.severity, evidence)
+            log.warning("%s %s: %s", t.alert, device, t.summary, extra={"ALERT": t.alert, "DEVICE": device})
+            return None
+        if t.state == "cleared" and akey in self.open:
+            self._close(akey, t.summary)
+            return f"{t.alert} cleared"
+        return None
+
+    @_locked
+    def passive_findings(self, devices: set[str]) -> list[str]:
+        """What the passive detector holds open on these kernel devices: evidence for a probe alert's causes."""
+        out = []
+        for (alert, _, profile), a in self.open.items():
+            if profile == PASSIVE_PROFILE and a.target in devices:
+                out.extend(a.causes[:1])
+        return out
+
+    @_locked
     def target_dropped(self, target: str, why: str) -> None:
         """A discovered target is gone (unmounted): its probe failures are no longer news."""
         for fkey in [k for k in self.failures if k[0] == f"target:{target}"]:
@@ -209,7 +241,8 @@ class Health:
     def _raise(self, akey, target, metric, severity, evidence, causes) -> None:
         alert, identity, profile = akey
         aid = self.state.open_alert(alert, identity, target, profile, metric, severity, evidence, causes)
-        self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}), target, time.time())
+        self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}), target, time.time(),
+                                    tuple(causes))
         self.on_event(kind="alert", alert=alert, state="raised", severity=severity, volume=identity, target=target,
                       profile=profile, causes="; ".join(causes))
         log.error("ALERT %s %s: %s/%s (%s)%s", alert, severity, target, profile, identity,

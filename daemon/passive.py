@@ -231,13 +231,15 @@ class PassiveDetector:
                         out.append(self._clear(name, d, kind, "no traffic to judge for an hour"))
         return out
 
-    def forget(self, device: str) -> None:
-        """A device that is gone: its open verdicts go with it (its learned curves stay in the state)."""
+    def forget(self, device: str) -> list[Transition]:
+        """A device that is gone: its open verdicts clear (its learned curves stay, for when it is back)."""
         d = self.devices.get(device)
+        out = []
         if d is not None:
-            d.flagged.clear()
+            out = [self._clear(device, d, kind, "the device is gone") for kind in list(d.flagged)]
             d.self_ring.clear(), d.self_log.clear(), d.peer_log.clear(), d.peer_excess.clear()
             d.peer_recent.clear(), d.sat_ring.clear()
+        return out
 
     # -- self ---------------------------------------------------------------------------------
     def _common_shift(self, groups) -> dict[str, float]:

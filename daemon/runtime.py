@@ -30,6 +30,8 @@ from .health import Health
 from .exporters.http import WebConfigError
 from .inventory import Inventory
 from .outputs import InfluxOutput, start_prometheus
+from .passive import PassiveParams
+from .passive_part import PassiveWatch
 from .pollers import SettingsPoller, XfsPoller
 from .registry import Registry
 from .sampler import Sampler
@@ -132,6 +134,11 @@ class Daemon:
         self.registry = Registry()
         c = self.cfg
         self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self.sampler.step)
+        self.passive = None
+        if c.section("passive")["enabled"]:
+            self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
+                                        lambda: self.settings.devices, self.state, self.health)
+            self.registry.add("passive", c.section("passive")["window_seconds"], 5.0, self.passive.step)
         self.registry.add("scheduler", 1.0, 5.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
         self._discovery_lock = threading.Lock()
@@ -269,7 +276,9 @@ class Daemon:
         disks = self.scheduler.physical_disks(target) if target else ()
         waits = {n: max(r.read_await_ms, r.write_await_ms) for n, r in self.sampler.rates.items()}
         mount = self.xfs.mount_of(result.path)
+        stack = {result.device, *disks} - {None}
         ev = Evidence(physical_disks=disks, device=result.device, devices=devices,
+                      passive=self.health.passive_findings(stack),
                       drift=self.state.drift_since(since, set(devices)), contended=result.contended,
                       foreign_util_percent=result.foreign_util_percent, disk_await_ms=waits,
                       xfs_now=self.xfs.reports.get(mount) if mount else None,
@@ -330,6 +339,8 @@ class Daemon:
         log.info("iowarden stopping")
         self.scheduler.stop(STOP_TIMEOUT_SECONDS)
         self.registry.join(0.5)
+        if self.passive is not None:
+            self.passive.save()   # the curves learned since the last save
         if self.influx is not None:
             # no network on the way out: a server that hangs must not hold up the stop
             n = self.influx.writer.spool_pending()

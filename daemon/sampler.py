@@ -24,7 +24,8 @@ class Sampler:
         self.io_pressure: pressure.IoPressure | None = None
         self.last_sample: diskstats.DiskSample | None = None
 
-    def _wanted(self, name: str) -> bool:
+    def wanted(self, name: str) -> bool:
+        """Is this device sampled: the configured globs, else every whole device."""
         if self.device_globs:
             return any(fnmatch.fnmatch(name, g) for g in self.device_globs)
         # one stat() per device per tick adds up at 1000 devices: a name's kind is asked once
@@ -42,7 +43,7 @@ class Sampler:
         self.last_sample = cur
         if prev is None:
             return
-        rates = {n: r for n, r in diskstats.rates_between(prev, cur).items() if self._wanted(n)}
+        rates = {n: r for n, r in diskstats.rates_between(prev, cur).items() if self.wanted(n)}
         with self._lock:
             self.rates = rates  # replaced whole: readers never see a half-updated view
             for name, r in rates.items():

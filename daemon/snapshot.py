@@ -53,6 +53,7 @@ class Snapshot:
     probe_intervals: dict = field(default_factory=dict)      # (target, profile) -> seconds
     influx: dict | None = None                               # writer counters, when InfluxDB is on
     state: dict | None = None                                # state database: writable, pending, errors
+    passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)
 
 
 def take(daemon) -> Snapshot:
@@ -80,6 +81,7 @@ def take(daemon) -> Snapshot:
         probe_intervals={(t.name, p): t.interval_seconds for t in daemon.targets() for p in t.profiles},
         influx=_influx_stats(daemon.influx.writer) if daemon.influx is not None else None,
         state=daemon.state.stats(),
+        passive=daemon.passive.views if daemon.passive is not None else (),
     )
 
 

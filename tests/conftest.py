@@ -79,14 +79,16 @@ class LoopXfs:
     """A real XFS filesystem on a loop device backed by an image file, mounted."""
 
     def __init__(self, size: str = "1G", direct_io: bool = False, mountpoint: Path | None = None,
-                 mkfs: tuple[str, ...] = ("mkfs.xfs", "-q", "-f")):
+                 mkfs: tuple[str, ...] = ("mkfs.xfs", "-q", "-f"), image_dir: Path | None = None):
         """mkfs: the command that makes the filesystem (another one, e.g. a tiny ext4, where XFS's 300 MiB
         minimum is too large to fill quickly).
         direct_io: the loop device reads its image with O_DIRECT, so a read costs what the disk
         under the image costs instead of a page-cache copy by the loop worker thread.
-        mountpoint: where to mount (created if absent, left in place); else a fresh temp directory."""
+        mountpoint: where to mount (created if absent, left in place); else a fresh temp directory.
+        image_dir: where the image file lives (another LoopXfs's mountpoint makes a stacked volume
+        whose slowness lies below its own block layer, as a cloud volume's throttle does)."""
         require_root()
-        self.workdir = Path(tempfile.mkdtemp(prefix="iowarden-test-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix="iowarden-test-", dir=image_dir))
         self.image = self.workdir / "xfs.img"
         self.mountpoint = mountpoint or self.workdir / "mnt"
         self.mountpoint.mkdir(exist_ok=True)

@@ -16,6 +16,8 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from .passive_metrics import passive_families
+
 log = logging.getLogger("iowarden")
 
 BAND_SPREADS = 2.0  # the detector's allowance k: deviations inside the band never accumulate
@@ -63,7 +65,7 @@ class SnapshotCollector:
                                      "Time taken to build the section of this scrape", labels=["collector"])
         for name, build in (("self", self._self_metrics), ("probes", self._probes),
                             ("baselines", self._baselines), ("disks", self._disks),
-                            ("settings", self._settings), ("xfs", self._xfs)):
+                            ("settings", self._settings), ("xfs", self._xfs), ("passive", passive_families)):
             started = time.perf_counter()
             try:
                 families = list(build(s))

@@ -14,6 +14,9 @@ from iowarden.probes.fio_run import ProbeResult
 from tests.conftest import FIXTURES
 
 
+from iowarden.daemon.passive import PassiveDetector, PassiveParams, Window  # noqa: E402
+from iowarden.daemon.passive_part import peer_groups  # noqa: E402
+
 def snapshot(tree):
     rep = fio.parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
     ok = ProbeResult("db", "/srv", "sdb", "randrw", True, None, 1.7e9, 2.1, rep)
@@ -29,7 +32,16 @@ def snapshot(tree):
                                                              .read_text()),
                            xfs.parse_freesp((FIXTURES / "xfs" / "xfs_spaceman-freesp.txt").read_text()),
                            "xfs_spaceman", None, ())
+    # the passive detector fed the same window a few times: curves learned, a verdict per device
+    ident = {n: devices[n].identity if n in devices else f"kernel:{n}" for n in rates}
+    det = PassiveDetector(PassiveParams(bin_min_windows=3))
+    groups = [tuple(ident.get(m, m) for m in g) for g in peer_groups(devices)]
+    for i in range(5):
+        det.observe([Window.from_rates(ident[n], 1.7e9 + 15 * i, r) for n, r in sorted(rates.items())], groups)
+    name_of = {v: k for k, v in ident.items()}
+    passive = tuple((name_of[v.device], v.device, v) for v in det.views())
     return Snapshot(
+        passive=passive,
         taken_at=1.7e9, version="0.1.0",
         probes=(ProbeView("db", "randrw", "wwn:0x5000c500a1b2c3d4", ok, 1.7e9),
                 ProbeView("db", "seq", "wwn:0x5000c500a1b2c3d4", bad, None)),

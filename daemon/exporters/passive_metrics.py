@@ -1,0 +1,33 @@
+"""The passive detector's verdicts as metric families (one section of the scrape)."""
+from __future__ import annotations
+
+from prometheus_client.core import GaugeMetricFamily
+
+from iowarden.daemon.passive import KINDS
+
+
+def passive_families(s):
+    labels = ["device", "volume"]
+    ratio = GaugeMetricFamily("iowarden_passive_slowdown_ratio", "Latency in the last judged window over the "
+                              "device's normal at the load it carried (1 = normal)", labels=labels + ["direction"])
+    expected = GaugeMetricFamily("iowarden_passive_expected_await_seconds", "The device's normal latency at the "
+                                 "load of the last judged window (its learned curve)", labels=labels + ["direction"])
+    learned = GaugeMetricFamily("iowarden_passive_learned_windows", "Windows the device's latency-vs-load curve "
+                                "holds", labels=labels + ["direction"])
+    peer = GaugeMetricFamily("iowarden_passive_peer_ratio", "Latency over the peers' median at comparable load "
+                             "(median of recent windows)", labels=labels)
+    state = GaugeMetricFamily("iowarden_passive_state", "1 while the passive detector holds this kind of "
+                              "verdict open on the device (self, peers, saturation)", labels=labels + ["kind"])
+    for name, ident, v in s.passive:
+        lab = [name, ident]
+        for direction, r in sorted(v.slowdown_ratio.items()):
+            ratio.add_metric(lab + [direction], r)
+        for direction, ms in sorted(v.expected_await_ms.items()):
+            expected.add_metric(lab + [direction], ms / 1000)
+        for direction, n in sorted(v.learned_windows.items()):
+            learned.add_metric(lab + [direction], n)
+        if v.peer_ratio is not None:
+            peer.add_metric(lab, v.peer_ratio)
+        for kind in KINDS:
+            state.add_metric(lab + [kind], 1 if kind in v.flagged else 0)
+    yield from (ratio, expected, learned, peer, state)

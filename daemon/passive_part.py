@@ -1,0 +1,110 @@
+"""The daemon's passive part: windows from the sampler's counters, peers from the device view, verdicts out.
+
+Every `window_seconds` it takes the sampler's latest diskstats sample, computes
+iostat -x over the window exactly (the counters' difference, not a mean of 1 Hz
+rates), keys each device by its stable identity and hands the batch to the pure
+PassiveDetector. Transitions go to Health as alerts; the detector's views are
+published as one immutable tuple that scrapes read; learned curves are saved to
+the state database beside the probe baselines (profile "passive").
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import time
+from collections import defaultdict
+
+from iowarden.probes import diskstats
+
+from .passive import PassiveDetector, PassiveParams, Window
+
+log = logging.getLogger("iowarden")
+PASSIVE_PROFILE = "passive"
+SAVE_EVERY_WINDOWS = 20
+
+
+def peer_groups(devices: dict) -> list[tuple[str, ...]]:
+    """Kernel names of devices that should behave alike: the members of one md array or striped dm
+    device (partitions resolved to their disks), else whole disks of one kind, model and size."""
+    def whole(name):
+        d = devices.get(name)
+        return d.parent if d is not None and d.parent else name
+
+    groups, in_stack = [], set()
+    for d in devices.values():
+        members = ()
+        if d.md is not None:
+            members = tuple(sorted({whole(m.name) for m in d.md.members}))
+        elif d.kind == "dm" and len(d.slaves) >= 2:
+            members = tuple(sorted({whole(s) for s in d.slaves}))
+        if len(members) >= 2:
+            groups.append(members)
+            in_stack.update(members)
+    alike = defaultdict(list)
+    for d in devices.values():
+        if d.kind in ("disk", "loop") and d.size_bytes and d.name not in in_stack:
+            alike[(d.kind, d.udev.get("ID_MODEL"), d.size_bytes)].append(d.name)
+    groups += [tuple(sorted(v)) for v in alike.values() if len(v) >= 2]
+    return groups
+
+
+class PassiveWatch:
+    def __init__(self, params: PassiveParams, sampler, devices_fn, state, health):
+        self.params = params
+        self.sampler = sampler
+        self.devices_fn = devices_fn          # kernel name -> BlockDevice (the settings poller's view)
+        self.state = state
+        self.health = health
+        curves = {(ident, metric.split(":")[1], metric.split(":")[2]): st
+                  for ident, profile, metric, _, st in state.load_baselines()
+                  if profile == PASSIVE_PROFILE and metric.startswith("curve:")}
+        self.detector = PassiveDetector(params, curves)
+        self._start: diskstats.DiskSample | None = None
+        self._windows = 0
+        self.views: tuple = ()                # (kernel name, identity, DeviceView), replaced whole
+        self.windows_total = 0
+
+    def step(self) -> None:
+        cur = self.sampler.last_sample
+        if cur is None:
+            return
+        start, self._start = self._start, cur
+        if start is None or cur.monotonic_seconds - start.monotonic_seconds < self.params.window_seconds * 0.5:
+            if start is not None:
+                self._start = start   # too short (the sampler lagged): extend this window
+            return
+        devices = self.devices_fn() or {}
+        ident = {n: (devices[n].identity if n in devices and devices[n].identity else f"kernel:{n}")
+                 for n in cur.counters}
+        now = time.time()
+        rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if self.sampler.wanted(n)}
+        windows = [Window.from_rates(ident[n], now, r) for n, r in rates.items()]
+        groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices)]
+        name_of = {ident[n]: n for n in rates}
+        for t in self.detector.observe(windows, groups):
+            self.health.on_passive(_named(t, name_of), name_of.get(t.device, t.device))
+        for gone in set(self.detector.devices) - set(name_of):
+            if self.detector.devices[gone].flagged:
+                for t in self.detector.forget(gone):
+                    self.health.on_passive(t, gone)
+        self.views = tuple((name_of[v.device], v.device, v) for v in self.detector.views() if v.device in name_of)
+        self.windows_total += 1
+        self._windows += 1
+        if self._windows >= SAVE_EVERY_WINDOWS:
+            self.save()
+
+    def save(self) -> None:
+        self._windows = 0
+        now = time.time()
+        for (ident, direction, unit), st in self.detector.curves_state().items():
+            self.state.save_baseline(ident, PASSIVE_PROFILE, f"curve:{direction}:{unit}", now, st)
+
+
+def _named(t, name_of: dict):
+    """The transition's sentence with kernel names where the detector knew devices by identity."""
+    if not name_of:
+        return t
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(name_of, key=len, reverse=True)))
+    summary = pattern.sub(lambda m: name_of[m.group(0)], t.summary)
+    return dataclasses.replace(t, summary=summary)

@@ -1,0 +1,192 @@
+"""The passive detector on real devices: the busy volume at its limit, the slow one of two peers, and
+a bursty healthy workload that must raise nothing.
+
+The volumes are stacked loop devices: an XFS image on a loop device whose image lives on another
+loop device's XFS. Throttling the lower device (cgroup v1 blkio) slows the upper volume *below* its
+block layer, the way a cloud volume's provisioned-IOPS cap or an empty burst bucket does: the
+upper device's own diskstats see the queue and the await grow, as a guest's iostat sees an EBS
+volume's. (A throttle on the volume itself holds requests above the kernel's accounting: its
+iostat shows a flat rate at a normal await, and no tool reading diskstats could see the queue.)
+"""
+import os
+import re
+import subprocess
+import time
+import urllib.request
+from contextlib import contextmanager
+
+import pytest
+
+from tests.conftest import LoopXfs
+from tests.integration.helpers import config_text, free_port, wait_for
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+BLKIO = "/sys/fs/cgroup/blkio"
+
+
+@contextmanager
+def iops_cap(major_minor: str, iops: int):
+    """Reads and writes of one device capped at `iops` each; removed by its device id on exit."""
+    files = [f"{BLKIO}/blkio.throttle.read_iops_device", f"{BLKIO}/blkio.throttle.write_iops_device"]
+    try:
+        for f in files:
+            with open(f, "w") as fh:
+                fh.write(f"{major_minor} {iops}")
+        yield
+    finally:
+        for f in files:
+            with open(f, "w") as fh:
+                fh.write(f"{major_minor} 0")
+
+
+@contextmanager
+def stacked_volume(size="512M"):
+    lower = LoopXfs("1536M", direct_io=True)
+    try:
+        upper = LoopXfs(size, direct_io=True, image_dir=lower.mountpoint)
+    except BaseException:
+        lower.close()
+        raise
+    try:
+        yield lower, upper
+    finally:
+        try:
+            upper.close()
+        finally:
+            lower.close()
+
+
+@contextmanager
+def workload(directory, rate_iops: int, seconds: int, rw="randrw", bursts=False):
+    """A foreign application: fio at a fixed rate (or bursts: alternating full and quarter rate)."""
+    args = ["fio", "--name=app", f"--directory={directory}", "--size=256M", f"--rw={rw}", "--rwmixread=70",
+            "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=4", "--time_based",
+            f"--runtime={seconds}", "--output=/dev/null"]
+    if bursts:
+        # two jobs: one steady at a quarter, one bursting to full rate 2 s in every 6
+        args = args[:-1] + [f"--rate_iops={rate_iops // 4}", "--output=/dev/null",
+                            "--name=burst", f"--directory={directory}", "--size=256M", f"--rw={rw}",
+                            "--rwmixread=70", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=4",
+                            "--time_based", f"--runtime={seconds}", f"--rate_iops={rate_iops * 3 // 4}",
+                            "--thinktime=4s", "--thinktime_blocks=" + str(max(1, rate_iops * 3 // 2))]
+    else:
+        args.append(f"--rate_iops={rate_iops}")
+    # lay the file out first: the daemon's probes and the workload must not race its creation
+    subprocess.run(["fio", "--name=app", f"--directory={directory}", "--size=256M", "--rw=write", "--bs=1M",
+                    "--direct=1", "--output=/dev/null"], check=True)
+    if bursts:
+        subprocess.run(["fio", "--name=burst", f"--directory={directory}", "--size=256M", "--rw=write",
+                        "--bs=1M", "--direct=1", "--output=/dev/null"], check=True)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def scrape(port) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def metric(text, name, **labels):
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def passive_alerts(text):
+    return sorted(set(re.findall(r'iowarden_alert_active\{alert="(DeviceSlow|SlowMember|VolumeAtLimit)",'
+                                 r'[^}]*target="([^"]+)"', text)))
+
+
+PASSIVE = """
+[passive]
+window_seconds = 5.0
+[scheduling]
+max_deferral_seconds = 20.0
+[detector]
+warmup_probes = 6
+"""
+
+
+def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemon_factory):
+    port = free_port()
+    with stacked_volume() as (lower, upper):
+        d = daemon_factory(config_text(upper.mountpoint, tmp_path / "state", interval=10.0, port=port,
+                                       runtime=1.0, extra=PASSIVE))
+        d.wait_message("READY=1")
+        time.sleep(100)   # probes every 10 s learn the idle volume
+        text = scrape(port)
+        probe_iops = metric(text, "iowarden_probe_iops", target="loop", direction="read")
+        assert probe_iops and probe_iops > 400, f"no probe IOPS learned: {probe_iops}"
+        assert passive_alerts(text) == []
+        cap = int(probe_iops / 4)
+        with workload(upper.mountpoint, rate_iops=int(probe_iops / 2), seconds=300):
+            time.sleep(5)
+            t0 = time.monotonic()
+            with iops_cap(lower.major_minor, cap):
+                found = wait_for(lambda: [a for a in passive_alerts(scrape(port)) if a == ("VolumeAtLimit", upper.name)],
+                                 timeout=120, what=f"VolumeAtLimit on {upper.name} (cap {cap} IOPS on {lower.name})")
+                took = time.monotonic() - t0
+        assert found
+        out = d.output()
+        line = next(x for x in out.splitlines() if "ALERT VolumeAtLimit" in x)
+        # the log names the device and the ceiling it sits at
+        ceiling = re.search(r"at its limit: ([\d,]+) IOPS, queue ([\d.]+), await ([\d.]+) ms", line)
+        assert upper.name in line and ceiling, line
+        at = int(ceiling.group(1).replace(",", ""))
+        # reads are capped at `cap`, writes (30 % of the mix) ride along under their own cap
+        assert 0.9 * cap <= at <= 1.8 * cap, (at, cap)
+        print(f"VolumeAtLimit after {took:.0f} s: {line}")
+
+
+def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_factory):
+    port = free_port()
+    with stacked_volume() as (lower_a, a), stacked_volume() as (lower_b, b):
+        d = daemon_factory(config_text(a.mountpoint, tmp_path / "state", interval=3600.0, port=port,
+                                       extra=PASSIVE))
+        d.wait_message("READY=1")
+        with workload(a.mountpoint, 400, 400, rw="randread"), workload(b.mountpoint, 400, 400, rw="randread"):
+            time.sleep(20)
+            with iops_cap(lower_b.major_minor, 100):
+                found = wait_for(lambda: [x for x in passive_alerts(scrape(port)) if x[0] == "SlowMember"],
+                                 timeout=150, what=f"SlowMember for {b.name}")
+                text = scrape(port)
+        assert found == [("SlowMember", b.name)], found
+        assert metric(text, "iowarden_passive_state", device=a.name, kind="peers") == 0
+        assert metric(text, "iowarden_passive_peer_ratio", device=b.name) > 4
+        line = next(x for x in d.output().splitlines() if "ALERT SlowMember" in x)
+        assert a.name in line, line   # the peer it was compared with is named
+
+
+def test_a_bursty_healthy_workload_raises_nothing(tmp_path, daemon_factory):
+    """Ten minutes of a busy volume whose load jumps fourfold every few seconds, probes among it."""
+    port = free_port()
+    minutes = float(os.environ.get("IOWARDEN_QUIET_MINUTES", "10"))
+    with stacked_volume() as (lower, upper):
+        d = daemon_factory(config_text(upper.mountpoint, tmp_path / "state", interval=10.0, port=port,
+                                       extra=PASSIVE))
+        d.wait_message("READY=1")
+        time.sleep(30)
+        probe_iops = metric(scrape(port), "iowarden_probe_iops", target="loop", direction="read") or 2000
+        deadline = time.monotonic() + minutes * 60
+        seen = set()
+        windows = 0
+        with workload(upper.mountpoint, rate_iops=int(probe_iops / 2), seconds=int(minutes * 60) + 30,
+                      bursts=True):
+            while time.monotonic() < deadline:
+                time.sleep(15)
+                text = scrape(port)
+                seen.update(passive_alerts(text))
+                windows = metric(text, "iowarden_passive_learned_windows", device=upper.name,
+                                 direction="read") or windows
+        assert seen == set(), f"passive alerts on a healthy volume: {seen}\n{d.output()[-3000:]}"
+        assert windows > 20, "the volume's traffic was never judged"
