@@ -35,6 +35,7 @@ from .passive_curve import LatencyCurve
 
 DIRECTIONS = ("read", "write")
 KINDS = ("self", "peers", "saturation")
+SUSPECT_WEIGHT = 0.125
 ALERT_OF_KIND = {"self": "DeviceSlow", "peers": "SlowMember", "saturation": "VolumeAtLimit"}
 
 
@@ -271,6 +272,11 @@ class PassiveDetector:
             return []
         d.last_traffic = w.end
         judged, slow_dirs, worst_log = False, {}, -math.inf
+        # while the last hour runs high (not yet an alert), learn at a fraction of the weight: a real
+        # shift must not become the normal before it is judged, a device that wanders still adapts
+        weight = 1.0
+        if len(d.self_log) >= self.p.shift_min_windows and d.self_log.median() >= math.log(self.p.shift_clear_ratio):
+            weight = SUSPECT_WEIGHT
         for direction, f in flows.items():
             unit, load = f.load()
             curve = d.curves.setdefault((direction, unit), LatencyCurve())
@@ -289,7 +295,7 @@ class PassiveDetector:
             # an acutely slow window is never learned (it lies above the bin's p99 anyway, so its normal
             # is hardly biased), nor anything while the device is flagged slow
             if not slow and "self" not in d.flagged:
-                curve.learn(load, f.await_ms)
+                curve.learn(load, f.await_ms, weight)
         if not judged:
             return []
         d.self_ring.append(any(r >= self.p.self_ratio for _, _, r, _, _ in slow_dirs.values()))

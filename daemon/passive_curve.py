@@ -58,12 +58,12 @@ class LatencyCurve:
     def __post_init__(self):
         self.totals = {b: sum(h.values()) for b, h in self.bins.items()}
 
-    def learn(self, load: float, await_ms: float) -> None:
+    def learn(self, load: float, await_ms: float, weight: float = 1.0) -> None:
         lb = load_bin(load)
         hist = self.bins.setdefault(lb, {})
         b = _bucket(await_ms)
-        hist[b] = hist.get(b, 0.0) + 1.0
-        self.totals[lb] = self.totals.get(lb, 0.0) + 1.0
+        hist[b] = hist.get(b, 0.0) + weight
+        self.totals[lb] = self.totals.get(lb, 0.0) + weight
         self._normals.pop(lb, None)
         if self.totals[lb] > self.cap:
             for k in list(hist):

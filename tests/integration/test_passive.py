@@ -60,23 +60,23 @@ def stacked_volume(size="512M"):
 @contextmanager
 def workload(directory, rate_iops: int, seconds: int, rw="randrw", bursts=False):
     """A foreign application: fio at a fixed rate (or bursts: alternating full and quarter rate)."""
-    args = ["fio", "--name=app", f"--directory={directory}", "--size=256M", f"--rw={rw}", "--rwmixread=70",
+    args = ["fio", "--name=app", f"--directory={directory}", "--size=128M", f"--rw={rw}", "--rwmixread=70",
             "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=4", "--time_based",
             f"--runtime={seconds}", "--output=/dev/null"]
     if bursts:
         # two jobs: one steady at a quarter, one bursting to full rate 2 s in every 6
         args = args[:-1] + [f"--rate_iops={rate_iops // 4}", "--output=/dev/null",
-                            "--name=burst", f"--directory={directory}", "--size=256M", f"--rw={rw}",
+                            "--name=burst", f"--directory={directory}", "--size=128M", f"--rw={rw}",
                             "--rwmixread=70", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=4",
                             "--time_based", f"--runtime={seconds}", f"--rate_iops={rate_iops * 3 // 4}",
                             "--thinktime=4s", "--thinktime_blocks=" + str(max(1, rate_iops * 3 // 2))]
     else:
         args.append(f"--rate_iops={rate_iops}")
     # lay the file out first: the daemon's probes and the workload must not race its creation
-    subprocess.run(["fio", "--name=app", f"--directory={directory}", "--size=256M", "--rw=write", "--bs=1M",
+    subprocess.run(["fio", "--name=app", f"--directory={directory}", "--size=128M", "--rw=write", "--bs=1M",
                     "--direct=1", "--output=/dev/null"], check=True)
     if bursts:
-        subprocess.run(["fio", "--name=burst", f"--directory={directory}", "--size=256M", "--rw=write",
+        subprocess.run(["fio", "--name=burst", f"--directory={directory}", "--size=128M", "--rw=write",
                         "--bs=1M", "--direct=1", "--output=/dev/null"], check=True)
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -1,0 +1,194 @@
+"""The passive detector's policy on synthetic windows: no clock, no root, no devices."""
+import json
+
+import pytest
+
+from iowarden.daemon.passive import Flow, PassiveDetector, PassiveParams, Window
+from iowarden.daemon.passive_replay import parse_lines, replay_passive, windows_of
+from iowarden.probes.common import ParseError
+from tests import passive_traces as pt
+
+DAY = pt.DAY_WINDOWS
+
+
+def run(windows, detector=None, groups=()):
+    det = detector or PassiveDetector()
+    events = []
+    for i, w in enumerate(windows):
+        batch = w if isinstance(w, list) else [w]
+        events += [(i, t) for t in det.observe(batch, groups)]
+    return det, events
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_healthy_device_over_two_days_never_alerts(seed):
+    _, events = run(pt.device_trace(seed, 2 * DAY))
+    assert events == []
+
+
+def test_a_load_surge_moves_along_the_curve_and_never_alerts():
+    # load triples for two hours on day two: latency rises with it, as the curve says it does
+    _, events = run(pt.device_trace(4, 2 * DAY, surge=(DAY + 1000, DAY + 1480)))
+    assert events == []
+
+
+@pytest.mark.parametrize("factor,within", [(2.0, 240), (1.5, 480)])
+def test_slower_at_equal_load_is_caught(factor, within):
+    start = DAY + 700
+    _, events = run(pt.device_trace(5, DAY + 700 + 2 * within, slow_from=start, factor=factor))
+    raised = [(i, t) for i, t in events if t.state == "raised"]
+    assert raised and raised[0][1].kind == "self", events
+    assert start <= raised[0][0] <= start + within, raised[0][0] - start
+    assert "slower than its own normal at this load" in raised[0][1].summary
+
+
+def test_the_same_latency_at_a_lower_load_is_a_fault():
+    det, _ = run(pt.device_trace(6, DAY))
+    # the latency of the busiest hour, at a fifth of its load
+    busy_ms = pt.curve_ms(2000)
+    events = []
+    for i in range(60):
+        events += det.observe([pt.window("sda", DAY + i, 400, busy_ms * 1.6)])
+    assert [t.kind for t in events if t.state == "raised"] == ["self"]
+
+
+def test_an_idle_disk_never_alerts_whatever_its_await():
+    det = PassiveDetector()
+    events = []
+    for i in range(2000):
+        # 1 I/O a second: 15 per window, fewer than min_ios; await wild, as idle flash shows
+        events += det.observe([pt.window("nvme0n1", i, 1.0, 50.0 if i % 3 else 0.01, queue=0.0, util=0.1)])
+    assert events == []
+    assert det.views()[0].slowdown_ratio == {}
+
+
+def test_learning_is_frozen_while_flagged_and_the_alert_clears_on_recovery():
+    start = DAY + 500
+    det, events = run(pt.device_trace(7, start + 600, slow_from=start, factor=4.0))
+    assert any(t.state == "raised" for _, t in events)
+    learned = det.views()[0].learned_windows["read"]
+    det2, more = run(pt.device_trace(7, 400, slow_from=0, factor=4.0), det)
+    assert det.views()[0].learned_windows["read"] == learned
+    # back to normal: cleared
+    _, back = run(pt.device_trace(8, 600), det)
+    assert [t.state for _, t in back] == ["cleared"]
+
+
+def test_curves_survive_a_restart_and_judge_at_once():
+    det, _ = run(pt.device_trace(9, DAY))
+    state = json.loads(json.dumps({"|".join(k): v for k, v in det.curves_state().items()}))
+    restored = PassiveDetector(curves={tuple(k.split("|")): v for k, v in state.items()})
+    _, events = run(pt.device_trace(10, 100, slow_from=0, factor=4.0), restored)
+    raised = [i for i, t in events if t.state == "raised"]
+    assert raised and raised[0] <= 60   # no warm-up after a restart: the curve was kept
+
+
+def test_the_slow_member_of_an_array_is_named_and_its_peers_not():
+    members = ("sda", "sdb", "sdc", "sdd")
+    _, events = run(pt.peer_trace(11, 1200, slow={2: 3.0}, slow_from=600), groups=[members])
+    raised = [t for _, t in events if t.state == "raised"]
+    assert [(t.kind, t.device) for t in raised if t.kind == "peers"] == [("peers", "sdc")]
+    t = next(t for t in raised if t.kind == "peers")
+    assert t.evidence["peers"] == ["sda", "sdb", "sdd"] and t.evidence["ratio"] >= 2
+
+
+def test_every_member_slowing_together_is_said_to_be_the_array_not_a_member():
+    members = ("sda", "sdb", "sdc", "sdd")
+    slow = {m: 4.0 for m in range(4)}
+    _, events = run(pt.peer_trace(12, DAY + 300, slow=slow, slow_from=DAY), groups=[members])
+    kinds = {(t.kind, t.state) for _, t in events}
+    assert ("peers", "raised") not in kinds
+    together = [t for _, t in events if t.state == "updated"]
+    assert {t.device for t in together} == set(members)
+    assert "slowed together" in together[0].summary
+
+
+def test_a_volume_held_flat_at_a_ceiling_with_a_queue_is_at_its_limit():
+    det = PassiveDetector()
+    events = []
+    for i in range(10):
+        iops = 2000 * (1 + 0.01 * (-1) ** i)
+        events += det.observe([pt.window("nvme1n1", i, iops, 12.0, queue=24.0, util=100.0)])
+    raised = [t for t in events if t.state == "raised"]
+    assert [t.kind for t in raised] == ["saturation"]
+    assert "at its limit: 2,000 IOPS, queue 24, await 12 ms" in raised[0].summary
+    assert det.views()[0].ceiling == "2,000 IOPS"
+
+
+def test_a_steady_rate_without_a_queue_is_not_a_limit():
+    det = PassiveDetector()
+    events = []
+    for i in range(20):   # an application's own steady rate: flat, but the device keeps up
+        events += det.observe([pt.window("sdb", i, 2000, 0.4, queue=0.8, util=60.0)])
+    assert events == []
+
+
+def test_bursty_demand_under_a_busy_device_is_not_a_ceiling():
+    det = PassiveDetector()
+    events = []
+    for i in range(30):
+        iops = 2000 if i % 3 else 500
+        events += det.observe([pt.window("sdb", i, iops, 3.0, queue=6.0, util=95.0)])
+    assert [t for t in events if t.kind == "saturation"] == []
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+def _lines(objs):
+    return "\n".join(json.dumps(o) for o in objs)
+
+
+def test_replay_errors_name_the_line_and_the_key():
+    with pytest.raises(ParseError, match=r"f.jsonl:2: 'r_await' must be a finite number"):
+        parse_lines("f.jsonl", _lines([{"timestamp": 1, "disk_device": "sda", "r/s": 5},
+                                       {"timestamp": 2, "disk_device": "sda", "r_await": "NaN"}]))
+    with pytest.raises(ParseError, match=r"f.jsonl:2: timestamp 1 of sda is not after"):
+        parse_lines("f.jsonl", _lines([{"timestamp": 1, "disk_device": "sda"}, {"timestamp": 1, "disk_device": "sda"}]))
+    with pytest.raises(ParseError, match=r"f.jsonl:1: 'disk_device'"):
+        parse_lines("f.jsonl", '{"timestamp": 1}')
+    with pytest.raises(ParseError, match=r"f.jsonl:1: not a JSON object"):
+        parse_lines("f.jsonl", "{oops")
+
+
+def test_replay_a_missing_key_is_unknown_not_zero():
+    # bytes only (no r/s), and no write figures at all: the read direction is judged on KiB/s
+    lines = parse_lines("f", _lines([{"timestamp": 15 * i, "disk_device": "sda", "rkB/s": 4000, "r_await": 0.5}
+                                     for i in range(1, 4)]))
+    (_, batch), *_ = windows_of(lines, 15)
+    w = batch[0]
+    assert set(w.flows) == {"read"} and w.flows["read"].iops is None and w.flows["read"].kib_per_second == 4000
+    assert w.queue_size is None and w.util_percent is None
+
+
+def test_replay_pools_short_intervals_into_windows_weighted_by_ios():
+    objs = [{"timestamp": t, "disk_device": "sda", "r/s": rate, "r_await": ms}
+            for t, rate, ms in [(1, 10, 1.0), (2, 100, 1.0), (3, 100, 1.0), (4, 10, 10.0), (5, 100, 1.0),
+                                (6, 100, 1.0)]]
+    batches = windows_of(parse_lines("f", _lines(objs)), 3)
+    w = batches[0][1][0]
+    assert w.seconds == pytest.approx(3) and w.flows["read"].iops == pytest.approx(70)
+    # 1 s at 10 IOPS waiting 10 ms among 200 I/Os waiting 1 ms
+    assert batches[1][1][0].flows["read"].await_ms == pytest.approx((10 * 10 + 200 * 1) / 210)
+
+
+def test_replay_finds_the_slow_device_of_a_file_whatever_its_gaps():
+    objs = []
+    for day in range(2):
+        base = 1.7e9 + day * 86400
+        for i in range(800):   # evening hours only: gaps of a day between blocks
+            for m in range(4):
+                ms = 0.5 * (3.0 if m == 1 and day == 1 else 1.0) * (1 + 0.1 * ((i * 7 + m) % 5 - 2) / 2)
+                objs.append({"timestamp": base + 15 * i, "disk_device": f"d{m}", "r/s": 300, "r_await": ms,
+                             "model": "X"})
+    intervals = replay_passive(parse_lines("f", _lines(objs)))
+    # three times its peers, and three times its own normal of the first evening: both say so
+    assert {(i["device"], i["kind"]) for i in intervals} == {("d1", "peers"), ("d1", "self")}
+    assert all(i["start"] >= 1.7e9 + 86400 and i["end"] is None for i in intervals)
+
+
+def test_flows_without_enough_ios_are_no_evidence():
+    p = PassiveParams()
+    assert not Flow(1.0, 4.0, 3.0).is_evidence(15, p)
+    assert Flow(3.0, 12.0, 3.0).is_evidence(15, p)
+    assert not Flow(None, 10.0, 3.0).is_evidence(15, p) and Flow(None, 100.0, 3.0).is_evidence(15, p)
+    assert Window("x", 0, 15, {}).flows == {}
