@@ -62,7 +62,8 @@ def main() -> int:
     out_dir = args.keep or tempfile.mkdtemp(prefix="perseus-replay-")
     os.makedirs(out_dir, exist_ok=True)
     flagged, drives, first_seen, replay_seconds = set(), set(), {}, 0.0
-    print(f"{'host':<20} {'drives':>6} {'days':>4}  flagged (kind, hours of its trace before it was named)")
+    print(f"{'host':<20} {'drives':>6} {'days':>4}  flagged by any kind of alert (kinds, hours of its trace "
+          "before the first)")
     for host, lines in sorted(hosts.items()):
         path = os.path.join(out_dir, host.replace("/", "_") + ".jsonl")
         with open(path, "w") as f:
@@ -75,9 +76,10 @@ def main() -> int:
         t0 = time.perf_counter()
         intervals = replay_passive(parsed)
         replay_seconds += time.perf_counter() - t0
-        named = {}
+        named, kinds = {}, defaultdict(set)
         for i in intervals:
-            if i["kind"] == "peers" and i["device"] not in named:
+            kinds[i["device"]].add(i["kind"])
+            if i["device"] not in named:
                 # hours of trace (evening windows only) from its first line to the alert
                 seen = sum(1 for x in parsed if x.device == i["device"] and x.timestamp <= i["start"])
                 named[i["device"]] = seen * 15 / 3600
@@ -85,10 +87,9 @@ def main() -> int:
             flagged.add((host, dev))
             first_seen[(host, dev)] = named[dev]
         days = len({time.strftime("%Y-%m-%d", time.gmtime(x.timestamp)) for x in parsed})
-        shown = ", ".join(f"{d}{'*' if (host, d) in labels else ''} ({named[d]:.1f} h)" for d in sorted(named))
-        others = sorted({(i['device'], i['kind']) for i in intervals if i['kind'] != 'peers'})
-        print(f"{host:<20} {len({d for h, d in drives if h == host}):>6} {days:>4}  {shown or '-'}"
-              + (f"  [other kinds: {others}]" if others else ""))
+        shown = ", ".join(f"{d}{'*' if (host, d) in labels else ''} ({'+'.join(sorted(kinds[d]))}, "
+                          f"{named[d]:.1f} h)" for d in sorted(named))
+        print(f"{host:<20} {len({d for h, d in drives if h == host}):>6} {days:>4}  {shown or '-'}")
     tp = len(flagged & labels)
     fp = len(flagged - labels)
     fn = len(labels - flagged)

@@ -45,9 +45,15 @@ class DetectorParams:
     warmup_probes: int = 12
     min_spread_log: float = 0.05  # ~5 %: below this, variation is not evidence
     z_cap: float = 5.0
-    k: float = 2.0               # allowance per probe: drift below 2 spreads is noise
-    h: float = 14.0              # > 4 capped spikes (4 * 3 = 12), < 5 probes of a clear shift (5 * 3 = 15)
-    clear_z: float = 2.0         # = k: back within what could never raise an alert (see the docstring)
+    k: float = 1.5               # allowance per probe: drift below 1.5 spreads is noise
+    h: float = 11.0              # > 3 capped values (3 * 3 = 9) and a gapped 4 (10), < 4 of a clear shift (12)
+    extreme_ratio: float = 2.5   # a value this many times worse *and* extreme_z spreads off is a spike
+    extreme_z: float = 10.0      # until it repeats in extreme_run probes in a row: then it is the
+    extreme_run: int = 5         # volume's state (on a quiet volume a 3x spike is 20 spreads out)
+    drift_probes: int = 24       # the recent median the drift rule compares with the anchor (2 h at 5 min)
+    cooldown_probes: int = 48    # after a clear, raising again takes twice h for this long: a volume that
+                                 # settled just off its normal does not page, clear and page again
+    clear_z: float = 1.5         # = k: back within what could never raise an alert (see the docstring)
     clear_probes: int = 3
     auto_accept_probes: int = 0  # 0: a new normal needs an operator
     critical_ratio: float = 2.0  # severity "critical" when the value is this many times worse
@@ -85,6 +91,9 @@ class Detector:
     drift_alerting: bool = False
     calm_streak: int = 0
     degraded_streak: int = 0
+    extreme_streak: int = 0
+    cooldown: int = 0
+    short: deque = field(default_factory=deque)      # the last drift_probes log-values, learned or not
 
     def __post_init__(self):
         if self.metric in HIGHER_IS_WORSE:
@@ -95,6 +104,7 @@ class Detector:
             raise ValueError(f"unknown metric direction for {self.metric!r}")
         self.values = deque(self.values, maxlen=self.params.window)
         self.recent = deque(self.recent, maxlen=max(self.params.warmup_probes, 1))
+        self.short = deque(self.short, maxlen=self.params.drift_probes)
 
     @property
     def alerting(self) -> bool:
@@ -107,7 +117,11 @@ class Detector:
         vals = list(self.values)
         centre = statistics.median(vals)
         mad = statistics.median(abs(v - centre) for v in vals)
-        return centre, max(MAD_TO_SIGMA * mad, self.params.min_spread_log)
+        # a MAD of a dozen autocorrelated values often reads low: widen it while the sample is small
+        # (x1.67 at 12 values, x1.16 at 50, x1.03 at a day of probes), or the first hour after warm-up
+        # pages on noise
+        small_sample = 1 + 8 / len(vals)
+        return centre, max(MAD_TO_SIGMA * mad * small_sample, self.params.min_spread_log)
 
     def deviation(self) -> float | None:
         """The last value's distance from the baseline in spreads (positive is worse); None while learning.
@@ -139,35 +153,52 @@ class Detector:
         base = self.baseline()
         if base is None:
             self.values.append(x)
+            self.short.append(x)
             return Verdict(value, math.exp(statistics.median(self.values)), 0.0, 0.0, False, learning=True)
         centre, spread = base
-        if self.anchor is None:
+        if self.anchor is None or (len(self.values) < p.window and not self.alerting):
+            # the anchor settles as the first window fills: a median of a dozen probes is too rough
+            # a reference for a drift rule that compares medians, not single probes
             self.anchor = centre
         was_alerting = self.alerting
         z = self.sign * (x - centre) / spread
 
-        # fast: a shift, by CUSUM over capped z-scores
-        self.cusum = max(0.0, self.cusum + min(z, p.z_cap) - p.k)
-        if not self.shift_alerting and self.cusum > p.h:
+        # fast: a shift, by CUSUM over capped z-scores. A value far beyond the volume's noise and
+        # at least 2.5x off is a spike and adds nothing, until it repeats for extreme_run probes:
+        # then it is where the volume is, and alerts at once.
+        if self.sign * (x - centre) > math.log(p.extreme_ratio) and z > p.extreme_z:
+            self.extreme_streak += 1
+            if self.extreme_streak >= p.extreme_run:
+                self.cusum = max(self.cusum, p.h + p.z_cap)
+        else:
+            self.extreme_streak = 0
+            self.cusum = max(0.0, self.cusum + min(z, p.z_cap) - p.k)
+        h = p.h * 2 if self.cooldown > 0 else p.h
+        self.cooldown = max(0, self.cooldown - 1)
+        if not self.shift_alerting and self.cusum > h:
             self.shift_alerting, self.calm_streak = True, 0
         elif self.shift_alerting:
             self.calm_streak = self.calm_streak + 1 if z < p.clear_z else 0
             if self.calm_streak >= p.clear_probes:
                 self.shift_alerting, self.cusum = False, 0.0
+                self.cooldown = p.cooldown_probes
 
-        # slow: the baseline itself has crept away from where it was learned (a drift
-        # too gradual for the CUSUM, which the rolling median would otherwise absorb)
-        drift = self.sign * (centre - self.anchor)
+        # slow: the recent median has crept away from where the normal was learned (a drift too
+        # gradual for the CUSUM, which the day-long rolling median would absorb and, lagging half a
+        # window behind, see only after the drift ended)
+        drift = (self.sign * (statistics.median(self.short) - self.anchor)
+                 if len(self.short) >= p.drift_probes else 0.0)   # a median of a few probes is no drift
         if not self.drift_alerting and drift > math.log(p.drift_ratio):
             self.drift_alerting = True
         elif self.drift_alerting and drift < math.log(p.drift_ratio) / 2:
             self.drift_alerting = False
 
-        if self.shift_alerting or self.cusum > p.h / 2:
+        if self.shift_alerting or self.cusum > p.h / 2 or self.extreme_streak:
             self.degraded_streak += 1
         else:
             self.degraded_streak = 0
             self.values.append(x)
+            self.short.append(x)   # learned values only: a shift alert's own probes are not a drift
         changed = None
         if self.alerting and not was_alerting:
             changed = "raised"
@@ -188,13 +219,17 @@ class Detector:
         return {"metric": self.metric, "values": list(self.values), "recent": list(self.recent),
                 "anchor": self.anchor, "cusum": self.cusum, "shift_alerting": self.shift_alerting,
                 "drift_alerting": self.drift_alerting, "calm_streak": self.calm_streak,
-                "degraded_streak": self.degraded_streak}
+                "degraded_streak": self.degraded_streak, "extreme_streak": self.extreme_streak,
+                "cooldown": self.cooldown,
+                "short": list(self.short)}
 
     @classmethod
     def from_state(cls, state: dict, params: DetectorParams | None = None) -> "Detector":
-        fields_ = {k: v for k, v in state.items() if k not in ("values", "recent", "metric")}
+        fields_ = {k: v for k, v in state.items() if k not in ("values", "recent", "metric", "short")}
+        # a state saved before `short` existed: the recent raw values stand in for it
+        short = state.get("short") or [math.log(v) for v in state.get("recent", []) if v > 0]
         return cls(state["metric"], params or DetectorParams(), deque(state["values"]),
-                   deque(state.get("recent", [])), **fields_)
+                   deque(state.get("recent", [])), short=deque(short), **fields_)
 
 
 def replay(values: list[tuple[float, float]], metric: str, params: DetectorParams = DetectorParams()) -> list[dict]:

@@ -82,7 +82,8 @@ class PassiveWatch:
         windows = [Window.from_rates(ident[n], now, r) for n, r in rates.items()]
         groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices)]
         name_of = {ident[n]: n for n in rates}
-        for t in self.detector.observe(windows, groups):
+        transitions = self.detector.observe(windows, groups)
+        for t in transitions:
             self.health.on_passive(_named(t, name_of), name_of.get(t.device, t.device))
         for gone in set(self.detector.devices) - set(name_of):
             if self.detector.devices[gone].flagged:
@@ -91,7 +92,7 @@ class PassiveWatch:
         self.views = tuple((name_of[v.device], v.device, v) for v in self.detector.views() if v.device in name_of)
         self.windows_total += 1
         self._windows += 1
-        if self._windows >= SAVE_EVERY_WINDOWS:
+        if self._windows >= SAVE_EVERY_WINDOWS or transitions:   # `status` sees a new verdict at once
             self.save()
 
     def save(self) -> None:
@@ -99,6 +100,12 @@ class PassiveWatch:
         now = time.time()
         for (ident, direction, unit), st in self.detector.curves_state().items():
             self.state.save_baseline(ident, PASSIVE_PROFILE, f"curve:{direction}:{unit}", now, st)
+        # the latest verdicts, for `iowarden status` (a separate process reading the database)
+        for name, ident, v in self.views:
+            self.state.save_baseline(ident, PASSIVE_PROFILE, "view", now, {
+                "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
+                "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
+                "flagged": list(v.flagged)})
 
 
 def _named(t, name_of: dict):

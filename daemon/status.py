@@ -16,6 +16,7 @@ from iowarden.probes.common import Roots
 from .config import Config
 from .detect import Detector, DetectorParams
 from .exporters.prometheus import BAND_SPREADS
+from .passive_part import PASSIVE_PROFILE
 from .tables import human_metric, human_seconds
 from .scheduler import Budget
 from .state import State
@@ -32,6 +33,8 @@ def baseline_rows(state: State, params: DetectorParams = DetectorParams()) -> li
     """Each baseline as the detector sees it: None (and `learning`) until warm-up is done."""
     rows = []
     for identity, profile, metric, learned_at, st in state.load_baselines():
+        if profile == PASSIVE_PROFILE:
+            continue
         det = Detector.from_state(st, params)
         base = det.baseline()
         last = det.recent[-1] if det.recent else None
@@ -68,6 +71,8 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             "drift": [{"at": at, "device": d, "identity": i, "setting": s, "old": o, "new": n}
                       for at, d, i, s, o, n in state.drift_events()[-20:]],
             "budget": {disk: budget.status(disk, now) for disk in budget.disks()},
+            "passive": sorted(({"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
+                               if p == PASSIVE_PROFILE and m == "view"), key=lambda v: v["device"]),
         }
     finally:
         state.close()
@@ -90,6 +95,9 @@ def render(st: dict, table) -> str:
                      [[b["identity"], b["profile"], b["metric"], human_metric(b["metric"], b["last"]), normal(b),
                        b["alerting"]] for b in st["baselines"]]))
     out.append("")
+    if st.get("passive"):
+        out.append(render_passive(st["passive"], table))
+        out.append("")
     if st["alerts"]:
         for a in st["alerts"]:
             ack = f" (acknowledged: {a['ack_note'] or 'no note'})" if a.get("acked_at") else ""
@@ -108,6 +116,26 @@ def render(st: dict, table) -> str:
         out.append(f"drift {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['at']))} {d['device']} "
                    f"{d['setting']}: {d['old']} -> {d['new']}")
     return "\n".join(out)
+
+
+def render_passive(views: list[dict], table) -> str:
+    """Every sampled disk as the passive detector last judged it."""
+    def direction(v, d):
+        if d not in v["slowdown_ratio"]:
+            n = v["learned_windows"].get(d, 0)
+            return f"learning ({n} windows)" if n else "-"
+        return (f"{v['slowdown_ratio'][d]:.2f}x of {human_seconds(v['expected_await_ms'][d] / 1000)}")
+
+    def verdict(v):
+        if not v["flagged"]:
+            return "ok"
+        return ", ".join(f"at its limit ({v['ceiling']})" if k == "saturation" else
+                         {"self": "slower than its normal", "peers": "slower than its peers"}[k]
+                         for k in v["flagged"])
+    return table(["device", "volume", "read (latency vs normal)", "write", "vs peers", "passive", "as of"],
+                 [[v["device"], v["identity"], direction(v, "read"), direction(v, "write"),
+                   f"{v['peer_ratio']:.2f}x" if v["peer_ratio"] is not None else "-", verdict(v),
+                   time.strftime("%H:%M:%S", time.localtime(v["at"]))] for v in views])
 
 
 def baseline_command(cfg: Config, action: str, target: str | None, profile: str | None) -> str:

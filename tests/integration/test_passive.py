@@ -11,6 +11,7 @@ iostat shows a flat rate at a normal await, and no tool reading diskstats could 
 import os
 import re
 import subprocess
+import sys
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -146,6 +147,12 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         # reads are capped at `cap`, writes (30 % of the mix) ride along under their own cap
         assert 0.9 * cap <= at <= 1.8 * cap, (at, cap)
         print(f"VolumeAtLimit after {took:.0f} s: {line}")
+        status = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "status", "-c", str(d.cfg)],
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        row = next(x for x in status.stdout.splitlines() if x.startswith(upper.name + " "))
+        assert "at its limit (" in row and "IOPS)" in row, status.stdout
+        assert "ALERT" in status.stdout and "VolumeAtLimit" in status.stdout
 
 
 def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_factory):
