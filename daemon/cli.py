@@ -214,8 +214,8 @@ def cmd_xfs(args) -> int:
 
 def cmd_settings(args) -> int:
     roots = Roots()
-    devices = blockqueue.read(roots)
-    power = cpupower.read(roots)
+    devices = blockqueue.read_sysfs_and_superblocks(roots)
+    power = cpupower.read_power_settings(roots, run_tuned_adm_verify=True)
     if args.json:
         _print(dumps({"block_devices": devices, "power": power}))
         return 0

@@ -66,86 +66,94 @@ class Key:
 
 SECTIONS: dict[str, dict[str, Key]] = {
     "daemon": {
-        "state_dir": Key("str", "/var/lib/iowarden", "state database, spool and (by default) the probe directory"),
-        "log_level": Key("str", "info", "debug, info, warning or error", choices=("debug", "info", "warning", "error")),
-        "fio_path": Key("str", "fio", "the fio binary (looked up in PATH unless absolute)"),
+        "state_dir": Key("str", "/var/lib/iowarden", 'State database, spool and (by default) the probe directory.'),
+        "log_level": Key("str", "info", 'debug, info, warning or error.', choices=("debug", "info", "warning", "error")),
+        "fio_path": Key("str", "fio", 'The fio binary (looked up in PATH unless absolute).'),
     },
     "limits": {
-        "max_probe_size": Key("size", "1GiB", "largest probe file any profile may use"),
-        "max_runtime_seconds": Key("float", 60.0, "longest a single probe may run", minimum=0.1),
-        "min_free_bytes": Key("size", "1GiB", "a probe never leaves less free space than this ..."),
-        "min_free_ratio": Key("float", 0.10, "... nor less than this share of the filesystem", minimum=0.0,
+        "max_probe_size": Key("size", "1GiB", 'Largest probe file any profile may use.'),
+        "max_runtime_seconds": Key("float", 60.0, 'Longest a single probe may run.', minimum=0.1),
+        "min_free_bytes": Key("size", "1GiB", 'A probe never leaves less free space than this ...'),
+        "min_free_ratio": Key("float", 0.10, '... nor less than this share of the filesystem.', minimum=0.0,
                               maximum=0.9),
-        "timeout_margin_seconds": Key("float", 30.0, "fio is killed this long after its runtime", minimum=1.0),
+        "timeout_margin_seconds": Key("float", 30.0, 'fio is killed (with all its job processes) this long after its runtime.', minimum=1.0),
     },
     "scheduling": {
-        "defer_util_percent": Key("float", 50.0, "defer a probe while its disk is busier than this with other I/O",
+        "defer_util_percent": Key("float", 50.0, 'Defer a probe while its disk is busier than this (%util) with other I/O, or while '
+                                                 '/proc/pressure/io shows every task stalled on I/O ...',
                                   minimum=0.0, maximum=100.0),
-        "max_deferral_seconds": Key("float", 600.0, "then run it anyway, marked contended", minimum=0.0),
-        "jitter_ratio": Key("float", 0.1, "random spread of each interval, so hosts do not probe in step",
+        "max_deferral_seconds": Key("float", 600.0, '... for at most this long; then it runs and its result is marked contended (contended '
+                                                    'results are kept but neither learned nor judged).', minimum=0.0),
+        "jitter_ratio": Key("float", 0.1, 'Random spread of each interval, so a fleet does not probe in step.',
                             minimum=0.0, maximum=0.5),
-        "discover_interval_seconds": Key("float", 10.0, "how often [[discover]] rules are matched against the "
-                                         "mount table (and at every block device event)", minimum=1.0),
+        "discover_interval_seconds": Key("float", 10.0, 'How often [[discover]] rules are matched against the mount table (mounting sends no '
+                                                        'event); they are matched at every block device event too.', minimum=1.0),
     },
     "budget": {
-        "device_time_ratio": Key("float", 0.01, "probe device-time per physical disk, as a share of wall time",
+        "device_time_ratio": Key("float", 0.01, 'Probe device-time as a share of wall time, over window_seconds. The example profiles take '
+                                                '4 x (3 s + 1 s ramp) = 16 s every 1800 s: 0.9 %.',
                                  minimum=0.0, maximum=1.0),
-        "window_seconds": Key("float", 3600.0, "the window that share is measured over", minimum=60.0),
-        "write_bytes_per_day": Key("size", "10GiB", "bytes probes may write per physical disk per day"),
+        "window_seconds": Key("float", 3600.0, "The window that share is measured over", minimum=60.0),
+        "write_bytes_per_day": Key("size", "10GiB", 'Bytes probes may write per disk per day (cloud volumes bill per request).'),
     },
     "prometheus": {
-        "enabled": Key("bool", True, "serve /metrics"),
-        "listen_address": Key("str", ":29110", "HOST:PORT; ':29110' is every interface, IPv4 and IPv6",
+        "enabled": Key("bool", True, "Serve /metrics. Port 29110: the exporters' range 9100-9999 of Prometheus' default port "
+                                     "allocations is used up; 29110 is outside it and below the kernel's ephemeral range "
+                                     '(32768-60999), so no outgoing connection takes it.'),
+        "listen_address": Key("str", ":29110", '":29110" listens on every interface, IPv4 and IPv6, as node_exporter does, because '
+                                               'Prometheus usually scrapes from another host. Use "127.0.0.1:29110" to keep it local, and '
+                                               'web_config_file for TLS and basic auth.',
                               check=listen_address_problem),
-        "web_config_file": Key("str", "", "TLS and basic auth, in the format of Prometheus' exporters"),
+        "web_config_file": Key("str", "", 'A Prometheus exporter web-config file (YAML): tls_server_config (cert_file, key_file, '
+                                          'client_auth_type, client_ca_file, min_version) and basic_auth_users (user: bcrypt hash). '
+                                          'Empty: plain HTTP, no auth.'),
     },
     "influxdb": {
-        "enabled": Key("bool", False, "write to InfluxDB 2 (or any server with the v2 write API)"),
-        "url": Key("str", "http://127.0.0.1:8086", "server URL"),
-        "org": Key("str", "iowarden", "organisation"),
-        "bucket": Key("str", "iowarden", "bucket"),
-        "token_file": Key("str", "", "file holding the API token (preferred) ..."),
-        "token_env": Key("str", "IOWARDEN_INFLUXDB_TOKEN", "... or the environment variable holding it"),
-        "flush_interval_seconds": Key("float", 10.0, "how often points are sent", minimum=1.0),
-        "iostat_interval_seconds": Key("float", 10.0, "the iostat -x summary interval written", minimum=1.0),
-        "spool_max_bytes": Key("size", "64MiB", "points kept on disk while the server is unreachable"),
-        "timeout_seconds": Key("float", 5.0, "a write that takes longer fails (and is spooled)", minimum=0.5),
+        "enabled": Key("bool", False, 'Write probe results, iostat summaries, settings changes and alert transitions to InfluxDB '
+                                      '2/3 or any server with the v2 write API.'),
+        "url": Key("str", "http://127.0.0.1:8086", "Server URL"),
+        "org": Key("str", "iowarden", "Organisation"),
+        "bucket": Key("str", "iowarden", "Bucket"),
+        "token_file": Key("str", "", 'The API token: from this file (preferred) ...'),
+        "token_env": Key("str", "IOWARDEN_INFLUXDB_TOKEN", '... or from this environment variable. It is never logged.'),
+        "flush_interval_seconds": Key("float", 10.0, "How often points are sent", minimum=1.0),
+        "iostat_interval_seconds": Key("float", 10.0, 'Interval of the iostat -x summaries written.', minimum=1.0),
+        "spool_max_bytes": Key("size", "64MiB", 'While the server is unreachable, points wait on disk (state_dir/influx-spool), up to this '
+                                                'size; beyond it new points are dropped and counted.'),
+        "timeout_seconds": Key("float", 5.0, "A write that takes longer fails (and is spooled)", minimum=0.5),
     },
     "detector": {
-        "warmup_probes": Key("int", 12, "probes learned before a volume can alert", minimum=3),
-        "window_probes": Key("int", 288, "probes the baseline is computed over (about a day at 5 min)",
+        "warmup_probes": Key("int", 12, 'Probes learned before a volume can alert.', minimum=3),
+        "window_probes": Key("int", 288, 'Probes the baseline (median and MAD) is computed over: about a day at 5 min.',
                              minimum=10),
-        "drift_ratio": Key("float", 1.5, "alert when the baseline creeps this far from where it was learned",
+        "drift_ratio": Key("float", 1.5, 'Alert when the baseline creeps this far from where it was learned (slow drift).',
                            minimum=1.05),
-        "auto_accept_probes": Key("int", 0, "accept a stable new level as normal after this many probes "
-                                  "(0: only `iowarden baseline accept`)", minimum=0),
+        "auto_accept_probes": Key("int", 0, 'Accept a stable new level as normal after this many probes; 0: only `iowarden baseline '
+                                            'accept` does (every change of baseline is logged).', minimum=0),
     },
     "passive": {
-        "enabled": Key("bool", True, "judge every sampled disk from the traffic it carries (no I/O of its own)"),
-        "window_seconds": Key("float", 15.0, "the 1 Hz samples are judged in windows this long", minimum=1.0,
+        "enabled": Key("bool", True, 'Judge every sampled disk from the traffic it carries.'),
+        "window_seconds": Key("float", 15.0, 'The 1 Hz samples are judged in windows this long.', minimum=1.0,
                               maximum=600.0),
-        "self_ratio": Key("float", 2.5, "a window is slow at this many times the device's normal at that load",
+        "self_ratio": Key("float", 2.5, "A window is slow at this many times the device's normal at that load.",
                           minimum=1.2),
-        "peer_ratio": Key("float", 2.0, "a member is slow at this many times its peers' latency (median of "
-                          "recent windows)", minimum=1.2),
-        "peer_windows": Key("int", 480, "windows with traffic the peer comparison is the median of (2 h at "
-                            "15 s)", minimum=10),
-        "saturation_windows": Key("int", 6, "windows in a row held flat at a ceiling before a volume is at its "
-                                  "limit", minimum=2),
-        "floor_ms": Key("float", 0.02, "latency excess below this is never evidence (noise on fast flash)",
+        "peer_ratio": Key("float", 2.0, "A member is slow at this many times its peers' latency (median of recent windows).", minimum=1.2),
+        "peer_windows": Key("int", 480, 'Windows with traffic the peer comparison is the median of (2 h at 15 s).', minimum=10),
+        "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2),
+        "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
                         minimum=0.0),
     },
     "sampler": {
-        "interval_seconds": Key("float", 1.0, "diskstats sampling interval", minimum=0.1),
-        "devices": Key("strlist", [], "kernel-name globs to sample; empty: every whole device"),
+        "interval_seconds": Key("float", 1.0, '/proc/diskstats sampling interval (the iostat -x stream).', minimum=0.1),
+        "devices": Key("strlist", [], 'Kernel-name globs to sample, e.g. ["sd*", "nvme*n1"]; empty: every whole device.'),
     },
     "settings": {
-        "interval_seconds": Key("float", 30.0, "block queue, md, C-state and tuned poll interval", minimum=1.0),
+        "interval_seconds": Key("float", 30.0, 'Block queue, md, C-state / PM QoS and tuned poll interval.', minimum=1.0),
     },
     "xfs": {
-        "interval_seconds": Key("float", 3600.0, "fragmentation report interval (xfs_db walks every inode)",
+        "interval_seconds": Key("float", 3600.0, 'Fragmentation report interval: xfs_db walks every inode, so keep it rare.',
                                 minimum=60.0),
-        "timeout_seconds": Key("float", 120.0, "xfs_db / xfs_spaceman are killed after this", minimum=1.0),
+        "timeout_seconds": Key("float", 120.0, 'xfs_db / xfs_spaceman are killed after this.', minimum=1.0),
     },
 }
 
@@ -154,13 +162,14 @@ PROFILE_KEYS: dict[str, Key] = {
     "bs": Key("size", "4k", "block size"),
     "iodepth": Key("int", 32, "I/Os in flight per job", minimum=1),
     "numjobs": Key("int", 1, "parallel jobs (reported as one group)", minimum=1),
-    "ioengine": Key("str", "libaio", "fio I/O engine", choices=("libaio", "io_uring", "psync", "sync", "pvsync2")),
+    "ioengine": Key("str", "libaio", "fio I/O engine: libaio, io_uring, psync, sync or pvsync2", choices=("libaio", "io_uring", "psync", "sync", "pvsync2")),
     "direct": Key("bool", True, "O_DIRECT: bypass the page cache"),
     "size": Key("size", "256MiB", "probe file size (capped by limits.max_probe_size)"),
     "runtime_seconds": Key("float", 5.0, "measured time", minimum=0.1),
     "ramp_time_seconds": Key("float", 1.0, "warm-up excluded from the results", minimum=0.0),
     "rate_iops": Key("int", 0, "cap on IOPS, 0 for none", minimum=0),
-    "job_file": Key("str", "", "use this fio job file instead of the keys above"),
+    "job_file": Key("str", "", "an existing fio job file ([global] + job sections) instead of the keys "
+                             "above; iowarden still picks the probe file and applies the limits"),
 }
 
 TARGET_KEYS: dict[str, Key] = {

@@ -22,6 +22,8 @@ log = logging.getLogger("iowarden")
 
 FAILURES_BEFORE_ALERT = 2
 PASSIVE_PROFILE = "passive"
+CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
+CONTENDED_RECOVERED = 0.75
 
 
 def metrics_of(record: dict) -> dict[str, float]:
@@ -68,6 +70,7 @@ class Health:
         self.open: dict[tuple[str, str, str], OpenAlert] = {}   # (alert name, identity, profile)
         self.failures: dict[tuple[str, str], int] = {}
         self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
+        self.contended_strikes: dict[tuple[str, str], int] = {}    # contended probes in a row short in total
         # target name -> the volume identity it was first probed on: a directory whose
         # filesystem is no longer mounted must not be probed on the disk beneath it
         self.pins: dict[str, str] = state.pins()
@@ -166,8 +169,9 @@ class Health:
             self._close(("ProbeFailing",) + fkey, "probe succeeded")
             events.append("ProbeFailing cleared")
         if record["contended"]:
-            # measured under someone else's load: neither learned nor judged (the reason is counted)
-            return events
+            # measured under someone else's load: not learned, and not judged as the probe's own figures;
+            # what the device delivered in total in those seconds is judged instead
+            return events + self._judge_contended(identity, profile, target, context or {}, causes_fn)
         verdicts = {}
         for metric, value in metrics_of(record).items():
             key = (identity, profile, metric)
@@ -202,6 +206,46 @@ class Health:
             self._close(akey, "back to its baseline")
             events.append("VolumeDegraded cleared")
         return events
+
+    def _judge_contended(self, identity, profile, target, context, causes_fn) -> list[str]:
+        """A probe on a busy disk is a measurement at high load: the device's total (the probe's I/O and
+        the other work the sampler saw in the same seconds) against what the probe alone gets when the
+        volume is healthy. A healthy busy disk still delivers at least about that; a volume held at a
+        ceiling delivers a fraction, however busy. Two such probes in a row raise VolumeDegraded."""
+        delivered_iops = context.get("delivered_iops")
+        delivered_bw = context.get("delivered_bytes_per_second")
+        normal_iops = normal_bw = 0.0
+        for d in ("read", "write"):
+            for metric, add in ((f"{d}_iops", "iops"), (f"{d}_bw_bytes", "bw")):
+                det = self.detectors.get((identity, profile, metric))
+                base = det.baseline() if det is not None else None
+                if base is not None:
+                    if add == "iops":
+                        normal_iops += math.exp(base[0])
+                    else:
+                        normal_bw += math.exp(base[0])
+        if delivered_iops is None or delivered_bw is None or not normal_iops:
+            return []
+        key = (identity, profile)
+        akey = ("VolumeDegraded", identity, profile)
+        short = delivered_iops < normal_iops * CONTENDED_SHORTFALL and delivered_bw < normal_bw * CONTENDED_SHORTFALL
+        self.contended_strikes[key] = self.contended_strikes.get(key, 0) + 1 if short else 0
+        if short and self.contended_strikes[key] >= 2 and akey not in self.open:
+            finding = (f"on a busy disk the device delivered {delivered_iops:,.0f} IOPS in total (this probe and "
+                       f"the other work together) where the probe alone gets {normal_iops:,.0f} on the healthy "
+                       "volume: it is slower than its normal even counting the other work")
+            evidence = {"metrics": {"delivered_iops": {"value": round(delivered_iops, 1),
+                                                       "baseline": round(normal_iops, 1), "reason": "contended"}},
+                        "passive": context}
+            severity = "critical" if delivered_iops * 4 < normal_iops else "warning"
+            self._raise(akey, target, "delivered_iops", severity, evidence, [finding] + causes_fn(
+                self.baseline_since(identity, profile)))
+            return ["VolumeDegraded raised"]
+        a = self.open.get(akey)
+        if a is not None and "delivered_iops" in a.metrics and delivered_iops >= normal_iops * CONTENDED_RECOVERED:
+            self._close(akey, "the busy device delivers its normal again")
+            return ["VolumeDegraded cleared"]
+        return []
 
     @_locked
     def on_passive(self, t, device: str) -> str | None:

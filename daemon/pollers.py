@@ -51,8 +51,8 @@ class SettingsPoller:
         self.drift_total: collections.Counter = collections.Counter()  # (device, volume, setting)
 
     def step(self) -> None:
-        devices = blockqueue.read(self.roots)
-        power = cpupower.read(self.roots)
+        devices = blockqueue.read_sysfs_and_superblocks(self.roots)
+        power = cpupower.read_power_settings(self.roots, run_tuned_adm_verify=True)
         now = watched_settings(devices, power)
         if self._last is not None:
             for key, new in now.items():

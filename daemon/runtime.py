@@ -130,7 +130,7 @@ class Daemon:
                              on_event=self._event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
-                                   devices=lambda: self.settings.devices or blockqueue.read(self.roots))
+                                   devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots))
         self.registry = Registry()
         c = self.cfg
         self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self.sampler.step)
@@ -144,7 +144,8 @@ class Daemon:
         self._discovery_lock = threading.Lock()
         self._read_only_warned: set[str] = set()
         self.registry.add("discovery", c.section("scheduling")["discover_interval_seconds"], 5.0, self.rediscover)
-        self.registry.add("settings", c.section("settings")["interval_seconds"], 5.0, self.settings.step)
+        # stuck after 35 s: a step may run `tuned-adm verify`, which run_tool bounds at 30 s
+        self.registry.add("settings", c.section("settings")["interval_seconds"], 35.0, self.settings.step)
         self.registry.add("xfs", c.section("xfs")["interval_seconds"], c.section("xfs")["timeout_seconds"],
                           self.xfs.step)
         self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
@@ -172,7 +173,7 @@ class Daemon:
             return None
         dev = self.settings.devices.get(device)
         if dev is None:  # a device newer than the last settings poll
-            dev = blockqueue.read(self.roots).get(device)
+            dev = blockqueue.read_sysfs_and_superblocks(self.roots).get(device)
         return dev.identity if dev else f"kernel:{device}"
 
     def identity_of_target(self, target_name: str) -> str | None:
@@ -226,7 +227,7 @@ class Daemon:
         or loses it sends 'change', not 'add' or 'remove', and so do media changes.
         """
         before = {n for n, d in self.settings.devices.items() if d.size_bytes}
-        devices = blockqueue.read(self.roots)
+        devices = blockqueue.read_sysfs_and_superblocks(self.roots)
         self.settings.devices = devices  # the next probe result finds the new device's identity
         present = {n for n, d in devices.items() if d.size_bytes}
         for added in sorted(present - before):
@@ -268,11 +269,17 @@ class Daemon:
         rates = self.sampler.rates.get(result.device) if result.device else None
         context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
                    "disk_write_await_ms": rates.write_await_ms} if rates else {}
+        if result.contended and result.device:
+            total = self.sampler.delivered(result.device, result.started_at,
+                                           result.started_at + result.duration_seconds)
+            if total is not None:
+                context["delivered_iops"] = total.reads_per_second + total.writes_per_second
+                context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
         self.health.on_result(record, identity, lambda since: self._causes(result, since), context)
 
     def _causes(self, result, since: float) -> list[str]:
         target = next((t for t in self.targets() if t.name == result.target), None)
-        devices = self.settings.devices or blockqueue.read(self.roots)
+        devices = self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots)
         disks = self.scheduler.physical_disks(target) if target else ()
         waits = {n: max(r.read_await_ms, r.write_await_ms) for n, r in self.sampler.rates.items()}
         mount = self.xfs.mount_of(result.path)

@@ -4,9 +4,13 @@ from __future__ import annotations
 import collections
 import fnmatch
 import threading
+import time
 
 from iowarden.probes import diskstats, pressure
 from iowarden.probes.common import Roots
+
+
+HISTORY_SAMPLES = 130
 
 
 class Sampler:
@@ -23,6 +27,8 @@ class Sampler:
         self.first_sample_done = threading.Event()
         self.io_pressure: pressure.IoPressure | None = None
         self.last_sample: diskstats.DiskSample | None = None
+        # (unix time, sample) of the last two minutes: what a disk did during a probe that just ended
+        self.history: collections.deque = collections.deque(maxlen=HISTORY_SAMPLES)
 
     def wanted(self, name: str) -> bool:
         """Is this device sampled: the configured globs, else every whole device."""
@@ -41,6 +47,8 @@ class Sampler:
             self.io_pressure = None
         prev, self._prev = self._prev, cur
         self.last_sample = cur
+        with self._lock:
+            self.history.append((time.time(), cur))
         if prev is None:
             return
         rates = {n: r for n, r in diskstats.rates_between(prev, cur).items() if self.wanted(n)}
@@ -53,6 +61,18 @@ class Sampler:
             if set(self._partition) - set(cur.counters):  # devices went away: names may be reused
                 self._partition = {n: p for n, p in self._partition.items() if n in cur.counters}
         self.first_sample_done.set()
+
+    def delivered(self, device: str, start: float, end: float) -> diskstats.DiskRates | None:
+        """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
+        with self._lock:
+            inside = [(t, smp) for t, smp in self.history if start - 0.5 <= t <= end + 1.5]
+        if len(inside) < 2:
+            return None
+        (_, a), (_, b) = inside[0], inside[-1]
+        if device not in a.counters or device not in b.counters or b.monotonic_seconds <= a.monotonic_seconds:
+            return None
+        return diskstats.compute_rates(a.counters[device], b.counters[device],
+                                       b.monotonic_seconds - a.monotonic_seconds)
 
     def recent_util_percent(self, device: str, seconds: int = 5) -> float | None:
         """Mean %util of the device over the last few samples; None when it is not sampled."""

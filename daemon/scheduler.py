@@ -111,7 +111,7 @@ class Scheduler:
         self.pin_check = pin_check or (lambda target, device: None)
         # the block devices as last read (the settings poller's view, kept current by hotplug):
         # a probe waiting for a busy disk must not re-read all of sysfs every second
-        self.devices = devices or (lambda: blockqueue.read(roots))
+        self.devices = devices or (lambda: blockqueue.read_sysfs_and_superblocks(roots))
         self.rng = rng or random.Random()
         self.skipped_total: collections.Counter = collections.Counter()
         self._busy_disks: set[str] = set()

@@ -62,7 +62,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             latest[(rec["target"], rec["profile"])] = rec
         b = cfg.section("budget")
         budget = Budget(b["device_time_ratio"], b["window_seconds"], b["write_bytes_per_day"])
-        budget.replay(state.probe_results(limit=5000), blockqueue.read(roots))
+        budget.replay(state.probe_results(limit=5000), blockqueue.read_sysfs_and_superblocks(roots))
         now = time.time()
         return {
             "probes": [latest[k] for k in sorted(latest)],

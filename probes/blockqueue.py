@@ -273,8 +273,9 @@ def _links_to(name: str, roots: Roots) -> tuple[str, ...]:
     return tuple(out)
 
 
-def read(roots: Roots = Roots()) -> dict[str, BlockDevice]:
-    """Every block device and partition in /sys/block, by kernel name."""
+def read_sysfs_and_superblocks(roots: Roots = Roots()) -> dict[str, BlockDevice]:
+    """Every block device and partition in /sys/block, by kernel name. Besides sysfs it opens device nodes
+    read-only, for a filesystem UUID from the superblock where udev gave no identity (read_fs_uuid)."""
     out: dict[str, BlockDevice] = {}
     for name in _listdir(roots.sys / "block"):
         devdir = roots.sys / "block" / name

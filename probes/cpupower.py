@@ -116,17 +116,20 @@ def _idle_states(cpudir) -> tuple[IdleState, ...]:
     return tuple(sorted(states, key=lambda s: s.index))
 
 
-def read_tuned(roots: Roots = Roots(), run_verify: bool = True) -> TunedState:
+def read_tuned(roots: Roots, run_tuned_adm_verify: bool) -> TunedState:
+    """tuned's active profile from /etc; with run_tuned_adm_verify, also runs `tuned-adm verify` (up to 30 s)."""
     profile = read_str(roots.etc / "tuned" / "active_profile")
     mode = read_str(roots.etc / "tuned" / "profile_mode")
     ok = msg = None
-    if run_verify and profile and shutil.which("tuned-adm"):
+    if run_tuned_adm_verify and profile and shutil.which("tuned-adm"):
         run = run_tool(["tuned-adm", "verify"], timeout_seconds=30)
         ok, msg = parse_tuned_verify(run.returncode, run.stdout + run.stderr)
     return TunedState(profile or None, mode or None, ok, msg)
 
 
-def read(roots: Roots = Roots(), run_verify: bool = True) -> PowerSettings:
+def read_power_settings(roots: Roots = Roots(), *, run_tuned_adm_verify: bool) -> PowerSettings:
+    """C-states, PM QoS, cpufreq and tuned from sysfs and /etc. Runs a command, `tuned-adm verify`, only when
+    asked (the settings poller does, every 30 s; its stuck threshold allows for the 30 s timeout)."""
     cpu_base = roots.sys / "devices" / "system" / "cpu"
     cpus, governors, drivers = [], {}, {}
     for n, d in _cpu_dirs(roots):
@@ -154,4 +157,4 @@ def read(roots: Roots = Roots(), run_verify: bool = True) -> PowerSettings:
         or read_str(cpu_base / "cpuidle" / "current_governor_ro"),
         cpus=tuple(cpus), pm_qos_cpu_dma_latency_usec=qos,
         cpufreq_governors=governors, cpufreq_drivers=drivers, intel_pstate=pstate,
-        tuned=read_tuned(roots, run_verify))
+        tuned=read_tuned(roots, run_tuned_adm_verify))

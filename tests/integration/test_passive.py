@@ -137,6 +137,9 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
                 found = wait_for(lambda: [a for a in passive_alerts(scrape(port)) if a == ("VolumeAtLimit", upper.name)],
                                  timeout=120, what=f"VolumeAtLimit on {upper.name} (cap {cap} IOPS on {lower.name})")
                 took = time.monotonic() - t0
+                # the probes, run contended on the busy disk, are judged by what it delivered in total
+                wait_for(lambda: "ALERT VolumeDegraded" in d.output(), timeout=150,
+                         what="VolumeDegraded from the contended probes")
         assert found
         out = d.output()
         line = next(x for x in out.splitlines() if "ALERT VolumeAtLimit" in x)
@@ -153,6 +156,9 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         row = next(x for x in status.stdout.splitlines() if x.startswith(upper.name + " "))
         assert "at its limit (" in row and "IOPS)" in row, status.stdout
         assert "ALERT" in status.stdout and "VolumeAtLimit" in status.stdout
+        degraded = next(x for x in out.splitlines() if "ALERT VolumeDegraded" in x)
+        assert "IOPS in total (this probe and the other work together)" in degraded, degraded
+        assert f"passive: {upper.name} is at its limit" in degraded, degraded   # the passive verdict as a cause
 
 
 def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_factory):

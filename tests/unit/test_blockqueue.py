@@ -8,7 +8,7 @@ import pytest
 
 
 def test_md_dm_stack(tree):
-    devs = blockqueue.read(tree("storage-md-dm.tree"))
+    devs = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     assert devs["md0"].kind == "md" and devs["dm-0"].kind == "dm"
     assert devs["sdb1"].kind == "partition" and devs["sdb1"].parent == "sdb"
     assert devs["md0"].md.level == "raid0" and [m.name for m in devs["md0"].md.members] == ["sdb1", "sdc1"]
@@ -19,23 +19,23 @@ def test_md_dm_stack(tree):
 
 
 def test_degraded_raid1_names_the_faulty_member(tree):
-    md1 = blockqueue.read(tree("storage-md-dm.tree"))["md1"].md
+    md1 = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))["md1"].md
     assert md1.degraded == 1 and md1.level == "raid1"
     faulty = [m for m in md1.members if m.faulty]
     assert [m.name for m in faulty] == ["sde"] and "write_error" in faulty[0].states and faulty[0].slot == "none"
 
 
 def test_queue_settings(tree):
-    q = blockqueue.read(tree("storage-md-dm.tree"))["sdb"].queue
+    q = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))["sdb"].queue
     assert q.scheduler == "mq-deadline" and q.schedulers_available == ("none", "mq-deadline", "kyber", "bfq")
     assert (q.rotational, q.nr_requests, q.read_ahead_kb, q.wbt_lat_usec, q.write_cache) == (1, 256, 128, 75000,
                                                                                              "write back")
     # a partition reports its disk's queue
-    assert blockqueue.read(tree("storage-md-dm.tree"))["sdb1"].queue.scheduler == "mq-deadline"
+    assert blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))["sdb1"].queue.scheduler == "mq-deadline"
 
 
 def test_identity_prefers_stable_names(tree):
-    devs = blockqueue.read(tree("storage-md-dm.tree"))
+    devs = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     assert devs["sdb"].identity == "wwn:0x5000c500a1b2c3d4"                  # from udev
     assert devs["sdc"].identity == "kernel:sdc"                              # nothing better: says so
     assert devs["sdd"].identity == "serial:S3Z9NB0K123456A"                  # sysfs serial, no udev
@@ -47,7 +47,7 @@ def test_identity_prefers_stable_names(tree):
 def test_identity_without_udev_uses_wwid(tree, tmp_path):
     roots = tree("storage-md-dm.tree")
     (roots.run / "udev" / "data" / "b8:16").unlink()
-    assert blockqueue.read(roots)["sdb"].identity == "wwn:naa.5000c500a1b2c3d4"
+    assert blockqueue.read_sysfs_and_superblocks(roots)["sdb"].identity == "wwn:naa.5000c500a1b2c3d4"
 
 
 @pytest.mark.parametrize("text,active", [("[none] mq-deadline", "none"), ("mq-deadline [bfq]", "bfq"),
@@ -83,10 +83,10 @@ def test_filesystem_uuid_read_like_blkid_names_a_device_without_udev(tree, tmp_p
     roots = tree("storage-md-dm.tree")
     roots.dev.mkdir(parents=True, exist_ok=True)
     (roots.dev / "sdc1").write_bytes(ext4_head)
-    devs = blockqueue.read(roots)
+    devs = blockqueue.read_sysfs_and_superblocks(roots)
     assert (devs["sdc"].identity, devs["sdc1"].identity) == ("kernel:sdc", f"fs-uuid:{ext4_uuid}")
     (roots.dev / "sdc").write_bytes(xfs_head)
-    devs = blockqueue.read(roots)
+    devs = blockqueue.read_sysfs_and_superblocks(roots)
     # a whole-disk filesystem names the disk; the partition is then "its disk, partition 1"
     assert (devs["sdc"].identity, devs["sdc1"].identity) == (f"fs-uuid:{xfs_uuid}", f"fs-uuid:{xfs_uuid}-part1")
     assert devs["sdb"].identity == "wwn:0x5000c500a1b2c3d4"   # a hardware name still comes first

@@ -1,4 +1,5 @@
 """Configuration: every mistake reported at once with file, line and key; the example documents it all."""
+import difflib
 import re
 import subprocess
 import sys
@@ -170,3 +171,14 @@ profiles = ["r"]
     assert re.search(r"c.toml:20: targets\[2\].path: .*etc-link is a symlink \(to /etc\)", errors)
     assert re.search(r"c.toml:24: targets\[3\].path: / is the root directory", errors)
     assert len(e.value.errors) == 8
+
+
+def test_the_example_is_generated_from_the_schema_line_by_line():
+    """config.example.toml is the schema rendered: every key, its default and its doc, so none can drift.
+    After a change to the schema: python -m iowarden.daemon.config_example > config.example.toml"""
+    from iowarden.daemon.config_example import render
+    want = render()
+    got = EXAMPLE.read_text()
+    diff = "".join(difflib.unified_diff(got.splitlines(True), want.splitlines(True), "config.example.toml",
+                                        "generated"))
+    assert got == want, diff[:4000]

@@ -6,7 +6,7 @@ from iowarden.probes.common import ParseError, Roots
 
 
 def test_bare_metal_intel(tree):
-    p = cpupower.read(tree("cpu-bare-metal.tree"), run_verify=False)
+    p = cpupower.read_power_settings(tree("cpu-bare-metal.tree"), run_tuned_adm_verify=False)
     assert (p.idle_driver, p.idle_governor) == ("intel_idle", "menu")
     states = p.cpus[0].states
     assert [s.name for s in states] == ["POLL", "C1", "C1E", "C6"]
@@ -22,7 +22,7 @@ def test_bare_metal_intel(tree):
 
 def test_absent_sources_are_none_not_zero(tmp_path):
     roots = Roots.under(tmp_path)
-    p = cpupower.read(roots, run_verify=False)
+    p = cpupower.read_power_settings(roots, run_tuned_adm_verify=False)
     assert p.idle_driver is None and p.pm_qos_cpu_dma_latency_usec is None and p.c_states_limited is None
     assert p.intel_pstate is None and p.cpufreq_governors == {} and p.tuned.active_profile is None
 
@@ -42,7 +42,7 @@ def test_tuned_verify_result():
 
 
 def test_this_machine_reads_without_error():
-    p = cpupower.read()
+    p = cpupower.read_power_settings(run_tuned_adm_verify=True)
     assert p.cpus, "every Linux machine has /sys/devices/system/cpu/cpuN"
 
 

@@ -21,8 +21,8 @@ def snapshot(tree):
     rep = fio.parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
     ok = ProbeResult("db", "/srv", "sdb", "randrw", True, None, 1.7e9, 2.1, rep)
     bad = ProbeResult("db", "/srv", "sdb", "seq", False, "fio exited with 1: engine", 1.7e9, 0.1)
-    devices = blockqueue.read(tree("storage-md-dm.tree"))
-    power = cpupower.read(tree("cpu-bare-metal.tree"), run_verify=False)
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
+    power = cpupower.read_power_settings(tree("cpu-bare-metal.tree"), run_tuned_adm_verify=False)
     ds = diskstats.parse((FIXTURES / "diskstats" / "linux-4.14-14-fields.txt").read_text())
     ds2 = {n: diskstats.DiskCounters(c.major, c.minor, n, reads=c.reads + 500, sectors_read=c.sectors_read + 8000,
                                      read_ms=c.read_ms + 250, io_ms=c.io_ms + 400,

@@ -94,7 +94,7 @@ def test_budget_refuses_past_its_device_time_share_and_write_bytes():
 
 
 def test_budget_replayed_after_a_restart_counts_against_every_member(tree):
-    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     b = Budget(time_ratio=0.01, window_seconds=3600.0, write_bytes_per_day=1 << 30)
     now = 1e9
     b.replay([{"device": "dm-0", "started_at": now - 60, "duration_seconds": 20.0, "write_io_bytes": 1 << 20,
@@ -153,7 +153,7 @@ def test_two_profiles_on_one_disk_take_turns():
 # --- one probe per physical disk across md and LVM -------------------------------------------
 
 def test_targets_sharing_md_members_never_probe_at_once_and_others_run_beside_them(tree):
-    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     clock = Clock()
     cfg = _cfg(_target("lv", 2.0) + _target("raw-sdc", 2.0) + _target("mirror", 2.0))
     sch = FakeRun(cfg, Roots(), Sampler(0.0), on_result=None, rng=random.Random(0), clock=clock,
@@ -221,7 +221,7 @@ def _frag(per_file):
 
 
 def test_causes_name_drift_contention_md_members_fragmentation_and_budget(tree):
-    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     ev = Evidence(physical_disks=("sdb", "sdc"), device="dm-0", devices=devices,
                   drift=[(1.0, "sdb", "scheduler", "mq-deadline", "bfq"), (2.0, "sdd", "scheduler", "none", "bfq"),
                          (3.0, "host", "tuned_profile", "latency-performance", "balanced")],
@@ -240,7 +240,7 @@ def test_causes_name_drift_contention_md_members_fragmentation_and_budget(tree):
 
 
 def test_causes_name_a_degraded_array_and_its_faulty_member(tree):
-    devices = blockqueue.read(tree("storage-md-dm.tree"))
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     ev = Evidence(physical_disks=("sdd", "sde"), device="md1", devices=devices, drift=[], contended=False,
                   foreign_util_percent=None)
     assert likely_causes(ev) == ["md array md1 (raid1) is degraded: faulty member sde"]
@@ -273,3 +273,31 @@ def test_a_failing_part_is_counted_and_a_silent_one_is_stuck_after_two_cadences_
     assert reg.stuck() == []
     clock.now += 0.1
     assert reg.stuck() == ["settings"]           # xfs, hourly, is nowhere near its own
+
+
+def _contended(i, iops):
+    return {**_result(i, iops), "contended": True}
+
+
+def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(tmp_path):
+    st = State(str(tmp_path / "s.db"))
+    h = Health(st, DetectorParams(warmup_probes=6))
+    causes = lambda since: []   # noqa: E731
+    for i in range(8):
+        h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", causes)
+    # busy with other work: the probe gets 300, but the device moved 1,400 I/Os a second in all: healthy
+    busy = {"delivered_iops": 1400.0, "delivered_bytes_per_second": 1400.0 * 4096}
+    for i in range(8, 12):
+        assert h.on_result(_contended(i, 300.0), "vol", causes, busy) == []
+    # held at a ceiling: 300 in all, twice in a row
+    capped = {"delivered_iops": 300.0, "delivered_bytes_per_second": 300.0 * 4096}
+    assert h.on_result(_contended(12, 100.0), "vol", causes, capped) == []
+    assert h.on_result(_contended(13, 100.0), "vol", causes, capped) == ["VolumeDegraded raised"]
+    (alert,) = st.alerts(open_only=True)
+    assert "delivered 300 IOPS in total" in alert["causes"][0] and alert["severity"] == "warning"
+    # the baseline learned nothing from the contended probes
+    assert h.detectors[("vol", "rr", "read_iops")].baseline()[0] > 6.8   # log(1000) = 6.9
+    assert h.on_result(_contended(14, 300.0), "vol", causes, busy) == ["VolumeDegraded cleared"]
+    # without the sampler's figures a contended probe is not judged at all
+    assert h.on_result(_contended(15, 10.0), "vol", causes, {}) == []
+    st.close()
