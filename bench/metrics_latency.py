@@ -12,19 +12,45 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
 from _support import attach_loops, detach_loops, free_port, node_exporter_or_exit
 
 
-def timed_scrapes(url: str, n: int) -> tuple[list[float], int]:
+def timed_scrapes(url: str, n: int, gap: float = 0.0) -> tuple[list[float], int]:
     times, size = [], 0
     for _ in range(n):
         t0 = time.perf_counter()
         size = len(urllib.request.urlopen(url, timeout=10).read())
         times.append(time.perf_counter() - t0)
+        time.sleep(gap)
     return sorted(times), size
+
+
+def clients_at(url: str, clients: int, hz: float, seconds: float) -> list[float]:
+    """`clients` scrapers at `hz` each (gzip asked, as Prometheus does), for `seconds`: every scrape's time."""
+    times: list[float] = []
+
+    def run():
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+            urllib.request.urlopen(req, timeout=10).read()
+            times.append(time.perf_counter() - t0)
+            time.sleep(max(0.0, 1 / hz - (time.perf_counter() - t0)))
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(times)
+
+
+def p99(t: list[float]) -> float:
+    return t[max(0, int(len(t) * 0.99) - 1)]
 
 
 def main():
@@ -87,13 +113,19 @@ interval_seconds = 3600.0
             time.sleep(1)
         else:
             raise SystemExit("iowarden did not report its probes in time")
-        print(f"{args.devices} loop devices, {args.scrapes} sequential scrapes each")
-        print(f"{'exporter':<26} {'median ms':>10} {'p99 ms':>8} {'size KiB':>9}")
+        print(f"{args.devices} loop devices. back to back: {args.scrapes} sequential scrapes; fresh: 40 scrapes "
+              "0.6 s apart (iowarden renders each anew: one render serves 0.5 s); 4 clients at 20 Hz for 20 s")
+        print(f"{'exporter':<26} {'back to back ms':>16} {'fresh render ms':>16} {'4 x 20 Hz ms':>14} "
+              f"{'size KiB':>9}")
+        print(f"{'':<26} {'median   p99':>16} {'median   p99':>16} {'median   p99':>14}")
         for name, u in (("iowarden", url), ("prometheus-node-exporter", f"http://127.0.0.1:{nport}/metrics")):
             timed_scrapes(u, 5)  # warm
             t, size = timed_scrapes(u, args.scrapes)
-            print(f"{name:<26} {statistics.median(t) * 1e3:>10.2f} {t[int(len(t) * 0.99) - 1] * 1e3:>8.2f} "
-                  f"{size / 1024:>9.0f}")
+            f, _ = timed_scrapes(u, 40, gap=0.6)
+            c = clients_at(u, 4, 20.0, 20.0)
+            print(f"{name:<26} {statistics.median(t) * 1e3:>7.2f} {p99(t) * 1e3:>7.2f} "
+                  f"{statistics.median(f) * 1e3:>8.2f} {p99(f) * 1e3:>7.2f} "
+                  f"{statistics.median(c) * 1e3:>6.2f} {p99(c) * 1e3:>7.2f} {size / 1024:>9.0f}")
     finally:
         for p in procs:
             p.terminate()

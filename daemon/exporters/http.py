@@ -20,6 +20,7 @@ socket, not a thread, and cannot crowd out a scrape:
 - at most MAX_CONNECTIONS open (more are closed at once) and MAX_REQUESTS
   rendered at a time (more get 503, like node_exporter's --web.max-requests);
 - a listen backlog the size of a real server's, not socketserver's 5.
+One render (and one gzip of it) serves every scrape of the next REUSE_SECONDS.
 Basic auth is bcrypt, slow on purpose (~0.2 s), so a client must not be able to make
 the daemon hash at will: a correct password is remembered (only correct ones, so
 wrong ones cannot evict them) and costs nothing afterwards; an unknown user costs
@@ -189,6 +190,9 @@ def _parse_basic(header: str) -> tuple[str, bytes] | None:
     return (user, password.encode()) if sep else None
 
 
+REUSE_SECONDS = 0.5   # a render serves the scrapes of the next half second (half the sampler's period)
+
+
 class MetricsServer:
     """The endpoint on an asyncio loop in a thread of its own; shutdown() stops it."""
 
@@ -203,6 +207,7 @@ class MetricsServer:
         self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="iowarden-auth")
         self._hashes_waiting = 0
         self._rendering: asyncio.Future | None = None
+        self._rendered: tuple[float, bytes, bytes | None] | None = None   # (monotonic, body, gzipped body)
         self._raise_fd_limit()
         self.socket = self._bind(addr, family)
         self.server_address = self.socket.getsockname()
@@ -337,12 +342,12 @@ class MetricsServer:
                 return keep_alive
             self.requests_in_flight += 1
             try:
-                body = await self._render()
+                body, zipped = await self._render(gzipped="gzip" in headers.get("accept-encoding", ""))
             finally:
                 self.requests_in_flight -= 1
             extra = {}
-            if "gzip" in headers.get("accept-encoding", ""):
-                body = await self._loop.run_in_executor(self._workers, gzip.compress, body, 1)
+            if zipped is not None:
+                body = zipped
                 extra["Content-Encoding"] = "gzip"
             await self._send(writer, 200, body, keep_alive, CONTENT_TYPE_LATEST, extra, head=method == "HEAD")
         elif path == "/":
@@ -352,12 +357,25 @@ class MetricsServer:
             await self._send(writer, 404, b"not found\n", keep_alive)
         return keep_alive
 
-    async def _render(self) -> bytes:
-        """The exposition; scrapes that arrive while one is being rendered share it (one snapshot, one render)."""
-        if self._rendering is None or self._rendering.done():
-            self._rendering = asyncio.ensure_future(
-                self._loop.run_in_executor(self._workers, generate_latest, self.registry))
-        return await asyncio.shield(self._rendering)
+    async def _render(self, gzipped: bool) -> tuple[bytes, bytes | None]:
+        """The exposition (and its gzip when asked). Scrapes that arrive while one is being rendered share
+        it, and so do scrapes within REUSE_SECONDS of the last render: what the daemon knows changes at the
+        sampler's 1 Hz at most, so rendering it again sooner would only repeat it, at a cost every client
+        pays (the render is most of a scrape's time)."""
+        now = time.monotonic()
+        if self._rendered is None or now - self._rendered[0] > REUSE_SECONDS:
+            if self._rendering is None or self._rendering.done():
+                self._rendering = asyncio.ensure_future(
+                    self._loop.run_in_executor(self._workers, generate_latest, self.registry))
+            body = await asyncio.shield(self._rendering)
+            if self._rendered is None or self._rendered[1] is not body:
+                self._rendered = (now, body, None)
+        at, body, zipped = self._rendered
+        if gzipped and zipped is None:
+            zipped = await self._loop.run_in_executor(self._workers, gzip.compress, body, 1)
+            if self._rendered[1] is body:
+                self._rendered = (at, body, zipped)
+        return body, zipped if gzipped else None
 
     async def _authorize(self, header: str, source: str) -> str:
         creds = _parse_basic(header)

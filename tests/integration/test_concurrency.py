@@ -8,6 +8,8 @@ import urllib.request
 
 import pytest
 
+from iowarden.daemon.exporters.http import REUSE_SECONDS
+
 from tests.conftest import LoopXfs
 from tests.integration.helpers import free_port, rows, wait_for
 
@@ -74,6 +76,7 @@ ramp_time_seconds = 0.0
         # what /metrics says lies between two reads of the database around it
         # (the database keeps durations to the millisecond: half of one per result is rounding)
         sql = "SELECT device, sum(duration_seconds), count(*) FROM probe_results GROUP BY device"
+        time.sleep(REUSE_SECONDS + 0.2)   # the next scrape renders afresh, after the first read below
         before = {dev: (total, n) for dev, total, n in rows(db, sql)}
         text = urllib.request.urlopen(url, timeout=5).read().decode()
         after = {dev: (total, n) for dev, total, n in rows(db, sql)}
