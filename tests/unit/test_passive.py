@@ -192,3 +192,70 @@ def test_flows_without_enough_ios_are_no_evidence():
     assert Flow(3.0, 12.0, 3.0).is_evidence(15, p)
     assert not Flow(None, 10.0, 3.0).is_evidence(15, p) and Flow(None, 100.0, 3.0).is_evidence(15, p)
     assert Window("x", 0, 15, {}).flows == {}
+
+
+# -- the daemon's part: peers from the device view, windows from counters, verdicts to Health ------
+
+def test_peer_groups_are_array_members_else_disks_of_one_model_and_size(tree):
+    from iowarden.daemon.passive_part import peer_groups
+    from iowarden.probes import blockqueue
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
+    groups = peer_groups(devices)
+    md = {name: d for name, d in devices.items() if d.md is not None}
+    for name, d in md.items():
+        members = tuple(sorted({devices[m.name].parent or m.name for m in d.md.members}))
+        assert members in groups, (name, members, groups)   # partitions resolved to their disks
+    assert all(len(g) >= 2 for g in groups)
+
+
+def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path):
+    from iowarden.daemon.detect import DetectorParams
+    from iowarden.daemon.health import Health
+    from iowarden.daemon.passive_part import PassiveWatch
+    from iowarden.daemon.state import State
+    from iowarden.probes import diskstats
+
+    class FakeSampler:
+        last_sample = None
+
+        def wanted(self, name):
+            return True
+
+    def sample(t, reads, read_ms):
+        c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
+                                   io_ms=int(t * 1000 * 0.99), weighted_io_ms=int(t * 24000))
+        return diskstats.DiskSample(t, {"sdz": c})
+
+    st = State(str(tmp_path / "s.db"))
+    health = Health(st, DetectorParams())
+    sampler = FakeSampler()
+    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, health)
+    reads = read_ms = 0
+    for i in range(12):   # held at 2,000 IOPS with a queue of 24 waiting 12 ms each
+        sampler.last_sample = sample(15.0 * i, reads, read_ms)
+        part.step()
+        reads += 30000
+        read_ms += 30000 * 12
+    (alert,) = st.alerts(open_only=True)
+    assert alert["alert"] == "VolumeAtLimit" and alert["identity"] == "kernel:sdz" and alert["target"] == "sdz"
+    assert "sdz is at its limit: 2,000 IOPS" in alert["causes"][0]
+    ((name, ident, view),) = part.views
+    assert (name, ident, view.ceiling, view.flagged) == ("sdz", "kernel:sdz", "2,000 IOPS", ("saturation",))
+    # the curve and the view are in the database for `status` and the next start
+    saved = {(m.split(":")[0]) for i, p, m, _, _ in st.load_baselines() if p == "passive"}
+    assert saved == {"curve", "view"}
+    st.close()
+
+
+def test_status_shows_every_disk_as_the_passive_detector_judged_it():
+    from iowarden.daemon.status import render_passive
+    from iowarden.daemon.tables import table
+    text = render_passive([
+        {"device": "sdb", "identity": "wwn:1", "at": 1.7e9, "slowdown_ratio": {"read": 1.1},
+         "expected_await_ms": {"read": 0.25}, "learned_windows": {"read": 900}, "peer_ratio": 1.02,
+         "ceiling": None, "flagged": []},
+        {"device": "nvme1n1", "identity": "serial:v", "at": 1.7e9, "slowdown_ratio": {},
+         "expected_await_ms": {}, "learned_windows": {"read": 4}, "peer_ratio": None,
+         "ceiling": "2,000 IOPS", "flagged": ["saturation"]}], table)
+    assert "1.10x of 250 µs" in text or "1.10x of 250 us" in text, text
+    assert "at its limit (2,000 IOPS)" in text and "learning (4 windows)" in text
