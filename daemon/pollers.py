@@ -12,11 +12,11 @@ import time
 
 from iowarden.probes import blockqueue, cpupower, xfs
 from iowarden.probes.common import Roots
+from iowarden.probes.vocabulary import WATCHED_QUEUE_SETTINGS
 
 log = logging.getLogger("iowarden")
 
-QUEUE_FIELDS = ("scheduler", "nr_requests", "read_ahead_kb", "max_sectors_kb", "write_cache", "wbt_lat_usec",
-                "nomerges", "rq_affinity", "rotational")
+QUEUE_FIELDS = WATCHED_QUEUE_SETTINGS
 
 
 def watched_settings(devices: dict, power: cpupower.PowerSettings) -> dict[tuple[str, str], object]:

@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from .common import ParseError, Roots, read_int, read_str, read_text
+from .vocabulary import QUEUE_INT_SETTINGS
 
-QUEUE_INT_KEYS = ("rotational", "nr_requests", "read_ahead_kb", "max_sectors_kb", "wbt_lat_usec",
-                  "nomerges", "rq_affinity", "logical_block_size", "physical_block_size")
+QUEUE_INT_KEYS = QUEUE_INT_SETTINGS
 
 
 @dataclass(frozen=True)

@@ -20,3 +20,11 @@ BASELINED_LATENCIES = ("clat_p50_seconds", "clat_p99_seconds", "clat_p999_second
 # which way is worse, for the detector (replay's series names included)
 HIGHER_IS_WORSE = frozenset(BASELINED_LATENCIES) | {"await_ms"}
 LOWER_IS_WORSE = frozenset(THROUGHPUT_METRICS) | {"iops", "bandwidth"}
+
+# Block-queue settings, by their /sys/block/X/queue file name (= the QueueSettings field of that name).
+QUEUE_WORD_SETTINGS = ("scheduler", "write_cache")
+QUEUE_INT_SETTINGS = ("rotational", "nr_requests", "read_ahead_kb", "max_sectors_kb", "wbt_lat_usec",
+                      "nomerges", "rq_affinity", "logical_block_size", "physical_block_size")
+# the ones whose change is recorded as drift (block sizes are the hardware's, not a setting)
+WATCHED_QUEUE_SETTINGS = ("scheduler", "nr_requests", "read_ahead_kb", "max_sectors_kb", "write_cache",
+                          "wbt_lat_usec", "nomerges", "rq_affinity", "rotational")

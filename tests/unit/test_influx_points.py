@@ -45,3 +45,14 @@ def test_one_vocabulary_every_layer_agrees_on():
     assert judged and all(m in HIGHER_IS_WORSE | LOWER_IS_WORSE for m in judged)   # each has a direction
     (point,) = _points(_result(True, None))
     assert all(f"{m}=" in point for m in MEASURED_METRICS if record[m] is not None)
+
+
+def test_one_vocabulary_of_queue_settings():
+    import dataclasses
+    from iowarden.daemon.pollers import QUEUE_FIELDS
+    from iowarden.probes.blockqueue import QueueSettings
+    from iowarden.probes.vocabulary import QUEUE_INT_SETTINGS, QUEUE_WORD_SETTINGS, WATCHED_QUEUE_SETTINGS
+    fields = {f.name for f in dataclasses.fields(QueueSettings)}
+    assert set(QUEUE_INT_SETTINGS) | set(QUEUE_WORD_SETTINGS) <= fields   # every name is a field read from sysfs
+    assert set(WATCHED_QUEUE_SETTINGS) <= set(QUEUE_INT_SETTINGS) | set(QUEUE_WORD_SETTINGS)
+    assert QUEUE_FIELDS == WATCHED_QUEUE_SETTINGS                         # drift watches the vocabulary's list
