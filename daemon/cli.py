@@ -446,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="one JSON object per value")
     rp.set_defaults(func=cmd_replay)
 
+    from .characterize_cmd import add_parser as add_characterize
+    add_characterize(sub, positive_seconds)
+
     c = sub.add_parser("check-config", help="validate a configuration file")
     c.add_argument("-c", "--config", required=True, help=config_help)
     c.set_defaults(func=cmd_check_config)

@@ -1,0 +1,174 @@
+"""`iowarden characterize --path DIR`: runs the plan of daemon/characterize.py as ordinary probes.
+
+The plan and its estimated cost are printed first (`--dry-run` stops there). A busy device is
+refused unless `--force`. Ctrl-C stops after the step under way and keeps what was measured.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from iowarden.probes import diskstats
+from iowarden.probes.common import Roots, parse_size_bytes
+from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
+
+from . import characterize as ch
+from .tables import human_seconds, table
+
+BUSY_UTIL_PERCENT = 20.0
+
+
+def _busy_percent(path: str, roots: Roots) -> tuple[str | None, float | None]:
+    """The path's device and its %util over one second, before anything is run."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, None
+    dev = device_name_for(st.st_dev, roots)
+    if dev is None:
+        return None, None
+    a = diskstats.read(roots)
+    time.sleep(1.0)
+    b = diskstats.read(roots)
+    rates = diskstats.rates_between(a, b).get(dev)
+    return dev, rates.util_percent if rates else None
+
+
+def _point(step: ch.Step, r) -> ch.Point:
+    if not r.ok or r.report is None:
+        return ch.Point(step.sweep, step.value, 0.0, 0.0, None, None, None, ok=False, error=r.error)
+    dirs = [d for d in r.report.directions.values() if d.total_ios]
+    ios = sum(d.total_ios for d in dirs)
+    mean = sum(d.clat.mean_seconds * d.total_ios for d in dirs if d.clat) / ios if ios else None
+    return ch.Point(step.sweep, step.value, sum(d.iops for d in dirs), sum(d.bw_bytes for d in dirs), mean,
+                    r.clat_percentile_seconds(99.0), r.clat_percentile_seconds(99.9))
+
+
+def findings(points: list[ch.Point]) -> dict:
+    out = {}
+    qd = [p for p in points if p.sweep == "qd"]
+    if qd:
+        depth, sat = ch.knee(qd)
+        out["qd"] = {"knee_depth": depth, "saturation_iops": sat}
+    bs = [p for p in points if p.sweep == "bs"]
+    if bs:
+        out["bs"] = {"bandwidth_bound_from_bytes": ch.bandwidth_bound_from(bs),
+                     "best_bw_bytes": max((p.bw_bytes for p in bs if p.ok), default=None)}
+    return out
+
+
+def render_tables(points: list[ch.Point], found: dict) -> str:
+    parts = []
+    for sweep in dict.fromkeys(p.sweep for p in points):
+        pts = [p for p in points if p.sweep == sweep]
+        head = {"qd": "queue depth (4k random read)", "qd-write": "queue depth (4k random write)",
+                "bs": "block size (random read, QD 16)", "jobs": "jobs (4k random read, QD 8 each)",
+                "mix": "read share (4k random, QD 16)"}[sweep]
+        rows = [[ch.Step(sweep, p.value, None).label if sweep != "mix" else f"{p.value}%",
+                 f"{p.iops:,.0f}" if p.ok else "FAILED", f"{p.bw_bytes / 1048576:,.1f}" if p.ok else p.error,
+                 human_seconds(p.mean_latency_seconds), human_seconds(p.p99_seconds),
+                 human_seconds(p.p999_seconds)] for p in pts]
+        parts.append(head + "\n" + table(["step", "IOPS", "MiB/s", "mean", "p99", "p99.9"], rows))
+    if "qd" in found and found["qd"]["saturation_iops"]:
+        parts.append(f"knee at queue depth {found['qd']['knee_depth']}; saturation {found['qd']['saturation_iops']:,.0f}"
+                     " IOPS")
+    if "bs" in found and found["bs"]["bandwidth_bound_from_bytes"]:
+        parts.append(f"bandwidth-bound from {ch._size(found['bs']['bandwidth_bound_from_bytes'])} blocks "
+                     f"({found['bs']['best_bw_bytes'] / 1048576:,.1f} MiB/s); IOPS-bound below")
+    return "\n\n".join(parts)
+
+
+def cmd_characterize(args) -> int:
+    roots = Roots()
+    sweeps = [s.strip() for s in args.sweep.split(",") if s.strip()]
+    bad = [s for s in sweeps if s not in ch.SWEEPS]
+    if bad:
+        print(f"iowarden characterize: unknown sweep {', '.join(bad)}: choose from {', '.join(ch.SWEEPS)}",
+              file=sys.stderr)
+        return 2
+    size = parse_size_bytes(args.size)
+    steps = ch.plan(sweeps, size, args.step_seconds, args.ramp_seconds, writes=args.writes)
+    kept, dropped = ch.within_budget(steps, args.budget_seconds)
+    seconds, layout, write_steps = ch.estimate(kept, size)
+    budget_bytes = parse_size_bytes(args.budget_bytes)
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    say(f"plan: {len(kept)} probes on {args.path} ({', '.join(sweeps)}), about {seconds:.0f} s; writes the "
+        f"{layout / 1048576:,.0f} MiB probe file once"
+        + (f", and {write_steps} write steps what the volume takes in their runtime, stopped before "
+           f"--budget-bytes {args.budget_bytes} would be passed" if write_steps else "")
+        + (f"; {len(dropped)} steps left out by --budget-seconds {args.budget_seconds:g}" if dropped else ""))
+    if layout > budget_bytes:
+        say(f"iowarden characterize: the probe file alone ({layout / 1048576:,.0f} MiB) is over --budget-bytes "
+            f"{args.budget_bytes}: lower --size or raise the budget")
+        return 2
+    if args.dry_run:
+        for s in kept:
+            say(f"  {s.sweep:<8} {s.label:<10} {s.profile.name}")
+        return 0
+    dev, util = _busy_percent(args.path, roots)
+    if util is not None and util > BUSY_UTIL_PERCENT and not args.force:
+        say(f"iowarden characterize: {dev} is busy ({util:.0f}% util from other work): the sweeps would measure "
+            "that work as much as the volume. Run it idle, or --force")
+        return 1
+    limits = ProbeLimits(max_runtime_seconds=max(60.0, args.step_seconds + 1), max_size_bytes=max(size, 1 << 20),
+                         min_free_bytes=parse_size_bytes(args.min_free_bytes), min_free_ratio=args.min_free_ratio)
+    points: list[ch.Point] = []
+    results = []
+    progress = sys.stderr.isatty() and not args.json
+    interrupted = False
+    written, largest_write, skipped_writes = 0, 0, 0
+    try:
+        for i, step in enumerate(kept, 1):
+            if step.profile.writes and not ch.write_step_allowed(written + layout, largest_write, budget_bytes):
+                skipped_writes += 1
+                continue
+            if progress:
+                print(f"\r[{i}/{len(kept)}] {step.sweep} {step.label}   ", end="", file=sys.stderr, flush=True)
+            r = run_probe("characterize", args.path, step.profile, limits, keep_sizes={step.profile.size_bytes})
+            results.append(r)
+            points.append(_point(step, r))
+            written += r.write_io_bytes
+            largest_write = max(largest_write, r.write_io_bytes)
+    except KeyboardInterrupt:
+        interrupted = True
+    if skipped_writes:
+        say(f"{skipped_writes} write steps left out: another would have passed --budget-bytes {args.budget_bytes}")
+    if progress:
+        print("\r", end="", file=sys.stderr)
+    found = findings(points)
+    doc = {"path": args.path, "device": dev, "started_at": results[0].started_at if results else None,
+           "sweeps": sweeps, "points": [p.__dict__ for p in points], "findings": found, "complete": not interrupted}
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "characterize.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        with open(os.path.join(args.out, "characterize.txt"), "w") as f:
+            f.write(render_tables(points, found) + "\n")
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(render_tables(points, found))
+        if interrupted:
+            print(f"interrupted: {len(points)} of {len(kept)} steps measured, kept above")
+    return 130 if interrupted else (0 if all(p.ok for p in points) else 1)
+
+
+def add_parser(sub, positive_seconds) -> None:
+    c = sub.add_parser("characterize", help="sweep a volume (queue depth, block size, jobs, mix) within a budget")
+    c.add_argument("--path", required=True, help="a directory on the volume (probe file in DIR/.iowarden)")
+    c.add_argument("--sweep", default="qd,bs", help=f"comma-separated: {', '.join(ch.SWEEPS)} (default qd,bs)")
+    c.add_argument("--writes", action="store_true", help="also write sweeps (QD random writes, the write mixes)")
+    c.add_argument("--size", default="1GiB", help="probe file size (the working set of every step)")
+    c.add_argument("--step-seconds", type=positive_seconds, default=3.0, help="measured seconds per step")
+    c.add_argument("--ramp-seconds", type=float, default=1.0, help="warm-up per step, not measured")
+    c.add_argument("--budget-seconds", type=positive_seconds, default=300.0, help="the whole run's time cap")
+    c.add_argument("--budget-bytes", default="4GiB", help="the most the run may write")
+    c.add_argument("--min-free-bytes", default="1GiB", help="never leave less free space than this")
+    c.add_argument("--min-free-ratio", type=float, default=0.10, help="... nor a smaller share of the filesystem")
+    c.add_argument("--force", action="store_true", help="run on a busy device")
+    c.add_argument("--dry-run", action="store_true", help="print the plan and its cost only")
+    c.add_argument("--out", help="write characterize.json and characterize.txt here")
+    c.add_argument("--json", action="store_true", help="every point and the findings as one JSON object")
+    c.set_defaults(func=cmd_characterize)

@@ -1,0 +1,74 @@
+"""`iowarden characterize` on a volume of known limits: a direct-I/O loop XFS under blkio caps."""
+import json
+import subprocess
+import sys
+from contextlib import ExitStack, contextmanager
+
+import pytest
+
+from iowarden.daemon.characterize import BANDWIDTH_BOUND_SHARE, BS_STEPS
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+BLKIO = "/sys/fs/cgroup/blkio"
+
+
+@contextmanager
+def cap(kind: str, major_minor: str, value: int):
+    path = f"{BLKIO}/blkio.throttle.{kind}"
+    with open(path, "w") as f:
+        f.write(f"{major_minor} {value}")
+    try:
+        yield
+    finally:
+        with open(path, "w") as f:
+            f.write(f"{major_minor} 0")
+
+
+def characterize(path, *args):
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path", str(path),
+                        "--size", "128MiB", "--step-seconds", "2", "--ramp-seconds", "0.5", "--json",
+                        "--min-free-bytes", "1MiB", "--min-free-ratio", "0", *args],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return json.loads(r.stdout), r.stderr
+
+
+def test_queue_depth_sweep_finds_the_provisioned_iops_and_the_knee(direct_loop_xfs):
+    iops_cap = 2000
+    with cap("read_iops_device", direct_loop_xfs.major_minor, iops_cap):
+        doc, plan = characterize(direct_loop_xfs.mountpoint, "--sweep", "qd")
+    assert "plan: 7 probes" in plan
+    found = doc["findings"]["qd"]
+    points = {p["value"]: p for p in doc["points"]}
+    print({q: round(p["iops"]) for q, p in points.items()}, found)
+    assert abs(found["saturation_iops"] - iops_cap) <= 0.1 * iops_cap
+    knee = found["knee_depth"]
+    # the knee is where the volume reaches its ceiling: beyond it depth buys latency, not IOPS
+    assert points[knee]["iops"] >= 0.9 * iops_cap
+    deeper = [p for q, p in points.items() if q > knee]
+    assert deeper and all(p["mean_latency_seconds"] > points[knee]["mean_latency_seconds"] for p in deeper)
+    assert knee < 64
+
+
+def test_block_size_sweep_turns_bandwidth_bound_where_the_caps_predict(direct_loop_xfs):
+    iops_cap, bps_cap = 2000, 32 * 1024 * 1024
+    with ExitStack() as stack:
+        stack.enter_context(cap("read_iops_device", direct_loop_xfs.major_minor, iops_cap))
+        stack.enter_context(cap("read_bps_device", direct_loop_xfs.major_minor, bps_cap))
+        doc, _ = characterize(direct_loop_xfs.mountpoint, "--sweep", "bs")
+    # IOPS-bound below: bs x iops_cap; bandwidth-bound from the first block size that reaches the bytes cap
+    predicted = next(b for b in BS_STEPS if b * iops_cap >= BANDWIDTH_BOUND_SHARE * bps_cap)
+    found = doc["findings"]["bs"]
+    print({p["value"]: round(p["bw_bytes"] / 1048576, 1) for p in doc["points"]}, found)
+    assert found["bandwidth_bound_from_bytes"] == predicted
+    assert abs(found["best_bw_bytes"] - bps_cap) <= 0.1 * bps_cap
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(direct_loop_xfs):
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
+                        str(direct_loop_xfs.mountpoint), "--sweep", "qd,bs,jobs", "--dry-run"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "plan: 21 probes" in r.stdout and "randread-4k-qd64" in r.stdout
+    assert not (direct_loop_xfs.mountpoint / ".iowarden").exists() or not any(
+        (direct_loop_xfs.mountpoint / ".iowarden").iterdir())
