@@ -11,11 +11,13 @@ from dataclasses import dataclass, replace
 
 from iowarden.probes.fio_job import ProbeProfile
 
-SWEEPS = ("qd", "bs", "jobs", "mix")
+SWEEPS = ("qd", "bs", "jobs", "mix", "working-set")
 QD_STEPS = (1, 2, 4, 8, 16, 32, 64)
 BS_STEPS = (4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 JOB_STEPS = (1, 2, 4, 8, 16)
 MIX_READ_PERCENT = (100, 50, 0)      # randread, randrw (fio's default 50/50), randwrite
+WORKING_SET_FIRST = 64 * 2 ** 20
+CACHE_DROP = 0.5              # a cache knee: IOPS below half of what the smaller working sets got
 KNEE_LATENCY_GROWTH = 1.0     # past the knee latency grows faster than IOPS (per doubling of depth)
 BANDWIDTH_BOUND_SHARE = 0.9   # bandwidth-bound from the block size reaching 90 % of the sweep's best MB/s
 
@@ -28,7 +30,7 @@ class Step:
 
     @property
     def label(self) -> str:
-        if self.sweep == "bs":
+        if self.sweep in ("bs", "working-set"):
             return _size(self.value)
         if self.sweep == "mix":
             return f"{self.value}% read"
@@ -49,8 +51,17 @@ class Point:
     error: str | None = None
 
 
+def working_sets(largest_bytes: int) -> list[int]:
+    """64 MiB, doubling, up to the largest allowed (the cap, or the free-space floor)."""
+    out, size = [], WORKING_SET_FIRST
+    while size <= largest_bytes:
+        out.append(size)
+        size *= 2
+    return out
+
+
 def plan(sweeps: list[str], size_bytes: int, runtime_seconds: float, ramp_seconds: float,
-         writes: bool) -> list[Step]:
+         writes: bool, largest_working_set: int = 0, buffered: bool = False) -> list[Step]:
     base = ProbeProfile(name="characterize", rw="randread", bs_bytes=4096, iodepth=32, size_bytes=size_bytes,
                         runtime_seconds=runtime_seconds, ramp_time_seconds=ramp_seconds)
     steps: list[Step] = []
@@ -71,21 +82,44 @@ def plan(sweeps: list[str], size_bytes: int, runtime_seconds: float, ramp_second
             for pct in MIX_READ_PERCENT if writes else (100,):
                 rw = "randread" if pct == 100 else ("randwrite" if pct == 0 else "randrw")
                 steps.append(Step("mix", pct, replace(base, name=f"mix-{pct}-read", rw=rw, iodepth=16)))
+        elif sweep == "working-set":
+            # a probe file per size (the one before is removed); each read once in order first, as a
+            # database warms its cache, then randomly: IOPS against how much the reads spread over
+            for ws in working_sets(largest_working_set):
+                warm = (("warm", (("rw", "read"), ("bs", "1048576"), ("iodepth", "4"), ("direct", "0" if buffered
+                         else "1"), ("size", str(ws)), ("runtime", "120"), ("time_based", "0"),
+                         ("invalidate", "0"))),)
+                steps.append(Step("warm", ws, ProbeProfile(name=f"warm-{_size(ws)}", jobs=warm)))
+                # invalidate=0: fio drops the file's cached pages before a job by default, which would
+                # measure a cold cache every time
+                job = (("rw", "randread"), ("bs", "4096"), ("iodepth", "16"), ("direct", "0" if buffered else "1"),
+                       ("size", str(ws)), ("runtime", f"{runtime_seconds:g}"), ("ramp_time", f"{ramp_seconds:g}"),
+                       ("time_based", "1"), ("invalidate", "0"))
+                steps.append(Step("working-set", ws, ProbeProfile(name=f"randread-4k-qd16-ws{_size(ws)}",
+                                                                  jobs=((f"ws{_size(ws)}", job),))))
         else:
             raise ValueError(f"unknown sweep {sweep!r}: one of {', '.join(SWEEPS)}")
     return steps
 
 
+WARM_BYTES_PER_SECOND = 256 * 2 ** 20   # a guess for the estimate: a warm pass reads its file once, in order
+
+
 def step_seconds(step: Step, fio_start_seconds: float = 0.5) -> float:
-    return step.profile.runtime_seconds + step.profile.ramp_time_seconds + fio_start_seconds
+    if step.sweep == "warm":
+        return step.value / WARM_BYTES_PER_SECOND + fio_start_seconds
+    return step.profile.effective_runtime_seconds() + fio_start_seconds
 
 
 def estimate(steps: list[Step], size_bytes: int) -> tuple[float, int, int]:
-    """(seconds, bytes the layout writes, write steps). What a write step writes is what the volume
+    """(seconds, bytes the layouts write, write steps). What a write step writes is what the volume
     takes in its runtime, known only once measured: the run stops the write steps before one could
-    pass the byte budget (write_step_allowed)."""
+    pass the byte budget (write_step_allowed). Laying a file out takes time too (at the volume's
+    sequential speed), not counted here."""
     seconds = sum(step_seconds(s) for s in steps)
-    return seconds, size_bytes, sum(1 for s in steps if s.profile.writes)
+    layouts = {s.profile.size_bytes for s in steps if s.sweep not in ("working-set", "warm")}
+    layout_bytes = (size_bytes if layouts else 0) + sum(s.value for s in steps if s.sweep == "working-set")
+    return seconds, layout_bytes, sum(1 for s in steps if s.profile.writes)
 
 
 def write_step_allowed(written_so_far: int, largest_write_step: int, budget_bytes: int) -> bool:
@@ -133,4 +167,28 @@ def bandwidth_bound_from(points: list[Point]) -> int | None:
 
 
 def _size(b: int) -> str:
+    if b >= 2 ** 30 and b % 2 ** 30 == 0:
+        return f"{b // 2 ** 30}G"
     return f"{b // 1048576}M" if b >= 1048576 and b % 1048576 == 0 else f"{b // 1024}k"
+
+
+def cache_knee(points: list[Point]) -> int | None:
+    """The largest working set still served at the cache's speed: the size before the first one whose
+    IOPS fall below CACHE_DROP of the best smaller one. None: no fall in the sizes measured."""
+    pts = [p for p in sorted(points, key=lambda p: p.value) if p.ok and p.iops > 0]
+    for prev, (i, p) in zip(pts, enumerate(pts[1:], 1)):
+        if p.iops < CACHE_DROP * max(q.iops for q in pts[:i]):
+            return prev.value
+    return None
+
+
+def compare(a: list[dict], b: list[dict]) -> list[tuple[str, int, float | None, float | None, float | None]]:
+    """(sweep, value, IOPS in A, IOPS in B, change B/A - 1) for every point either run measured."""
+    ia = {(p["sweep"], p["value"]): p for p in a}
+    ib = {(p["sweep"], p["value"]): p for p in b}
+    out = []
+    for key in sorted(ia.keys() | ib.keys()):
+        x = ia[key]["iops"] if key in ia and ia[key]["ok"] else None
+        y = ib[key]["iops"] if key in ib and ib[key]["ok"] else None
+        out.append((key[0], key[1], x, y, (y / x - 1) if x and y is not None else None))
+    return out

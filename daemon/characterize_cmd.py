@@ -36,6 +36,15 @@ def _busy_percent(path: str, roots: Roots) -> tuple[str | None, float | None]:
     return dev, rates.util_percent if rates else None
 
 
+def _free_bytes(path: str) -> tuple[int, int] | None:
+    """(free bytes for an unprivileged writer... as root: all free, total) of the path's filesystem."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
 def _point(step: ch.Step, r) -> ch.Point:
     if not r.ok or r.report is None:
         return ch.Point(step.sweep, step.value, 0.0, 0.0, None, None, None, ok=False, error=r.error)
@@ -52,6 +61,9 @@ def findings(points: list[ch.Point]) -> dict:
     if qd:
         depth, sat = ch.knee(qd)
         out["qd"] = {"knee_depth": depth, "saturation_iops": sat}
+    ws = [p for p in points if p.sweep == "working-set"]
+    if ws:
+        out["working-set"] = {"cache_knee_bytes": ch.cache_knee(ws)}
     bs = [p for p in points if p.sweep == "bs"]
     if bs:
         out["bs"] = {"bandwidth_bound_from_bytes": ch.bandwidth_bound_from(bs),
@@ -65,7 +77,8 @@ def render_tables(points: list[ch.Point], found: dict) -> str:
         pts = [p for p in points if p.sweep == sweep]
         head = {"qd": "queue depth (4k random read)", "qd-write": "queue depth (4k random write)",
                 "bs": "block size (random read, QD 16)", "jobs": "jobs (4k random read, QD 8 each)",
-                "mix": "read share (4k random, QD 16)"}[sweep]
+                "mix": "read share (4k random, QD 16)",
+                "working-set": "working set (4k random read, QD 16)"}[sweep]
         rows = [[ch.Step(sweep, p.value, None).label if sweep != "mix" else f"{p.value}%",
                  f"{p.iops:,.0f}" if p.ok else "FAILED", f"{p.bw_bytes / 1048576:,.1f}" if p.ok else p.error,
                  human_seconds(p.mean_latency_seconds), human_seconds(p.p99_seconds),
@@ -77,10 +90,41 @@ def render_tables(points: list[ch.Point], found: dict) -> str:
     if "bs" in found and found["bs"]["bandwidth_bound_from_bytes"]:
         parts.append(f"bandwidth-bound from {ch._size(found['bs']['bandwidth_bound_from_bytes'])} blocks "
                      f"({found['bs']['best_bw_bytes'] / 1048576:,.1f} MiB/s); IOPS-bound below")
+    if "working-set" in found:
+        k = found["working-set"]["cache_knee_bytes"]
+        parts.append(f"cache knee: IOPS fall past a {ch._size(k)} working set" if k else
+                     "no cache knee in the working sets measured")
     return "\n\n".join(parts)
 
 
+def cmd_compare(args) -> int:
+    docs = []
+    for path in args.compare:
+        try:
+            with open(path) as f:
+                docs.append(json.load(f))
+        except (OSError, ValueError) as exc:
+            print(f"iowarden characterize: {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+            return 2
+    rows = ch.compare(docs[0]["points"], docs[1]["points"])
+    out = [{"sweep": sw, "value": v, "a_iops": x, "b_iops": y, "change": c} for sw, v, x, y, c in rows]
+    if args.json:
+        print(json.dumps({"a": args.compare[0], "b": args.compare[1], "points": out}))
+        return 0
+    print(f"A: {args.compare[0]} ({docs[0].get('path')})\nB: {args.compare[1]} ({docs[1].get('path')})")
+    print(table(["sweep", "step", "A IOPS", "B IOPS", "change"],
+                [[sw, ch._size(v) if sw in ("bs", "working-set") else v,
+                  f"{x:,.0f}" if x is not None else "-", f"{y:,.0f}" if y is not None else "-",
+                  f"{c:+.1%}" if c is not None else "-"] for sw, v, x, y, c in rows]))
+    return 0
+
+
 def cmd_characterize(args) -> int:
+    if args.compare:
+        return cmd_compare(args)
+    if not args.path:
+        print("iowarden characterize: --path DIR (or --compare A.json B.json)", file=sys.stderr)
+        return 2
     roots = Roots()
     sweeps = [s.strip() for s in args.sweep.split(",") if s.strip()]
     bad = [s for s in sweeps if s not in ch.SWEEPS]
@@ -89,19 +133,26 @@ def cmd_characterize(args) -> int:
               file=sys.stderr)
         return 2
     size = parse_size_bytes(args.size)
-    steps = ch.plan(sweeps, size, args.step_seconds, args.ramp_seconds, writes=args.writes)
+    largest = parse_size_bytes(args.max_working_set)
+    if "working-set" in sweeps:
+        free = _free_bytes(args.path)
+        floor = max(parse_size_bytes(args.min_free_bytes), int(args.min_free_ratio * (free[1] if free else 0)))
+        if free is not None:
+            largest = min(largest, free[0] - floor)   # never below the free-space floor
+    steps = ch.plan(sweeps, size, args.step_seconds, args.ramp_seconds, writes=args.writes,
+                    largest_working_set=largest, buffered=args.buffered)
     kept, dropped = ch.within_budget(steps, args.budget_seconds)
     seconds, layout, write_steps = ch.estimate(kept, size)
     budget_bytes = parse_size_bytes(args.budget_bytes)
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    say(f"plan: {len(kept)} probes on {args.path} ({', '.join(sweeps)}), about {seconds:.0f} s; writes the "
-        f"{layout / 1048576:,.0f} MiB probe file once"
+    say(f"plan: {len(kept)} probes on {args.path} ({', '.join(sweeps)}), about {seconds:.0f} s; lays out "
+        f"{layout / 1048576:,.0f} MiB of probe files"
         + (f", and {write_steps} write steps what the volume takes in their runtime, stopped before "
            f"--budget-bytes {args.budget_bytes} would be passed" if write_steps else "")
         + (f"; {len(dropped)} steps left out by --budget-seconds {args.budget_seconds:g}" if dropped else ""))
     if layout > budget_bytes:
-        say(f"iowarden characterize: the probe file alone ({layout / 1048576:,.0f} MiB) is over --budget-bytes "
-            f"{args.budget_bytes}: lower --size or raise the budget")
+        say(f"iowarden characterize: the probe files alone ({layout / 1048576:,.0f} MiB) are over --budget-bytes "
+            f"{args.budget_bytes}: lower --size or --max-working-set, or raise the budget")
         return 2
     if args.dry_run:
         for s in kept:
@@ -112,7 +163,8 @@ def cmd_characterize(args) -> int:
         say(f"iowarden characterize: {dev} is busy ({util:.0f}% util from other work): the sweeps would measure "
             "that work as much as the volume. Run it idle, or --force")
         return 1
-    limits = ProbeLimits(max_runtime_seconds=max(60.0, args.step_seconds + 1), max_size_bytes=max(size, 1 << 20),
+    biggest = max([size] + [s.value if s.sweep in ("warm", "working-set") else s.profile.size_bytes for s in kept])
+    limits = ProbeLimits(max_runtime_seconds=max(60.0, args.step_seconds + 1), max_size_bytes=max(biggest, 1 << 20),
                          min_free_bytes=parse_size_bytes(args.min_free_bytes), min_free_ratio=args.min_free_ratio)
     points: list[ch.Point] = []
     results = []
@@ -126,7 +178,10 @@ def cmd_characterize(args) -> int:
                 continue
             if progress:
                 print(f"\r[{i}/{len(kept)}] {step.sweep} {step.label}   ", end="", file=sys.stderr, flush=True)
-            r = run_probe("characterize", args.path, step.profile, limits, keep_sizes={step.profile.size_bytes})
+            size_of = step.value if step.sweep in ("warm", "working-set") else step.profile.size_bytes
+            r = run_probe("characterize", args.path, step.profile, limits, keep_sizes={size_of})
+            if step.sweep == "warm":
+                continue   # a first pass over the file, not a measurement
             results.append(r)
             points.append(_point(step, r))
             written += r.write_io_bytes
@@ -157,7 +212,13 @@ def cmd_characterize(args) -> int:
 
 def add_parser(sub, positive_seconds) -> None:
     c = sub.add_parser("characterize", help="sweep a volume (queue depth, block size, jobs, mix) within a budget")
-    c.add_argument("--path", required=True, help="a directory on the volume (probe file in DIR/.iowarden)")
+    c.add_argument("--path", help="a directory on the volume (probe file in DIR/.iowarden)")
+    c.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                   help="two runs' characterize.json side by side, with the change per point")
+    c.add_argument("--max-working-set", default="4GiB", help="the working-set sweep's largest file (and never "
+                   "past the free-space floor)")
+    c.add_argument("--buffered", action="store_true", help="working-set sweep through the page cache (its knee "
+                   "is then the cache's size)")
     c.add_argument("--sweep", default="qd,bs", help=f"comma-separated: {', '.join(ch.SWEEPS)} (default qd,bs)")
     c.add_argument("--writes", action="store_true", help="also write sweeps (QD random writes, the write mixes)")
     c.add_argument("--size", default="1GiB", help="probe file size (the working set of every step)")

@@ -1,7 +1,9 @@
 """`iowarden characterize` on a volume of known limits: a direct-I/O loop XFS under blkio caps."""
 import json
+import os
 import subprocess
 import sys
+import time
 from contextlib import ExitStack, contextmanager
 
 import pytest
@@ -72,6 +74,43 @@ def test_block_size_sweep_turns_bandwidth_bound_where_the_caps_predict(direct_lo
     print({p["value"]: round(p["bw_bytes"] / 1048576, 1) for p in doc["points"]}, found)
     assert found["bandwidth_bound_from_bytes"] == predicted
     assert abs(found["best_bw_bytes"] - bps_cap) <= 0.1 * bps_cap
+
+
+@contextmanager
+def memory_cgroup(limit_bytes: int):
+    """A memory cgroup (v1) of our own: the page cache of what runs in it is held to the limit."""
+    path = f"/sys/fs/cgroup/memory/iowarden-test-{os.getpid()}"
+    os.mkdir(path)
+    try:
+        with open(f"{path}/memory.limit_in_bytes", "w") as f:
+            f.write(str(limit_bytes))
+        yield path
+    finally:
+        for _ in range(50):   # empty once its processes are gone
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.2)
+
+
+def test_working_set_sweep_finds_a_page_cache_of_known_size(direct_loop_xfs):
+    # a real cache in front of the volume: the page cache, held to 192 MiB for the sweep's processes
+    limit = 192 * 2 ** 20
+    with memory_cgroup(limit) as cg:
+        def join():
+            with open(f"{cg}/cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+        r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
+                            str(direct_loop_xfs.mountpoint), "--sweep", "working-set", "--buffered",
+                            "--max-working-set", "512MiB", "--step-seconds", "2", "--ramp-seconds", "1", "--json",
+                            "--min-free-bytes", "1MiB", "--min-free-ratio", "0"],
+                           capture_output=True, text=True, timeout=600, preexec_fn=join)
+    assert r.returncode == 0, r.stderr + r.stdout
+    doc = json.loads(r.stdout)
+    knee = doc["findings"]["working-set"]["cache_knee_bytes"]
+    print({p["value"] >> 20: round(p["iops"]) for p in doc["points"]}, knee)
+    assert knee is not None and limit / 2 <= knee <= limit * 2, knee
 
 
 def test_dry_run_prints_the_plan_and_runs_nothing(direct_loop_xfs):

@@ -49,3 +49,24 @@ def test_the_plan_its_time_budget_and_the_write_budget():
         ch.plan(["zz"], 2 ** 30, 3.0, 1.0, writes=False)
     # every block-size step keeps the one probe file (no second layout)
     assert {s.profile.size_bytes for s in steps if s.sweep == "bs"} == {2 ** 30}
+
+
+def test_the_cache_knee_is_the_last_working_set_served_at_the_cache_speed():
+    mk = lambda ws, iops: ch.Point("working-set", ws * 2 ** 20, iops, iops * 4096, None, None, None)  # noqa: E731
+    assert ch.cache_knee([mk(64, 370e3), mk(128, 345e3), mk(256, 17e3), mk(512, 7e3)]) == 128 * 2 ** 20
+    assert ch.cache_knee([mk(64, 9e3), mk(128, 8.5e3), mk(256, 9.1e3)]) is None   # no cache in the sizes swept
+    steps = ch.plan(["working-set"], 2 ** 30, 2.0, 1.0, writes=False, largest_working_set=300 * 2 ** 20,
+                    buffered=True)
+    assert [(s.sweep, s.value >> 20) for s in steps] == [("warm", 64), ("working-set", 64), ("warm", 128),
+                                                         ("working-set", 128), ("warm", 256), ("working-set", 256)]
+    measured = steps[1].profile.job_dicts()[0][1]
+    assert measured["invalidate"] == "0" and measured["direct"] == "0"   # the warmed cache is what is measured
+    assert ch.step_seconds(steps[1]) == pytest.approx(3.5)
+
+
+def test_compare_puts_two_runs_side_by_side():
+    a = [{"sweep": "qd", "value": 1, "iops": 1000.0, "ok": True}, {"sweep": "qd", "value": 2, "iops": 1800.0, "ok": True}]
+    b = [{"sweep": "qd", "value": 1, "iops": 1500.0, "ok": True}, {"sweep": "qd", "value": 4, "iops": 3000.0, "ok": True}]
+    rows = ch.compare(a, b)
+    assert rows[0] == ("qd", 1, 1000.0, 1500.0, pytest.approx(0.5))
+    assert rows[1] == ("qd", 2, 1800.0, None, None) and rows[2] == ("qd", 4, None, 3000.0, None)
