@@ -107,6 +107,14 @@ def cmd_compare(args) -> int:
             print(f"iowarden characterize: {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
             return 2
     rows = ch.compare(docs[0]["points"], docs[1]["points"])
+    if args.out:
+        from . import characterize_plots
+        os.makedirs(args.out, exist_ok=True)
+        if characterize_plots.available():
+            path = characterize_plots.write_compare_plot(rows, (os.path.basename(args.compare[0]),
+                                                               os.path.basename(args.compare[1])),
+                                                         os.path.join(args.out, "compare.png"))
+            print(f"plot: {path}", file=sys.stderr)
     out = [{"sweep": sw, "value": v, "a_iops": x, "b_iops": y, "change": c} for sw, v, x, y, c in rows]
     if args.json:
         print(json.dumps({"a": args.compare[0], "b": args.compare[1], "points": out}))
@@ -201,6 +209,12 @@ def cmd_characterize(args) -> int:
             json.dump(doc, f, indent=1)
         with open(os.path.join(args.out, "characterize.txt"), "w") as f:
             f.write(render_tables(points, found) + "\n")
+        from . import characterize_plots
+        if characterize_plots.available():
+            made = characterize_plots.write_plots(points, found, args.out, f"{args.path} ({dev or 'device ?'})")
+            say("plots: " + ", ".join(made))
+        else:
+            say("no plots: they need matplotlib (pip install 'iowarden[plots]', or python3-matplotlib)")
     if args.json:
         print(json.dumps(doc))
     else:

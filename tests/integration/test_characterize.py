@@ -94,7 +94,8 @@ def memory_cgroup(limit_bytes: int):
                 time.sleep(0.2)
 
 
-def test_working_set_sweep_finds_a_page_cache_of_known_size(direct_loop_xfs):
+def test_working_set_sweep_finds_a_page_cache_of_known_size(direct_loop_xfs, tmp_path):
+    out = tmp_path / "out"
     # a real cache in front of the volume: the page cache, held to 192 MiB for the sweep's processes
     limit = 192 * 2 ** 20
     with memory_cgroup(limit) as cg:
@@ -104,13 +105,17 @@ def test_working_set_sweep_finds_a_page_cache_of_known_size(direct_loop_xfs):
         r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
                             str(direct_loop_xfs.mountpoint), "--sweep", "working-set", "--buffered",
                             "--max-working-set", "512MiB", "--step-seconds", "2", "--ramp-seconds", "1", "--json",
-                            "--min-free-bytes", "1MiB", "--min-free-ratio", "0"],
+                            "--min-free-bytes", "1MiB", "--min-free-ratio", "0", "--out", str(out)],
                            capture_output=True, text=True, timeout=600, preexec_fn=join)
     assert r.returncode == 0, r.stderr + r.stdout
     doc = json.loads(r.stdout)
     knee = doc["findings"]["working-set"]["cache_knee_bytes"]
     print({p["value"] >> 20: round(p["iops"]) for p in doc["points"]}, knee)
     assert knee is not None and limit / 2 <= knee <= limit * 2, knee
+    # the run's record and a plot a person reads at a glance, drawn by matplotlib
+    assert json.loads((out / "characterize.json").read_text())["findings"] == doc["findings"]
+    assert "cache knee: IOPS fall past a" in (out / "characterize.txt").read_text()
+    assert (out / "working-set.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_dry_run_prints_the_plan_and_runs_nothing(direct_loop_xfs):
