@@ -227,7 +227,7 @@ def cmd_characterize(args) -> int:
 def add_parser(sub, positive_seconds) -> None:
     c = sub.add_parser("characterize", help="sweep a volume (queue depth, block size, jobs, mix) within a budget")
     c.add_argument("--path", help="a directory on the volume (probe file in DIR/.iowarden)")
-    c.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+    c.add_argument("--compare", nargs=2, metavar="RUN.json",
                    help="two runs' characterize.json side by side, with the change per point")
     c.add_argument("--max-working-set", default="4GiB", help="the working-set sweep's largest file (and never "
                    "past the free-space floor)")
