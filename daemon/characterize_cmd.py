@@ -15,9 +15,11 @@ from iowarden.probes.common import Roots, parse_size_bytes
 from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
 
 from . import characterize as ch
+from .health import CAPABILITY_PROFILE
 from .tables import human_seconds, table
 
 BUSY_UTIL_PERCENT = 20.0
+
 
 
 def _busy_percent(path: str, roots: Roots) -> tuple[str | None, float | None]:
@@ -95,6 +97,28 @@ def render_tables(points: list[ch.Point], found: dict) -> str:
         parts.append(f"cache knee: IOPS fall past a {ch._size(k)} working set" if k else
                      "no cache knee in the working sets measured")
     return "\n\n".join(parts)
+
+
+def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict) -> str:
+    """The run's saturation figures, kept in the state database under the volume's identity: `status` shows
+    them and the daemon measures each disk's load against them (headroom, and the ceiling it sits at)."""
+    from iowarden.probes import blockqueue
+    from . import config as configmod
+    from .state import State
+    cfg = configmod.load(config_path)
+    devices = blockqueue.read_sysfs_and_superblocks(roots)
+    identity = devices[dev].identity if dev in devices else f"kernel:{dev}"
+    cap = {"saturation_iops": doc["findings"]["qd"]["saturation_iops"],
+           "knee_depth": doc["findings"]["qd"]["knee_depth"],
+           "bandwidth_bytes": (doc["findings"].get("bs") or {}).get("best_bw_bytes"),
+           "path": doc["path"], "device": dev, "measured_at": doc["started_at"]}
+    state = State(os.path.join(cfg.section("daemon")["state_dir"], "state.db"))
+    try:
+        state.save_baseline(identity, CAPABILITY_PROFILE, "characterize", time.time(), cap)
+    finally:
+        state.close()
+    return (f"capability of {identity} stored: {cap['saturation_iops']:,.0f} IOPS"
+            + (f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap["bandwidth_bytes"] else ""))
 
 
 def cmd_compare(args) -> int:
@@ -215,6 +239,8 @@ def cmd_characterize(args) -> int:
             say("plots: " + ", ".join(made))
         else:
             say("no plots: they need matplotlib (pip install 'iowarden[plots]', or python3-matplotlib)")
+    if args.config and not interrupted and found.get("qd", {}).get("saturation_iops"):
+        say(store_capability(args.config, dev, roots, doc))
     if args.json:
         print(json.dumps(doc))
     else:
@@ -227,6 +253,8 @@ def cmd_characterize(args) -> int:
 def add_parser(sub, positive_seconds) -> None:
     c = sub.add_parser("characterize", help="sweep a volume (queue depth, block size, jobs, mix) within a budget")
     c.add_argument("--path", help="a directory on the volume (probe file in DIR/.iowarden)")
+    c.add_argument("-c", "--config", help="the daemon's configuration: store the result as the volume's "
+                   "capability in its state database (status shows it; /metrics the headroom)")
     c.add_argument("--compare", nargs=2, metavar="RUN.json",
                    help="two runs' characterize.json side by side, with the change per point")
     c.add_argument("--max-working-set", default="4GiB", help="the working-set sweep's largest file (and never "

@@ -22,6 +22,7 @@ log = logging.getLogger("iowarden")
 
 FAILURES_BEFORE_ALERT = 2
 PASSIVE_PROFILE = "passive"
+CAPABILITY_PROFILE = "capability"
 CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
 CONTENDED_RECOVERED = 0.75
 
@@ -75,8 +76,8 @@ class Health:
         # filesystem is no longer mounted must not be probed on the disk beneath it
         self.pins: dict[str, str] = state.pins()
         for identity, profile, metric, learned_at, st in state.load_baselines():
-            if profile == PASSIVE_PROFILE:
-                continue   # the passive detector's curves (passive_part)
+            if profile in (PASSIVE_PROFILE, CAPABILITY_PROFILE):
+                continue   # the passive detector's curves (passive_part), characterize's capability
             self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
             self.learned_at[(identity, profile, metric)] = learned_at
         for a in state.alerts(open_only=True):

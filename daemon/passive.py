@@ -135,6 +135,8 @@ class DeviceView:
     peer_ratio: float | None       # median latency over peers' median, recent windows
     ceiling: str | None            # "2,000 IOPS" while at its limit
     flagged: tuple[str, ...]       # kinds raised
+    capability: tuple = (None, None)   # (IOPS, bytes/s) from `iowarden characterize`, when run
+    load_ratio: dict = field(default_factory=dict)   # "iops"/"bandwidth" -> last window's load over capability
 
 
 @dataclass
@@ -150,6 +152,7 @@ class _Device:
     sat_ring: deque = field(default_factory=deque)        # (iops, kib/s, queue, util, await) or None
     flagged: dict = field(default_factory=dict)           # kind -> evidence while raised
     last_traffic: float | None = None
+    last_total: tuple = (0.0, 0.0)                        # the last window's IOPS and bytes/s, both directions
     last_ratio: dict = field(default_factory=dict)
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None
@@ -193,6 +196,7 @@ class PassiveDetector:
     def __init__(self, params: PassiveParams = PassiveParams(), curves: dict | None = None):
         self.p = params
         self.devices: dict[str, _Device] = {}
+        self.capability: dict[str, tuple] = {}   # device -> (IOPS, bytes/s) a characterisation measured
         for (device, direction, unit), st in (curves or {}).items():
             self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
 
@@ -400,6 +404,8 @@ class PassiveDetector:
     # -- saturation ---------------------------------------------------------------------------
     def _judge_saturation(self, w: Window, flows: dict) -> list[Transition]:
         d = self._dev(w.device)
+        d.last_total = (sum(f.iops or 0.0 for f in w.flows.values()),
+                        sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024)
         if not flows or w.util_percent is None or w.queue_size is None:
             d.sat_ring.append(None)
         else:
@@ -424,7 +430,12 @@ class PassiveDetector:
             value, unit = ceiling
             shown = f"{value:,.0f} IOPS" if unit == "IOPS" else f"{value / 1024:,.1f} MiB/s"
             d.ceiling = shown
-            ev = {"ceiling": round(value, 1), "ceiling_unit": unit,
+            cap_iops, cap_bw = self.capability.get(w.device, (None, None))
+            measured = cap_iops if unit == "IOPS" else (cap_bw / 1024 if cap_bw else None)
+            if measured:
+                shown += (f" (its characterized saturation: {measured:,.0f} IOPS)" if unit == "IOPS" else
+                          f" (its characterized saturation: {measured / 1024:,.1f} MiB/s)")
+            ev = {"ceiling": round(value, 1), "ceiling_unit": unit, "characterized": measured,
                   "queue": round(statistics.fmean(s[2] for s in busy), 1),
                   "await_ms": round(statistics.fmean(s[4] for s in busy), 2),
                   "util_percent": round(statistics.fmean(s[3] for s in busy), 1)}
@@ -463,8 +474,14 @@ class PassiveDetector:
             learned = {}
             for (direction, _unit), c in d.curves.items():
                 learned[direction] = learned.get(direction, 0) + c.windows()
+            cap = self.capability.get(name, (None, None))
+            ratio = {}
+            if cap[0]:
+                ratio["iops"] = d.last_total[0] / cap[0]
+            if cap[1]:
+                ratio["bandwidth"] = d.last_total[1] / cap[1]
             out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
-                                  tuple(sorted(d.flagged))))
+                                  tuple(sorted(d.flagged)), cap, ratio))
         return tuple(out)
 
     def curves_state(self) -> dict:

@@ -17,6 +17,7 @@ from collections import defaultdict
 
 from iowarden.probes import diskstats
 
+from .health import CAPABILITY_PROFILE
 from .passive import PassiveDetector, PassiveParams, Window
 
 log = logging.getLogger("iowarden")
@@ -60,6 +61,7 @@ class PassiveWatch:
                   for ident, profile, metric, _, st in state.load_baselines()
                   if profile == PASSIVE_PROFILE and metric.startswith("curve:")}
         self.detector = PassiveDetector(params, curves)
+        self._load_capability()
         self._start: diskstats.DiskSample | None = None
         self._windows = 0
         self.views: tuple = ()                # (kernel name, identity, DeviceView), replaced whole
@@ -95,8 +97,15 @@ class PassiveWatch:
         if self._windows >= SAVE_EVERY_WINDOWS or transitions:   # `status` sees a new verdict at once
             self.save()
 
+    def _load_capability(self) -> None:
+        """What `iowarden characterize -c` measured, per identity (it may run while the daemon does)."""
+        self.detector.capability = {
+            ident: (st.get("saturation_iops"), st.get("bandwidth_bytes"))
+            for ident, profile, metric, _, st in self.state.load_baselines() if profile == CAPABILITY_PROFILE}
+
     def save(self) -> None:
         self._windows = 0
+        self._load_capability()
         now = time.time()
         for (ident, direction, unit), st in self.detector.curves_state().items():
             self.state.save_baseline(ident, PASSIVE_PROFILE, f"curve:{direction}:{unit}", now, st)

@@ -16,6 +16,7 @@ from iowarden.probes.common import Roots
 from .config import Config
 from .detect import Detector, DetectorParams
 from .exporters.prometheus import BAND_SPREADS
+from .health import CAPABILITY_PROFILE
 from .passive_part import PASSIVE_PROFILE
 from .tables import human_metric, human_seconds
 from .scheduler import Budget
@@ -33,7 +34,7 @@ def baseline_rows(state: State, params: DetectorParams = DetectorParams()) -> li
     """Each baseline as the detector sees it: None (and `learning`) until warm-up is done."""
     rows = []
     for identity, profile, metric, learned_at, st in state.load_baselines():
-        if profile == PASSIVE_PROFILE:
+        if profile in (PASSIVE_PROFILE, CAPABILITY_PROFILE):
             continue
         det = Detector.from_state(st, params)
         base = det.baseline()
@@ -71,6 +72,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             "drift": [{"at": at, "device": d, "identity": i, "setting": s, "old": o, "new": n}
                       for at, d, i, s, o, n in state.drift_events()[-20:]],
             "budget": {disk: budget.status(disk, now) for disk in budget.disks()},
+            "capability": {i: st for i, p, m, at, st in state.load_baselines() if p == CAPABILITY_PROFILE},
             "passive": sorted(({"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
                                if p == PASSIVE_PROFILE and m == "view"), key=lambda v: v["device"]),
         }
@@ -98,6 +100,11 @@ def render(st: dict, table) -> str:
     if st.get("passive"):
         out.append(render_passive(st["passive"], table))
         out.append("")
+    for identity, cap in sorted((st.get("capability") or {}).items()):
+        bw = f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap.get("bandwidth_bytes") else ""
+        out.append(f"capability {identity} ({cap.get('device')}): {cap['saturation_iops']:,.0f} IOPS{bw}, knee at "
+                   f"queue depth {cap.get('knee_depth')} (characterized "
+                   f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(cap['measured_at'] or 0))})")
     if st["alerts"]:
         for a in st["alerts"]:
             ack = f" (acknowledged: {a['ack_note'] or 'no note'})" if a.get("acked_at") else ""

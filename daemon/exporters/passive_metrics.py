@@ -18,7 +18,20 @@ def passive_families(s):
                              "(median of recent windows)", labels=labels)
     state = GaugeMetricFamily("iowarden_passive_state", "1 while the passive detector holds this kind of "
                               "verdict open on the device (self, peers, saturation)", labels=labels + ["kind"])
+    cap_iops = GaugeMetricFamily("iowarden_passive_capability_iops", "Saturation IOPS `iowarden characterize` "
+                                 "measured on the volume", labels=labels)
+    cap_bw = GaugeMetricFamily("iowarden_passive_capability_bytes_per_second", "Best bandwidth `iowarden "
+                               "characterize` measured on the volume", labels=labels)
+    load = GaugeMetricFamily("iowarden_passive_load_ratio", "The last window's load over the volume's characterized "
+                             "capability (1 = at it; the headroom is what is left)", labels=labels + ["resource"])
     for name, ident, v in s.passive:
+        lab = [name, ident]
+        if v.capability[0]:
+            cap_iops.add_metric(lab, v.capability[0])
+        if v.capability[1]:
+            cap_bw.add_metric(lab, v.capability[1])
+        for resource, r in sorted(v.load_ratio.items()):
+            load.add_metric(lab + [resource], r)
         lab = [name, ident]
         for direction, r in sorted(v.slowdown_ratio.items()):
             ratio.add_metric(lab + [direction], r)
@@ -30,4 +43,4 @@ def passive_families(s):
             peer.add_metric(lab, v.peer_ratio)
         for kind in KINDS:
             state.add_metric(lab + [kind], 1 if kind in v.flagged else 0)
-    yield from (ratio, expected, learned, peer, state)
+    yield from (ratio, expected, learned, peer, state, cap_iops, cap_bw, load)

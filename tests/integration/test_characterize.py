@@ -44,11 +44,13 @@ def qd1_iops(path) -> float:
     return json.loads(r.stdout)[0]["read_iops"]
 
 
-def test_queue_depth_sweep_finds_the_provisioned_iops_and_the_knee(direct_loop_xfs):
+def test_queue_depth_sweep_finds_the_provisioned_iops_and_the_knee(direct_loop_xfs, tmp_path):
     # a ceiling above what one I/O at a time reaches: depth helps up to it, then only adds latency
     iops_cap = int(1.6 * qd1_iops(direct_loop_xfs.mountpoint))
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
     with cap("read_iops_device", direct_loop_xfs.major_minor, iops_cap):
-        doc, plan = characterize(direct_loop_xfs.mountpoint, "--sweep", "qd")
+        doc, plan = characterize(direct_loop_xfs.mountpoint, "--sweep", "qd", "-c", str(cfg))
     assert "plan: 7 probes" in plan
     found = doc["findings"]["qd"]
     points = {p["value"]: p for p in doc["points"]}
@@ -60,6 +62,13 @@ def test_queue_depth_sweep_finds_the_provisioned_iops_and_the_knee(direct_loop_x
     deeper = [p for q, p in points.items() if q > knee]
     assert deeper and all(p["mean_latency_seconds"] > points[knee]["mean_latency_seconds"] for p in deeper)
     assert knee < 64, knee   # found before the deepest step
+    # stored as the volume's capability: status shows it (and the daemon measures load against it)
+    assert "capability of " in plan and "stored" in plan
+    status = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "status", "-c", str(cfg)],
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    line = next(x for x in status.stdout.splitlines() if x.startswith("capability "))
+    assert f"({direct_loop_xfs.name}): {found['saturation_iops']:,.0f} IOPS" in line, line
 
 
 def test_block_size_sweep_turns_bandwidth_bound_where_the_caps_predict(direct_loop_xfs):

@@ -35,6 +35,7 @@ def snapshot(tree):
     # the passive detector fed the same window a few times: curves learned, a verdict per device
     ident = {n: devices[n].identity if n in devices else f"kernel:{n}" for n in rates}
     det = PassiveDetector(PassiveParams(bin_min_windows=3))
+    det.capability = {ident["sda"]: (20000.0, 200e6)}   # as `iowarden characterize -c` stores it
     groups = [tuple(ident.get(m, m) for m in g) for g in peer_groups(devices)]
     for i in range(5):
         det.observe([Window.from_rates(ident[n], 1.7e9 + 15 * i, r) for n, r in sorted(rates.items())], groups)

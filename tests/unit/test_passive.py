@@ -259,3 +259,16 @@ def test_status_shows_every_disk_as_the_passive_detector_judged_it():
          "ceiling": "2,000 IOPS", "flagged": ["saturation"]}], table)
     assert "1.10x of 250 µs" in text or "1.10x of 250 us" in text, text
     assert "at its limit (2,000 IOPS)" in text and "learning (4 windows)" in text
+
+
+def test_the_ceiling_is_set_beside_the_characterized_capability_and_load_is_measured_against_it():
+    det = PassiveDetector()
+    det.capability = {"nvme1n1": (2100.0, None)}
+    events = []
+    for i in range(8):
+        events += det.observe([pt.window("nvme1n1", i, 2000 * (1 + 0.01 * (-1) ** i), 12.0, queue=24.0,
+                                         util=100.0)])
+    (raised,) = [t for t in events if t.state == "raised"]
+    assert "at its limit: 2,000 IOPS (its characterized saturation: 2,100 IOPS)" in raised.summary
+    (view,) = det.views()
+    assert view.capability == (2100.0, None) and view.load_ratio["iops"] == pytest.approx(2000 / 2100, rel=0.02)
