@@ -18,7 +18,7 @@ JOB_STEPS = (1, 2, 4, 8, 16)
 MIX_READ_PERCENT = (100, 50, 0)      # randread, randrw (fio's default 50/50), randwrite
 WORKING_SET_FIRST = 64 * 2 ** 20
 CACHE_DROP = 0.5              # a cache knee: IOPS below half of what the smaller working sets got
-KNEE_LATENCY_GROWTH = 1.0     # past the knee latency grows faster than IOPS (per doubling of depth)
+KNEE_SHARE = 0.9              # the knee: the shallowest depth within 10 % of the saturation IOPS
 BANDWIDTH_BOUND_SHARE = 0.9   # bandwidth-bound from the block size reaching 90 % of the sweep's best MB/s
 
 
@@ -141,19 +141,14 @@ def within_budget(steps: list[Step], budget_seconds: float) -> tuple[list[Step],
 def knee(points: list[Point]) -> tuple[int | None, float | None]:
     """(the knee's queue depth, the saturation IOPS) of a depth sweep.
 
-    The knee is the last depth before the first doubling that buys less IOPS than it costs in
-    latency (IOPS x g, mean latency x more than g); the saturation IOPS the best measured."""
+    The saturation IOPS is the best measured; the knee the shallowest depth within KNEE_SHARE of
+    it. Past the knee a doubling buys at most about a tenth more IOPS while, by Little's law,
+    the latency nearly doubles: IOPS grow less than latency."""
     pts = [p for p in sorted(points, key=lambda p: p.value) if p.ok and p.iops > 0]
     if not pts:
         return None, None
     best = max(p.iops for p in pts)
-    for a, b in zip(pts, pts[1:]):
-        if a.mean_latency_seconds and b.mean_latency_seconds:
-            iops_gain = b.iops / a.iops
-            latency_gain = b.mean_latency_seconds / a.mean_latency_seconds
-            if latency_gain > iops_gain * KNEE_LATENCY_GROWTH and iops_gain < 1.5:
-                return a.value, best
-    return pts[-1].value, best
+    return next(p.value for p in pts if p.iops >= KNEE_SHARE * best), best
 
 
 def bandwidth_bound_from(points: list[Point]) -> int | None:

@@ -40,10 +40,12 @@ def write_plots(points: list[ch.Point], found: dict, out_dir: str, title: str) -
         ax.set_xscale("log", base=2)
         ax.set_xlabel("queue depth (4k random read)")
         ax.set_ylabel("IOPS", color="tab:blue")
+        ax.set_ylim(bottom=0)
         ax2 = ax.twinx()
         ax2.plot([p.value for p in pts], [(p.p99_seconds or 0) * 1000 for p in pts], "s--", color="tab:red",
                  label="p99")
         ax2.set_ylabel("p99 latency (ms)", color="tab:red")
+        ax2.set_ylim(bottom=0)
         knee = found.get("qd", {}).get("knee_depth")
         if knee:
             ax.axvline(knee, color="gray", linestyle=":")
@@ -58,9 +60,11 @@ def write_plots(points: list[ch.Point], found: dict, out_dir: str, title: str) -
         ax.set_xscale("log", base=2)
         ax.set_xlabel("block size (KiB), random read QD 16")
         ax.set_ylabel("MiB/s", color="tab:green")
+        ax.set_ylim(bottom=0)
         ax2 = ax.twinx()
         ax2.plot([p.value / 1024 for p in pts], [p.iops for p in pts], "s--", color="tab:blue")
         ax2.set_ylabel("IOPS", color="tab:blue")
+        ax2.set_ylim(bottom=0)
         turn = found.get("bs", {}).get("bandwidth_bound_from_bytes")
         if turn:
             ax.axvline(turn / 1024, color="gray", linestyle=":")
@@ -119,10 +123,10 @@ def write_compare_plot(rows, names: tuple[str, str], out_path: str) -> str:
 
 def _plain_ticks(fig) -> None:
     """1, 2, 4, ... 64 on a log-2 axis, not 2^0 .. 2^6."""
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter
     for ax in fig.axes:
         if ax.get_xscale() == "log":
-            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
 
 
 def _save(fig, plt, out_dir: str, name: str) -> str:

@@ -136,3 +136,28 @@ def test_dry_run_prints_the_plan_and_runs_nothing(direct_loop_xfs):
     assert r.returncode == 0 and "plan: 21 probes" in r.stdout and "randread-4k-qd64" in r.stdout
     after = sorted((p.name, p.stat().st_mtime_ns) for p in probe_dir.iterdir()) if probe_dir.exists() else None
     assert after == before   # no probe file laid out or touched
+
+
+def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_loop_xfs, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
+                        str(direct_loop_xfs.mountpoint), "--sweep", "qd", "--writes", "--size", "64MiB",
+                        "--step-seconds", "1", "--ramp-seconds", "0", "--budget-seconds", "6",
+                        "--budget-bytes", "200MiB", "--json", "--min-free-bytes", "1MiB", "--min-free-ratio", "0"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    # 6 s hold four 1.5 s steps of the fourteen (7 read depths, 7 write depths)
+    assert "10 steps left out by --budget-seconds 6" in r.stderr, r.stderr
+    assert len(doc["points"]) == 4 and {p["sweep"] for p in doc["points"]} == {"qd"}
+    # bytes: a write sweep that would pass 200 MiB is stopped before the step that could
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
+                        str(direct_loop_xfs.mountpoint), "--sweep", "qd", "--writes", "--size", "64MiB",
+                        "--step-seconds", "1", "--ramp-seconds", "0", "--budget-bytes", "200MiB", "--json",
+                        "--min-free-bytes", "1MiB", "--min-free-ratio", "0"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    writes = [p for p in doc["points"] if p["sweep"] == "qd-write"]
+    written = sum(p["bw_bytes"] * 1.0 for p in writes)   # 1 s steps: bytes/s is bytes
+    assert written + 64 * 2 ** 20 <= 200 * 2 ** 20 * 1.02, written
+    assert len(writes) < 7 and "write steps left out: another would have passed --budget-bytes" in r.stderr

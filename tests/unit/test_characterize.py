@@ -70,3 +70,27 @@ def test_compare_puts_two_runs_side_by_side():
     rows = ch.compare(a, b)
     assert rows[0] == ("qd", 1, 1000.0, 1500.0, pytest.approx(0.5))
     assert rows[1] == ("qd", 2, 1800.0, None, None) and rows[2] == ("qd", 4, None, 3000.0, None)
+
+
+def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tmp_path):
+    import numpy as np
+    from matplotlib.image import imread
+
+    from iowarden.daemon import characterize_plots as cp
+    pts = qd_points(cap=20000.0)
+    pts += [ch.Point("bs", b, min(2000, 2 ** 25 / b), min(2000 * b, 2 ** 25), None, None, None) for b in ch.BS_STEPS]
+    pts += [ch.Point("working-set", w << 20, i, 0, None, None, None) for w, i in ((64, 3.7e5), (128, 3.4e5), (256, 1.7e4))]
+    found = {"qd": {"knee_depth": 8}, "bs": {"bandwidth_bound_from_bytes": 16384},
+             "working-set": {"cache_knee_bytes": 128 << 20}}
+    made = cp.write_plots(pts, found, str(tmp_path), "test volume")
+    assert [p.rsplit("/", 1)[1] for p in made] == ["qd.png", "bs.png", "working-set.png"]
+    colours = {"qd.png": (0x1f, 0x77, 0xb4), "bs.png": (0x2c, 0xa0, 0x2c), "working-set.png": (0x94, 0x67, 0xbd)}
+    for path in made:
+        img = imread(path)
+        assert img.shape[:2] == (462, 770)                     # 7 x 4.2 inches at 110 dpi
+        rgb = (img[:, :, :3] * 255).round().astype(int)
+        want = np.array(colours[path.rsplit("/", 1)[1]])
+        assert (np.abs(rgb - want).sum(axis=2) < 10).sum() > 500, path   # the series is drawn, not just axes
+    rows = ch.compare([p.__dict__ for p in pts], [{**p.__dict__, "iops": p.iops * 2} for p in pts])
+    compare = cp.write_compare_plot(rows, ("a.json", "b.json"), str(tmp_path / "compare.png"))
+    assert imread(compare).shape[0] > 462 * 2                 # one panel per sweep
