@@ -119,14 +119,20 @@ def wait_for(fn, timeout=30, what="condition"):
 
 
 @contextmanager
-def read_iops_cap(major_minor: str, iops: int):
-    """Cap one device's reads at `iops` with a cgroup v1 blkio throttle, as a cloud volume's
-    provisioned IOPS (or an exhausted burst budget) caps it. The rule is removed by its device id
-    on exit. Tests run in the root blkio cgroup: the cap applies to them and the daemons they start."""
-    with open(BLKIO_READ_IOPS, "w") as f:
-        f.write(f"{major_minor} {iops}")
+def blkio_cap(kind: str, major_minor: str, value: int):
+    """Cap one device with a cgroup v1 blkio throttle (kind: read_iops_device, write_iops_device,
+    read_bps_device, write_bps_device), as a cloud volume's provisioned IOPS or throughput (or an
+    exhausted burst budget) caps it. The rule is removed by its device id on exit. Tests run in the
+    root blkio cgroup: the cap applies to them and the daemons they start."""
+    path = f"/sys/fs/cgroup/blkio/blkio.throttle.{kind}"
+    with open(path, "w") as f:
+        f.write(f"{major_minor} {value}")
     try:
         yield
     finally:
-        with open(BLKIO_READ_IOPS, "w") as f:
+        with open(path, "w") as f:
             f.write(f"{major_minor} 0")
+
+
+def read_iops_cap(major_minor: str, iops: int):
+    return blkio_cap("read_iops_device", major_minor, iops)

@@ -9,23 +9,9 @@ from contextlib import ExitStack, contextmanager
 import pytest
 
 from iowarden.daemon.characterize import BANDWIDTH_BOUND_SHARE, BS_STEPS
+from tests.integration.helpers import blkio_cap as cap
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-BLKIO = "/sys/fs/cgroup/blkio"
-
-
-@contextmanager
-def cap(kind: str, major_minor: str, value: int):
-    path = f"{BLKIO}/blkio.throttle.{kind}"
-    with open(path, "w") as f:
-        f.write(f"{major_minor} {value}")
-    try:
-        yield
-    finally:
-        with open(path, "w") as f:
-            f.write(f"{major_minor} 0")
-
 
 def characterize(path, *args):
     r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path", str(path),

@@ -19,26 +19,15 @@ from contextlib import contextmanager
 import pytest
 
 from tests.conftest import LoopXfs
-from tests.integration.helpers import config_text, free_port, wait_for
+from tests.integration.helpers import blkio_cap, config_text, free_port, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-BLKIO = "/sys/fs/cgroup/blkio"
-
 
 @contextmanager
 def iops_cap(major_minor: str, iops: int):
     """Reads and writes of one device capped at `iops` each; removed by its device id on exit."""
-    files = [f"{BLKIO}/blkio.throttle.read_iops_device", f"{BLKIO}/blkio.throttle.write_iops_device"]
-    try:
-        for f in files:
-            with open(f, "w") as fh:
-                fh.write(f"{major_minor} {iops}")
+    with blkio_cap("read_iops_device", major_minor, iops), blkio_cap("write_iops_device", major_minor, iops):
         yield
-    finally:
-        for f in files:
-            with open(f, "w") as fh:
-                fh.write(f"{major_minor} 0")
 
 
 @contextmanager
