@@ -8,7 +8,6 @@ import sys
 import time
 from contextlib import contextmanager
 
-BLKIO_READ_IOPS = "/sys/fs/cgroup/blkio/blkio.throttle.read_iops_device"
 
 
 def free_port():
