@@ -9,7 +9,6 @@ start of a slowdown at equal load (+50 %, 2x, 4x) to the alert (p50, p90, missed
 named (windows to alert) and its peers named by mistake; the cost of a window.
 """
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
