@@ -147,3 +147,22 @@ def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_lo
     written = sum(p["bw_bytes"] * 1.0 for p in writes)   # 1 s steps: bytes/s is bytes
     assert written + 64 * 2 ** 20 <= 200 * 2 ** 20 * 1.02, written
     assert len(writes) < 7 and "write steps left out: another would have passed --budget-bytes" in r.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(direct_loop_xfs, tmp_path):
+    import signal
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
+                          str(direct_loop_xfs.mountpoint), "--sweep", "qd,bs", "--size", "64MiB",
+                          "--step-seconds", "2", "--ramp-seconds", "0", "--out", str(out),
+                          "--min-free-bytes", "1MiB", "--min-free-ratio", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(9)   # a few steps measured, one under way
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130, stderr
+    doc = json.loads((out / "characterize.json").read_text())
+    assert doc["complete"] is False and 1 <= len(doc["points"]) < 16
+    assert f"interrupted: {len(doc['points'])} of 16 steps measured" in stdout
+    left = subprocess.run(["pgrep", "-f", f"filename={direct_loop_xfs.mountpoint}"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "fio still running after Ctrl-C"
