@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 
@@ -158,6 +159,14 @@ def cmd_characterize(args) -> int:
         print("iowarden characterize: --path DIR (or --compare A.json B.json)", file=sys.stderr)
         return 2
     roots = Roots()
+    try:
+        raw = stat.S_ISBLK(os.stat(args.path).st_mode)
+    except OSError:
+        raw = False
+    if raw and args.writes:
+        print(f"iowarden characterize: {args.path} is a block device: iowarden never writes to a raw device; "
+              "give a directory on its filesystem for write sweeps", file=sys.stderr)
+        return 2
     sweeps = [s.strip() for s in args.sweep.split(",") if s.strip()]
     bad = [s for s in sweeps if s not in ch.SWEEPS]
     if bad:

@@ -166,3 +166,9 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(direct_loop_xfs, tmp_p
     assert f"interrupted: {len(doc['points'])} of 16 steps measured" in stdout
     left = subprocess.run(["pgrep", "-f", f"filename={direct_loop_xfs.mountpoint}"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "fio still running after Ctrl-C"
+
+
+def test_write_sweeps_on_a_raw_device_are_refused(direct_loop_xfs):
+    r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path", direct_loop_xfs.device,
+                        "--sweep", "qd", "--writes"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "never writes to a raw device" in r.stderr, r.stderr
