@@ -134,5 +134,6 @@ def _save(fig, plt, out_dir: str, name: str) -> str:
     path = os.path.join(out_dir, name)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    fig.savefig(path[:-4] + ".svg")   # the same plot, to scale in a report or a browser
     plt.close(fig)
     return path

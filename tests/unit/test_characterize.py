@@ -91,6 +91,7 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
         rgb = (img[:, :, :3] * 255).round().astype(int)
         want = np.array(colours[path.rsplit("/", 1)[1]])
         assert (np.abs(rgb - want).sum(axis=2) < 10).sum() > 500, path   # the series is drawn, not just axes
+    assert (tmp_path / "qd.svg").read_text().lstrip().startswith("<?xml")
     rows = ch.compare([p.__dict__ for p in pts], [{**p.__dict__, "iops": p.iops * 2} for p in pts])
     compare = cp.write_compare_plot(rows, ("a.json", "b.json"), str(tmp_path / "compare.png"))
     assert imread(compare).shape[0] > 462 * 2                 # one panel per sweep
