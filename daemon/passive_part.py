@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 import time
 from collections import defaultdict
 
@@ -63,11 +64,16 @@ class PassiveWatch:
         self.detector = PassiveDetector(params, curves)
         self._load_capability()
         self._start: diskstats.DiskSample | None = None
+        self._lock = threading.Lock()
         self._windows = 0
         self.views: tuple = ()                # (kernel name, identity, DeviceView), replaced whole
         self.windows_total = 0
 
     def step(self) -> None:
+        with self._lock:   # the stop saves from another thread; a step may still be under way
+            self._step()
+
+    def _step(self) -> None:
         cur = self.sampler.last_sample
         if cur is None:
             return
@@ -95,7 +101,7 @@ class PassiveWatch:
         self.windows_total += 1
         self._windows += 1
         if self._windows >= SAVE_EVERY_WINDOWS or transitions:   # `status` sees a new verdict at once
-            self.save()
+            self._save()
 
     def _load_capability(self) -> None:
         """What `iowarden characterize -c` measured, per identity (it may run while the daemon does)."""
@@ -104,6 +110,10 @@ class PassiveWatch:
             for ident, profile, metric, _, st in self.state.load_baselines() if profile == CAPABILITY_PROFILE}
 
     def save(self) -> None:
+        with self._lock:
+            self._save()
+
+    def _save(self) -> None:
         self._windows = 0
         self._load_capability()
         now = time.time()
