@@ -213,8 +213,14 @@ class PassiveDetector:
         return d
 
     # -- feeding ----------------------------------------------------------------------------
-    def observe(self, windows: list[Window], groups: list[tuple[str, ...]] = ()) -> list[Transition]:
-        """Judge one batch of windows that end together; `groups` are sets of devices that are peers."""
+    def observe(self, windows: list[Window], groups: list[tuple[str, ...]] = (),
+                stacks: dict[str, tuple[str, ...]] | None = None) -> list[Transition]:
+        """Judge one batch of windows that end together; `groups` are sets of devices that are peers,
+        `stacks` maps an md array or striped dm device to the members under it."""
+        out = self._judge(windows, groups)
+        return self._held_back_by_members(out, stacks or {})
+
+    def _judge(self, windows: list[Window], groups) -> list[Transition]:
         out: list[Transition] = []
         evidence = {w.device: {d: f for d, f in w.flows.items() if f.is_evidence(w.seconds, self.p)}
                     for w in windows}
@@ -234,6 +240,28 @@ class PassiveDetector:
                 if d.flagged and d.last_traffic is not None and now - d.last_traffic > self.p.idle_clear_seconds:
                     for kind in list(d.flagged):
                         out.append(self._clear(name, d, kind, "no traffic to judge for an hour"))
+        return out
+
+    def _held_back_by_members(self, out: list[Transition], stacks: dict) -> list[Transition]:
+        """An array whose member is slow or at its limit is slow and at a ceiling too, but the member
+        is the finding: an array of four held to one throttled member's pace is not at the array's
+        limit. Its own self and saturation verdicts are held back while a member is flagged (and an
+        open one clears, naming the member), so the page names the member, not the array."""
+        for parent, members in stacks.items():
+            culprits = sorted(m for m in members if m in self.devices and
+                              {"peers", "saturation"} & set(self.devices[m].flagged))
+            d = self.devices.get(parent)
+            if not culprits or d is None:
+                continue
+            held = {"self", "saturation"}
+            unseen = {t.kind for t in out if t.device == parent and t.kind in held and t.state == "raised"}
+            out = [t for t in out if not (t.device == parent and t.kind in held)]
+            for kind in sorted(held & set(d.flagged)):
+                if kind in unseen:          # raised in this very batch: never shown, nothing to clear
+                    d.flagged.pop(kind)
+                    d.ceiling = None if kind == "saturation" else d.ceiling
+                else:
+                    out.append(self._clear(parent, d, kind, f"held back by its member {', '.join(culprits)}"))
         return out
 
     def forget(self, device: str) -> list[Transition]:
@@ -470,7 +498,8 @@ class PassiveDetector:
     def views(self) -> tuple[DeviceView, ...]:
         out = []
         for name, d in sorted(self.devices.items()):
-            peer = math.exp(d.peer_log.median()) if len(d.peer_log) else None
+            # the recent windows' median: what a dashboard should show while a member is slow now
+            peer = math.exp(_median([lr for lr, _ in d.peer_recent])) if d.peer_recent else None
             learned = {}
             for (direction, _unit), c in d.curves.items():
                 learned[direction] = learned.get(direction, 0) + c.windows()

@@ -29,26 +29,31 @@ SAVE_EVERY_WINDOWS = 20
 def peer_groups(devices: dict) -> list[tuple[str, ...]]:
     """Kernel names of devices that should behave alike: the members of one md array or striped dm
     device (partitions resolved to their disks), else whole disks of one kind, model and size."""
-    def whole(name):
-        d = devices.get(name)
-        return d.parent if d is not None and d.parent else name
-
     groups, in_stack = [], set()
-    for d in devices.values():
-        members = ()
-        if d.md is not None:
-            members = tuple(sorted({whole(m.name) for m in d.md.members}))
-        elif d.kind == "dm" and len(d.slaves) >= 2:
-            members = tuple(sorted({whole(s) for s in d.slaves}))
-        if len(members) >= 2:
-            groups.append(members)
-            in_stack.update(members)
+    for members in stacked_members(devices).values():
+        groups.append(members)
+        in_stack.update(members)
     alike = defaultdict(list)
     for d in devices.values():
         if d.kind in ("disk", "loop") and d.size_bytes and d.name not in in_stack:
             alike[(d.kind, d.udev.get("ID_MODEL"), d.size_bytes)].append(d.name)
     groups += [tuple(sorted(v)) for v in alike.values() if len(v) >= 2]
     return groups
+
+
+def stacked_members(devices: dict) -> dict[str, tuple[str, ...]]:
+    """md arrays and dm devices over two or more disks -> the whole disks under them."""
+    def whole(name):
+        d = devices.get(name)
+        return d.parent if d is not None and d.parent else name
+
+    out = {}
+    for d in devices.values():
+        if d.md is not None:
+            out[d.name] = tuple(sorted({whole(m.name) for m in d.md.members}))
+        elif d.kind == "dm" and len(d.slaves) >= 2:
+            out[d.name] = tuple(sorted({whole(s) for s in d.slaves}))
+    return {k: v for k, v in out.items() if len(v) >= 2}
 
 
 class PassiveWatch:
@@ -90,7 +95,9 @@ class PassiveWatch:
         windows = [Window.from_rates(ident[n], now, r) for n, r in rates.items()]
         groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices)]
         name_of = {ident[n]: n for n in rates}
-        transitions = self.detector.observe(windows, groups)
+        stacks = {ident[n]: tuple(ident[m] for m in members if m in ident)
+                  for n, members in stacked_members(devices).items() if n in ident}
+        transitions = self.detector.observe(windows, groups, stacks)
         for t in transitions:
             self.health.on_passive(_named(t, name_of), name_of.get(t.device, t.device))
         for gone in set(self.detector.devices) - set(name_of):

@@ -115,6 +115,44 @@ def test_a_volume_held_flat_at_a_ceiling_with_a_queue_is_at_its_limit():
     assert det.views()[0].ceiling == "2,000 IOPS"
 
 
+def test_an_array_held_back_by_one_member_names_the_member_not_the_array():
+    """RAID0 of four with one member throttled (what the lab measured): the member is slow against its
+    peers and at its limit; the array is flat at a quarter of its pace with a queue. Only the member
+    is a finding; an array limit raised before the member's verdict clears, naming the member."""
+    members = ("vdb", "vdc", "vdd", "vde")
+    det = PassiveDetector()
+    events = []
+    for i in range(40):
+        throttled = i >= 4
+        batch = [pt.window("md0", i, 120 * (1 + 0.01 * (-1) ** i) if throttled else 400,
+                           35.0 if throttled else 1.2, queue=3.9 if throttled else 0.5,
+                           util=100.0 if throttled else 40.0)]
+        for m in members:
+            slow = throttled and m == "vdd"
+            batch.append(pt.window(m, i, 30 * (1 + 0.01 * (-1) ** i) if slow else 100, 125.0 if slow else 0.7,
+                                   queue=3.8 if slow else 0.1, util=100.0 if slow else 8.0))
+        events += det.observe(batch, [members], {"md0": members})
+    raised = {(t.kind, t.device) for t in events if t.state == "raised"}
+    assert ("peers", "vdd") in raised
+    assert not [r for r in raised if r[1] != "vdd"], raised
+    view = {v.device: v for v in det.views()}
+    assert view["md0"].flagged == () and view["md0"].ceiling is None
+    assert view["vdd"].peer_ratio > 4 and view["vdb"].peer_ratio < 1.5
+
+    # the array's limit seen first (its members not yet judged), then the member's verdict
+    det = PassiveDetector()
+    events = []
+    for i in range(30):
+        batch = [pt.window("md0", i, 120 * (1 + 0.01 * (-1) ** i), 35.0, queue=3.9, util=100.0)]
+        if i >= 10:
+            batch += [pt.window(m, i, 30 if m == "vdd" else 100, 125.0 if m == "vdd" else 0.7,
+                                queue=3.8 if m == "vdd" else 0.1, util=100.0 if m == "vdd" else 8.0) for m in members]
+        events += det.observe(batch, [members], {"md0": members})
+    md0 = [t for t in events if t.device == "md0"]
+    assert [(t.kind, t.state) for t in md0] == [("saturation", "raised"), ("saturation", "cleared")]
+    assert "held back by its member vdd" in md0[1].summary
+
+
 def test_a_steady_rate_without_a_queue_is_not_a_limit():
     det = PassiveDetector()
     events = []
