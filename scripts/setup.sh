@@ -23,6 +23,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The lab (tests/lab): QEMU boots Debian's kernel under TCG. Without recommends, which would
+# bring a desktop's worth of audio and video libraries for the GUI this never opens.
+if [ "${1:-}" = "--test" ]; then
+    lab=()
+    for p in qemu-system-x86 qemu-utils; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || lab+=("$p")
+    done
+    if [ ${#lab[@]} -gt 0 ]; then
+        echo "installing Debian packages for the lab: ${lab[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${lab[@]}" >/dev/null
+    fi
+fi
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

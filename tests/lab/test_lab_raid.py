@@ -1,0 +1,131 @@
+"""Scenarios 1, 2 and 6 on real md arrays: settings drift of a member and of the array, a RAID1
+member failed, removed, re-added and resynced under a real Prometheus with the shipped rules,
+and a RAID0 member slowed by QEMU while a workload runs."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.integration.helpers import wait_for
+from tests.integration.servers import prometheus, query
+
+from .scrape import alerts, samples, value
+
+RULES = Path(__file__).resolve().parents[2] / "packaging/prometheus/iowarden.rules.yml"
+M1A, M1B = "wwn-0x5000c50000001a01", "wwn-0x5000c50000001b01"
+
+
+def _open_alerts(lab, alert: str, target: str) -> list[list]:
+    return lab.sql("SELECT identity, causes, raised_at FROM alerts WHERE alert = ? AND target = ? "
+                   "AND cleared_at IS NULL", alert, target)
+
+
+def _ok_probes(lab, target: str, since: float) -> int:
+    return len(lab.sql("SELECT id FROM probe_results WHERE target = ? AND ok = 1 AND started_at >= ?", target, since))
+
+
+def test_drifted_member_scheduler_and_array_readahead_are_recorded_with_old_and_new_value(lab):
+    g = lab.guest
+    member, md = lab.dev(M1A), "md1"
+    lab.configure({"mirror": 3.0})
+    t0 = lab.guest_clock()
+    wait_for(lambda: _ok_probes(lab, "mirror", t0) >= 6, timeout=240, what="the mirror's warm-up probes")
+    sched = f"/sys/block/{member}/queue/scheduler"
+    before = g.run(["cat", sched]).split("[")[1].split("]")[0]
+    other = "mq-deadline" if before != "mq-deadline" else "none"
+    ra_before = g.run(["cat", f"/sys/block/{md}/queue/read_ahead_kb"]).strip()
+    g.sh(f"echo {other} > {sched}; echo 4096 > /sys/block/{md}/queue/read_ahead_kb")
+    try:
+        drift = wait_for(lambda: (lambda rows: rows if len(rows) >= 2 else None)(lab.sql(
+            "SELECT device, setting, old_value, new_value FROM drift_events WHERE at >= ? AND "
+            "setting IN ('scheduler', 'read_ahead_kb') ORDER BY id", t0)), timeout=60, what="both drifts recorded")
+        assert [member, "scheduler", before, other] in drift, drift
+        assert [md, "read_ahead_kb", ra_before, "4096"] in drift, drift
+    finally:
+        g.sh(f"echo {before} > {sched}; echo {ra_before} > /sys/block/{md}/queue/read_ahead_kb")
+
+
+def _firing(prom_port: int) -> list[dict]:
+    res = query(prom_port, 'ALERTS{alertname="IowardenMdArrayDegraded", alertstate="firing"}')
+    return [r["metric"] for r in res.get("data", {}).get("result", [])]
+
+
+def test_raid1_member_failed_is_alerted_by_the_shipped_rule_and_clears_after_the_resync(lab, tmp_path):
+    g = lab.guest
+    lab.configure({"mirror": 30.0})
+    failed = lab.dev(M1B)
+    prom, prom_port = prometheus(tmp_path, lab.guest.metrics_port, rule_files=[str(RULES)])
+    try:
+        wait_for(lambda: query(prom_port, "iowarden_md_degraded_devices").get("data", {}).get("result"),
+                 timeout=120, what="Prometheus scraping the guest")
+        assert _firing(prom_port) == []
+        t0 = lab.guest_clock()
+        g.run(["mdadm", "/dev/md1", "--fail", f"/dev/{failed}"])
+        firing = wait_for(lambda: _firing(prom_port), timeout=90, what="IowardenMdArrayDegraded firing")
+        assert {f["device"] for f in firing} == {"md1"}
+        text = lab.metrics()
+        assert value(text, "iowarden_md_member_faulty", device="md1", member=failed) == 1
+        # the faulty member by name, in the record of what changed on the array
+        drift = wait_for(lambda: lab.sql("SELECT new_value FROM drift_events WHERE device = 'md1' AND "
+                                         "setting = 'md.faulty_members' AND at >= ?", t0), what="the drift")
+        assert drift[-1][0] == failed
+
+        # removed and added back: the array rebuilds (slowed, so the resync is seen), then is whole
+        g.sh("echo 2000 > /proc/sys/dev/raid/speed_limit_max")
+        g.run(["mdadm", "/dev/md1", "--remove", f"/dev/{failed}"])
+        g.run(["mdadm", "--zero-superblock", f"/dev/{failed}"])
+        g.run(["mdadm", "/dev/md1", "--add", f"/dev/{failed}"])
+        wait_for(lambda: [l for l, _ in samples(lab.metrics(), "iowarden_md_info", device="md1")
+                          if l["sync_action"] == "recover"], timeout=60, what="the resync seen as sync_action recover")
+        assert _firing(prom_port), "the array is not whole while it rebuilds"
+        g.sh("echo 200000 > /proc/sys/dev/raid/speed_limit_max")
+        g.run(["mdadm", "--wait", "/dev/md1"], check=False, timeout=300)
+        wait_for(lambda: value(lab.metrics(), "iowarden_md_degraded_devices", device="md1") == 0, timeout=60,
+                 what="md1 whole again")
+        wait_for(lambda: _firing(prom_port) == [], timeout=60, what="the alert to clear")
+    finally:
+        prom.stop()
+        g.sh("echo 200000 > /proc/sys/dev/raid/speed_limit_max", check=False)
+
+
+LOAD = ["systemd-run", "--unit", "lab-load", "fio", "--name=load", "--directory=/srv/raid0", "--rw=randread",
+        "--bs=4k", "--size=64M", "--direct=1", "--ioengine=libaio", "--iodepth=2", "--time_based",
+        "--runtime=900", "--rate_iops=150", "--output=/dev/null"]
+
+
+def test_raid0_slow_member_is_named_not_its_peers_nor_the_array(lab):
+    g = lab.guest
+    r0 = {c: lab.dev(f"virtio-lab-r0{c}") for c in "abcd"}
+    slow = r0["c"]
+    lab.configure({"raid0": 10.0})
+    g.run(["systemctl", "stop", "lab-load"], check=False)
+    g.run(LOAD)
+    try:
+        t0 = lab.guest_clock()
+        wait_for(lambda: _ok_probes(lab, "raid0", t0) >= 6, timeout=300, what="the array's warm-up probes")
+        assert [a for a in alerts(lab.metrics(), "SlowMember")] == []
+        throttled_at = time.monotonic()
+        g.throttle("r0c", 30)
+        found = wait_for(lambda: alerts(lab.metrics(), "SlowMember"), timeout=120, what="SlowMember")
+        took = time.monotonic() - throttled_at
+        assert {a["target"] for a in found} == {slow}, found
+        assert found[0]["volume"] == "serial:lab-r0c"
+        text = lab.metrics()
+        assert value(text, "iowarden_passive_peer_ratio", device=slow) > 4
+        for name in set(r0.values()) - {slow}:
+            assert value(text, "iowarden_passive_peer_ratio", device=name) < 2
+        # the probes of the array see it slow; the cause names the member, not the array's own limit
+        degraded = wait_for(lambda: _open_alerts(lab, "VolumeDegraded", "raid0"), timeout=240,
+                            what="VolumeDegraded on /srv/raid0")[0]
+        assert slow in degraded[1], degraded[1]
+        time.sleep(10)   # the array's own verdicts had their chance
+        text = lab.metrics()
+        on_array = [a for kind in ("VolumeAtLimit", "DeviceSlow", "SlowMember") for a in alerts(text, kind)
+                    if a["target"] == "md0"]
+        assert on_array == [], on_array
+        assert not [a for kind in ("SlowMember", "DeviceSlow") for a in alerts(text, kind)
+                    if a["target"] in set(r0.values()) - {slow}]
+        print(f"SlowMember {slow} after {took:.0f} s; VolumeDegraded causes: {degraded[1][:300]}")
+    finally:
+        g.throttle("r0c", 0)
+        g.run(["systemctl", "stop", "lab-load"], check=False)

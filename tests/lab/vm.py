@@ -1,0 +1,282 @@
+"""One lab guest under QEMU (TCG): its disks, its QMP socket, and its guest agent.
+
+The host drives the guest three ways, each chosen for being reliable under TCG:
+- QMP (`qmp.sock`) for what a hypervisor does: hot-add/remove disks, throttle a disk;
+- the QEMU guest agent (`qga.sock`, virtio-serial) to run commands in the guest and read
+  their exit code and output: no console scraping, no login;
+- a user-mode NIC with one forwarded port, so the host scrapes the guest's /metrics as
+  Prometheus would.
+Every file of a run lives in its run directory; stop() ends QEMU (powerdown, then quit,
+then SIGKILL of the one process we started) and the directory goes with the test's tmp.
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .image import Image
+
+
+@dataclass(frozen=True)
+class Disk:
+    """A guest disk. bus: virtio (serial), scsi (serial and WWN) or nvme (its own controller)."""
+    id: str
+    bus: str
+    size_mib: int = 256
+    serial: str = ""
+    wwn: str = ""      # 0x-prefixed 64-bit NAA, scsi only
+
+    def device_args(self) -> dict:
+        drive = f"drv-{self.id}"
+        if self.bus == "virtio":
+            return {"driver": "virtio-blk-pci", "id": self.id, "drive": drive, "serial": self.serial}
+        if self.bus == "scsi":
+            args = {"driver": "scsi-hd", "id": self.id, "drive": drive, "bus": "scsi0.0", "serial": self.serial}
+            if self.wwn:
+                args["wwn"] = self.wwn
+            return args
+        if self.bus == "nvme":
+            return {"driver": "nvme", "id": self.id, "drive": drive, "serial": self.serial}
+        raise ValueError(f"unknown bus {self.bus!r}")
+
+
+class LabError(RuntimeError):
+    pass
+
+
+class _JsonSocket:
+    """Newline-delimited JSON over a unix socket (QMP and the guest agent speak it alike)."""
+
+    def __init__(self, path: Path, timeout: float):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self.buf = b""
+
+    def send(self, obj: dict) -> None:
+        self.sock.sendall(json.dumps(obj).encode() + b"\n")
+
+    def recv(self) -> dict:
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise LabError("socket closed")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        line = line.strip()
+        return json.loads(line) if line else self.recv()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Qmp:
+    def __init__(self, path: Path):
+        self.conn = _JsonSocket(path, timeout=30)
+        self.conn.recv()                      # the greeting
+        self.execute("qmp_capabilities")
+        self.events: list[dict] = []
+
+    def execute(self, command: str, **arguments) -> object:
+        self.conn.send({"execute": command, "arguments": arguments} if arguments else {"execute": command})
+        while True:
+            reply = self.conn.recv()
+            if "event" in reply:
+                getattr(self, "events", []).append(reply)
+                continue
+            if "error" in reply:
+                raise LabError(f"QMP {command}: {reply['error'].get('desc')}")
+            return reply.get("return")
+
+
+class Agent:
+    """The QEMU guest agent: run a command in the guest, get its exit code and output."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.ids = itertools.count(int(time.time()) % 100000)
+        self.conn: _JsonSocket | None = None
+
+    def _sync(self, timeout: float) -> None:
+        # A fresh connection may hold an answer meant for a request sent before the agent
+        # was up: sync with a new id and drop everything before its answer.
+        conn = _JsonSocket(self.path, timeout=timeout)
+        sync_id = next(self.ids)
+        try:
+            conn.send({"execute": "guest-sync", "arguments": {"id": sync_id}})
+            while conn.recv().get("return") != sync_id:
+                pass
+        except BaseException:
+            # QEMU serves one client at a time: a connection left open blocks the next
+            conn.close()
+            raise
+        self.conn = conn
+
+    def wait_up(self, deadline: float, alive) -> None:
+        last = None
+        while time.monotonic() < deadline:
+            if not alive():
+                raise LabError("QEMU exited while the guest was booting")
+            try:
+                self._sync(timeout=3)
+                return
+            except (OSError, LabError, ValueError) as e:
+                last = repr(e)
+                time.sleep(1)
+        raise LabError(f"the guest agent did not answer in time ({last})")
+
+    def call(self, command: str, **arguments) -> object:
+        assert self.conn is not None, "wait_up first"
+        self.conn.send({"execute": command, "arguments": arguments})
+        reply = self.conn.recv()
+        if "error" in reply:
+            raise LabError(f"guest agent {command}: {reply['error'].get('desc')}")
+        return reply.get("return")
+
+    def run(self, argv: list[str], timeout: float = 120, stdin: bytes | None = None) -> tuple[int, str, str]:
+        args = {"path": argv[0], "arg": argv[1:], "capture-output": True}
+        if stdin is not None:
+            args["input-data"] = base64.b64encode(stdin).decode()
+        pid = self.call("guest-exec", **args)["pid"]
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.call("guest-exec-status", pid=pid)
+            if status.get("exited"):
+                out = base64.b64decode(status.get("out-data", "")).decode(errors="replace")
+                err = base64.b64decode(status.get("err-data", "")).decode(errors="replace")
+                return status.get("exitcode", -status.get("signal", 0) or -1), out, err
+            if time.monotonic() > deadline:
+                raise LabError(f"guest command timed out after {timeout}s: {argv}")
+            time.sleep(0.2)
+
+
+class Guest:
+    def __init__(self, image: Image, rundir: Path, disks: list[Disk], memory_mib: int = 1024,
+                 share: Path | None = None, boot_timeout: float = 600):
+        self.rundir = rundir
+        self.disks = {d.id: d for d in disks}
+        rundir.mkdir(parents=True, exist_ok=True)
+        overlay = rundir / "root.qcow2"
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.disk), "-F", "raw",
+                        str(overlay)], check=True)
+        self.metrics_port = _free_port()
+        argv = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
+                "-display", "none", "-monitor", "none", "-no-reboot",
+                "-serial", f"file:{rundir / 'console.log'}",
+                "-kernel", str(image.kernel), "-initrd", str(image.initrd),
+                "-append", "root=LABEL=labroot rw console=ttyS0 panic=-1 systemd.show_status=1",
+                "-drive", f"file={overlay},if=none,id=drv-root,format=qcow2,cache=unsafe",
+                "-device", "virtio-blk-pci,drive=drv-root,id=root,serial=labroot",
+                "-qmp", f"unix:{rundir / 'qmp.sock'},server=on,wait=off",
+                "-chardev", f"socket,path={rundir / 'qga.sock'},server=on,wait=off,id=qga0",
+                "-device", "virtio-serial-pci", "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+                "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.metrics_port}-:29110",
+                "-device", "virtio-net-pci,netdev=n0,romfile=",
+                "-device", "virtio-scsi-pci,id=scsi0",
+                # entropy for the guest's getrandom(): without it, early Python start-ups stall under TCG
+                "-device", "virtio-rng-pci"]
+        if share is not None:
+            argv += ["-virtfs", f"local,path={share},mount_tag=hostshare,security_model=none,readonly=on"]
+        for disk in disks:
+            path = self.disk_file(disk)
+            argv += ["-drive", f"file={path},if=none,id=drv-{disk.id},format=raw,cache=none,aio=threads",
+                     "-device", ",".join([disk.device_args()["driver"]] +
+                                         [f"{k}={v}" for k, v in disk.device_args().items() if k != "driver" and v])]
+        self.log = open(rundir / "qemu.log", "w")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self.agent = Agent(rundir / "qga.sock")
+            self.agent.wait_up(time.monotonic() + boot_timeout, alive=lambda: self.proc.poll() is None)
+            self.qmp = Qmp(rundir / "qmp.sock")
+        except Exception as e:
+            self.stop()
+            raise LabError(f"{e}\nQEMU: {self.text('qemu.log')[-1500:]}\nconsole: {self.text('console.log')[-3000:]}")
+
+    def text(self, name: str) -> str:
+        try:
+            return (self.rundir / name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def disk_file(self, disk: Disk) -> Path:
+        path = self.rundir / f"{disk.id}.img"
+        if not path.exists():
+            with open(path, "wb") as f:
+                f.truncate(disk.size_mib << 20)
+        return path
+
+    # -- commands in the guest --------------------------------------------------------
+    def run(self, argv: list[str], timeout: float = 120, check: bool = True) -> str:
+        rc, out, err = self.agent.run(argv, timeout=timeout)
+        if check and rc != 0:
+            raise LabError(f"in the guest, {argv} exited {rc}: {err.strip()[-2000:]} {out.strip()[-500:]}")
+        return out
+
+    def sh(self, script: str, timeout: float = 120, check: bool = True) -> str:
+        return self.run(["/bin/sh", "-c", script], timeout=timeout, check=check)
+
+    def write(self, path: str, text: str) -> None:
+        rc, _, err = self.agent.run(["/usr/bin/tee", path], stdin=text.encode())
+        if rc != 0:
+            raise LabError(f"writing {path} in the guest: {err}")
+
+    # -- what a hypervisor does -----------------------------------------------------------
+    def throttle(self, disk_id: str, iops: int) -> None:
+        """Cap a disk's IOPS while it runs (0 lifts the cap)."""
+        qdev = next((b["qdev"] for b in self.qmp.execute("query-block")
+                     if b.get("qdev") in (disk_id, f"/machine/peripheral/{disk_id}/virtio-backend")), None)
+        if qdev is None:
+            raise LabError(f"no block backend for {disk_id}")
+        self.qmp.execute("block_set_io_throttle", id=qdev, bps=0, bps_rd=0, bps_wr=0,
+                         iops=iops, iops_rd=0, iops_wr=0)
+
+    def unplug(self, disk_id: str, timeout: float = 60) -> None:
+        self.qmp.execute("device_del", id=disk_id)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(p.get("name") == disk_id for p in self.qmp.execute("qom-list", path="/machine/peripheral")):
+                return
+            time.sleep(0.5)
+        raise LabError(f"{disk_id} was not removed within {timeout}s")
+
+    def plug(self, disk: Disk, **placement) -> None:
+        """Attach a disk while the guest runs (placement: e.g. addr= for another PCI slot)."""
+        path = self.disk_file(disk)
+        node = f"drv-{disk.id}"
+        if not any(n.get("node-name") == node for n in self.qmp.execute("query-named-block-nodes") or []):
+            self.qmp.execute("blockdev-add", **{"node-name": node, "driver": "raw",
+                                                "file": {"driver": "file", "filename": str(path)}})
+        args = dict(disk.device_args(), **placement)
+        self.qmp.execute("device_add", **{k: v for k, v in args.items() if v != ""})
+        self.disks[disk.id] = disk
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.qmp.execute("system_powerdown")
+                self.proc.wait(timeout=30)
+            except Exception:
+                pass
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        for conn in (getattr(getattr(self, "agent", None), "conn", None), getattr(getattr(self, "qmp", None), "conn", None)):
+            if conn is not None:
+                conn.close()
+        self.log.close()
+        for sock in ("qmp.sock", "qga.sock"):
+            (self.rundir / sock).unlink(missing_ok=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
