@@ -259,7 +259,8 @@ class PassiveDetector:
             for kind in sorted(held & set(d.flagged)):
                 if kind in unseen:          # raised in this very batch: never shown, nothing to clear
                     d.flagged.pop(kind)
-                    d.ceiling = None if kind == "saturation" else d.ceiling
+                    if kind == "saturation":
+                        d.ceiling = None
                 else:
                     out.append(self._clear(parent, d, kind, f"held back by its member {', '.join(culprits)}"))
         return out

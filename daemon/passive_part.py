@@ -26,11 +26,12 @@ PASSIVE_PROFILE = "passive"
 SAVE_EVERY_WINDOWS = 20
 
 
-def peer_groups(devices: dict) -> list[tuple[str, ...]]:
+def peer_groups(devices: dict, stacked: dict | None = None) -> list[tuple[str, ...]]:
     """Kernel names of devices that should behave alike: the members of one md array or striped dm
-    device (partitions resolved to their disks), else whole disks of one kind, model and size."""
+    device (partitions resolved to their disks), else whole disks of one kind, model and size.
+    `stacked` is stacked_members(devices), when the caller has it already."""
     groups, in_stack = [], set()
-    for members in stacked_members(devices).values():
+    for members in (stacked if stacked is not None else stacked_members(devices)).values():
         groups.append(members)
         in_stack.update(members)
     alike = defaultdict(list)
@@ -93,10 +94,11 @@ class PassiveWatch:
         now = time.time()
         rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if self.sampler.wanted(n)}
         windows = [Window.from_rates(ident[n], now, r) for n, r in rates.items()]
-        groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices)]
+        stacked = stacked_members(devices)
+        groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices, stacked)]
         name_of = {ident[n]: n for n in rates}
         stacks = {ident[n]: tuple(ident[m] for m in members if m in ident)
-                  for n, members in stacked_members(devices).items() if n in ident}
+                  for n, members in stacked.items() if n in ident}
         transitions = self.detector.observe(windows, groups, stacks)
         for t in transitions:
             self.health.on_passive(_named(t, name_of), name_of.get(t.device, t.device))
