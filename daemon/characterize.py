@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from iowarden.probes.common import parse_size_bytes
 from iowarden.probes.fio_job import ProbeProfile
 
 SWEEPS = ("qd", "bs", "jobs", "mix", "working-set")
@@ -122,9 +123,29 @@ def estimate(steps: list[Step], size_bytes: int) -> tuple[float, int, int]:
     return seconds, layout_bytes, sum(1 for s in steps if s.profile.writes)
 
 
-def write_step_allowed(written_so_far: int, largest_write_step: int, budget_bytes: int) -> bool:
-    """Another write step, if even one as large as the largest so far stays within the budget."""
-    return written_so_far + largest_write_step <= budget_bytes
+def write_step_cap(budget_bytes: int, charged_bytes: int, largest_write_step: int, block_bytes: int) -> int | None:
+    """The most the next write step may write: what is left of the budget, in whole blocks. None (the step
+    is left out) when not even one as large as the largest so far would fit. The cap is what keeps the run
+    within its budget; the prediction only spares a step that would be cut short."""
+    left = budget_bytes - charged_bytes
+    if left < max(largest_write_step, block_bytes):
+        return None
+    return left - left % block_bytes
+
+
+def capped_at(profile: ProbeProfile, cap_bytes: int) -> ProbeProfile:
+    """The profile as fio jobs that stop at cap_bytes issued or at their runtime, whichever comes first.
+
+    fio's io_size counts every byte a job issues, the ramp included (a write during ramp_time is on the
+    disk all the same); a time-based job ignores it, so the step is not time-based. A size below the
+    cap makes fio wrap around the file, as a time-based job would. io_size is per job."""
+    jobs = []
+    for name, opts in profile.job_dicts():
+        per_job = cap_bytes // max(1, int(opts.get("numjobs", "1")))
+        bs = parse_size_bytes(opts.get("bs", "4096"))
+        jobs.append((name, tuple({**opts, "io_size": str(max(bs, per_job - per_job % bs)),
+                                  "time_based": "0"}.items())))
+    return ProbeProfile(name=profile.name, jobs=tuple(jobs))
 
 
 def within_budget(steps: list[Step], budget_seconds: float) -> tuple[list[Step], list[Step]]:

@@ -39,6 +39,23 @@ def _busy_percent(path: str, roots: Roots) -> tuple[str | None, float | None]:
     return dev, rates.util_percent if rates else None
 
 
+def _bytes_written_to(dev: str | None, roots: Roots) -> int | None:
+    """Bytes the device has taken in writes since boot (diskstats' sectors are 512 bytes whatever the device)."""
+    try:
+        counters = diskstats.read(roots).counters.get(dev) if dev else None
+    except OSError:
+        return None
+    return counters.sectors_written * 512 if counters else None
+
+
+def _charge(fio_measured: int, before: int | None, after: int | None, cap: int) -> int:
+    """What a write step cost the budget. fio's figure leaves out its ramp, so the device's own count is
+    taken where it is known (it can only count more: metadata, another writer); else the whole cap."""
+    if before is None or after is None:
+        return cap
+    return max(fio_measured, after - before)
+
+
 def _free_bytes(path: str) -> tuple[int, int] | None:
     """(free bytes for an unprivileged writer... as root: all free, total) of the path's filesystem."""
     try:
@@ -211,24 +228,35 @@ def cmd_characterize(args) -> int:
     results = []
     progress = sys.stderr.isatty() and not args.json
     interrupted = False
-    written, largest_write, skipped_writes = 0, 0, 0
+    written, largest_write, skipped_writes, cut_short = 0, 0, 0, []
     try:
         for i, step in enumerate(kept, 1):
-            if step.profile.writes and not ch.write_step_allowed(written + layout, largest_write, budget_bytes):
-                skipped_writes += 1
-                continue
+            profile, cap = step.profile, None
+            if step.profile.writes:
+                cap = ch.write_step_cap(budget_bytes, written + layout, largest_write, step.profile.bs_bytes)
+                if cap is None:
+                    skipped_writes += 1
+                    continue
+                profile = ch.capped_at(step.profile, cap)
             if progress:
                 print(f"\r[{i}/{len(kept)}] {step.sweep} {step.label}   ", end="", file=sys.stderr, flush=True)
             size_of = step.value if step.sweep in ("warm", "working-set") else step.profile.size_bytes
-            r = run_probe("characterize", args.path, step.profile, limits, keep_sizes={size_of})
+            before = _bytes_written_to(dev, roots) if cap else None
+            r = run_probe("characterize", args.path, profile, limits, keep_sizes={size_of})
             if step.sweep == "warm":
                 continue   # a first pass over the file, not a measurement
             results.append(r)
             points.append(_point(step, r))
-            written += r.write_io_bytes
-            largest_write = max(largest_write, r.write_io_bytes)
+            if cap:
+                took = _charge(r.write_io_bytes, before, _bytes_written_to(dev, roots), cap)
+                written += took
+                largest_write = max(largest_write, took)
+                if took >= cap - step.profile.bs_bytes:
+                    cut_short.append(f"{step.sweep} {step.label}")
     except KeyboardInterrupt:
         interrupted = True
+    if cut_short:
+        say(f"write step {', '.join(cut_short)} stopped at what was left of --budget-bytes {args.budget_bytes}")
     if skipped_writes:
         say(f"{skipped_writes} write steps left out: another would have passed --budget-bytes {args.budget_bytes}")
     if progress:
@@ -261,7 +289,8 @@ def cmd_characterize(args) -> int:
 
 def add_parser(sub, positive_seconds) -> None:
     c = sub.add_parser("characterize", help="sweep a volume (queue depth, block size, jobs, mix) within a budget")
-    c.add_argument("--path", help="a directory on the volume (probe file in DIR/.iowarden)")
+    # os.path.abspath is lexical: it resolves no link, so the probe's walk from / still refuses one
+    c.add_argument("--path", type=os.path.abspath, help="a directory on the volume (probe file in DIR/.iowarden)")
     c.add_argument("-c", "--config", help="the daemon's configuration: store the result as the volume's "
                    "capability in its state database (status shows it; /metrics the headroom)")
     c.add_argument("--compare", nargs=2, metavar="RUN.json",

@@ -457,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-c", "--config", help=config_help + "; without it, an ad-hoc probe of --path")
     pr.add_argument("--target", help="only this configured target")
     pr.add_argument("--profile", help="only this configured profile (or the name of an ad-hoc one)")
-    pr.add_argument("--path", help="ad hoc: a directory (probe file in DIR/.iowarden) or a block device (read-only)")
+    pr.add_argument("--path", type=os.path.abspath, help="ad hoc: a directory (probe file in DIR/.iowarden) or a block device (read-only)")
     pr.add_argument("--rw", default="randread", choices=PROFILE_RW, help="fio rw= of an ad-hoc probe")
     pr.add_argument("--bs", default="4k", help="block size")
     pr.add_argument("--iodepth", type=int, default=32, help="I/Os in flight per job")

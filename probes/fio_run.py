@@ -57,6 +57,7 @@ class ProbeResult:
     report: FioReport | None = None
     layout_bytes: int = 0  # bytes written to lay out the probe file (counts against a budget)
     contended: bool = False
+    ramp_seconds: float = 0.0  # the profile's warm-up: I/O fio issues and leaves out of its report
     foreign_util_percent: float | None = None  # the device's %util from other work just before the probe
     argv: list[str] = field(default_factory=list)
 
@@ -73,9 +74,10 @@ class ProbeResult:
 
     @property
     def write_io_bytes(self) -> int:
-        """Bytes fio wrote in the measured run (what a write budget counts, beside the layout)."""
+        """Bytes the probe wrote (what a write budget counts, beside the layout): fio's measured bytes and
+        its ramp's, which fio leaves out of the report, taken at the measured rate."""
         d = self._dir("write")
-        return d.io_bytes if d else 0
+        return int(d.io_bytes + d.bw_bytes * self.ramp_seconds) if d else 0
 
     def clat_percentile_seconds(self, pct: float) -> float | None:
         """The worse (higher) of the read and write percentile: what an application waits for."""
@@ -316,7 +318,8 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
     expect_dev: for a directory target, the filesystem (st_dev) it must still be on.
     """
     started_wall, started = time.time(), time.monotonic()
-    result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0)
+    result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0,
+                         ramp_seconds=max(seconds(o.get("ramp_time", "0")) for _, o in profile.job_dicts()))
     dir_fd = None
     try:
         try:

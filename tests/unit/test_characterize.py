@@ -43,8 +43,12 @@ def test_the_plan_its_time_budget_and_the_write_budget():
     assert [s.sweep for s in steps].count("qd-write") == len(ch.QD_STEPS)
     kept, dropped = ch.within_budget(steps, 60.0)
     assert sum(ch.step_seconds(s) for s in kept) <= 60.0 and dropped and kept + dropped == steps
-    assert ch.write_step_allowed(2 ** 30, 2 ** 30, 4 * 2 ** 30)
-    assert not ch.write_step_allowed(3 * 2 ** 30 + 1, 2 ** 30, 4 * 2 ** 30)
+    # the next write step may take what is left of the bytes budget, in whole blocks; it is left out when
+    # not even one as large as the largest so far would fit
+    assert ch.write_step_cap(4 * 2 ** 30, 2 ** 30, 2 ** 30, 4096) == 3 * 2 ** 30
+    assert ch.write_step_cap(200 * 2 ** 20, 64 * 2 ** 20 + 4097, 0, 4096) == 136 * 2 ** 20 - 8192
+    assert ch.write_step_cap(4 * 2 ** 30, 3 * 2 ** 30 + 1, 2 ** 30, 4096) is None
+    assert ch.write_step_cap(4096 * 3, 4096 * 2 + 1, 0, 4096) is None
     with pytest.raises(ValueError, match="unknown sweep 'zz'"):
         ch.plan(["zz"], 2 ** 30, 3.0, 1.0, writes=False)
     # every block-size step keeps the one probe file (no second layout)
@@ -95,3 +99,15 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
     rows = ch.compare([p.__dict__ for p in pts], [{**p.__dict__, "iops": p.iops * 2} for p in pts])
     compare = cp.write_compare_plot(rows, ("a.json", "b.json"), str(tmp_path / "compare.png"))
     assert imread(compare).shape[0] > 462 * 2                 # one panel per sweep
+
+
+def test_a_capped_write_step_stops_at_its_bytes_whatever_its_runtime():
+    from iowarden.probes.fio_run import ProbeLimits, build_argv
+    step = next(s for s in ch.plan(["qd"], 2 ** 30, 3.0, 1.0, writes=True) if s.sweep == "qd-write")
+    capped = ch.capped_at(step.profile, 10 * 2 ** 20 + 100)
+    assert capped.writes and capped.name == step.profile.name
+    argv = build_argv(capped, "f", ProbeLimits(), readonly=False)
+    # io_size counts the ramp's writes too; a time-based job would ignore it
+    assert "--io_size=10485760" in argv and "--time_based=0" in argv and "--rw=randwrite" in argv
+    two = ch.capped_at(ch.replace(step.profile, numjobs=2), 10 * 2 ** 20)
+    assert "--io_size=5242880" in build_argv(two, "f", ProbeLimits(), readonly=False)

@@ -46,3 +46,15 @@ def test_replay_refuses_values_it_cannot_judge_naming_the_line(tmp_path, rows, s
     r = run("replay", str(csv))
     assert r.returncode == 2 and f"{csv}:{says}" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_relative_path_is_taken_from_the_working_directory_without_resolving_links(tmp_path, monkeypatch):
+    # `probe --path rel` was refused as "not an absolute path", and characterize recorded every step failed
+    from iowarden.daemon.cli import build_parser
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    for cmd in ("probe", "characterize"):
+        args = build_parser().parse_args([cmd, "--path", "link/sub/.."])
+        # lexical: the link stays in the path, for the probe's walk from / to refuse
+        assert args.path == str(tmp_path / "link"), args.path

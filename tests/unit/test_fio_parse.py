@@ -96,3 +96,13 @@ def test_truncated_real_output_is_a_parse_error():
 
 def test_histogram_quantile_of_nothing_is_nan():
     assert math.isnan(fio.histogram_quantile([], 0.5))
+
+
+def test_the_write_budget_counts_the_ramp_fio_leaves_out_of_its_report():
+    from iowarden.probes.fio_run import ProbeResult
+    rep = fio.parse((F / "fio-3.33-randrw-json+.json").read_text())
+    w = rep.directions["write"]
+    measured = ProbeResult("t", "/srv", "sdb", "rw", True, None, 1.7e9, 6.0, rep)
+    assert measured.write_io_bytes == w.io_bytes
+    ramped = ProbeResult("t", "/srv", "sdb", "rw", True, None, 1.7e9, 6.0, rep, ramp_seconds=1.0)
+    assert ramped.write_io_bytes == int(w.io_bytes + w.bw_bytes) > w.io_bytes
