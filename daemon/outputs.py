@@ -16,20 +16,19 @@ from .exporters import influx
 log = logging.getLogger("iowarden")
 
 
-def start_prometheus(daemon):
+def start_prometheus(cfg: dict, core):
+    """cfg: the [prometheus] section; core: its snapshot is what is rendered, once per version."""
     from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-    from . import snapshot
     from .exporters.http import WebConfig, load_web_config, serve
     from .exporters.prometheus import SnapshotCollector
-    cfg = daemon.cfg.section("prometheus")
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
-    registry.register(SnapshotCollector(lambda: snapshot.take(daemon)))
+    registry.register(SnapshotCollector(lambda: core.snapshot))
     web = load_web_config(cfg["web_config_file"]) if cfg["web_config_file"] else WebConfig()
-    server = serve(cfg["listen_address"], registry, web)
+    server = serve(cfg["listen_address"], registry, web, version_of_snapshot=lambda: core.published)
     log.info("serving metrics on %s%s%s", cfg["listen_address"], " with TLS" if web.tls else "",
              " and basic auth" if web.users else "")
     return server
@@ -38,13 +37,13 @@ def start_prometheus(daemon):
 class InfluxOutput:
     """Points for InfluxDB from probe results, events and iostat summaries; flushed as a registry part."""
 
-    def __init__(self, daemon):
-        c = daemon.cfg.section("influxdb")
-        self.daemon = daemon
+    def __init__(self, c: dict, state_dir: str, get_snapshot):
+        """c: the [influxdb] section; get_snapshot: the core's latest snapshot (the iostat summaries' source)."""
+        self.get_snapshot = get_snapshot
         self.iostat_interval = c["iostat_interval_seconds"]
         self.writer = influx.InfluxWriter(
             c["url"], c["org"], c["bucket"], influx.read_token(c["token_file"], c["token_env"]),
-            os.path.join(daemon.cfg.section("daemon")["state_dir"], "influx-spool"), c["spool_max_bytes"],
+            os.path.join(state_dir, "influx-spool"), c["spool_max_bytes"],
             c["timeout_seconds"])
         self.host = self.writer.host
         self._iostat_prev: diskstats.DiskSample | None = None
@@ -71,14 +70,15 @@ class InfluxOutput:
 
     def step(self) -> None:
         now = time.monotonic()
-        cur = self.daemon.sampler.last_sample
+        snap = self.get_snapshot()
+        cur = snap.disk_sample if snap is not None else None
         if cur is not None and now - self._iostat_at >= self.iostat_interval:
             if self._iostat_prev is not None:
                 lines = []
                 for name, r in diskstats.rates_between(self._iostat_prev, cur).items():
-                    if name not in self.daemon.sampler.rates:
+                    if name not in snap.disk_rates:
                         continue  # only what the sampler watches (whole devices by default)
-                    dev = self.daemon.settings.devices.get(name)
+                    dev = snap.devices.get(name)
                     tags = {"host": self.host, "device": name, "volume": dev.identity if dev else f"kernel:{name}"}
                     lines.append(influx.line("iowarden_disk", tags, {k.replace("/", "_per_").replace("-", "_"):
                                                                      float(v) for k, v in r.as_sysstat().items()

@@ -58,12 +58,12 @@ def stacked_members(devices: dict) -> dict[str, tuple[str, ...]]:
 
 
 class PassiveWatch:
-    def __init__(self, params: PassiveParams, sampler, devices_fn, state, health):
+    def __init__(self, params: PassiveParams, sampler, devices_fn, state, on_verdict):
         self.params = params
         self.sampler = sampler
         self.devices_fn = devices_fn          # kernel name -> BlockDevice (the settings poller's view)
         self.state = state
-        self.health = health
+        self.on_verdict = on_verdict          # (transition, kernel name): the core hands it to Health
         curves = {(ident, metric.split(":")[1], metric.split(":")[2]): st
                   for ident, profile, metric, _, st in state.load_baselines()
                   if profile == PASSIVE_PROFILE and metric.startswith("curve:")}
@@ -101,11 +101,11 @@ class PassiveWatch:
                   for n, members in stacked.items() if n in ident}
         transitions = self.detector.observe(windows, groups, stacks)
         for t in transitions:
-            self.health.on_passive(_named(t, name_of), name_of.get(t.device, t.device))
+            self.on_verdict(_named(t, name_of), name_of.get(t.device, t.device))
         for gone in set(self.detector.devices) - set(name_of):
             if self.detector.devices[gone].flagged:
                 for t in self.detector.forget(gone):
-                    self.health.on_passive(t, gone)
+                    self.on_verdict(t, gone)
         self.views = tuple((name_of[v.device], v.device, v) for v in self.detector.views() if v.device in name_of)
         self.windows_total += 1
         self._windows += 1

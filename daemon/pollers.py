@@ -54,6 +54,7 @@ class SettingsPoller:
         devices = blockqueue.read_sysfs_and_superblocks(self.roots)
         power = cpupower.read_power_settings(self.roots, run_tuned_adm_verify=True)
         now = watched_settings(devices, power)
+        drift = collections.Counter(self.drift_total)   # replaced whole below: snapshots copy it while we count
         if self._last is not None:
             for key, new in now.items():
                 old = self._last.get(key, new)
@@ -61,7 +62,7 @@ class SettingsPoller:
                     device, setting = key
                     ident = devices[device].identity if device in devices else None
                     self.state.add_drift(device, ident, setting, old, new)
-                    self.drift_total[(device, ident or device, setting)] += 1
+                    drift[(device, ident or device, setting)] += 1
                     self.on_event(kind="drift", device=device, volume=ident or device, setting=setting,
                                   old=str(old), new=str(new))
                     log.warning("setting drift on %s: %s changed from %s to %s", device, setting, old, new,
@@ -69,7 +70,7 @@ class SettingsPoller:
         if now != self._last:
             self.state.save_settings(now)
         self._last = now
-        self.devices, self.power = devices, power
+        self.devices, self.power, self.drift_total = devices, power, drift
 
 
 class XfsPoller:

@@ -1,7 +1,9 @@
 """`iowarden run`: wires the parts together and talks to systemd.
 
-Flow: sampler (1 Hz) and pollers feed the scheduler's decisions and the
-snapshot; probe results go to the state database and the log. Readiness is
+Flow: the parts (sampler, pollers, scheduler and its probe workers, passive
+detector, discovery, uevents) post events to the core (core.py), which owns
+health and the latest results and publishes a snapshot after each batch; the
+exporters read that snapshot. Readiness is
 READY=1 after the first diskstats sample; WATCHDOG=1 is sent only while no part
 is stuck; SIGHUP reloads the config atomically (an invalid one is logged and the
 old one kept); SIGTERM stops within 5 s, killing fio.
@@ -22,8 +24,8 @@ from iowarden.probes.common import Roots
 from iowarden.probes.fio_run import end_leftover_probes
 
 from . import config as configmod
-from .causes import Evidence, likely_causes
 from .config import Target
+from .core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
 from .discovery import discover
 from .detect import DetectorParams
 from .health import Health
@@ -35,13 +37,13 @@ from .passive_part import PassiveWatch
 from .pollers import SettingsPoller, XfsPoller
 from .registry import Registry
 from .sampler import Sampler
-from .scheduler import Scheduler, result_summary
-from .snapshot import ProbeView
+from .scheduler import Scheduler
 from .state import State, StateUnavailable
 
 log = logging.getLogger("iowarden")
 STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, exit well within 5 s
 STATE_RETRY_SECONDS = 2.0
+CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 RESULT_RETENTION_SECONDS = 90 * 86400
 
 
@@ -128,16 +130,17 @@ class Daemon:
         self.xfs = XfsPoller(roots, self.cfg.section("xfs")["timeout_seconds"])
         self.health = Health(self.state, DetectorParams.from_config(self.cfg.section("detector")),
                              on_event=self._event)
-        self.scheduler = Scheduler(self.cfg, roots, self.sampler, self._on_result,
+        self.scheduler = Scheduler(self.cfg, roots, self.sampler, lambda r: self.core.post(ProbeFinished(r)),
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
                                    devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots))
         self.registry = Registry()
         c = self.cfg
-        self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self.sampler.step)
+        self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self._sample)
         self.passive = None
         if c.section("passive")["enabled"]:
             self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
-                                        lambda: self.settings.devices, self.state, self.health)
+                                        lambda: self.settings.devices, self.state,
+                                        lambda t, device: self.core.post(PassiveVerdict(t, device)))
             self.registry.add("passive", c.section("passive")["window_seconds"], 5.0, self.passive.step)
         self.registry.add("scheduler", 1.0, 5.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
@@ -152,35 +155,19 @@ class Daemon:
         self.registry.add("state", STATE_RETRY_SECONDS, 10.0, self.state.retry_pending)
         self.influx = None
         if c.section("influxdb")["enabled"]:
-            self.influx = InfluxOutput(self)
+            self.influx = InfluxOutput(c.section("influxdb"), state_dir, lambda: self.core.snapshot)
             self.registry.add("influxdb", c.section("influxdb")["flush_interval_seconds"],
                               c.section("influxdb")["timeout_seconds"] * 4, self.influx.step)
-        self.last_result = None
-        self.latest_probes: dict = {}   # (target, profile) -> snapshot.ProbeView
-        self._latest_lock = threading.Lock()   # probe workers write it, discovery drops from it, scrapes read
         try:
-            self.version = importlib.metadata.version("iowarden")
+            version = importlib.metadata.version("iowarden")
         except importlib.metadata.PackageNotFoundError:
-            self.version = "unknown"
+            version = "unknown"
+        self.core = Core(self, version)   # reads the parts above; the only thread that changes Health
         self.inventory = Inventory(self._on_device_change, str(roots.run))
 
-    def latest_probe_views(self) -> tuple:
-        with self._latest_lock:
-            return tuple(self.latest_probes.values())
-
-    def identity_of_device(self, device: str | None) -> str | None:
-        if device is None:
-            return None
-        dev = self.settings.devices.get(device)
-        if dev is None:  # a device newer than the last settings poll
-            dev = blockqueue.read_sysfs_and_superblocks(self.roots).get(device)
-        return dev.identity if dev else f"kernel:{device}"
-
-    def identity_of_target(self, target_name: str) -> str | None:
-        for t in self.targets():
-            if t.name == target_name:
-                return self.identity_of_device(self.scheduler.device_of(t))
-        return None
+    def _sample(self) -> None:
+        self.sampler.step()
+        self.core.post(Tick())
 
     def targets(self) -> tuple[Target, ...]:
         """The configured targets and the ones [[discover]] rules found mounted."""
@@ -205,10 +192,7 @@ class Daemon:
             for name in sorted(before.keys() - after.keys()):
                 log.info("target %s dropped: %s is no longer mounted", name, before[name].path,
                          extra={"TARGET": name})
-                with self._latest_lock:
-                    for key in [k for k in self.latest_probes if k[0] == name]:
-                        del self.latest_probes[key]   # its series disappear from /metrics
-                self.health.target_dropped(name, "target dropped: no longer mounted")
+                self.core.post(TargetDropped(name, "target dropped: no longer mounted"))
             for name in sorted(before.keys() & after.keys()):
                 if before[name] != after[name]:
                     log.info("target %s: another filesystem is mounted at %s now", name, after[name].path,
@@ -241,57 +225,11 @@ class Daemon:
             self.rediscover()
 
     def _pin_check(self, target, device: str | None) -> str | None:
-        self.health.apply_requests(self.identity_of_target)  # a reset may re-pin this target
         if target.found_on_dev is not None:
             # a discovered target is whatever its rule finds mounted there (the scheduler checks
             # that it still is); its baselines follow the volume's identity, so no pin
             return None
-        return self.health.pin_refusal(target.name, self.identity_of_device(device))
-
-    def _on_result(self, result) -> None:
-        record = result.to_json()
-        identity = self.identity_of_device(result.device) or f"target:{result.target}"
-        self.state.add_probe_result(record, identity)
-        if self.influx is not None:
-            self.influx.probe_result(record, identity)
-        self.last_result = result
-        # a discovered target dropped while its probe ran is stored, but gets no series back
-        if result.target in {t.name for t in self.targets()}:
-            key = (result.target, result.profile)
-            with self._latest_lock:
-                prev = self.latest_probes.get(key)
-                last_ok = result.started_at + result.duration_seconds if result.ok else (
-                    prev.last_success_timestamp if prev else None)
-                self.latest_probes[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
-        level = logging.INFO if result.ok else logging.WARNING
-        log.log(level, result_summary(result),
-                extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
-        rates = self.sampler.rates.get(result.device) if result.device else None
-        context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
-                   "disk_write_await_ms": rates.write_await_ms} if rates else {}
-        if result.contended and result.device:
-            total = self.sampler.delivered(result.device, result.started_at,
-                                           result.started_at + result.duration_seconds)
-            if total is not None:
-                context["delivered_iops"] = total.reads_per_second + total.writes_per_second
-                context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
-        self.health.on_result(record, identity, lambda since: self._causes(result, since), context)
-
-    def _causes(self, result, since: float) -> list[str]:
-        target = next((t for t in self.targets() if t.name == result.target), None)
-        devices = self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots)
-        disks = self.scheduler.physical_disks(target) if target else ()
-        waits = {n: max(r.read_await_ms, r.write_await_ms) for n, r in self.sampler.rates.items()}
-        mount = self.xfs.mount_of(result.path)
-        stack = {result.device, *disks} - {None}
-        ev = Evidence(physical_disks=disks, device=result.device, devices=devices,
-                      passive=self.health.passive_findings(stack),
-                      drift=self.state.drift_since(since, set(devices)), contended=result.contended,
-                      foreign_util_percent=result.foreign_util_percent, disk_await_ms=waits,
-                      xfs_now=self.xfs.reports.get(mount) if mount else None,
-                      xfs_then=self.xfs.first.get(mount) if mount else None,
-                      budget_exhausted=self.scheduler.budget_exhausted(disks))
-        return likely_causes(ev)
+        return self.health.pin_refusal(target.name, self.core.identity_of_device(device))
 
     def reload(self) -> None:
         notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
@@ -312,10 +250,11 @@ class Daemon:
         signal.signal(signal.SIGHUP, lambda *_: self.reload_requested.set())
         log.info("iowarden starting: %d targets, %d discovery rules, state in %s", len(self.cfg.targets),
                  len(self.cfg.discover), self.state.path)
+        self.core.start()
         self.http = None
         if self.cfg.section("prometheus")["enabled"]:
             try:
-                self.http = start_prometheus(self)
+                self.http = start_prometheus(self.cfg.section("prometheus"), self.core)
             except (OSError, WebConfigError) as exc:
                 log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus")["listen_address"], exc)
                 self.state.close()
@@ -335,7 +274,7 @@ class Daemon:
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self.reload()
-            stuck = self.registry.stuck()
+            stuck = self.registry.stuck() + (["core"] if self.core.stuck_seconds() > CORE_STUCK_SECONDS else [])
             if stuck:
                 log.error("parts not completing: %s (watchdog ping withheld)", ", ".join(stuck))
             elif ready:
@@ -346,6 +285,7 @@ class Daemon:
         log.info("iowarden stopping")
         self.scheduler.stop(STOP_TIMEOUT_SECONDS)
         self.registry.join(0.5)
+        self.core.stop(1.0)   # the results of the probes just stopped reach the database
         if self.passive is not None:
             self.passive.save()   # the curves learned since the last save
         if self.influx is not None:
@@ -358,7 +298,7 @@ class Daemon:
         return 0
 
     def status_line(self, stuck: list[str]) -> str:
-        r = self.last_result
+        r = self.core.last_result
         last = f"last probe {r.target}/{r.profile} {'ok' if r.ok else 'failed'}" if r else "no probe yet"
         return (f"{len(self.sampler.rates)} devices sampled, {len(self.targets())} targets, {last}"
                 + (f"; STUCK: {', '.join(stuck)}" if stuck else ""))

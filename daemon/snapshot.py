@@ -1,11 +1,11 @@
-"""The latest view of everything the daemon knows, taken in one go for the exporters.
+"""The latest view of everything the daemon knows: built by the core after each batch of events.
 
-Exporters read snapshots only: no fio, xfs_db or sysfs work happens at scrape
-time. Building one is cheap: values a part replaces whole (the device view, the
-latest rates, power settings) are referenced; those parts change in place (health,
-budgets, skip counters, latest results, the state database's counters) are copied
-by their owners under their own locks, so a scrape never iterates a collection a
-worker is changing.
+Exporters, the InfluxDB writer and the status line read snapshots only: no fio, xfs_db or
+sysfs work happens at scrape time, and no reader ever sees a part's internals. A Snapshot
+is frozen and is never changed after it is published; the values it holds are either
+replaced whole by their parts (the device view, the latest rates, power settings, the
+passive views) or copied by their owners under their locks (budgets, skip counters, part
+and database counters), so nothing it references is changed in place afterwards.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class Snapshot:
     baselines: tuple[BaselineView, ...] = ()
     alerts: tuple[dict, ...] = ()                            # open alerts
     disk_rates: dict = field(default_factory=dict)           # kernel name -> DiskRates
+    disk_sample: object | None = None                        # the sampler's last DiskSample (raw counters)
     devices: dict = field(default_factory=dict)              # kernel name -> BlockDevice
     power: object | None = None                              # PowerSettings
     drift_total: dict = field(default_factory=dict)          # (device, volume, setting) -> count
@@ -56,32 +57,33 @@ class Snapshot:
     passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)
 
 
-def take(daemon) -> Snapshot:
-    health = daemon.health
-    baselines = health.baseline_views()
+def build(parts, version: str, probes: tuple) -> Snapshot:
+    """parts: the daemon's parts (see core.Core); probes: the core's latest ProbeViews."""
     disks = {}
-    for t in daemon.targets():
-        for disk in daemon.scheduler.physical_disks_cached(t):
-            disks[disk] = daemon.scheduler.budget.status(disk)
+    targets = parts.targets()
+    for t in targets:
+        for disk in parts.scheduler.physical_disks_cached(t):
+            disks[disk] = parts.scheduler.budget.status(disk)
     return Snapshot(
         taken_at=time.time(),
-        version=daemon.version,
-        probes=daemon.latest_probe_views(),
-        skipped_total=daemon.scheduler.skipped(),
-        baselines=tuple(baselines),
-        alerts=tuple(health.open_alert_views()),
-        disk_rates=daemon.sampler.rates,
-        devices=daemon.settings.devices,
-        power=daemon.settings.power,
-        drift_total=dict(daemon.settings.drift_total),
-        xfs=dict(daemon.xfs.reports_at),
+        version=version,
+        probes=probes,
+        skipped_total=parts.scheduler.skipped(),
+        baselines=tuple(parts.health.baseline_views()),
+        alerts=tuple(parts.health.open_alert_views()),
+        disk_rates=parts.sampler.rates,
+        disk_sample=parts.sampler.last_sample,
+        devices=parts.settings.devices,
+        power=parts.settings.power,
+        drift_total=dict(parts.settings.drift_total),
+        xfs=dict(parts.xfs.reports_at),
         budget=disks,
-        parts=daemon.registry.stats(),
-        io_pressure=daemon.sampler.io_pressure,
-        probe_intervals={(t.name, p): t.interval_seconds for t in daemon.targets() for p in t.profiles},
-        influx=_influx_stats(daemon.influx.writer) if daemon.influx is not None else None,
-        state=daemon.state.stats(),
-        passive=daemon.passive.views if daemon.passive is not None else (),
+        parts=parts.registry.stats(),
+        io_pressure=parts.sampler.io_pressure,
+        probe_intervals={(t.name, p): t.interval_seconds for t in targets for p in t.profiles},
+        influx=_influx_stats(parts.influx.writer) if parts.influx is not None else None,
+        state=parts.state.stats(),
+        passive=parts.passive.views if parts.passive is not None else (),
     )
 
 

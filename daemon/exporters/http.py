@@ -20,7 +20,11 @@ socket, not a thread, and cannot crowd out a scrape:
 - at most MAX_CONNECTIONS open (more are closed at once) and MAX_REQUESTS
   rendered at a time (more get 503, like node_exporter's --web.max-requests);
 - a listen backlog the size of a real server's, not socketserver's 5.
-One render (and one gzip of it) serves every scrape of the next REUSE_SECONDS.
+Renders follow the daemon's snapshots: one render (and one gzip of it) per snapshot
+version serves every scrape until the core publishes the next (about every second).
+While the next is being rendered, a scrape takes the one before if it was current less
+than STALE_OK_SECONDS ago, so a frequent scraper never waits for a render, and one that
+scrapes rarely (Prometheus every 15 s) waits for a fresh one, as node_exporter's would.
 Basic auth is bcrypt, slow on purpose (~0.2 s), so a client must not be able to make
 the daemon hash at will: a correct password is remembered (only correct ones, so
 wrong ones cannot evict them) and costs nothing afterwards; an unknown user costs
@@ -190,14 +194,24 @@ def _parse_basic(header: str) -> tuple[str, bytes] | None:
     return (user, password.encode()) if sep else None
 
 
-REUSE_SECONDS = 0.5   # a render serves the scrapes of the next half second (half the sampler's period)
+STALE_OK_SECONDS = 1.0   # the sampler's period: how long ago the render a scrape gets without waiting was current
+
+
+@dataclass
+class Rendered:
+    version: int
+    body: bytes
+    gzipped: bytes | None = None
 
 
 class MetricsServer:
     """The endpoint on an asyncio loop in a thread of its own; shutdown() stops it."""
 
-    def __init__(self, addr, family, registry, web: WebConfig):
+    def __init__(self, addr, family, registry, web: WebConfig, version_of_snapshot=None):
+        """version_of_snapshot: () -> (version, monotonic time it was published) of what the registry renders;
+        without it every scrape renders afresh."""
         self.registry, self.web = registry, web
+        self.version_of_snapshot = version_of_snapshot
         self.auth = BasicAuth(web.users) if web.users else None
         self.connections = 0
         self.requests_in_flight = 0
@@ -206,8 +220,9 @@ class MetricsServer:
         # bcrypt on a thread of its own: hashing can never take a renderer, and uses one core at most
         self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="iowarden-auth")
         self._hashes_waiting = 0
-        self._rendering: asyncio.Future | None = None
-        self._rendered: tuple[float, bytes, bytes | None] | None = None   # (monotonic, body, gzipped body)
+        self._rendering: tuple[int, asyncio.Future] | None = None   # (version, its render under way)
+        self._rendered: Rendered | None = None
+        self._fresh_version = 0   # without version_of_snapshot: a version per scrape
         self._raise_fd_limit()
         self.socket = self._bind(addr, family)
         self.server_address = self.socket.getsockname()
@@ -358,24 +373,35 @@ class MetricsServer:
         return keep_alive
 
     async def _render(self, gzipped: bool) -> tuple[bytes, bytes | None]:
-        """The exposition (and its gzip when asked). Scrapes that arrive while one is being rendered share
-        it, and so do scrapes within REUSE_SECONDS of the last render: what the daemon knows changes at the
-        sampler's 1 Hz at most, so rendering it again sooner would only repeat it, at a cost every client
-        pays (the render is most of a scrape's time)."""
-        now = time.monotonic()
-        if self._rendered is None or now - self._rendered[0] > REUSE_SECONDS:
-            if self._rendering is None or self._rendering.done():
-                self._rendering = asyncio.ensure_future(
-                    self._loop.run_in_executor(self._workers, generate_latest, self.registry))
-            body = await asyncio.shield(self._rendering)
-            if self._rendered is None or self._rendered[1] is not body:
-                self._rendered = (now, body, None)
-        at, body, zipped = self._rendered
-        if gzipped and zipped is None:
-            zipped = await self._loop.run_in_executor(self._workers, gzip.compress, body, 1)
-            if self._rendered[1] is body:
-                self._rendered = (at, body, zipped)
-        return body, zipped if gzipped else None
+        """The exposition of the newest snapshot (and its gzip when asked), rendered once per snapshot version
+        on a worker thread; scrapes that arrive while it renders share it, or take the render before it
+        if that one was current less than STALE_OK_SECONDS ago."""
+        if self.version_of_snapshot is not None:
+            version, published = self.version_of_snapshot()
+        else:
+            self._fresh_version += 1
+            version, published = self._fresh_version, time.monotonic()
+        done = self._rendered
+        if done is None or done.version != version:
+            if self._rendering is None or self._rendering[0] != version or _failed(self._rendering[1]):
+                future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, generate_latest,
+                                                                          self.registry))
+                future.add_done_callback(lambda f, v=version: self._keep(v, f))
+                self._rendering = (version, future)
+            if done is not None and done.version == version - 1 and time.monotonic() - published < STALE_OK_SECONDS:
+                pass   # the render of the snapshot just superseded: no wait
+            else:
+                await asyncio.shield(self._rendering[1])
+                done = self._rendered
+        if gzipped and done.gzipped is None:
+            done.gzipped = await self._loop.run_in_executor(self._workers, gzip.compress, done.body, 1)
+        return done.body, done.gzipped if gzipped else None
+
+    def _keep(self, version: int, future: asyncio.Future) -> None:
+        if _failed(future):
+            return   # the scrapes awaiting it get the error; the next scrape tries again
+        if self._rendered is None or self._rendered.version < version:
+            self._rendered = Rendered(version, future.result())
 
     async def _authorize(self, header: str, source: str) -> str:
         creds = _parse_basic(header)
@@ -449,8 +475,12 @@ class ServerCollector:
         yield c
 
 
-def serve(listen: str, registry, web: WebConfig) -> MetricsServer:
+def _failed(future: asyncio.Future) -> bool:
+    return future.done() and (future.cancelled() or future.exception() is not None)
+
+
+def serve(listen: str, registry, web: WebConfig, version_of_snapshot=None) -> MetricsServer:
     addr, family = parse_listen_address(listen)
-    server = MetricsServer(addr, family, registry, web)
+    server = MetricsServer(addr, family, registry, web, version_of_snapshot)
     registry.register(ServerCollector(server))
     return server

@@ -84,6 +84,11 @@ class SnapshotCollector:
                                  labels=["version", "python"])
         info.add_metric([s.version, platform.python_version()], 1)
         yield info
+        taken = GaugeMetricFamily("iowarden_snapshot_timestamp_seconds",
+                                  "When the daemon's view in this scrape was taken (its core publishes one after each "
+                                  "batch of events, every second or sooner)")
+        taken.add_metric([], s.taken_at)
+        yield taken
         dur = GaugeMetricFamily("iowarden_part_duration_seconds", "Duration of the part's last step",
                                 labels=["part"])
         ok = GaugeMetricFamily("iowarden_part_success", "1 if the part's last step succeeded", labels=["part"])

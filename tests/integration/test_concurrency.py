@@ -8,8 +8,6 @@ import urllib.request
 
 import pytest
 
-from iowarden.daemon.exporters.http import REUSE_SECONDS
-
 from tests.conftest import LoopXfs
 from tests.integration.helpers import free_port, rows, wait_for
 
@@ -76,9 +74,16 @@ ramp_time_seconds = 0.0
         # what /metrics says lies between two reads of the database around it
         # (the database keeps durations to the millisecond: half of one per result is rounding)
         sql = "SELECT device, sum(duration_seconds), count(*) FROM probe_results GROUP BY device"
-        time.sleep(REUSE_SECONDS + 0.2)   # the next scrape renders afresh, after the first read below
+        read_at = time.time()
         before = {dev: (total, n) for dev, total, n in rows(db, sql)}
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
+
+        def scrape_of_a_snapshot_taken_after(t0):
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            taken = float(re.search(r"^iowarden_snapshot_timestamp_seconds (\S+)$", text, re.M).group(1))
+            return text if taken > t0 else None
+
+        # the core publishes every second: the first scrape of a snapshot taken after the first read
+        text = wait_for(lambda: scrape_of_a_snapshot_taken_after(read_at), timeout=10, what="a newer snapshot")
         after = {dev: (total, n) for dev, total, n in rows(db, sql)}
         for fs in mounts.values():
             used = float(re.search(rf'^iowarden_budget_device_seconds_used{{disk="{fs.name}"}} (\S+)$', text,

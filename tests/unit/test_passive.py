@@ -267,7 +267,7 @@ def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path)
     st = State(str(tmp_path / "s.db"))
     health = Health(st, DetectorParams())
     sampler = FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, health)
+    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, health.on_passive)
     reads = read_ms = 0
     for i in range(12):   # held at 2,000 IOPS with a queue of 24 waiting 12 ms each
         sampler.last_sample = sample(15.0 * i, reads, read_ms)

@@ -1,0 +1,174 @@
+"""The core: events in, in order, on one thread; one immutable snapshot out per batch. No root, a fake clock.
+
+The parts around it are the real ones where they are pure (Health, State, the scheduler's budget and
+topology over the fixture tree) and the fixture's values where they read the machine (rates from a
+captured /proc/diskstats, the device view of the md/LVM fixture tree, an XFS report from captured
+xfs_db output). The last test scrapes what the core published and diffs it with a golden file.
+
+    IOWARDEN_REGENERATE_GOLDEN=1 python -m pytest tests/unit/test_core.py   # after a deliberate change
+"""
+import dataclasses
+import difflib
+import logging
+import os
+import random
+import re
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from iowarden.daemon.core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
+from iowarden.daemon.detect import DetectorParams
+from iowarden.daemon.health import Health
+from iowarden.daemon.passive import Transition
+from iowarden.daemon.registry import Registry
+from iowarden.daemon.state import State
+from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
+from iowarden.probes.common import Roots
+from iowarden.probes.fio_run import ProbeResult
+from tests.conftest import FIXTURES
+from tests.unit.test_exporter import scrape
+from tests.unit.test_policy import Clock, FakeRun, _cfg, _target
+
+GOLDEN = FIXTURES / "golden" / "scrape-core.prom"
+REPORT = fio.parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
+
+
+def _result(i: int, read_iops: float, ok: bool = True, target: str = "db", device: str = "dm-0") -> ProbeResult:
+    d = REPORT.directions
+    rep = dataclasses.replace(REPORT, directions={**d, "read": dataclasses.replace(d["read"], iops=read_iops)})
+    return ProbeResult(target, f"/srv/{target}", device, "rr", ok, None if ok else "fio exited with 1",
+                       1.7e9 + 60 * i, 2.1, rep if ok else None)
+
+
+@pytest.fixture
+def parts(tree, tmp_path):
+    roots = tree("storage-md-dm.tree")
+    devices = blockqueue.read_sysfs_and_superblocks(roots)
+    ds = diskstats.parse((FIXTURES / "diskstats" / "linux-4.14-14-fields.txt").read_text())
+    later = {n: dataclasses.replace(c, reads=c.reads + 500, sectors_read=c.sectors_read + 8000,
+                                    read_ms=c.read_ms + 250, io_ms=c.io_ms + 400,
+                                    weighted_io_ms=c.weighted_io_ms + 900) for n, c in ds.items()}
+    last = diskstats.DiskSample(1.0, later)
+    sampler = SimpleNamespace(rates=diskstats.rates_between(diskstats.DiskSample(0.0, ds), last), last_sample=last,
+                              io_pressure=None, delivered=lambda *a: None)
+    report = xfs.XfsReport("/srv", "/dev/dm-0", xfs.parse_frag((FIXTURES / "xfs" / "xfs_db-frag-fragmented.txt")
+                                                               .read_text()),
+                           xfs.parse_freesp((FIXTURES / "xfs" / "xfs_spaceman-freesp.txt").read_text()),
+                           "xfs_spaceman", None, ())
+    cfg = _cfg(_target("db", 300.0) + _target("logs", 300.0))
+    clock = Clock()
+    state = State(str(tmp_path / "state.db"))
+    scheduler = FakeRun(cfg, Roots(), sampler, on_result=None, rng=random.Random(0), clock=clock,
+                        devices=lambda: devices, device_of={"db": "dm-0", "logs": "md1"})
+    for t in cfg.targets:
+        scheduler.physical_disks(t)   # what the scheduler found when it last looked
+    scheduler.budget.record(("sdb", "sdc"), time.time(), 2.0, 1 << 20)   # dm-0's disks
+    p = SimpleNamespace(
+        roots=roots, state=state, health=Health(state, DetectorParams(warmup_probes=6)), sampler=sampler,
+        scheduler=scheduler,
+        settings=SimpleNamespace(devices=devices, drift_total={("sdb", devices["sdb"].identity, "scheduler"): 1},
+                                 power=cpupower.read_power_settings(tree("cpu-bare-metal.tree"),
+                                                                    run_tuned_adm_verify=False)),
+        xfs=SimpleNamespace(reports_at={"/srv": (report, 1.7e9)}, reports={"/srv": report}, first={"/srv": report},
+                            mount_of=lambda path: "/srv"),
+        registry=Registry(clock), passive=None, influx=None, targets=lambda: cfg.targets, clock=clock)
+    yield p
+    state.close()
+
+
+def test_a_result_is_stored_judged_and_published_in_one_new_snapshot(parts):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    core.publish()
+    first, (v1, _) = core.snapshot, core.published
+    core.run_batch([ProbeFinished(_result(0, 38000.0))])
+    snap, (v2, _) = core.snapshot, core.published
+    assert v2 == v1 + 1 and snap is not first and first.probes == ()   # the old snapshot is left as it was
+    (view,) = snap.probes
+    ident = parts.settings.devices["dm-0"].identity
+    assert (view.target, view.profile, view.volume, view.last_success_timestamp) == ("db", "rr", ident, 1.7e9 + 2.1)
+    assert [r["read_iops"] for r in parts.state.probe_results()] == [38000.0]
+    assert core.last_result.iops("read") == 38000.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.probes = ()
+
+
+def test_results_in_order_raise_an_alert_whose_causes_the_core_gathers(parts):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    core.run_batch([ProbeFinished(_result(i, 38000.0 * (1 + 0.01 * (i % 3)))) for i in range(12)])
+    assert core.snapshot.alerts == ()
+    parts.state.add_drift("sdb", parts.settings.devices["sdb"].identity, "scheduler", "none", "mq-deadline")
+    # one batch, many results: applied in the order posted, one snapshot for the lot
+    core.run_batch([ProbeFinished(_result(i, 9000.0)) for i in range(12, 20)])
+    (alert,) = core.snapshot.alerts
+    assert alert["alert"] == "VolumeDegraded" and alert["target"] == "db"
+    (stored,) = parts.state.alerts(open_only=True)
+    # the core's evidence: drift on a member of the target's stack (dm-0 -> md0 -> sdb1 + sdc1), the XFS report
+    assert any("scheduler" in c and "sdb" in c for c in stored["causes"]), stored["causes"]
+
+
+def test_a_dropped_target_leaves_the_snapshot_and_a_passive_verdict_opens_an_alert(parts):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    core.run_batch([ProbeFinished(_result(0, 38000.0)), ProbeFinished(_result(0, 1000.0, target="logs"))])
+    assert {v.target for v in core.snapshot.probes} == {"db", "logs"}
+    core.run_batch([TargetDropped("logs", "target dropped: no longer mounted")])
+    assert {v.target for v in core.snapshot.probes} == {"db"}
+    t = Transition("self", "serial:Z1", "raised", "warning", "sdb is 3.1x slower than its own normal at this load",
+                   {"ratio": 3.1})
+    core.run_batch([PassiveVerdict(t, "sdb")])
+    assert [(a["alert"], a["volume"]) for a in core.snapshot.alerts] == [("DeviceSlow", "serial:Z1")]
+
+
+def test_a_bad_event_is_logged_and_the_next_one_is_handled(parts, caplog):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    with caplog.at_level(logging.ERROR, logger="iowarden"):
+        core.run_batch([object(), ProbeFinished(_result(0, 38000.0))])
+    assert "core: handling object failed" in caplog.text
+    assert len(core.snapshot.probes) == 1 and core.events_total == 2
+
+
+def test_a_tick_takes_the_operators_requests(parts):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    parts.health.pins["db"] = "wwn:old"
+    assert parts.health.pin_refusal("db", "wwn:new") is not None
+    parts.state.request_baseline("reset", "db", None)
+    core.run_batch([Tick()])
+    assert parts.health.pin_refusal("db", "wwn:new") is None
+
+
+def test_the_thread_applies_what_was_posted_before_the_stop_and_says_when_it_is_stuck(parts):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    core.start()
+    for i in range(5):
+        core.post(ProbeFinished(_result(i, 38000.0)))
+    core.stop(5.0)
+    assert not core._thread.is_alive()
+    assert len(parts.state.probe_results()) == 5 and core.events_total == 5
+    assert core.stuck_seconds() == 0.0
+    parts.clock.now += 40.0   # no batch for 40 s: the watchdog is withheld past CORE_STUCK_SECONDS
+    assert core.stuck_seconds() == 40.0
+
+
+def _stable(text: str) -> str:
+    text = re.sub(r'python="[^"]*"', 'python="X"', text)
+    text = re.sub(r"^(iowarden_snapshot_timestamp_seconds) .*$", r"\1 0", text, flags=re.M)
+    return re.sub(r"^(iowarden_scrape_collector_duration_seconds\{[^}]*\}) .*$", r"\1 0", text, flags=re.M)
+
+
+def test_the_scrape_of_what_the_core_published_matches_the_golden_file(parts):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    core.run_batch([ProbeFinished(_result(i, 38000.0 * (1 + 0.01 * (i % 3)))) for i in range(12)]
+                   + [ProbeFinished(_result(12, 0.0, ok=False, target="logs", device="md1"))])
+    got = _stable(scrape(core.snapshot))
+    if os.environ.get("IOWARDEN_REGENERATE_GOLDEN"):
+        GOLDEN.write_text(got)
+    want = GOLDEN.read_text()
+    diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True), "golden", "scrape"))
+    assert got == want, "the exposition changed (IOWARDEN_REGENERATE_GOLDEN=1 to accept):\n" + diff[:6000]
+    # absent means absent: no sample of InfluxDB or the passive detector (both off), no baseline for `logs`
+    samples = [line for line in got.splitlines() if not line.startswith("#")]
+    assert not [line for line in samples if line.startswith(("iowarden_influxdb_", "iowarden_passive_"))]
+    assert [line for line in samples if line.startswith("iowarden_baseline{")]
+    assert [line for line in samples if line.startswith("iowarden_probe_success{") and 'target="logs"' in line
+            and line.endswith(" 0.0")]
