@@ -86,9 +86,9 @@ class Health:
                 tuple(a["causes"]))
 
     @_locked
-    def open_alert_views(self) -> list[dict]:
-        return [{"alert": k[0], "volume": k[1], "profile": k[2], "target": a.target, "severity": a.severity,
-                 "raised_at": a.raised_at, "id": a.id} for k, a in list(self.open.items())]
+    def open_alert_views(self) -> list:
+        from .snapshot import AlertView
+        return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id) for k, a in self.open.items()]
 
     @_locked
     def baseline_views(self) -> list:

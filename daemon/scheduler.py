@@ -32,6 +32,15 @@ log = logging.getLogger("iowarden")
 DAY_SECONDS = 86400.0
 
 
+@dataclass(frozen=True)
+class BudgetStatus:
+    """One physical disk's budget as it stands: device-time in the window and bytes written in a day."""
+    device_seconds_used: float
+    device_seconds_allowed: float
+    written_bytes_24h: int
+    written_bytes_allowed: int
+
+
 class Budget:
     """Per physical disk: probe device-time as a share of wall time, and bytes written per day.
 
@@ -71,21 +80,20 @@ class Budget:
             q.popleft()
         return q
 
-    def status(self, disk: str, now: float | None = None) -> dict:
+    def status(self, disk: str, now: float | None = None) -> BudgetStatus:
         now = time.time() if now is None else now
         with self._lock:
             q = self._trim(disk, now)
             used = sum(sec for at, sec, _ in q if at >= now - self.window_seconds)
             written = sum(b for at, _, b in q if at >= now - DAY_SECONDS)
-        return {"device_seconds_used": used, "device_seconds_allowed": self.time_ratio * self.window_seconds,
-                "written_bytes_24h": written, "written_bytes_allowed": self.write_bytes_per_day}
+        return BudgetStatus(used, self.time_ratio * self.window_seconds, written, self.write_bytes_per_day)
 
     def refuses(self, disks, needed_seconds: float, now: float | None = None) -> str | None:
         for disk in disks:
             st = self.status(disk, now)
-            if st["device_seconds_used"] + needed_seconds > st["device_seconds_allowed"]:
+            if st.device_seconds_used + needed_seconds > st.device_seconds_allowed:
                 return "budget_time"
-            if st["written_bytes_24h"] >= st["written_bytes_allowed"]:
+            if st.written_bytes_24h >= st.written_bytes_allowed:
                 return "budget_bytes"
         return None
 

@@ -35,20 +35,31 @@ class BaselineView:
 
 
 @dataclass(frozen=True)
+class AlertView:
+    alert: str                 # VolumeDegraded, ProbeFailing, DeviceSlow, SlowMember, VolumeAtLimit
+    volume: str                # stable identity
+    profile: str               # the probe profile, or "passive"
+    target: str | None         # the target, or the device a passive verdict is on
+    severity: str
+    raised_at: float           # unix time
+    id: int
+
+
+@dataclass(frozen=True)
 class Snapshot:
     taken_at: float
     version: str
     probes: tuple[ProbeView, ...] = ()
     skipped_total: dict = field(default_factory=dict)       # (target, reason) -> count
     baselines: tuple[BaselineView, ...] = ()
-    alerts: tuple[dict, ...] = ()                            # open alerts
+    alerts: tuple[AlertView, ...] = ()                       # open alerts
     disk_rates: dict = field(default_factory=dict)           # kernel name -> DiskRates
     disk_sample: object | None = None                        # the sampler's last DiskSample (raw counters)
     devices: dict = field(default_factory=dict)              # kernel name -> BlockDevice
     power: object | None = None                              # PowerSettings
     drift_total: dict = field(default_factory=dict)          # (device, volume, setting) -> count
     xfs: dict = field(default_factory=dict)                  # mount -> (XfsReport, unix time of the report)
-    budget: dict = field(default_factory=dict)               # disk -> Budget.status()
+    budget: dict = field(default_factory=dict)               # disk -> scheduler.BudgetStatus
     parts: dict = field(default_factory=dict)                # name -> PartStats
     io_pressure: object | None = None
     probe_intervals: dict = field(default_factory=dict)      # (target, profile) -> seconds

@@ -6,6 +6,7 @@ it is not running), and logs each one.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -71,7 +72,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             "alerts": state.alerts(open_only=True),
             "drift": [{"at": at, "device": d, "identity": i, "setting": s, "old": o, "new": n}
                       for at, d, i, s, o, n in state.drift_events()[-20:]],
-            "budget": {disk: budget.status(disk, now) for disk in budget.disks()},
+            "budget": {disk: dataclasses.asdict(budget.status(disk, now)) for disk in budget.disks()},
             "capability": {i: st for i, p, m, at, st in state.load_baselines() if p == CAPABILITY_PROFILE},
             "passive": sorted(({"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
                                if p == PASSIVE_PROFILE and m == "view"), key=lambda v: v["device"]),

@@ -196,10 +196,10 @@ class SnapshotCollector:
         written_allowed = GaugeMetricFamily("iowarden_budget_written_bytes_allowed",
                                             "Bytes probes may write to the disk in 24 h", labels=["disk"])
         for disk, b in sorted(s.budget.items()):
-            budget_used.add_metric([disk], b["device_seconds_used"])
-            budget_allowed.add_metric([disk], b["device_seconds_allowed"])
-            written.add_metric([disk], b["written_bytes_24h"])
-            written_allowed.add_metric([disk], b["written_bytes_allowed"])
+            budget_used.add_metric([disk], b.device_seconds_used)
+            budget_allowed.add_metric([disk], b.device_seconds_allowed)
+            written.add_metric([disk], b.written_bytes_24h)
+            written_allowed.add_metric([disk], b.written_bytes_allowed)
         yield from (iops, bw, hist, pct, success, last_ok, dur, cont, skipped,
                     budget_used, budget_allowed, written, written_allowed)
 
@@ -230,9 +230,9 @@ class SnapshotCollector:
         since = GaugeMetricFamily("iowarden_alert_raised_timestamp_seconds", "When the open alert was raised",
                                   labels=["alert", "severity", "volume", "target", "profile"])
         for a in s.alerts:
-            lab = [a["alert"], a["severity"], a["volume"], a["target"], a["profile"]]
+            lab = [a.alert, a.severity, a.volume, a.target, a.profile]
             active.add_metric(lab, 1)
-            since.add_metric(lab, a["raised_at"])
+            since.add_metric(lab, a.raised_at)
         yield from (base, dev, learning, lower, upper, active, since)
 
     # -- the iostat -x stream -----------------------------------------------------------------

@@ -102,7 +102,7 @@ def test_results_in_order_raise_an_alert_whose_causes_the_core_gathers(parts):
     # one batch, many results: applied in the order posted, one snapshot for the lot
     core.run_batch([ProbeFinished(_result(i, 9000.0)) for i in range(12, 20)])
     (alert,) = core.snapshot.alerts
-    assert alert["alert"] == "VolumeDegraded" and alert["target"] == "db"
+    assert alert.alert == "VolumeDegraded" and alert.target == "db"
     (stored,) = parts.state.alerts(open_only=True)
     # the core's evidence: drift on a member of the target's stack (dm-0 -> md0 -> sdb1 + sdc1), the XFS report
     assert any("scheduler" in c and "sdb" in c for c in stored["causes"]), stored["causes"]
@@ -117,7 +117,7 @@ def test_a_dropped_target_leaves_the_snapshot_and_a_passive_verdict_opens_an_ale
     t = Transition("self", "serial:Z1", "raised", "warning", "sdb is 3.1x slower than its own normal at this load",
                    {"ratio": 3.1})
     core.run_batch([PassiveVerdict(t, "sdb")])
-    assert [(a["alert"], a["volume"]) for a in core.snapshot.alerts] == [("DeviceSlow", "serial:Z1")]
+    assert [(a.alert, a.volume) for a in core.snapshot.alerts] == [("DeviceSlow", "serial:Z1")]
 
 
 def test_a_bad_event_is_logged_and_the_next_one_is_handled(parts, caplog):

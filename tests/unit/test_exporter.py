@@ -8,7 +8,8 @@ from iowarden.daemon.exporters import influx
 from iowarden.daemon.exporters.http import WebConfigError, load_web_config, parse_listen_address
 from iowarden.daemon.exporters.prometheus import LATENCY_BUCKETS_SECONDS, SnapshotCollector, rebucket
 from iowarden.daemon.registry import PartStats
-from iowarden.daemon.snapshot import BaselineView, ProbeView, Snapshot
+from iowarden.daemon.scheduler import BudgetStatus
+from iowarden.daemon.snapshot import AlertView, BaselineView, ProbeView, Snapshot
 from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
 from iowarden.probes.fio_run import ProbeResult
 from tests.conftest import FIXTURES
@@ -48,13 +49,11 @@ def snapshot(tree):
                 ProbeView("db", "seq", "wwn:0x5000c500a1b2c3d4", bad, None)),
         skipped_total={("db", "busy"): 3},
         baselines=(BaselineView("wwn:0x5000c500a1b2c3d4", "randrw", "read_iops", 38000.0, 0.05, -0.4, 50, False),),
-        alerts=({"alert": "VolumeDegraded", "volume": "wwn:0x5000c500a1b2c3d4", "profile": "randrw",
-                 "target": "db", "severity": "critical", "raised_at": 1.7e9, "id": 1},),
+        alerts=(AlertView("VolumeDegraded", "wwn:0x5000c500a1b2c3d4", "randrw", "db", "critical", 1.7e9, 1),),
         disk_rates=rates, devices=devices, power=power,
         drift_total={("sdb", "wwn:0x5000c500a1b2c3d4", "scheduler"): 1},
         xfs={"/srv": (report, 1.7e9)},
-        budget={"sdb": {"device_seconds_used": 2.0, "device_seconds_allowed": 36.0, "written_bytes_24h": 10,
-                        "written_bytes_allowed": 100}},
+        budget={"sdb": BudgetStatus(2.0, 36.0, 10, 100)},
         parts={"sampler": PartStats(runs_total=5, last_duration_seconds=0.001, last_success_timestamp_seconds=1.7e9)},
         probe_intervals={("db", "randrw"): 300.0, ("db", "seq"): 300.0},
         influx={"written": 10, "spooled": 2, "dropped": 1, "errors": 3, "spool_bytes": 100, "rejected": 4},

@@ -102,8 +102,8 @@ def test_budget_replayed_after_a_restart_counts_against_every_member(tree):
     # a probe of the LV on md0 spent the time of both disks under it
     for disk in ("sdb", "sdc"):
         st = b.status(disk, now)
-        assert st["device_seconds_used"] == 20.0 and st["written_bytes_24h"] == 1 << 20
-    assert b.status("sdd", now)["device_seconds_used"] == 0
+        assert st.device_seconds_used == 20.0 and st.written_bytes_24h == 1 << 20
+    assert b.status("sdd", now).device_seconds_used == 0
 
 
 # --- deferral -----------------------------------------------------------------------------
