@@ -125,16 +125,20 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
         self.state = open_state_waiting(os.path.join(state_dir, "state.db"), self.stop_event)
         self.reload_requested = threading.Event()
-        self.sampler = Sampler(roots, self.cfg.section("sampler")["devices"])
-        self.settings = SettingsPoller(roots, self.state, on_event=self._event)
-        self.xfs = XfsPoller(roots, self.cfg.section("xfs")["timeout_seconds"])
-        self.health = Health(self.state, DetectorParams.from_config(self.cfg.section("detector")),
-                             on_event=self._event)
+        c = self.cfg
+        # outputs first: drift and alert transitions become InfluxDB points as they happen
+        self.influx = None
+        if c.section("influxdb")["enabled"]:
+            self.influx = InfluxOutput(c.section("influxdb"), state_dir, lambda: self.core.snapshot)
+        on_event = self.influx.event if self.influx is not None else None
+        self.sampler = Sampler(roots, c.section("sampler")["devices"])
+        self.settings = SettingsPoller(roots, self.state, on_event=on_event)
+        self.xfs = XfsPoller(roots, c.section("xfs")["timeout_seconds"])
+        self.health = Health(self.state, DetectorParams.from_config(c.section("detector")), on_event=on_event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, lambda r: self.core.post(ProbeFinished(r)),
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
                                    devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots))
         self.registry = Registry()
-        c = self.cfg
         self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self._sample)
         self.passive = None
         if c.section("passive")["enabled"]:
@@ -153,9 +157,7 @@ class Daemon:
                           self.xfs.step)
         self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
         self.registry.add("state", STATE_RETRY_SECONDS, 10.0, self.state.retry_pending)
-        self.influx = None
-        if c.section("influxdb")["enabled"]:
-            self.influx = InfluxOutput(c.section("influxdb"), state_dir, lambda: self.core.snapshot)
+        if self.influx is not None:
             self.registry.add("influxdb", c.section("influxdb")["flush_interval_seconds"],
                               c.section("influxdb")["timeout_seconds"] * 4, self.influx.step)
         try:
@@ -199,10 +201,6 @@ class Daemon:
                              extra={"TARGET": name})
             self.discovered = found
             self.scheduler.configure(cfg, self.targets())
-
-    def _event(self, kind: str, **data) -> None:
-        if getattr(self, "influx", None) is not None:
-            self.influx.event(kind, **data)
 
     def _on_device_change(self, action: str, name: str) -> None:
         """Re-read the devices and diff what is present (a device with a size).
