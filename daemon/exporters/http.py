@@ -48,7 +48,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from . import exposition
 
 log = logging.getLogger("iowarden")
 
@@ -384,7 +386,7 @@ class MetricsServer:
         done = self._rendered
         if done is None or done.version != version:
             if self._rendering is None or self._rendering[0] != version or _failed(self._rendering[1]):
-                future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, generate_latest,
+                future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, exposition.render,
                                                                           self.registry))
                 future.add_done_callback(lambda f, v=version: self._keep(v, f))
                 self._rendering = (version, future)
