@@ -49,9 +49,11 @@ class Server:
                 self.proc.wait()
 
 
-def prometheus(tmp_path, scrape_port: int, rule_files=(), alertmanager_port: int | None = None,
+def prometheus(tmp_path, scrape_port: int | list[int], rule_files=(), alertmanager_port: int | None = None,
                scheme: str = "http") -> tuple[Server, int]:
+    """A Prometheus scraping iowarden on scrape_port (or several ports: one daemon each, a fleet) every second."""
     port = free_port()
+    targets = ", ".join(f"'127.0.0.1:{p}'" for p in (scrape_port if isinstance(scrape_port, list) else [scrape_port]))
     cfg = tmp_path / "prometheus.yml"
     alerting = (f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{alertmanager_port}']\n"
                 if alertmanager_port else "")
@@ -63,7 +65,7 @@ def prometheus(tmp_path, scrape_port: int, rule_files=(), alertmanager_port: int
   - job_name: iowarden
     scheme: {scheme}
     static_configs:
-      - targets: ['127.0.0.1:{scrape_port}']
+      - targets: [{targets}]
 """)
     return Server(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                    f"--web.listen-address=127.0.0.1:{port}"], f"http://127.0.0.1:{port}/-/ready",
