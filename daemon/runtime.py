@@ -194,12 +194,14 @@ class Daemon:
             for name in sorted(before.keys() - after.keys()):
                 log.info("target %s dropped: %s is no longer mounted", name, before[name].path,
                          extra={"TARGET": name})
-                self.core.post(TargetDropped(name, "target dropped: no longer mounted"))
             for name in sorted(before.keys() & after.keys()):
                 if before[name] != after[name]:
                     log.info("target %s: another filesystem is mounted at %s now", name, after[name].path,
                              extra={"TARGET": name})
             self.discovered = found
+            # after the targets changed: a result of a dropped target handled later gets no series back
+            for name in sorted(before.keys() - after.keys()):
+                self.core.post(TargetDropped(name, "target dropped: no longer mounted"))
             self.scheduler.configure(cfg, self.targets())
 
     def _on_device_change(self, action: str, name: str) -> None:
@@ -236,8 +238,11 @@ class Daemon:
         except configmod.ConfigError as exc:
             log.error("reload rejected, keeping the running configuration:\n%s", "\n".join(exc.errors))
         else:
+            gone = {t.name for t in self.cfg.targets} - {t.name for t in new.targets}
             self.cfg = new
             self.rediscover(reconfigure=True)
+            for name in sorted(gone):   # its series leave /metrics, its alerts close
+                self.core.post(TargetDropped(name, "target removed from the configuration"))
             log.info("configuration reloaded from %s (%d targets, %d discovery rules)", self.config_path,
                      len(new.targets), len(new.discover))
         notify("READY=1")

@@ -1,6 +1,7 @@
 """`iowarden run` as a real process: readiness, scheduled probes into SQLite, drift, reload, stop, damage."""
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,17 @@ def test_ready_probes_drift_reload_and_stop(loop_xfs, tmp_path, daemon_factory):
     wait_for(lambda: "reload rejected" in d.output(), what="reload rejection")
     assert "config.toml:" in d.output() and "bogus" in d.output()
     wait_for(lambda: len(rows(db, "SELECT id FROM probe_results")) > n_before, what="probes after a bad reload")
+
+    # a good reload that renames the target: the old name's series leave /metrics, the new one's come
+    d.cfg.write_text(good.replace('name = "loop"', 'name = "renamed"'))
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.output(), what="the reload")
+    port = re.search(r'listen_address = "127.0.0.1:(\d+)"', good).group(1)
+
+    def renamed_only():
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return 'target="renamed"' in text and 'iowarden_probe_success{' in text and 'target="loop"' not in text
+    wait_for(renamed_only, timeout=30, what="the renamed target's series, and none of the old name")
 
     # SIGTERM: clean exit within 5 s
     t0 = time.monotonic()
