@@ -157,7 +157,7 @@ def _build_deb(out: Path) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab(tmp_path_factory):
     image = ensure_image()
     share = tmp_path_factory.mktemp("lab-share")
