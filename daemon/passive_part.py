@@ -89,10 +89,13 @@ class PassiveWatch:
                 self._start = start   # too short (the sampler lagged): extend this window
             return
         devices = self.devices_fn() or {}
-        ident = {n: (devices[n].identity if n in devices and devices[n].identity else f"kernel:{n}")
-                 for n in cur.counters}
+        # A disk newer than the device view (hot-added, udev still naming it) waits for the view: judged
+        # under its kernel name now, its curve would be learned and saved under `kernel:sdd` and never found
+        # again once udev gives its WWN (seen in the lab). With no view at all, kernel names are all there is.
+        judged = [n for n in cur.counters if n in devices or not devices]
+        ident = {n: (devices[n].identity if n in devices and devices[n].identity else f"kernel:{n}") for n in judged}
         now = time.time()
-        rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if self.sampler.wanted(n)}
+        rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if self.sampler.wanted(n) and n in ident}
         windows = [Window.from_rates(ident[n], now, r) for n, r in rates.items()]
         stacked = stacked_members(devices)
         groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices, stacked)]

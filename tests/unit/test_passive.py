@@ -285,6 +285,47 @@ def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path)
     st.close()
 
 
+def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
+    """Hot-added, a disk is in /proc/diskstats before udev has named it: it is not judged (nor its curve
+    saved) under `kernel:sdd` meanwhile, and once the view has it, it is judged under its WWN."""
+    import dataclasses
+
+    from iowarden.daemon.passive_part import PassiveWatch
+    from iowarden.daemon.state import State
+    from iowarden.probes import blockqueue, diskstats
+
+    class FakeSampler:
+        last_sample = None
+
+        def wanted(self, name):
+            return True
+
+    def disk(name, identity):
+        return blockqueue.BlockDevice(name, 8, 0, "disk", 1 << 30, None, (), (), None, identity=identity)
+
+    def sample(t, n):
+        return diskstats.DiskSample(t, {name: diskstats.DiskCounters(8, i, name, reads=n, sectors_read=n * 8,
+                                                                     read_ms=n // 2, io_ms=int(t * 100))
+                                        for i, name in enumerate(("sdc", "sdd"))})
+
+    view = {"sdc": disk("sdc", "wwn:0xc")}
+    st = State(str(tmp_path / "s.db"))
+    sampler = FakeSampler()
+    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: view, st, lambda t, d: None)
+    for i in range(4):
+        sampler.last_sample = sample(15.0 * i, 3000 * i)
+        part.step()
+    assert {ident for _, ident, _ in part.views} == {"wwn:0xc"}
+    view = {**view, "sdd": dataclasses.replace(disk("sdd", "wwn:0xd"))}   # udev has named it
+    for i in range(4, 8):
+        sampler.last_sample = sample(15.0 * i, 3000 * i)
+        part.step()
+    part.save()
+    assert {ident for _, ident, _ in part.views} == {"wwn:0xc", "wwn:0xd"}
+    assert not [i for i, *_ in st.load_baselines() if i.startswith("kernel:")]
+    st.close()
+
+
 def test_status_shows_every_disk_as_the_passive_detector_judged_it():
     from iowarden.daemon.status import render_passive
     from iowarden.daemon.tables import table
