@@ -33,26 +33,47 @@ def _line(sample) -> str:
     return f"{sample.name}{labels} {floatToGoString(sample.value)}{stamp}\n"
 
 
-def render(registry) -> bytes:
+def _family(metric) -> str:
     out: list[str] = []
-    for metric in registry.collect():
-        name, kind = metric.name, metric.type
-        if kind == "counter":
-            name += "_total"
-        elif kind == "info":
-            name += "_info"
-        kind = _TYPE_OF.get(kind, kind)
-        out.append(f"# HELP {name} {_escape_help(metric.documentation)}\n")
-        out.append(f"# TYPE {name} {kind}\n")
-        extra: dict[str, list[str]] = {}
-        for s in metric.samples:
-            suffix = next((x for x in _OPENMETRICS_SUFFIXES if s.name == metric.name + x), None)
-            if suffix is None:
-                out.append(_line(s))
-            else:   # OpenMetrics-only samples become gauges of their own after the family, as generate_latest does
-                extra.setdefault(suffix, []).append(_line(s))
-        for suffix, lines in extra.items():
-            out.append(f"# HELP {metric.name}{suffix} {_escape_help(metric.documentation)}\n")
-            out.append(f"# TYPE {metric.name}{suffix} gauge\n")
-            out.extend(lines)
-    return "".join(out).encode("utf-8")
+    name, kind = metric.name, metric.type
+    if kind == "counter":
+        name += "_total"
+    elif kind == "info":
+        name += "_info"
+    kind = _TYPE_OF.get(kind, kind)
+    out.append(f"# HELP {name} {_escape_help(metric.documentation)}\n")
+    out.append(f"# TYPE {name} {kind}\n")
+    extra: dict[str, list[str]] = {}
+    for s in metric.samples:
+        suffix = next((x for x in _OPENMETRICS_SUFFIXES if s.name == metric.name + x), None)
+        if suffix is None:
+            out.append(_line(s))
+        else:   # OpenMetrics-only samples become gauges of their own after the family, as generate_latest does
+            extra.setdefault(suffix, []).append(_line(s))
+    for suffix, lines in extra.items():
+        out.append(f"# HELP {metric.name}{suffix} {_escape_help(metric.documentation)}\n")
+        out.append(f"# TYPE {metric.name}{suffix} gauge\n")
+        out.extend(lines)
+    return "".join(out)
+
+
+def render(registry) -> bytes:
+    return "".join(_family(m) for m in registry.collect()).encode("utf-8")
+
+
+class Renderer:
+    """render() that writes a family the collector serves again (the same object: its section's inputs did not
+    change) from the text it wrote last time."""
+
+    def __init__(self):
+        self._text: dict[int, tuple[object, str]] = {}   # id(family) -> (the family, kept so its id is not reused; text)
+
+    def render(self, registry) -> bytes:
+        last, now, parts = self._text, {}, []
+        for metric in registry.collect():
+            hit = last.get(id(metric))
+            text = hit[1] if hit is not None and hit[0] is metric else _family(metric)
+            now[id(metric)] = (metric, text)
+            parts.append(text)
+        self._text = now
+        return "".join(parts).encode("utf-8")

@@ -224,6 +224,7 @@ class MetricsServer:
         self._hashes_waiting = 0
         self._rendering: tuple[int, asyncio.Future] | None = None   # (version, its render under way)
         self._rendered: Rendered | None = None
+        self._renderer = exposition.Renderer()
         self._fresh_version = 0   # without version_of_snapshot: a version per scrape
         self._raise_fd_limit()
         self.socket = self._bind(addr, family)
@@ -386,7 +387,7 @@ class MetricsServer:
         done = self._rendered
         if done is None or done.version != version:
             if self._rendering is None or self._rendering[0] != version or _failed(self._rendering[1]):
-                future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, exposition.render,
+                future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, self._renderer.render,
                                                                           self.registry))
                 future.add_done_callback(lambda f, v=version: self._keep(v, f))
                 self._rendering = (version, future)

@@ -44,12 +44,34 @@ def _le(x: float) -> str:
     return f"{x:.9g}"
 
 
+# What each section reads of a Snapshot. A section whose inputs equal the last render's is not built
+# again: its families (the same objects) are served, and the renderer reuses their text. The parts
+# replace their values whole, so the settings, XFS, passive and probe sections are rebuilt only when
+# those change (every 30 s to hours), not on every snapshot (every second). test_exporter checks
+# that no section reads a field it does not list.
+SECTION_INPUTS = {
+    "self": ("version", "taken_at", "parts", "state", "influx"),
+    "probes": ("probes", "probe_intervals", "skipped_total", "budget"),
+    "baselines": ("baselines", "alerts"),
+    "disks": ("disk_rates", "devices", "io_pressure"),
+    "settings": ("devices", "drift_total", "power"),
+    "xfs": ("xfs",),
+    "passive": ("passive",),
+}
+
+
 class SnapshotCollector:
     def __init__(self, get_snapshot):
         self.get_snapshot = get_snapshot
+        self._built: dict[str, tuple[tuple, list]] = {}   # section -> (its inputs, its families)
 
     def describe(self):
         return []  # families vary with the host: no up-front description (auto_describe off)
+
+    def sections(self):
+        return (("self", self._self_metrics), ("probes", self._probes), ("baselines", self._baselines),
+                ("disks", self._disks), ("settings", self._settings), ("xfs", self._xfs),
+                ("passive", passive_families))
 
     def collect(self):
         s = self.get_snapshot()
@@ -63,15 +85,19 @@ class SnapshotCollector:
                                     labels=["collector"])
         duration = GaugeMetricFamily("iowarden_scrape_collector_duration_seconds",
                                      "Time taken to build the section of this scrape", labels=["collector"])
-        for name, build in (("self", self._self_metrics), ("probes", self._probes),
-                            ("baselines", self._baselines), ("disks", self._disks),
-                            ("settings", self._settings), ("xfs", self._xfs), ("passive", passive_families)):
+        for name, build in self.sections():
             started = time.perf_counter()
-            try:
-                families = list(build(s))
-            except Exception:   # noqa: BLE001 - one source's fault must not fail the scrape
-                log.exception("metrics section %s failed; left out of this scrape", name)
-                families = None
+            inputs = tuple(getattr(s, field) for field in SECTION_INPUTS[name])
+            built = self._built.get(name)
+            if built is not None and built[0] == inputs:
+                families = built[1]
+            else:
+                try:
+                    families = list(build(s))
+                    self._built[name] = (inputs, families)
+                except Exception:   # noqa: BLE001 - one source's fault must not fail the scrape
+                    log.exception("metrics section %s failed; left out of this scrape", name)
+                    families = None
             duration.add_metric([name], time.perf_counter() - started)
             success.add_metric([name], 0 if families is None else 1)
             yield from families or ()

@@ -50,3 +50,53 @@ def test_odd_values_and_every_family_kind_are_written_as_generate_latest_writes_
     mine, theirs = render(reg), generate_latest(reg)
     assert mine == theirs, (mine.decode(), theirs.decode())
     assert b'target="db \\"main\\"\\\\x"' in mine and b'b="line\\nfeed"' in mine
+
+
+class _Reads:
+    """A snapshot that records which of its fields a section reads."""
+
+    def __init__(self, snap):
+        self._snap, self.read = snap, set()
+
+    def __getattr__(self, name):
+        self.read.add(name)
+        return getattr(self._snap, name)
+
+
+def test_every_section_reads_only_the_inputs_it_declares(tree):
+    # a section reading a field it does not declare would be served stale when only that field changed
+    from iowarden.daemon.exporters.prometheus import SECTION_INPUTS
+    snap = snapshot(tree)
+    for name, build in SnapshotCollector(lambda: snap).sections():
+        reads = _Reads(snap)
+        assert list(build(reads)), name
+        assert reads.read <= set(SECTION_INPUTS[name]), (name, reads.read - set(SECTION_INPUTS[name]))
+
+
+def test_a_section_whose_inputs_did_not_change_is_served_again_and_its_text_reused(tree):
+    import dataclasses
+
+    from iowarden.daemon.exporters.exposition import Renderer
+    snap = snapshot(tree)
+    current = [snap]
+    collector = SnapshotCollector(lambda: current[0])
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    renderer = Renderer()
+    first = renderer.render(reg)
+    settings = collector._built["settings"][1]
+    # a new snapshot a second later: the disks' rates changed, the settings did not
+    rates = {n: dataclasses.replace(r, util_percent=r.util_percent + 1) for n, r in snap.disk_rates.items()}
+    current[0] = dataclasses.replace(snap, disk_rates=rates, taken_at=snap.taken_at + 1)
+    second = renderer.render(reg)
+    assert collector._built["settings"][1] is settings   # not built again
+    assert _without_durations(second) == _without_durations(generate_latest(reg)) != _without_durations(first)
+    # the device view replaced (a scheduler changed): the settings section is built again, and says so
+    dev = next(iter(snap.devices))
+    queue = dataclasses.replace(snap.devices[dev].queue, scheduler="bfq")
+    devices = {**snap.devices, dev: dataclasses.replace(snap.devices[dev], queue=queue)}
+    current[0] = dataclasses.replace(current[0], devices=devices)
+    third = renderer.render(reg).decode()
+    assert collector._built["settings"][1] is not settings
+    assert re.search(rf'iowarden_block_queue_info{{[^}}]*device="{dev}"[^}}]*scheduler="bfq"', third), dev
+    assert _without_durations(third.encode()) == _without_durations(generate_latest(reg))
