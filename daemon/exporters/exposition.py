@@ -26,7 +26,7 @@ def _escape_help(doc: str) -> str:
 
 def _line(sample) -> str:
     if sample.labels:
-        labels = "{" + ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(sample.labels.items())) + "}"
+        labels = "{" + ",".join([f'{k}="{_escape_value(v)}"' for k, v in sorted(sample.labels.items())]) + "}"
     else:
         labels = ""
     stamp = f" {int(float(sample.timestamp) * 1000):d}" if sample.timestamp is not None else ""
@@ -44,8 +44,9 @@ def _family(metric) -> str:
     out.append(f"# HELP {name} {_escape_help(metric.documentation)}\n")
     out.append(f"# TYPE {name} {kind}\n")
     extra: dict[str, list[str]] = {}
+    openmetrics_only = {metric.name + x: x for x in _OPENMETRICS_SUFFIXES}
     for s in metric.samples:
-        suffix = next((x for x in _OPENMETRICS_SUFFIXES if s.name == metric.name + x), None)
+        suffix = openmetrics_only.get(s.name)
         if suffix is None:
             out.append(_line(s))
         else:   # OpenMetrics-only samples become gauges of their own after the family, as generate_latest does
