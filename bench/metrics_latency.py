@@ -113,8 +113,8 @@ interval_seconds = 3600.0
             time.sleep(1)
         else:
             raise SystemExit("iowarden did not report its probes in time")
-        print(f"{args.devices} loop devices. back to back: {args.scrapes} sequential scrapes; fresh: 20 scrapes "
-              "2.2 s apart (iowarden renders each anew: one render per snapshot); 4 clients at 20 Hz for 20 s")
+        print(f"{args.devices} loop devices. back to back: {args.scrapes} sequential scrapes; fresh: 40 scrapes "
+              "2.1 s apart (iowarden renders each anew: one render per snapshot); 4 clients at 20 Hz for 20 s")
         print(f"{'exporter':<26} {'back to back ms':>16} {'fresh render ms':>16} {'4 x 20 Hz ms':>14} "
               f"{'size KiB':>9}")
         print(f"{'':<26} {'median   p99':>16} {'median   p99':>16} {'median   p99':>14}")
@@ -123,7 +123,7 @@ interval_seconds = 3600.0
             t, size = timed_scrapes(u, args.scrapes)
             # more than one snapshot apart (the core publishes every second): iowarden renders for each, as it
             # does for a Prometheus scraping every 15 s
-            f, _ = timed_scrapes(u, 20, gap=2.2)
+            f, _ = timed_scrapes(u, 40, gap=2.1)
             c = clients_at(u, 4, 20.0, 20.0)
             print(f"{name:<26} {statistics.median(t) * 1e3:>7.2f} {p99(t) * 1e3:>7.2f} "
                   f"{statistics.median(f) * 1e3:>8.2f} {p99(f) * 1e3:>7.2f} "
