@@ -148,6 +148,13 @@ def capped_at(profile: ProbeProfile, cap_bytes: int) -> ProbeProfile:
     return ProbeProfile(name=profile.name, jobs=tuple(jobs))
 
 
+def step_fits(elapsed_seconds: float, step: Step, budget_seconds: float) -> bool:
+    """Does the step, as estimated, end within the time budget? The plan is cut by estimates (within_budget);
+    the run checks the clock too, since what the estimate leaves out (laying files out, a slow fio start)
+    is real time."""
+    return elapsed_seconds + step_seconds(step) <= budget_seconds
+
+
 def within_budget(steps: list[Step], budget_seconds: float) -> tuple[list[Step], list[Step]]:
     """The steps that fit the time budget in plan order, and the ones left out."""
     kept, used = [], 0.0

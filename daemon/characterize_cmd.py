@@ -228,9 +228,13 @@ def cmd_characterize(args) -> int:
     results = []
     progress = sys.stderr.isatty() and not args.json
     interrupted = False
-    written, largest_write, skipped_writes, cut_short = 0, 0, 0, []
+    written, largest_write, skipped_writes, cut_short, out_of_time = 0, 0, 0, [], 0
+    started = time.monotonic()
     try:
         for i, step in enumerate(kept, 1):
+            if not ch.step_fits(time.monotonic() - started, step, args.budget_seconds):
+                out_of_time += 1
+                continue
             profile, cap = step.profile, None
             if step.profile.writes:
                 cap = ch.write_step_cap(budget_bytes, written + layout, largest_write, step.profile.bs_bytes)
@@ -255,6 +259,9 @@ def cmd_characterize(args) -> int:
                     cut_short.append(f"{step.sweep} {step.label}")
     except KeyboardInterrupt:
         interrupted = True
+    if out_of_time:
+        say(f"{out_of_time} steps left out: the run reached --budget-seconds {args.budget_seconds:g} sooner than "
+            "planned (laying out probe files, fio starting up)")
     if cut_short:
         say(f"write step {', '.join(cut_short)} stopped at what was left of --budget-bytes {args.budget_bytes}")
     if skipped_writes:

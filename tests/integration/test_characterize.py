@@ -133,9 +133,11 @@ def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_lo
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    # 6 s hold four 1.5 s steps of the fourteen (7 read depths, 7 write depths)
+    # 6 s hold four 1.5 s steps of the fourteen (7 read depths, 7 write depths) by the plan's estimate; the
+    # clock may leave out the fourth (laying the file out takes time the estimate does not count)
     assert "10 steps left out by --budget-seconds 6" in r.stderr, r.stderr
-    assert len(doc["points"]) == 4 and {p["sweep"] for p in doc["points"]} == {"qd"}
+    assert len(doc["points"]) in (3, 4) and {p["sweep"] for p in doc["points"]} == {"qd"}, r.stderr
+    assert len(doc["points"]) == 4 or "1 steps left out: the run reached --budget-seconds 6" in r.stderr
     # bytes: what the device takes in writes (layout, ramp, steps, metadata) stays within 200 MiB. Steps
     # grow with depth, so a prediction from the last alone was passed (245 MiB in a CI run); each write step
     # is capped at what is left, and one that could not do a step's worth is left out

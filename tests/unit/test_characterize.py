@@ -111,3 +111,9 @@ def test_a_capped_write_step_stops_at_its_bytes_whatever_its_runtime():
     assert "--io_size=10485760" in argv and "--time_based=0" in argv and "--rw=randwrite" in argv
     two = ch.capped_at(ch.replace(step.profile, numjobs=2), 10 * 2 ** 20)
     assert "--io_size=5242880" in build_argv(two, "f", ProbeLimits(), readonly=False)
+
+
+def test_a_step_starts_only_if_it_ends_within_the_time_budget_by_the_clock():
+    step = ch.plan(["qd"], 2 ** 30, 3.0, 1.0, writes=False)[0]   # 1 s ramp + 3 s + 0.5 s to start fio
+    assert ch.step_fits(0.0, step, 4.5) and ch.step_fits(5.5, step, 10.0)
+    assert not ch.step_fits(5.6, step, 10.0)   # the estimate fits the plan, the clock says otherwise
