@@ -382,8 +382,8 @@ class MetricsServer:
         if self.version_of_snapshot is not None:
             version, published = self.version_of_snapshot()
         else:
-            self._fresh_version += 1
-            version, published = self._fresh_version, time.monotonic()
+            self._fresh_version += 1   # every scrape renders, and waits for its own render
+            version, published = self._fresh_version, float("-inf")
         done = self._rendered
         if done is None or done.version != version:
             if self._rendering is None or self._rendering[0] != version or _failed(self._rendering[1]):
