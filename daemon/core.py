@@ -115,7 +115,10 @@ class Core:
             except Exception:   # noqa: BLE001 - one bad event must not stop the core
                 log.exception("core: handling %s failed", type(event).__name__)
             self.events_total += 1
-        self.publish()
+        try:
+            self.publish()
+        except Exception:   # noqa: BLE001 - the last snapshot stays; the next batch tries again
+            log.exception("core: building the snapshot failed")
         self.last_batch_monotonic = self.clock()
 
     def stuck_seconds(self) -> float:

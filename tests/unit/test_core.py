@@ -128,6 +128,21 @@ def test_a_bad_event_is_logged_and_the_next_one_is_handled(parts, caplog):
     assert len(core.snapshot.probes) == 1 and core.events_total == 2
 
 
+def test_a_snapshot_that_cannot_be_built_leaves_the_last_one_and_the_core_running(parts, caplog):
+    core = Core(parts, "0.1.0", clock=parts.clock)
+    core.run_batch([ProbeFinished(_result(0, 38000.0))])
+    last, (version, _) = core.snapshot, core.published
+    stats = parts.state.stats
+    parts.state.stats = lambda: 1 / 0
+    with caplog.at_level(logging.ERROR, logger="iowarden"):
+        core.run_batch([Tick()])
+    assert "building the snapshot failed" in caplog.text
+    assert core.snapshot is last and core.published[0] == version
+    parts.state.stats = stats
+    core.run_batch([Tick()])
+    assert core.published[0] == version + 1
+
+
 def test_a_tick_takes_the_operators_requests(parts):
     core = Core(parts, "0.1.0", clock=parts.clock)
     parts.health.pins["db"] = "wwn:old"
