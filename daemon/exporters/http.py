@@ -394,7 +394,11 @@ class MetricsServer:
             if done is not None and done.version == version - 1 and time.monotonic() - published < STALE_OK_SECONDS:
                 pass   # the render of the snapshot just superseded: no wait
             else:
-                await asyncio.shield(self._rendering[1])
+                rendering, future = self._rendering
+                await asyncio.shield(future)
+                # a future already done when awaited does not yield, so its done callback (_keep) may still be
+                # waiting its turn on the loop: keep its render here too (keeping it twice is a no-op)
+                self._keep(rendering, future)
                 done = self._rendered
         if gzipped and done.gzipped is None:
             done.gzipped = await self._loop.run_in_executor(self._workers, gzip.compress, done.body, 1)

@@ -28,7 +28,7 @@ def _daemon_with_auth(tmp_path, daemon_factory, rounds=12):
     web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
     port = free_port()
     d = daemon_factory(f"[prometheus]\nlisten_address = \"127.0.0.1:{port}\"\nweb_config_file = \"{web}\"\n"
-                       f"[daemon]\nstate_dir = \"{tmp_path / 'state'}\"\n")
+                       f"[daemon]\nstate_dir = \"{tmp_path / 'state'}\"\nlog_level = \"debug\"\n")
     d.wait_message("READY=1")
     return d, port
 
@@ -119,7 +119,7 @@ def test_wrong_passwords_cost_bounded_work_and_a_real_scrape_stays_fast(tmp_path
 def test_slow_clients_cannot_hold_the_server(tmp_path, daemon_factory):
     port = free_port()
     d = daemon_factory(f"[prometheus]\nlisten_address = \"127.0.0.1:{port}\"\n"
-                       f"[daemon]\nstate_dir = \"{tmp_path / 'state'}\"\n")
+                       f"[daemon]\nstate_dir = \"{tmp_path / 'state'}\"\nlog_level = \"debug\"\n")
     d.wait_message("READY=1")
     slow = []
     try:
@@ -148,7 +148,7 @@ def test_slow_clients_cannot_hold_the_server(tmp_path, daemon_factory):
 def test_fifty_connections_at_once_are_all_accepted_promptly(tmp_path, daemon_factory):
     port = free_port()
     d = daemon_factory(f"[prometheus]\nlisten_address = \"127.0.0.1:{port}\"\n"
-                       f"[daemon]\nstate_dir = \"{tmp_path / 'state'}\"\n")
+                       f"[daemon]\nstate_dir = \"{tmp_path / 'state'}\"\nlog_level = \"debug\"\n")
     d.wait_message("READY=1")
     barrier = threading.Barrier(50)
     results: list[tuple[int, float]] = []
