@@ -24,7 +24,7 @@ def _ok_probes(lab, target: str, since: float) -> int:
     return len(lab.sql("SELECT id FROM probe_results WHERE target = ? AND ok = 1 AND started_at >= ?", target, since))
 
 
-def test_drifted_member_scheduler_and_array_readahead_are_recorded_with_old_and_new_value(lab):
+def test_drifted_member_scheduler_and_array_readahead_are_recorded_and_named_when_the_mirror_slows(lab):
     g = lab.guest
     member, md = lab.dev(M1A), "md1"
     lab.configure({"mirror": 3.0})
@@ -41,7 +41,28 @@ def test_drifted_member_scheduler_and_array_readahead_are_recorded_with_old_and_
             "setting IN ('scheduler', 'read_ahead_kb') ORDER BY id", t0)), timeout=60, what="both drifts recorded")
         assert [member, "scheduler", before, other] in drift, drift
         assert [md, "read_ahead_kb", ra_before, "4096"] in drift, drift
+        assert _open_alerts(lab, "VolumeDegraded", "mirror") == []
+
+        # then the mirror slows (both members capped, as a host's neighbour would): the alert names the drift
+        slowed = lab.guest_clock()
+        for disk in ("m1a", "m1b"):
+            g.throttle(disk, 40)
+        try:
+            degraded = wait_for(lambda: _open_alerts(lab, "VolumeDegraded", "mirror"), timeout=180,
+                                what="VolumeDegraded on /srv/mirror")[0]
+        except AssertionError:
+            rows = lab.sql("SELECT started_at, ok, error, contended, read_iops FROM probe_results "
+                           "WHERE target = 'mirror' AND started_at >= ? ORDER BY id", slowed - 30)
+            print("mirror probes around the cap:", rows)
+            print(lab.journal()[-6000:])
+            raise
+        causes = degraded[1]
+        assert f"{member}" in causes and "scheduler" in causes and other in causes, causes
+        assert "read_ahead_kb" in causes and "4096" in causes, causes
+        print(f"VolumeDegraded on the mirror {lab.guest_clock() - slowed:.0f} s after the cap; causes: {causes[:400]}")
     finally:
+        for disk in ("m1a", "m1b"):
+            g.throttle(disk, 0)
         g.sh(f"echo {before} > {sched}; echo {ra_before} > /sys/block/{md}/queue/read_ahead_kb")
 
 
