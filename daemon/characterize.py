@@ -17,7 +17,9 @@ QD_STEPS = (1, 2, 4, 8, 16, 32, 64)
 BS_STEPS = (4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 JOB_STEPS = (1, 2, 4, 8, 16)
 MIX_READ_PERCENT = (100, 50, 0)      # randread, randrw (fio's default 50/50), randwrite
-WORKING_SET_FIRST = 64 * 2 ** 20
+MIB = 2 ** 20
+WORKING_SET_FIRST = 64 * MIB
+KNEE_NARROW = 1.25            # a cache knee is narrowed by midpoints until its bracket is this close
 CACHE_DROP = 0.5              # a cache knee: IOPS below half of what the smaller working sets got
 KNEE_SHARE = 0.9              # the knee: the shallowest depth within 10 % of the saturation IOPS
 BANDWIDTH_BOUND_SHARE = 0.9   # bandwidth-bound from the block size reaching 90 % of the sweep's best MB/s
@@ -84,23 +86,42 @@ def plan(sweeps: list[str], size_bytes: int, runtime_seconds: float, ramp_second
                 rw = "randread" if pct == 100 else ("randwrite" if pct == 0 else "randrw")
                 steps.append(Step("mix", pct, replace(base, name=f"mix-{pct}-read", rw=rw, iodepth=16)))
         elif sweep == "working-set":
-            # a probe file per size (the one before is removed); each read once in order first, as a
-            # database warms its cache, then randomly: IOPS against how much the reads spread over
             for ws in working_sets(largest_working_set):
-                warm = (("warm", (("rw", "read"), ("bs", "1048576"), ("iodepth", "4"), ("direct", "0" if buffered
-                         else "1"), ("size", str(ws)), ("runtime", "120"), ("time_based", "0"),
-                         ("invalidate", "0"))),)
-                steps.append(Step("warm", ws, ProbeProfile(name=f"warm-{_size(ws)}", jobs=warm)))
-                # invalidate=0: fio drops the file's cached pages before a job by default, which would
-                # measure a cold cache every time
-                job = (("rw", "randread"), ("bs", "4096"), ("iodepth", "16"), ("direct", "0" if buffered else "1"),
-                       ("size", str(ws)), ("runtime", f"{runtime_seconds:g}"), ("ramp_time", f"{ramp_seconds:g}"),
-                       ("time_based", "1"), ("invalidate", "0"))
-                steps.append(Step("working-set", ws, ProbeProfile(name=f"randread-4k-qd16-ws{_size(ws)}",
-                                                                  jobs=((f"ws{_size(ws)}", job),))))
+                steps += working_set_steps(ws, runtime_seconds, ramp_seconds, buffered)
         else:
             raise ValueError(f"unknown sweep {sweep!r}: one of {', '.join(SWEEPS)}")
     return steps
+
+
+def working_set_steps(ws: int, runtime_seconds: float, ramp_seconds: float, buffered: bool) -> list[Step]:
+    """One working-set point: a probe file of ws bytes (the one before is removed), read once in order
+    first, as a database warms its cache, then randomly: IOPS against how far the reads spread."""
+    direct = "0" if buffered else "1"
+    warm = (("warm", (("rw", "read"), ("bs", "1048576"), ("iodepth", "4"), ("direct", direct), ("size", str(ws)),
+                      ("runtime", "120"), ("time_based", "0"), ("invalidate", "0"))),)
+    # invalidate=0: fio drops the file's cached pages before a job by default, which would measure a
+    # cold cache every time
+    job = (("rw", "randread"), ("bs", "4096"), ("iodepth", "16"), ("direct", direct), ("size", str(ws)),
+           ("runtime", f"{runtime_seconds:g}"), ("ramp_time", f"{ramp_seconds:g}"), ("time_based", "1"),
+           ("invalidate", "0"))
+    return [Step("warm", ws, ProbeProfile(name=f"warm-{_size(ws)}", jobs=warm)),
+            Step("working-set", ws, ProbeProfile(name=f"randread-4k-qd16-ws{_size(ws)}", jobs=((f"ws{_size(ws)}", job),)))]
+
+
+def next_knee_point(points: list[Point]) -> int | None:
+    """The working set to measure next to narrow a cache knee found by doubling: the middle (on a MiB grid)
+    between the last size served at the cache's speed and the first that was not. Doubling alone puts the
+    cache anywhere in a factor of two; each point halves that. None once the two are within KNEE_NARROW
+    of each other, when there is no knee, or when the middle was tried and failed."""
+    k = cache_knee(points)
+    if k is None:
+        return None
+    above = min(p.value for p in points if p.ok and p.value > k)
+    if above <= k * KNEE_NARROW:
+        return None
+    mid = (k + above) // 2 // MIB * MIB
+    tried = {p.value for p in points}   # a failed point is not tried again
+    return mid if k < mid < above and mid not in tried else None
 
 
 WARM_BYTES_PER_SECOND = 256 * 2 ** 20   # a guess for the estimate: a warm pass reads its file once, in order

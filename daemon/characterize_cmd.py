@@ -205,6 +205,7 @@ def cmd_characterize(args) -> int:
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
     say(f"plan: {len(kept)} probes on {args.path} ({', '.join(sweeps)}), about {seconds:.0f} s; lays out "
         f"{layout / 1048576:,.0f} MiB of probe files"
+        + (", and up to two more working sets to narrow a cache knee" if "working-set" in sweeps else "")
         + (f", and {write_steps} write steps what the volume takes in their runtime, stopped before "
            f"--budget-bytes {args.budget_bytes} would be passed" if write_steps else "")
         + (f"; {len(dropped)} steps left out by --budget-seconds {args.budget_seconds:g}" if dropped else ""))
@@ -230,8 +231,12 @@ def cmd_characterize(args) -> int:
     interrupted = False
     written, largest_write, skipped_writes, cut_short, out_of_time = 0, 0, 0, [], 0
     started = time.monotonic()
+    refined, refine_refused = 0, False
     try:
-        for i, step in enumerate(kept, 1):
+        i = 0
+        while i < len(kept):
+            step = kept[i]
+            i += 1
             if not ch.step_fits(time.monotonic() - started, step, args.budget_seconds):
                 out_of_time += 1
                 continue
@@ -251,6 +256,15 @@ def cmd_characterize(args) -> int:
                 continue   # a first pass over the file, not a measurement
             results.append(r)
             points.append(_point(step, r))
+            if step.sweep == "working-set" and not any(s.sweep == "working-set" for s in kept[i:]):
+                # the doubling sweep is done: narrow its cache knee with a point in the middle
+                ws = ch.next_knee_point([p for p in points if p.sweep == "working-set"])
+                if ws is not None and layout + written + ws > budget_bytes:
+                    refine_refused = True
+                elif ws is not None:
+                    kept[i:i] = ch.working_set_steps(ws, args.step_seconds, args.ramp_seconds, args.buffered)
+                    layout += ws
+                    refined += 1
             if cap:
                 took = _charge(r.write_io_bytes, before, _bytes_written_to(dev, roots), cap)
                 written += took
@@ -259,6 +273,12 @@ def cmd_characterize(args) -> int:
                     cut_short.append(f"{step.sweep} {step.label}")
     except KeyboardInterrupt:
         interrupted = True
+    if refined:
+        say(f"{refined} working sets added between the last served from the cache and the first not, to narrow "
+            "the cache knee")
+    if refine_refused:
+        say(f"the cache knee was not narrowed further: another probe file would have passed --budget-bytes "
+            f"{args.budget_bytes}")
     if out_of_time:
         say(f"{out_of_time} steps left out: the run reached --budget-seconds {args.budget_seconds:g} sooner than "
             "planned (laying out probe files, fio starting up)")
@@ -282,7 +302,8 @@ def cmd_characterize(args) -> int:
             made = characterize_plots.write_plots(points, found, args.out, f"{args.path} ({dev or 'device ?'})")
             say("plots: " + ", ".join(made))
         else:
-            say("no plots: they need matplotlib (pip install 'iowarden[plots]', or python3-matplotlib)")
+            say("no plots: they need matplotlib (for the .deb or .rpm, the distro's python3-matplotlib; for a pip "
+                "install, pip install 'iowarden[plots]')")
     if args.config and not interrupted and found.get("qd", {}).get("saturation_iops"):
         say(store_capability(args.config, dev, roots, doc))
     if args.json:
@@ -290,7 +311,7 @@ def cmd_characterize(args) -> int:
     else:
         print(render_tables(points, found))
         if interrupted:
-            print(f"interrupted: {len(points)} of {len(kept)} steps measured, kept above")
+            print(f"interrupted: {len(points)} of {sum(s.sweep != 'warm' for s in kept)} steps measured, kept above")
     return 130 if interrupted else (0 if all(p.ok for p in points) else 1)
 
 

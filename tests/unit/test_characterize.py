@@ -55,6 +55,25 @@ def test_the_plan_its_time_budget_and_the_write_budget():
     assert {s.profile.size_bytes for s in steps if s.sweep == "bs"} == {2 ** 30}
 
 
+def test_a_cache_knee_found_by_doubling_is_narrowed_by_midpoints_to_a_quarter():
+    mk = lambda ws, iops: ch.Point("working-set", ws * 2 ** 20, iops, iops * 4096, None, None, None)  # noqa: E731
+    doubling = [mk(64, 33e3), mk(128, 32e3), mk(256, 620), mk(512, 300)]
+    assert ch.next_knee_point(doubling) == 192 * 2 ** 20
+    # the cache is about 170 MiB: 192 falls too, 160 is still served from it; then the bracket is narrow
+    assert ch.next_knee_point(doubling + [mk(192, 2.9e3)]) == 160 * 2 ** 20
+    assert ch.next_knee_point(doubling + [mk(192, 2.9e3), mk(160, 31e3)]) is None
+    assert ch.cache_knee(doubling + [mk(192, 2.9e3), mk(160, 31e3)]) == 160 * 2 ** 20
+    # a cache of about 230 MiB: 192 is served, 224 between is measured, then no more
+    assert ch.next_knee_point(doubling + [mk(192, 31e3)]) == 224 * 2 ** 20
+    assert ch.next_knee_point(doubling + [mk(192, 31e3), mk(224, 30e3)]) is None
+    # no knee: nothing to narrow; a middle that failed is not tried again (the run would never end)
+    assert ch.next_knee_point([mk(64, 9e3), mk(128, 8.5e3)]) is None
+    failed = ch.Point("working-set", 192 * 2 ** 20, 0.0, 0.0, None, None, None, ok=False, error="x")
+    assert ch.next_knee_point(doubling + [failed]) is None
+    steps = ch.working_set_steps(192 * 2 ** 20, 2.0, 1.0, buffered=True)
+    assert [(s.sweep, s.value >> 20) for s in steps] == [("warm", 192), ("working-set", 192)]
+
+
 def test_the_cache_knee_is_the_last_working_set_served_at_the_cache_speed():
     mk = lambda ws, iops: ch.Point("working-set", ws * 2 ** 20, iops, iops * 4096, None, None, None)  # noqa: E731
     assert ch.cache_knee([mk(64, 370e3), mk(128, 345e3), mk(256, 17e3), mk(512, 7e3)]) == 128 * 2 ** 20
