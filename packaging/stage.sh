@@ -20,6 +20,11 @@ rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
 "$python" -m venv "$venv"
 "$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check "$src"
+# Installed in isolation (so what the package holds never depends on the build machine's python3-*
+# packages), then allowed to see the system's site-packages after its own: the distro's
+# python3-matplotlib (suggested) draws `iowarden characterize`'s plots.
+sed -i 's/^include-system-site-packages = false$/include-system-site-packages = true/' "$venv/pyvenv.cfg"
+grep -qx 'include-system-site-packages = true' "$venv/pyvenv.cfg"
 # The venv was made under DESTDIR: its scripts must name the path it is installed at.
 grep -rlI -- "$venv" "$venv/bin" | xargs -r sed -i "s|$venv|$final|g"
 rm -rf "$venv"/bin/Activate.ps1

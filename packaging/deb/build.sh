@@ -29,6 +29,7 @@ Maintainer: iowarden developers <iowarden@localhost>
 Installed-Size: $size
 Depends: python$pyver, python3 (>= $pyver), python3 (<< ${pyver%.*}.$((${pyver#*.} + 1))), fio, xfsprogs, util-linux, procps, libsystemd0
 Recommends: sysstat
+Suggests: python3-matplotlib
 Section: admin
 Priority: optional
 Description: storage health daemon: fio probes, iostat -x, XFS, settings drift, baselines

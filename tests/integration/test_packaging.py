@@ -73,6 +73,13 @@ def test_deb_and_rpm_hold_the_same_files(packages):
     script = subprocess.run(["tar", "-xO", "./usr/lib/iowarden/venv/bin/iowarden"], input=tar, capture_output=True,
                             check=True).stdout.decode()
     assert script.startswith("#!/usr/lib/iowarden/venv/bin/python"), script[:80]
+    # the venv sees the distro's python3-matplotlib, which the package suggests, for characterize's plots
+    cfg = subprocess.run(["tar", "-xO", "./usr/lib/iowarden/venv/pyvenv.cfg"], input=tar, capture_output=True,
+                         check=True).stdout.decode()
+    assert "include-system-site-packages = true" in cfg.splitlines(), cfg
+    suggests = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Suggests"], capture_output=True,
+                              text=True).stdout
+    assert "python3-matplotlib" in suggests
     man = subprocess.run(["tar", "-xO", "./usr/share/man/man8/iowarden.8.gz"], input=tar, capture_output=True,
                          check=True).stdout
     version = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Version"], capture_output=True,
