@@ -158,22 +158,33 @@ def _build_deb(out: Path) -> Path:
 
 
 @pytest.fixture(scope="package")
-def lab(tmp_path_factory):
-    image = ensure_image()
+def lab_deb(tmp_path_factory):
+    """The .deb packaging/ builds, in a directory the guests mount read-only (9p)."""
     share = tmp_path_factory.mktemp("lab-share")
     share.chmod(0o755)
     deb = _build_deb(share)
+    yield deb
+    shutil.rmtree(share, ignore_errors=True)
+
+
+def install(guest: Guest, deb: Path) -> None:
+    """Install iowarden in the guest from its package, as a user does."""
+    guest.sh("mkdir -p /mnt/host && mount -t 9p -o trans=virtio,version=9p2000.L,ro hostshare /mnt/host")
+    guest.run(["dpkg", "-i", f"/mnt/host/{deb.name}"], timeout=300)
+
+
+@pytest.fixture(scope="package")
+def lab(tmp_path_factory, lab_deb):
+    image = ensure_image()
     rundir = tmp_path_factory.mktemp("lab-run")
     started = time.monotonic()
-    guest = Guest(image, rundir, DISKS, share=share)
+    guest = Guest(image, rundir, DISKS, share=lab_deb.parent)
     try:
         booted = time.monotonic() - started
-        guest.sh("mkdir -p /mnt/host && mount -t 9p -o trans=virtio,version=9p2000.L,ro hostshare /mnt/host")
-        guest.run(["dpkg", "-i", f"/mnt/host/{deb.name}"], timeout=300)
+        install(guest, lab_deb)
         guest.sh(STACKS, timeout=300)
         lab = Lab(guest)
         lab.boot_seconds = booted
         yield lab
     finally:
         guest.stop()
-        shutil.rmtree(share, ignore_errors=True)

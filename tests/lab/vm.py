@@ -148,7 +148,7 @@ class Agent:
         pid = self.call("guest-exec", **args)["pid"]
         deadline = time.monotonic() + timeout
         while True:
-            status = self.call("guest-exec-status", pid=pid)
+            status = self._exec_status(pid, deadline, argv)
             if status.get("exited"):
                 out = base64.b64decode(status.get("out-data", "")).decode(errors="replace")
                 err = base64.b64decode(status.get("err-data", "")).decode(errors="replace")
@@ -156,6 +156,24 @@ class Agent:
             if time.monotonic() > deadline:
                 raise LabError(f"guest command timed out after {timeout}s: {argv}")
             time.sleep(0.2)
+
+    def _exec_status(self, pid: int, deadline: float, argv: list[str]) -> dict:
+        """guest-exec-status, waited out: a guest short of memory under TCG can leave its agent unanswering
+        for tens of seconds (seen once in the small-RAM guest's working-set sweep). A new connection, synced
+        past the late answer, asks again until the command's own deadline."""
+        while True:
+            try:
+                return self.call("guest-exec-status", pid=pid)
+            except (OSError, LabError) as e:   # a timeout, a closed or failed connection; not an agent's error
+                if isinstance(e, LabError) and "socket closed" not in str(e):
+                    raise
+                if time.monotonic() > deadline:
+                    raise LabError(f"the guest agent stopped answering while {argv} ran ({e!r})") from e
+            self.conn.close()
+            try:
+                self._sync(timeout=30)
+            except (OSError, ValueError, LabError):
+                time.sleep(1)
 
 
 class Guest:
