@@ -16,10 +16,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None, prom_extra=""):
+def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None, prom_extra="", address="127.0.0.1"):
     return f"""
 [prometheus]
-listen_address = "127.0.0.1:{port or free_port()}"
+listen_address = "{address}:{port or free_port()}"
 {prom_extra}
 [daemon]
 state_dir = "{state_dir}"
@@ -46,7 +46,8 @@ interval_seconds = {interval}
 class DaemonProc:
     started = 0
 
-    def __init__(self, tmp_path, cfg_text):
+    def __init__(self, tmp_path, cfg_text, on_host=lambda argv: argv):
+        """on_host wraps the daemon's argv to run it elsewhere (netns.Host.argv: on another host)."""
         DaemonProc.started += 1
         self.cfg = tmp_path / "config.toml"
         self.cfg.write_text(cfg_text)
@@ -58,7 +59,7 @@ class DaemonProc:
         env = {**os.environ, "NOTIFY_SOCKET": self.sock_path}
         env.pop("INVOCATION_ID", None)
         env.pop("JOURNAL_STREAM", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", str(self.cfg)],
+        self.proc = subprocess.Popen(on_host([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", str(self.cfg)]),
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.messages: list[str] = []
 

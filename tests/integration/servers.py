@@ -49,11 +49,13 @@ class Server:
                 self.proc.wait()
 
 
-def prometheus(tmp_path, scrape_port: int | list[int], rule_files=(), alertmanager_port: int | None = None,
+def prometheus(tmp_path, scrape_port: int | list[int | str], rule_files=(), alertmanager_port: int | None = None,
                scheme: str = "http") -> tuple[Server, int]:
-    """A Prometheus scraping iowarden on scrape_port (or several ports: one daemon each, a fleet) every second."""
+    """A Prometheus scraping iowarden every second on scrape_port, or on several targets (a fleet: one
+    daemon each, a port here or an "address:port" of another host)."""
     port = free_port()
-    targets = ", ".join(f"'127.0.0.1:{p}'" for p in (scrape_port if isinstance(scrape_port, list) else [scrape_port]))
+    targets = ", ".join(f"'{p}'" if isinstance(p, str) else f"'127.0.0.1:{p}'"
+                        for p in (scrape_port if isinstance(scrape_port, list) else [scrape_port]))
     cfg = tmp_path / "prometheus.yml"
     alerting = (f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{alertmanager_port}']\n"
                 if alertmanager_port else "")
