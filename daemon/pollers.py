@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
 
 from iowarden.probes import blockqueue, cpupower, xfs
@@ -41,16 +42,34 @@ def watched_settings(devices: dict, power: cpupower.PowerSettings) -> dict[tuple
 
 
 class SettingsPoller:
-    def __init__(self, roots: Roots, state, on_event=None):
+    def __init__(self, roots: Roots, state, on_event=None, clock=time.monotonic):
         self.roots = roots
         self.state = state
         self.on_event = on_event or (lambda **event: None)
+        self.clock = clock
         self.devices: dict = {}
+        # two readers refresh the device view, this poller and a uevent: the newest read wins, so a
+        # poll that began before a hot-add cannot put back the view without the new disk
+        self._devices_lock = threading.Lock()
+        self._devices_read_at = float("-inf")
         self.power: cpupower.PowerSettings | None = None
         self._last: dict | None = state.load_settings()  # from before a restart
         self.drift_total: collections.Counter = collections.Counter()  # (device, volume, setting)
 
+    def read_devices(self) -> dict:
+        """Read the device view now and publish it unless a newer read already was; returns this read."""
+        read_at = self.clock()
+        devices = blockqueue.read_sysfs_and_superblocks(self.roots)
+        self._publish_devices(devices, read_at)
+        return devices
+
+    def _publish_devices(self, devices: dict, read_at: float) -> None:
+        with self._devices_lock:
+            if read_at >= self._devices_read_at:
+                self.devices, self._devices_read_at = devices, read_at
+
     def step(self) -> None:
+        read_at = self.clock()
         devices = blockqueue.read_sysfs_and_superblocks(self.roots)
         power = cpupower.read_power_settings(self.roots, run_tuned_adm_verify=True)
         now = watched_settings(devices, power)
@@ -70,7 +89,8 @@ class SettingsPoller:
         if now != self._last:
             self.state.save_settings(now)
         self._last = now
-        self.devices, self.power, self.drift_total = devices, power, drift
+        self.power, self.drift_total = power, drift
+        self._publish_devices(devices, read_at)
 
 
 class XfsPoller:

@@ -211,8 +211,7 @@ class Daemon:
         or loses it sends 'change', not 'add' or 'remove', and so do media changes.
         """
         before = {n for n, d in self.settings.devices.items() if d.size_bytes}
-        devices = blockqueue.read_sysfs_and_superblocks(self.roots)
-        self.settings.devices = devices  # the next probe result finds the new device's identity
+        devices = self.settings.read_devices()   # the next probe result finds the new device's identity
         present = {n for n, d in devices.items() if d.size_bytes}
         for added in sorted(present - before):
             ident = devices[added].identity

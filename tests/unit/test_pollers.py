@@ -1,0 +1,56 @@
+"""The settings poller's device view: two readers (its own poll, and a uevent for a new disk) and
+the newest read wins, whichever finishes last. No root, a fake clock."""
+from __future__ import annotations
+
+from iowarden.daemon import pollers
+from iowarden.daemon.state import State
+from iowarden.probes.common import Roots
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_a_poll_that_began_before_a_hot_add_does_not_put_back_the_view_without_the_disk(tmp_path, monkeypatch):
+    old_view, new_view = {"sda": "sda only"}, {"sda": "sda", "sdb": "the hot-added disk"}
+    state = State(str(tmp_path / "state.db"))
+    poller = pollers.SettingsPoller(Roots(), state, clock=Clock())
+    reads = []
+
+    def read(roots):
+        reads.append(len(reads))
+        if len(reads) == 1:
+            # the poll is reading sysfs when the uevent for sdb arrives and reads it, with sdb
+            assert poller.read_devices() is new_view
+            assert poller.devices is new_view
+            return old_view
+        return new_view
+
+    monkeypatch.setattr(pollers.blockqueue, "read_sysfs_and_superblocks", read)
+    monkeypatch.setattr(pollers.cpupower, "read_power_settings", lambda *a, **k: None)
+    monkeypatch.setattr(pollers, "watched_settings", lambda devices, power: {})
+    poller.step()
+    assert reads == [0, 1]
+    assert poller.devices is new_view       # the poll's older read was not published over it
+    poller.step()                           # the next poll, begun after, publishes its own read
+    assert poller.devices is new_view and reads == [0, 1, 2]
+    state.close()
+
+
+def test_each_poll_publishes_what_it_read(tmp_path, monkeypatch):
+    views = iter([{"sda": 1}, {"sda": 2}])
+    state = State(str(tmp_path / "state.db"))
+    poller = pollers.SettingsPoller(Roots(), state, clock=Clock())
+    monkeypatch.setattr(pollers.blockqueue, "read_sysfs_and_superblocks", lambda roots: next(views))
+    monkeypatch.setattr(pollers.cpupower, "read_power_settings", lambda *a, **k: None)
+    monkeypatch.setattr(pollers, "watched_settings", lambda devices, power: {})
+    poller.step()
+    assert poller.devices == {"sda": 1}
+    poller.step()
+    assert poller.devices == {"sda": 2}
+    state.close()
