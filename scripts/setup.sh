@@ -12,7 +12,8 @@ fi
 
 packages=(fio xfsprogs util-linux libsystemd-dev pkg-config gcc python3-venv python3-dev)
 if [ "${1:-}" = "--test" ]; then
-    packages+=(sysstat ioping e2fsprogs prometheus prometheus-alertmanager victoria-metrics openssl debootstrap rpm systemd groff-base)
+    packages+=(sysstat ioping e2fsprogs prometheus prometheus-alertmanager victoria-metrics openssl debootstrap rpm systemd groff-base
+               iproute2)   # the fleet test's hosts: network namespaces and veth
 fi
 missing=()
 for p in "${packages[@]}"; do
