@@ -20,6 +20,18 @@ log = logging.getLogger("iowarden")
 QUEUE_FIELDS = WATCHED_QUEUE_SETTINGS
 
 
+# array_state values an array in service moves between on its own, many times a minute: md marks it
+# active for a write and clean once idle. Recorded as drift they named "clean -> active" as a cause
+# of every slow probe on an array that had been written to (seen in the lab).
+MD_IN_SERVICE = frozenset({"clean", "active", "active-idle", "write-pending"})
+
+
+def md_array_mode(array_state: str | None) -> str | None:
+    """An md array's state as far as an operator changes it: read-write in service, else the kernel's
+    word for what it is (readonly, read-auto, inactive, suspended, broken, clear)."""
+    return "read-write" if array_state in MD_IN_SERVICE else array_state
+
+
 def watched_settings(devices: dict, power: cpupower.PowerSettings) -> dict[tuple[str, str], object]:
     """(device or 'host', setting) -> value: everything whose change is recorded as drift."""
     out: dict[tuple[str, str], object] = {}
@@ -31,7 +43,7 @@ def watched_settings(devices: dict, power: cpupower.PowerSettings) -> dict[tuple
                 out[(name, f)] = getattr(d.queue, f)
         if d.md:
             out[(name, "md.degraded")] = d.md.degraded
-            out[(name, "md.array_state")] = d.md.array_state
+            out[(name, "md.array_mode")] = md_array_mode(d.md.array_state)
             out[(name, "md.faulty_members")] = ",".join(m.name for m in d.md.members if m.faulty) or "none"
     out[("host", "pm_qos_cpu_dma_latency_usec")] = power.pm_qos_cpu_dma_latency_usec
     out[("host", "cpufreq_governors")] = ",".join(sorted(set(power.cpufreq_governors.values()))) or None

@@ -17,7 +17,7 @@ from .vm import Disk, Guest
 
 MEMORY_MIB = 384
 CAP_IOPS = 200
-DISK = Disk("wsd", "virtio", 1400, serial="lab-wsd")
+DISK = Disk("wsd", "virtio", 900, serial="lab-wsd")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_working_set_sweep_finds_the_page_cache_of_a_guest_with_little_ram(small
         g.sh("sync; echo 3 > /proc/sys/vm/drop_caches")
         cache_bytes = _meminfo_bytes(g, "MemAvailable")
         out = g.run(["iowarden", "characterize", "--path", "/srv/ws", "--sweep", "working-set", "--buffered",
-                     "--max-working-set", "1GiB", "--step-seconds", "4", "--ramp-seconds", "2", "--json",
+                     "--max-working-set", "512MiB", "--step-seconds", "4", "--ramp-seconds", "2", "--json",
                      "--min-free-bytes", "1MiB", "--min-free-ratio", "0", "--out", "/root/ws"], timeout=900)
     finally:
         g.throttle(DISK.id, 0)

@@ -54,3 +54,10 @@ def test_each_poll_publishes_what_it_read(tmp_path, monkeypatch):
     poller.step()
     assert poller.devices == {"sda": 2}
     state.close()
+
+
+def test_an_md_array_going_clean_and_active_by_itself_is_no_drift_but_read_only_is():
+    assert {pollers.md_array_mode(s) for s in ("clean", "active", "active-idle", "write-pending")} == {"read-write"}
+    assert pollers.md_array_mode("readonly") == "readonly"
+    assert pollers.md_array_mode("read-auto") == "read-auto"
+    assert pollers.md_array_mode(None) is None
