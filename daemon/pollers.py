@@ -72,17 +72,13 @@ class SettingsPoller:
         """Read the device view now and publish it unless a newer read already was; returns this read."""
         read_at = self.clock()
         devices = blockqueue.read_sysfs_and_superblocks(self.roots)
-        self._publish_devices(devices, read_at)
-        return devices
-
-    def _publish_devices(self, devices: dict, read_at: float) -> None:
         with self._devices_lock:
             if read_at >= self._devices_read_at:
                 self.devices, self._devices_read_at = devices, read_at
+        return devices
 
     def step(self) -> None:
-        read_at = self.clock()
-        devices = blockqueue.read_sysfs_and_superblocks(self.roots)
+        devices = self.read_devices()
         power = cpupower.read_power_settings(self.roots, run_tuned_adm_verify=True)
         now = watched_settings(devices, power)
         drift = collections.Counter(self.drift_total)   # replaced whole below: snapshots copy it while we count
@@ -102,7 +98,6 @@ class SettingsPoller:
             self.state.save_settings(now)
         self._last = now
         self.power, self.drift_total = power, drift
-        self._publish_devices(devices, read_at)
 
 
 class XfsPoller:

@@ -30,7 +30,8 @@ def test_the_fleet_rules_single_out_the_one_throttled_volume(tmp_path):
     prom, daemons, volumes = None, [], []
     with netns.hosts(3) as hosts:
         try:
-            volumes += [LoopXfs("512M", direct_io=True) for _ in hosts]
+            for _ in hosts:
+                volumes.append(LoopXfs("512M", direct_io=True))   # one by one: each made is closed below
             for i, (fs, host) in enumerate(zip(volumes, hosts)):
                 home = tmp_path / f"host{i}"
                 home.mkdir()

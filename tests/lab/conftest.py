@@ -167,12 +167,6 @@ def lab_deb(tmp_path_factory):
     shutil.rmtree(share, ignore_errors=True)
 
 
-def install(guest: Guest, deb: Path) -> None:
-    """Install iowarden in the guest from its package, as a user does."""
-    guest.sh("mkdir -p /mnt/host && mount -t 9p -o trans=virtio,version=9p2000.L,ro hostshare /mnt/host")
-    guest.run(["dpkg", "-i", f"/mnt/host/{deb.name}"], timeout=300)
-
-
 @pytest.fixture(scope="package")
 def lab(tmp_path_factory, lab_deb):
     image = ensure_image()
@@ -181,7 +175,7 @@ def lab(tmp_path_factory, lab_deb):
     guest = Guest(image, rundir, DISKS, share=lab_deb.parent)
     try:
         booted = time.monotonic() - started
-        install(guest, lab_deb)
+        guest.install(lab_deb)
         guest.sh(STACKS, timeout=300)
         lab = Lab(guest)
         lab.boot_seconds = booted

@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from .conftest import install
 from .image import ensure_image
 from .vm import Disk, Guest
 
@@ -25,7 +24,7 @@ def small_guest(tmp_path_factory, lab_deb):
     guest = Guest(ensure_image(), tmp_path_factory.mktemp("lab-small"), [DISK], memory_mib=MEMORY_MIB,
                   share=lab_deb.parent)
     try:
-        install(guest, lab_deb)
+        guest.install(lab_deb)
         # the shipped service probes its own file system; this guest only characterises
         guest.run(["systemctl", "disable", "--now", "iowarden"])
         guest.sh("udevadm settle; dev=$(readlink -f /dev/disk/by-id/virtio-lab-wsd); mkfs.xfs -q -f $dev; "

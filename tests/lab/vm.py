@@ -246,6 +246,11 @@ class Guest:
         if rc != 0:
             raise LabError(f"writing {path} in the guest: {err}")
 
+    def install(self, deb: Path) -> None:
+        """Install a package from the host's share (mounted read-only over 9p), as a user installs it."""
+        self.sh("mkdir -p /mnt/host && mount -t 9p -o trans=virtio,version=9p2000.L,ro hostshare /mnt/host")
+        self.run(["dpkg", "-i", f"/mnt/host/{deb.name}"], timeout=300)
+
     # -- what a hypervisor does -----------------------------------------------------------
     def throttle(self, disk_id: str, iops: int) -> None:
         """Cap a disk's IOPS while it runs (0 lifts the cap)."""
