@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from iowarden.probes.common import parse_size_bytes
-from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
+from iowarden.probes.common import parse_size_bytes, printable, read_bounded
+from iowarden.probes.fio_job import DEFAULT_MAX_BUFFER_BYTES, PROFILE_RW, ProbeProfile, profile_from_job_file
 from iowarden.probes.common import ParseError
 from iowarden.probes.fio_run import ProbeLimits, directory_target_problem
 
 EX_CONFIG = 78  # sysexits.h: configuration error
+CONFIG_MAX_BYTES = 1 << 20       # a configuration is a few KiB; a larger file is not one
+MAX_SIZE_BYTES = 1 << 50         # a size key's bound unless it names a smaller one (1 PiB)
 
 
 class ConfigError(Exception):
@@ -36,6 +38,18 @@ def listen_address_problem(text: str) -> str | None:
         parse_listen_address(text)
     except ValueError as exc:
         return str(exc)
+    return None
+
+
+def influx_url_problem(text: str) -> str | None:
+    import urllib.parse
+    try:
+        u = urllib.parse.urlsplit(text)
+        u.port
+    except ValueError as exc:
+        return f"not a URL: {exc}"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return f"expected http://HOST[:PORT] or https://HOST[:PORT], got {text!r}"
     return None
 
 
@@ -72,28 +86,31 @@ SECTIONS: dict[str, dict[str, Key]] = {
     },
     "limits": {
         "max_probe_size": Key("size", "1GiB", 'Largest probe file any profile may use.'),
-        "max_runtime_seconds": Key("float", 60.0, 'Longest a single probe may run.', minimum=0.1),
+        "max_runtime_seconds": Key("float", 60.0, 'Longest a single probe may run.', minimum=0.1, maximum=3600.0),
         "min_free_bytes": Key("size", "1GiB", 'A probe never leaves less free space than this ...'),
         "min_free_ratio": Key("float", 0.10, '... nor less than this share of the filesystem.', minimum=0.0,
                               maximum=0.9),
-        "timeout_margin_seconds": Key("float", 30.0, 'fio is killed (with all its job processes) this long after its runtime.', minimum=1.0),
+        "timeout_margin_seconds": Key("float", 30.0, 'fio is killed (with all its job processes) this long after its runtime.', minimum=1.0,
+                                      maximum=600.0),
+        "max_job_buffers": Key("size", "256MiB", 'Most memory a probe may ask fio for as I/O buffers: the largest block size x iodepth '
+                                                 'x numjobs, over all its jobs (bs=64m iodepth=16 numjobs=4 would be 4 GiB).'),
     },
     "scheduling": {
         "defer_util_percent": Key("float", 50.0, 'Defer a probe while its disk is busier than this (%util) with other I/O, or while '
                                                  '/proc/pressure/io shows every task stalled on I/O ...',
                                   minimum=0.0, maximum=100.0),
         "max_deferral_seconds": Key("float", 600.0, '... for at most this long; then it runs and its result is marked contended (contended '
-                                                    'results are kept but neither learned nor judged).', minimum=0.0),
+                                                    'results are kept but neither learned nor judged).', minimum=0.0, maximum=86400.0),
         "jitter_ratio": Key("float", 0.1, 'Random spread of each interval, so a fleet does not probe in step.',
                             minimum=0.0, maximum=0.5),
         "discover_interval_seconds": Key("float", 10.0, 'How often [[discover]] rules are matched against the mount table (mounting sends no '
-                                                        'event); they are matched at every block device event too.', minimum=1.0),
+                                                        'event); they are matched at every block device event too.', minimum=1.0, maximum=3600.0),
     },
     "budget": {
         "device_time_ratio": Key("float", 0.01, 'Probe device-time as a share of wall time, over window_seconds. The example profiles take '
                                                 '4 x (3 s + 1 s ramp) = 16 s every 1800 s: 0.9 %.',
                                  minimum=0.0, maximum=1.0),
-        "window_seconds": Key("float", 3600.0, "The window that share is measured over", minimum=60.0),
+        "window_seconds": Key("float", 3600.0, "The window that share is measured over", minimum=60.0, maximum=7 * 86400.0),
         "write_bytes_per_day": Key("size", "10GiB", 'Bytes probes may write per disk per day (cloud volumes bill per request).'),
     },
     "prometheus": {
@@ -111,63 +128,63 @@ SECTIONS: dict[str, dict[str, Key]] = {
     "influxdb": {
         "enabled": Key("bool", False, 'Write probe results, iostat summaries, settings changes and alert transitions to InfluxDB '
                                       '2/3 or any server with the v2 write API.'),
-        "url": Key("str", "http://127.0.0.1:8086", "Server URL"),
+        "url": Key("str", "http://127.0.0.1:8086", "Server URL (http:// or https://)", check=influx_url_problem),
         "org": Key("str", "iowarden", "Organisation"),
         "bucket": Key("str", "iowarden", "Bucket"),
         "token_file": Key("str", "", 'The API token: from this file (preferred) ...'),
         "token_env": Key("str", "IOWARDEN_INFLUXDB_TOKEN", '... or from this environment variable. It is never logged.'),
-        "flush_interval_seconds": Key("float", 10.0, "How often points are sent", minimum=1.0),
-        "iostat_interval_seconds": Key("float", 10.0, 'Interval of the iostat -x summaries written.', minimum=1.0),
+        "flush_interval_seconds": Key("float", 10.0, "How often points are sent", minimum=1.0, maximum=3600.0),
+        "iostat_interval_seconds": Key("float", 10.0, 'Interval of the iostat -x summaries written.', minimum=1.0, maximum=3600.0),
         "spool_max_bytes": Key("size", "64MiB", 'While the server is unreachable, points wait on disk (state_dir/influx-spool), up to this '
                                                 'size; beyond it new points are dropped and counted.'),
-        "timeout_seconds": Key("float", 5.0, "A write that takes longer fails (and is spooled)", minimum=0.5),
+        "timeout_seconds": Key("float", 5.0, "A write that takes longer fails (and is spooled)", minimum=0.5, maximum=3600.0),
     },
     "detector": {
-        "warmup_probes": Key("int", 12, 'Probes learned before a volume can alert.', minimum=3),
+        "warmup_probes": Key("int", 12, 'Probes learned before a volume can alert.', minimum=3, maximum=10000),
         "window_probes": Key("int", 288, 'Probes the baseline (median and MAD) is computed over: about a day at 5 min.',
-                             minimum=10),
+                             minimum=10, maximum=100000),
         "drift_ratio": Key("float", 1.5, 'Alert when the baseline creeps this far from where it was learned (slow drift).',
-                           minimum=1.05),
+                           minimum=1.05, maximum=100.0),
         "auto_accept_probes": Key("int", 0, 'Accept a stable new level as normal after this many probes; 0: only `iowarden baseline '
-                                            'accept` does (every change of baseline is logged).', minimum=0),
+                                            'accept` does (every change of baseline is logged).', minimum=0, maximum=100000),
     },
     "passive": {
         "enabled": Key("bool", True, 'Judge every sampled disk from the traffic it carries.'),
         "window_seconds": Key("float", 15.0, 'The 1 Hz samples are judged in windows this long.', minimum=1.0,
                               maximum=600.0),
         "self_ratio": Key("float", 2.5, "A window is slow at this many times the device's normal at that load.",
-                          minimum=1.2),
-        "peer_ratio": Key("float", 2.0, "A member is slow at this many times its peers' latency (median of recent windows).", minimum=1.2),
-        "peer_windows": Key("int", 480, 'Windows with traffic the peer comparison is the median of (2 h at 15 s).', minimum=10),
-        "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2),
+                          minimum=1.2, maximum=100.0),
+        "peer_ratio": Key("float", 2.0, "A member is slow at this many times its peers' latency (median of recent windows).", minimum=1.2, maximum=100.0),
+        "peer_windows": Key("int", 480, 'Windows with traffic the peer comparison is the median of (2 h at 15 s).', minimum=10, maximum=100000),
+        "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2, maximum=10000),
         "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
-                        minimum=0.0),
+                        minimum=0.0, maximum=10000.0),
     },
     "sampler": {
-        "interval_seconds": Key("float", 1.0, '/proc/diskstats sampling interval (the iostat -x stream).', minimum=0.1),
+        "interval_seconds": Key("float", 1.0, '/proc/diskstats sampling interval (the iostat -x stream).', minimum=0.1, maximum=60.0),
         "devices": Key("strlist", [], 'Kernel-name globs to sample, e.g. ["sd*", "nvme*n1"]; empty: every whole device.'),
     },
     "settings": {
-        "interval_seconds": Key("float", 30.0, 'Block queue, md, C-state / PM QoS and tuned poll interval.', minimum=1.0),
+        "interval_seconds": Key("float", 30.0, 'Block queue, md, C-state / PM QoS and tuned poll interval.', minimum=1.0, maximum=3600.0),
     },
     "xfs": {
         "interval_seconds": Key("float", 3600.0, 'Fragmentation report interval: xfs_db walks every inode, so keep it rare.',
-                                minimum=60.0),
-        "timeout_seconds": Key("float", 120.0, 'xfs_db / xfs_spaceman are killed after this.', minimum=1.0),
+                                minimum=60.0, maximum=7 * 86400.0),
+        "timeout_seconds": Key("float", 120.0, 'xfs_db / xfs_spaceman are killed after this.', minimum=1.0, maximum=3600.0),
     },
 }
 
 PROFILE_KEYS: dict[str, Key] = {
     "rw": Key("str", "randread", "read, write, randread, randwrite or randrw", choices=PROFILE_RW),
     "bs": Key("size", "4k", "block size"),
-    "iodepth": Key("int", 32, "I/Os in flight per job", minimum=1),
-    "numjobs": Key("int", 1, "parallel jobs (reported as one group)", minimum=1),
+    "iodepth": Key("int", 32, "I/Os in flight per job", minimum=1, maximum=4096),
+    "numjobs": Key("int", 1, "parallel jobs (reported as one group)", minimum=1, maximum=128),
     "ioengine": Key("str", "libaio", "fio I/O engine: libaio, io_uring, psync, sync or pvsync2", choices=("libaio", "io_uring", "psync", "sync", "pvsync2")),
     "direct": Key("bool", True, "O_DIRECT: bypass the page cache"),
     "size": Key("size", "256MiB", "probe file size (capped by limits.max_probe_size)"),
-    "runtime_seconds": Key("float", 5.0, "measured time", minimum=0.1),
-    "ramp_time_seconds": Key("float", 1.0, "warm-up excluded from the results", minimum=0.0),
-    "rate_iops": Key("int", 0, "cap on IOPS, 0 for none", minimum=0),
+    "runtime_seconds": Key("float", 5.0, "measured time", minimum=0.1, maximum=3600.0),
+    "ramp_time_seconds": Key("float", 1.0, "warm-up excluded from the results", minimum=0.0, maximum=3600.0),
+    "rate_iops": Key("int", 0, "cap on IOPS, 0 for none", minimum=0, maximum=10**9),
     "job_file": Key("str", "", "an existing fio job file ([global] + job sections) instead of the keys "
                              "above; iowarden still picks the probe file and applies the limits"),
 }
@@ -177,7 +194,7 @@ TARGET_KEYS: dict[str, Key] = {
     "path": Key("str", None, "a directory on the filesystem to probe, or a block device (read-only probes)",
                 required=True),
     "profiles": Key("strlist", None, "profile names to run", required=True),
-    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0),
+    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0, maximum=30 * 86400.0),
 }
 
 
@@ -186,7 +203,7 @@ DISCOVER_KEYS: dict[str, Key] = {
     "mountpoints": Key("strlist", None, "glob patterns of mount points to probe, e.g. \"/srv/*\" (* also matches /)", required=True),
     "fstypes": Key("strlist", ["xfs", "ext4"], "filesystem types the rule accepts"),
     "profiles": Key("strlist", None, "profile names to run", required=True),
-    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0),
+    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0, maximum=30 * 86400.0),
 }
 
 
@@ -283,9 +300,13 @@ def _check(value: Any, spec: Key) -> tuple[Any, str | None]:
         return (None, problem) if problem else (value, None)
     if kind == "size":
         try:
-            return parse_size_bytes(value), None
+            size = parse_size_bytes(value)
         except ValueError as exc:
             return None, str(exc)
+        top = spec.maximum if spec.maximum is not None else MAX_SIZE_BYTES
+        if size > top:
+            return None, f"must be at most {int(top)} bytes, got {value!r}"
+        return size, None
     if kind == "strlist":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return None, f"expected a list of strings, got {value!r}"
@@ -329,6 +350,8 @@ def parse(text: str, source: str = "<config>") -> Config:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         line = m.group(1) if m else "1"
         raise ConfigError([f"{source}:{line}: syntax: {str(exc).split(' (at line')[0]}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{source}:1: syntax: arrays or tables nested too deeply to read"]) from None
     lines = _KeyLines(text)
     errors: list[str] = []
 
@@ -354,15 +377,20 @@ def parse(text: str, source: str = "<config>") -> Config:
         v = _table(body, PROFILE_KEYS, path, errors, where)
         if not isinstance(body, dict) or len(v) != len(PROFILE_KEYS):
             continue
+        max_buffers = values["limits"].get("max_job_buffers", DEFAULT_MAX_BUFFER_BYTES)
         try:
             if v["job_file"]:
-                profiles[name] = profile_from_job_file(name, v["job_file"])
+                profiles[name] = profile_from_job_file(name, v["job_file"], max_buffers)
             else:
                 profiles[name] = ProbeProfile(
                     name=name, rw=v["rw"], bs_bytes=v["bs"], iodepth=v["iodepth"], numjobs=v["numjobs"],
                     ioengine=v["ioengine"], direct=v["direct"], size_bytes=v["size"],
                     runtime_seconds=v["runtime_seconds"], ramp_time_seconds=v["ramp_time_seconds"],
                     rate_iops=v["rate_iops"])
+                problem = profiles[name].buffer_problem(max_buffers)
+                if problem:
+                    del profiles[name]
+                    errors.append(where(path + ("bs",), problem))
         except (ValueError, ParseError) as exc:
             errors.append(where(path + (("job_file",) if v["job_file"] else ()), str(exc)))
 
@@ -412,16 +440,27 @@ def parse(text: str, source: str = "<config>") -> Config:
     lim = values["limits"]
     limits = ProbeLimits(max_size_bytes=lim["max_probe_size"], max_runtime_seconds=lim["max_runtime_seconds"],
                          min_free_bytes=lim["min_free_bytes"], min_free_ratio=lim["min_free_ratio"],
-                         timeout_margin_seconds=lim["timeout_margin_seconds"])
+                         timeout_margin_seconds=lim["timeout_margin_seconds"],
+                         max_buffer_bytes=lim["max_job_buffers"])
     return Config(source, values, limits, profiles, tuple(targets), tuple(rules))
 
 
 def load(path: str | Path) -> Config:
+    """The configuration in a file: a regular file (not a FIFO or a device) of at most CONFIG_MAX_BYTES.
+    Every failure is a ConfigError: a reload that fails keeps the running configuration."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_bounded(p, CONFIG_MAX_BYTES).decode("utf-8")
     except OSError as exc:
         raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{p}:1: syntax: the file is not UTF-8 text"]) from None
-    return parse(text, str(p))
+    try:
+        return parse(text, str(p))
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError([f"{p}:1: nested too deeply to read"]) from None
+    except Exception as exc:   # noqa: BLE001 - a bug here must not take the daemon down on a reload
+        raise ConfigError([f"{p}:1: cannot be read as a configuration: {type(exc).__name__}: "
+                           f"{printable(exc, 200)}"]) from None

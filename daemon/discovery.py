@@ -14,8 +14,8 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from iowarden.probes.common import Roots, read_text
-from iowarden.probes.xfs import parse_mounts
+from iowarden.probes.common import Roots, is_utf8, lines_of
+from iowarden.probes.xfs import parse_mounts, read_mounts_text
 
 from .config import Config, DiscoveryRule, Target
 
@@ -55,16 +55,30 @@ def read_only_matches(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, 
 
 
 def read_mounts(roots: Roots = Roots()) -> list[tuple[str, str, str, bool]]:
-    """(device, mountpoint, fstype, read_only) of what is mounted now; the last mount over a path wins."""
+    """(device, mountpoint, fstype, read_only) of what is mounted now; the last mount over a path wins.
+
+    A mount point that is not UTF-8 is left out (see unnameable_mounts): a target's name is
+    a label, a tag and a database key, all UTF-8.
+    """
+    return _mounts(read_mounts_text(roots))[0]
+
+
+def _mounts(text: str) -> tuple[list[tuple[str, str, str, bool]], list[str]]:
+    """The mounts of a mount table's text, and the mount points passed over as not UTF-8."""
     latest: dict[str, tuple[str, str, str, bool]] = {}
-    for line in (read_text(roots.proc / "self" / "mounts") or "").splitlines():
-        fields = line.split()
-        if len(fields) < 4:
+    unnameable = []
+    for line in lines_of(text):
+        fields = line.split(" ")
+        parsed = parse_mounts(line)
+        if len(fields) < 4 or not parsed:
             continue
-        dev, mountpoint, fstype = parse_mounts(line)[0]
+        if not is_utf8(parsed[0][1]):
+            unnameable.append(parsed[0][1])
+            continue
+        dev, mountpoint, fstype = parsed[0]
         latest.pop(mountpoint, None)  # re-insert: a mount stacked over another one hides it
         latest[mountpoint] = (dev, mountpoint, fstype, "ro" in fields[3].split(","))
-    return list(latest.values())
+    return list(latest.values()), unnameable
 
 
 def st_dev_of(path: str) -> int | None:
@@ -74,13 +88,14 @@ def st_dev_of(path: str) -> int | None:
         return None
 
 
-def discover(cfg: Config, roots: Roots = Roots()) -> tuple[tuple[Target, ...], list[str]]:
-    """The targets the config's rules find in the mount table now, and the read-only mount
-    points they had to pass over."""
+def discover(cfg: Config, roots: Roots = Roots()) -> tuple[tuple[Target, ...], list[str], list[str]]:
+    """The targets the config's rules find in the mount table now, the read-only mount points
+    they had to pass over, and the mount points that are not UTF-8 (passed over too)."""
     if not cfg.discover:
-        return (), []
-    mounts = read_mounts(roots)
-    return tuple(match(cfg.discover, mounts, cfg.targets, st_dev_of)), read_only_matches(cfg.discover, mounts)
+        return (), [], []
+    mounts, unnameable = _mounts(read_mounts_text(roots))
+    return (tuple(match(cfg.discover, mounts, cfg.targets, st_dev_of)), read_only_matches(cfg.discover, mounts),
+            unnameable)
 
 
 def targets_now(cfg: Config, roots: Roots = Roots()) -> tuple[Target, ...]:

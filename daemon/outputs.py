@@ -73,7 +73,8 @@ class InfluxOutput:
         snap = self.get_snapshot()
         cur = snap.disk_sample if snap is not None else None
         if cur is not None and now - self._iostat_at >= self.iostat_interval:
-            if self._iostat_prev is not None:
+            # the same sample twice (the daemon was stopped, or the sampler fell behind): no interval, no rates
+            if self._iostat_prev is not None and cur.monotonic_seconds > self._iostat_prev.monotonic_seconds:
                 lines = []
                 for name, r in diskstats.rates_between(self._iostat_prev, cur).items():
                     if name not in snap.disk_rates:

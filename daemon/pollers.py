@@ -12,7 +12,7 @@ import threading
 import time
 
 from iowarden.probes import blockqueue, cpupower, xfs
-from iowarden.probes.common import Roots
+from iowarden.probes.common import Roots, is_utf8, printable
 from iowarden.probes.vocabulary import WATCHED_QUEUE_SETTINGS
 
 log = logging.getLogger("iowarden")
@@ -107,10 +107,17 @@ class XfsPoller:
         self.reports: dict[str, xfs.XfsReport] = {}
         self.first: dict[str, xfs.XfsReport] = {}   # the first good report per mount: growth is measured from it
         self.reports_at: dict[str, tuple] = {}      # mount -> (report, unix time), for the exporters
+        self._unnameable_said: set[str] = set()
 
     def step(self) -> None:
         reports = {}
         for dev, mnt in xfs.xfs_mounts(self.roots):
+            if not is_utf8(mnt):   # no label, tag or key can carry it; said once per name
+                if mnt not in self._unnameable_said:
+                    self._unnameable_said.add(mnt)
+                    log.warning("xfs: %s is not UTF-8, so it has no name in metrics; not reported",
+                                printable(mnt))
+                continue
             r = xfs.read(mnt, dev, self.timeout_seconds)
             for e in r.errors:
                 log.warning("xfs report for %s: %s", mnt, e, extra={"MOUNT": mnt})

@@ -1,11 +1,19 @@
-"""One registry of the daemon's parts: each has a name, a cadence, a stuck threshold and its own thread.
+"""One registry of the daemon's parts, each on its own supervised thread.
 
-A part's step may fail; the failure is counted and logged and the next step runs
-on time. A slow part delays only itself. Nothing here cancels a step: a step that
-runs a tool bounds it itself (run_tool's timeout). `stuck()` names the parts that
-have not completed a step for longer than twice their cadence plus their stuck
-threshold: the watchdog ping is withheld while any part is stuck, so systemd
-restarts a daemon that hangs.
+A part has a name, a cadence and a deadline: how long one step may take. Its
+thread is supervised at two depths:
+- a step that raises is counted (errors_total) and logged, and the next step
+  runs on time;
+- anything that escapes the loop around the steps (a bug in the wait, an
+  OverflowError from a timeout) is counted (restarts_total), logged once with its
+  traceback, and the loop started again after a backoff that doubles up to
+  RESTART_BACKOFF_MAX_SECONDS.
+`stuck()` names every part that is dead (its thread ended while the daemon runs),
+inside one step for longer than its deadline, or that has not started a step
+within its cadence plus its deadline of finishing the last. The watchdog ping is
+withheld while any part is stuck, so systemd restarts a daemon with a part that
+hangs or died. Nothing here cancels a step: a step that runs a tool bounds it
+itself (run_tool's timeout).
 """
 from __future__ import annotations
 
@@ -18,15 +26,21 @@ from typing import Callable
 
 log = logging.getLogger("iowarden")
 
+RESTART_BACKOFF_SECONDS = 1.0
+RESTART_BACKOFF_MAX_SECONDS = 60.0
+LONGEST_WAIT_SECONDS = 3600.0   # a wait is cut into pieces no longer than this (threading's TIMEOUT_MAX is far)
+
 
 @dataclass
 class PartStats:
     runs_total: int = 0
     errors_total: int = 0
+    restarts_total: int = 0          # the part's loop failed and was started again
     last_success_timestamp_seconds: float | None = None
     last_duration_seconds: float | None = None
     last_error: str | None = None
     last_completed_monotonic: float = field(default_factory=time.monotonic)
+    step_started_monotonic: float | None = None   # set while a step runs
 
     @property
     def success(self) -> bool:
@@ -37,26 +51,29 @@ class PartStats:
 class Part:
     name: str
     cadence_seconds: float
-    stuck_after_seconds: float       # beyond two cadences: how long a step may take before the part is stuck
+    deadline_seconds: float          # how long one step may take before the part is stuck
     step: Callable[[], None]
     stats: PartStats = field(default_factory=PartStats)
+    thread: threading.Thread | None = None
 
 
 class Registry:
     def __init__(self, clock=time.monotonic):
         self.clock = clock
         self.parts: dict[str, Part] = {}
-        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
 
-    def add(self, name: str, cadence_seconds: float, stuck_after_seconds: float, step: Callable[[], None]) -> Part:
-        part = Part(name, cadence_seconds, stuck_after_seconds, step)
+    def add(self, name: str, cadence_seconds: float, deadline_seconds: float, step: Callable[[], None]) -> Part:
+        part = Part(name, cadence_seconds, deadline_seconds, step)
         part.stats.last_completed_monotonic = self.clock()
         self.parts[name] = part
         return part
 
     def run_once(self, part: Part) -> None:
         started, wall = self.clock(), time.time()
+        with self._lock:
+            part.stats.step_started_monotonic = started
         _test_hang(part.name)
         try:
             part.step()
@@ -69,6 +86,7 @@ class Registry:
             s.runs_total += 1
             s.last_duration_seconds = self.clock() - started
             s.last_completed_monotonic = self.clock()
+            s.step_started_monotonic = None
             s.last_error = error
             if error:
                 s.errors_total += 1
@@ -76,50 +94,96 @@ class Registry:
                 s.last_success_timestamp_seconds = wall
 
     def start(self, stop: threading.Event) -> None:
+        self._stop = stop
         for part in self.parts.values():
-            t = threading.Thread(target=self._loop, args=(part, stop), name=f"iowarden-{part.name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+            part.thread = threading.Thread(target=self._supervise, args=(part, stop), name=f"iowarden-{part.name}",
+                                           daemon=True)
+            part.thread.start()
+
+    def _supervise(self, part: Part, stop: threading.Event) -> None:
+        backoff = RESTART_BACKOFF_SECONDS
+        while not stop.is_set():
+            try:
+                self._loop(part, stop)
+                return
+            except BaseException as exc:   # noqa: BLE001 - the supervisor: nothing may end a part in silence
+                with self._lock:
+                    part.stats.restarts_total += 1
+                    part.stats.step_started_monotonic = None
+                    part.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("part %s crashed (restart %d, in %g s)", part.name, part.stats.restarts_total,
+                              backoff, extra={"PART": part.name})
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                stop.wait(backoff)
+                backoff = min(backoff * 2, RESTART_BACKOFF_MAX_SECONDS)
 
     def _loop(self, part: Part, stop: threading.Event) -> None:
         next_at = time.monotonic()
         while not stop.is_set():
+            _test_fault(part.name)
             self.run_once(part)
             next_at += part.cadence_seconds
             now = time.monotonic()
             if next_at < now:  # fell behind (a slow step): skip missed ticks rather than burst
                 next_at = now + part.cadence_seconds
-            stop.wait(next_at - now)
+            while not stop.is_set() and now < next_at:
+                stop.wait(min(next_at - now, LONGEST_WAIT_SECONDS))
+                now = time.monotonic()
 
     def join(self, timeout_seconds: float) -> None:
         deadline = time.monotonic() + timeout_seconds
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+        for part in self.parts.values():
+            if part.thread is not None:
+                part.thread.join(max(0.0, deadline - time.monotonic()))
 
     def stuck(self) -> list[str]:
+        """Parts that are dead, over their deadline in a step, or not stepping on time."""
         now = self.clock()
+        running = self._stop is not None and not self._stop.is_set()
+        out = []
         with self._lock:
-            return [p.name for p in self.parts.values()
-                    if now - p.stats.last_completed_monotonic > 2 * p.cadence_seconds + p.stuck_after_seconds]
+            for p in self.parts.values():
+                s = p.stats
+                dead = running and p.thread is not None and not p.thread.is_alive()
+                over = s.step_started_monotonic is not None and now - s.step_started_monotonic > p.deadline_seconds
+                late = s.step_started_monotonic is None and \
+                    now - s.last_completed_monotonic > p.cadence_seconds + p.deadline_seconds
+                if dead or over or late:
+                    out.append(p.name)
+        return out
 
     def stats(self) -> dict[str, PartStats]:
         with self._lock:
             return {name: PartStats(**vars(p.stats)) for name, p in self.parts.items()}
 
 
-def _test_hang(part_name: str) -> None:
-    """Test-only fault switch: while the file named by IOWARDEN_TEST_HANG_FILE exists and names
-    this part, its step hangs, as a wedged disk read would. This is how the tests show that
-    systemd's watchdog kills and restarts a daemon whose part is stuck. Unset in production."""
-    path = os.environ.get("IOWARDEN_TEST_HANG_FILE")
+def _test_switch(variable: str, part_name: str) -> bool:
+    """Test-only fault switches, unset in production: does the file named by $variable name this part?"""
+    path = os.environ.get(variable)
     if not path:
-        return
-    while True:
-        try:
-            with open(path) as f:
-                if f.read().strip() != part_name:
-                    return
-        except OSError:
-            return
-        log.warning("part %s hangs on purpose (%s)", part_name, path)
+        return False
+    try:
+        with open(path) as f:
+            return f.read().strip() == part_name
+    except OSError:
+        return False
+
+
+def _test_hang(part_name: str) -> None:
+    """While the file named by IOWARDEN_TEST_HANG_FILE names this part, its step hangs, as a wedged
+    disk read would: how the tests show that systemd's watchdog restarts a daemon whose part is stuck."""
+    while _test_switch("IOWARDEN_TEST_HANG_FILE", part_name):
+        log.warning("part %s hangs on purpose", part_name)
         time.sleep(1.0)
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def _test_fault(part_name: str) -> None:
+    """While the file named by IOWARDEN_TEST_FAULT_FILE names this part, its loop (not its step) raises:
+    how the tests show that a part whose thread fails is restarted, counted and said."""
+    if _test_switch("IOWARDEN_TEST_FAULT_FILE", part_name):
+        raise InjectedFault(f"fault injected into part {part_name}")

@@ -20,7 +20,7 @@ import threading
 import time
 
 from iowarden.probes import blockqueue
-from iowarden.probes.common import Roots
+from iowarden.probes.common import Roots, printable
 from iowarden.probes.fio_run import end_leftover_probes
 
 from . import config as configmod
@@ -31,6 +31,7 @@ from .detect import DetectorParams
 from .health import Health
 from .exporters.http import WebConfigError
 from .inventory import Inventory
+from .exporters import influx
 from .outputs import InfluxOutput, start_prometheus
 from .passive import PassiveParams
 from .passive_part import PassiveWatch
@@ -139,27 +140,32 @@ class Daemon:
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
                                    devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots))
         self.registry = Registry()
-        self.registry.add("sampler", c.section("sampler")["interval_seconds"], 0.5, self._sample)
+        # the last argument: how long one step may take before the part is stuck (see registry.py)
+        self.registry.add("sampler", c.section("sampler")["interval_seconds"], 5.0, self._sample)
         self.passive = None
         if c.section("passive")["enabled"]:
             self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
                                         lambda: self.settings.devices, self.state,
                                         lambda t, device: self.core.post(PassiveVerdict(t, device)))
-            self.registry.add("passive", c.section("passive")["window_seconds"], 5.0, self.passive.step)
-        self.registry.add("scheduler", 1.0, 5.0, self.scheduler.step)
+            self.registry.add("passive", c.section("passive")["window_seconds"], 10.0, self.passive.step)
+        self.registry.add("scheduler", 1.0, 10.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
         self._discovery_lock = threading.Lock()
         self._read_only_warned: set[str] = set()
-        self.registry.add("discovery", c.section("scheduling")["discover_interval_seconds"], 5.0, self.rediscover)
+        self._unnameable_warned: set[str] = set()
+        self.registry.add("discovery", c.section("scheduling")["discover_interval_seconds"], 10.0, self.rediscover)
         # stuck after 35 s: a step may run `tuned-adm verify`, which run_tool bounds at 30 s
         self.registry.add("settings", c.section("settings")["interval_seconds"], 35.0, self.settings.step)
-        self.registry.add("xfs", c.section("xfs")["interval_seconds"], c.section("xfs")["timeout_seconds"],
+        # three tools in a step, each bounded by the timeout
+        self.registry.add("xfs", c.section("xfs")["interval_seconds"], 3 * c.section("xfs")["timeout_seconds"] + 10,
                           self.xfs.step)
         self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
-        self.registry.add("state", STATE_RETRY_SECONDS, 10.0, self.state.retry_pending)
+        self.registry.add("state", STATE_RETRY_SECONDS, 30.0, self.state.retry_pending)
         if self.influx is not None:
             self.registry.add("influxdb", c.section("influxdb")["flush_interval_seconds"],
-                              c.section("influxdb")["timeout_seconds"] * 4, self.influx.step)
+                              # every write has a whole deadline of timeout_seconds; a flush replays at most a few
+                              c.section("influxdb")["timeout_seconds"] * (influx.MAX_WRITES_PER_FLUSH + 1) + 5,
+                              self.influx.step)
         try:
             version = importlib.metadata.version("iowarden")
         except importlib.metadata.PackageNotFoundError:
@@ -179,7 +185,11 @@ class Daemon:
         """Match the rules against the mount table; hand the scheduler the new targets if they changed."""
         with self._discovery_lock:
             cfg = self.cfg
-            found, read_only = discover(cfg, self.roots)
+            found, read_only, unnameable = discover(cfg, self.roots)
+            for mountpoint in sorted(set(unnameable) - self._unnameable_warned):
+                log.warning("%s is mounted but its name is not UTF-8, so it cannot be a target's name "
+                            "(a label, a tag, a key); discovery passes over it", printable(mountpoint))
+            self._unnameable_warned = set(unnameable)
             for mountpoint in sorted(set(read_only) - self._read_only_warned):
                 log.warning("%s matches a [[discover]] rule but is read-only here, so it is not probed; under "
                             "systemd, ReadWritePaths= must name it or a directory above it (see the unit)",
@@ -235,7 +245,12 @@ class Daemon:
         try:
             new = configmod.load(self.config_path)
         except configmod.ConfigError as exc:
-            log.error("reload rejected, keeping the running configuration:\n%s", "\n".join(exc.errors))
+            log.error("reload rejected, keeping the running configuration: %s",
+                      "; ".join(printable(e, 300) for e in exc.errors[:5])
+                      + (f"; and {len(exc.errors) - 5} more" if len(exc.errors) > 5 else ""))
+        except Exception as exc:   # noqa: BLE001 - no reload may end the daemon
+            log.error("reload failed, keeping the running configuration: %s: %s", type(exc).__name__,
+                      printable(exc, 300))
         else:
             gone = {t.name for t in self.cfg.targets} - {t.name for t in new.targets}
             self.cfg = new
@@ -285,18 +300,21 @@ class Daemon:
             self.stop_event.wait(1.0)
         notify("STOPPING=1")
         log.info("iowarden stopping")
-        self.scheduler.stop(STOP_TIMEOUT_SECONDS)
-        self.registry.join(0.5)
-        self.core.stop(1.0)   # the results of the probes just stopped reach the database
+        # every step runs whatever the one before it did: a stop always closes everything
+        _stop_step("probes", lambda: self.scheduler.stop(STOP_TIMEOUT_SECONDS))
+        _stop_step("parts", lambda: self.registry.join(0.5))
+        _stop_step("core", lambda: self.core.stop(1.0))   # the results of the probes just stopped reach the database
         if self.passive is not None:
-            self.passive.save()   # the curves learned since the last save
+            _stop_step("passive curves", self.passive.save)   # the curves learned since the last save
         if self.influx is not None:
             # no network on the way out: a server that hangs must not hold up the stop
-            n = self.influx.writer.spool_pending()
-            log.info("InfluxDB: %d unsent points kept in the spool for the next start", n)
+            def spool():
+                n = self.influx.writer.spool_pending()
+                log.info("InfluxDB: %d unsent points kept in the spool for the next start", n)
+            _stop_step("InfluxDB spool", spool)
         if self.http is not None:
-            self.http.shutdown()
-        self.state.close()
+            _stop_step("metrics endpoint", self.http.shutdown)
+        _stop_step("state database", self.state.close)
         return 0
 
     def status_line(self, stuck: list[str]) -> str:
@@ -304,6 +322,13 @@ class Daemon:
         last = f"last probe {r.target}/{r.profile} {'ok' if r.ok else 'failed'}" if r else "no probe yet"
         return (f"{len(self.sampler.rates)} devices sampled, {len(self.targets())} targets, {last}"
                 + (f"; STUCK: {', '.join(stuck)}" if stuck else ""))
+
+
+def _stop_step(what: str, step) -> None:
+    try:
+        step()
+    except Exception:   # noqa: BLE001 - logged; the next step of the stop still runs
+        log.exception("stopping: %s failed", what)
 
 
 def main(config_path: str) -> int:

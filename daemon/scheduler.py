@@ -207,8 +207,7 @@ class Scheduler:
         for d in due:
             disks = self.physical_disks(d.target)
             by_key[(d.target.name, d.profile)] = (d, disks)
-            needed = min(self.cfg.profiles[d.profile].effective_runtime_seconds(),
-                         self.cfg.limits.max_runtime_seconds)
+            needed = self.cfg.profiles[d.profile].effective_runtime_seconds(self.cfg.limits.max_runtime_seconds)
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, still_mounted(d.target),
                                         needed, d.target.interval_seconds, d.deferred_since, d.waiting))
         psi = getattr(self.sampler, "io_pressure", None)

@@ -5,9 +5,11 @@ files are, so every reader runs against a fixture tree in tests.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+import stat
 import signal
 import subprocess
 import time
@@ -36,15 +38,79 @@ class Roots:
         return cls(b / "proc", b / "sys", b / "dev", b / "etc", b / "run")
 
 
-def read_text(path: Path) -> str | None:
-    """The file's text, or None when it is absent or unreadable (absent is not zero)."""
+KERNEL_FILE_MAX_BYTES = 16 << 20   # /proc and /sys: the largest table read (mounts of a busy host are < 1 MiB)
+
+
+def read_bounded(path: str | os.PathLike, max_bytes: int, follow_links: bool = True) -> bytes:
+    """A regular file's bytes, at most max_bytes of them. OSError saying why not: absent, a link
+    (with follow_links=False), not a regular file (a FIFO would hang the reader, /dev/zero never end),
+    or larger than the bound. Opened non-blocking, so nothing here waits on a writer."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        return path.read_text()
-    except (FileNotFoundError, NotADirectoryError, PermissionError, IsADirectoryError):
-        return None
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise OSError(errno.ELOOP, "is a symbolic link (iowarden reads only the file itself)", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes, the most iowarden reads of it", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, max_bytes: int = KERNEL_FILE_MAX_BYTES, errors: str = "replace") -> str | None:
+    """A kernel file's text, or None when it is absent or unreadable (absent is not zero).
+
+    Bytes that are not UTF-8 never raise: they become U+FFFD, or with errors="surrogateescape"
+    (the mount table, whose paths must be opened again) surrogate escapes, so one odd name
+    costs its own line, never the table. Callers split on "\\n" only (lines_of).
+    """
+    try:
+        return read_bounded(path, max_bytes).decode("utf-8", errors)
     except OSError:
-        # sysfs attributes can fail with EINVAL/EIO for devices that are going away
+        # absent, or a sysfs attribute failing with EINVAL/EIO for a device that is going away
         return None
+
+
+def lines_of(text: str) -> list[str]:
+    """The lines of a kernel table: split on line feeds only (str.splitlines() also splits on the
+    CR, FF and other characters a name may hold, and the kernel escapes only space, tab, LF and \\)."""
+    return text.split("\n")
+
+
+def is_utf8(text: str) -> bool:
+    """False for text read with surrogate escapes from bytes that are not UTF-8."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f, *range(0x80, 0xa0)]}
+_CONTROL.update({ord("\\"): "\\\\"})
+
+
+def printable(text, max_chars: int = 200) -> str:
+    """Text safe for a terminal and a log line: control characters (LF, CR, ESC, NUL, C1) and
+    undecodable bytes escaped as \\xNN, backslashes doubled, and cut at max_chars with a count."""
+    s = str(text).translate(_CONTROL)
+    s = s.encode("utf-8", "backslashreplace").decode("utf-8")  # surrogate escapes: \udcff
+    if len(s) > max_chars:
+        s = f"{s[:max_chars]}...(+{len(s) - max_chars} chars)"
+    return s
 
 
 def read_str(path: Path) -> str | None:
@@ -134,6 +200,11 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     try:
         out, err = proc.communicate(timeout=timeout_seconds)
     except subprocess.TimeoutExpired:
+        if proc.poll() is not None:
+            # the tool ended on its own and only our wait overran: the daemon was stopped (SIGSTOP,
+            # a VM paused) while the tool ran. Its output is whole; it is no timeout.
+            out, err = proc.communicate()
+            return _finished(argv, tool, proc, out, err, time.monotonic() - started)
         kill_group(proc)
         out, err = proc.communicate()
         return ToolRun(argv, proc.returncode, out, err, time.monotonic() - started,
@@ -142,11 +213,14 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
         kill_group(proc)
         proc.wait()
         raise
-    duration = time.monotonic() - started
+    return _finished(argv, tool, proc, out, err, time.monotonic() - started)
+
+
+def _finished(argv, tool, proc, out, err, duration) -> ToolRun:
     error = None
     if proc.returncode != 0:
-        tail = (err.strip().splitlines() or ["no message"])[-1]
-        error = f"{os.path.basename(tool)} exited with {proc.returncode}: {tail}"
+        tail = (err.strip().split("\n") or ["no message"])[-1]
+        error = f"{os.path.basename(tool)} exited with {proc.returncode}: {printable(tail, 300)}"
     return ToolRun(argv, proc.returncode, out, err, duration, error)
 
 

@@ -77,13 +77,18 @@ def parse_line(line: str) -> DiskCounters:
 
 
 def parse(text: str) -> dict[str, DiskCounters]:
-    """All devices in a /proc/diskstats text, by kernel name. Blank lines are ignored."""
+    """All devices in a /proc/diskstats text, by kernel name. Blank lines are ignored, and so is a
+    line that is not a diskstats row: one odd line costs that device, never the table."""
     out: dict[str, DiskCounters] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if line.strip():
-            c = parse_line(line)
+            try:
+                c = parse_line(line)
+            except ParseError:
+                continue
             out[c.name] = c
     return out
+
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import ParseError, parse_size_bytes
+from .common import ParseError, parse_size_bytes, printable, read_bounded
 
 READ_ONLY_RW = ("read", "randread")
 ALLOWED_RW = ("read", "write", "randread", "randwrite", "randrw", "readwrite", "rw", "trim", "randtrim")
@@ -90,6 +90,44 @@ _FORM_WORDS = {"uint": "a whole number", "bool": "0 or 1", "size": "a size", "si
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.:@+-]{1,64}$")
 # Options iowarden sets from its limits after the job file's own (the job file cannot raise them).
 CAPPED = ("size", "runtime")
+JOB_FILE_MAX_BYTES = 64 * 1024          # a probe's job file is a few lines; a larger file is not one
+DEFAULT_MAX_BUFFER_BYTES = 256 << 20    # limits.max_job_buffers: what fio may allocate for I/O buffers
+_SIZE_TOKEN = re.compile(r"[0-9]+(\.[0-9]+)?[kmgtp]?i?b?", re.I)
+
+
+def largest_block_bytes(opts: dict[str, str]) -> int:
+    """The largest block any of a job's block-size options names (bs, bsrange, bssplit; every direction)."""
+    largest = 4096
+    for key in ("bs", "bsrange", "bssplit"):
+        for token in re.split(r"[-,:/]", opts.get(key, "")):
+            if _SIZE_TOKEN.fullmatch(token):
+                try:
+                    largest = max(largest, parse_size_bytes(token))
+                except ValueError:
+                    pass
+    return largest
+
+
+def buffer_bytes(opts: dict[str, str]) -> int:
+    """What fio allocates for one job's I/O buffers: its largest block x iodepth x numjobs."""
+    return largest_block_bytes(opts) * int(opts.get("iodepth", "1")) * int(opts.get("numjobs", "1"))
+
+
+def buffer_problem(name: str, opts: dict[str, str], max_bytes: int) -> str | None:
+    need = buffer_bytes(opts)
+    if need <= max_bytes:
+        return None
+    return (f"job {name!r}: block size {largest_block_bytes(opts)} x iodepth {opts.get('iodepth', '1')} x numjobs "
+            f"{opts.get('numjobs', '1')} = {need >> 20} MiB of I/O buffers, more than limits.max_job_buffers "
+            f"({max_bytes >> 20} MiB)")
+
+
+def capped_seconds(opts: dict[str, str], max_runtime_seconds: float) -> tuple[float, float, float]:
+    """(runtime, ramp_time, startdelay) of a job as fio will run them: no runtime is the longest allowed,
+    and none of the three may be longer than max_runtime_seconds (a ramp of 1000 h is I/O too)."""
+    runtime = seconds(opts.get("runtime", "0")) or max_runtime_seconds
+    return (min(runtime, max_runtime_seconds), min(seconds(opts.get("ramp_time", "0")), max_runtime_seconds),
+            min(seconds(opts.get("startdelay", "0")), max_runtime_seconds))
 
 
 def check_job_option(key: str, value: str) -> tuple[str, str]:
@@ -165,12 +203,24 @@ class ProbeProfile:
             opts["rate_iops"] = str(self.rate_iops)
         return [(self.name, opts)]
 
-    def effective_runtime_seconds(self) -> float:
-        """Longest wall time the jobs may take (runtime + ramp), for the timeout."""
-        longest = 0.0
-        for _, opts in self.job_dicts():
-            longest = max(longest, seconds(opts.get("runtime", "0")) + seconds(opts.get("ramp_time", "0")))
-        return longest
+    def effective_runtime_seconds(self, max_runtime_seconds: float = 60.0) -> float:
+        """Longest wall time the jobs may take (start delay, ramp and runtime as capped), for the timeout.
+        Summed over jobs: a stonewall runs them one after another."""
+        return sum(sum(capped_seconds(opts, max_runtime_seconds)) for _, opts in self.job_dicts())
+
+    def buffer_bytes(self) -> int:
+        """What fio allocates for I/O buffers when every job runs at once."""
+        return sum(buffer_bytes(opts) for _, opts in self.job_dicts())
+
+    def buffer_problem(self, max_bytes: int) -> str | None:
+        for name, opts in self.job_dicts():
+            problem = buffer_problem(name, opts, max_bytes)
+            if problem:
+                return problem
+        if self.buffer_bytes() > max_bytes:
+            return (f"the jobs together need {self.buffer_bytes() >> 20} MiB of I/O buffers, more than "
+                    f"limits.max_job_buffers ({max_bytes >> 20} MiB)")
+        return None
 
     def effective_size_bytes(self) -> int:
         return max(parse_size_bytes(opts.get("size", "0")) for _, opts in self.job_dicts())
@@ -185,22 +235,31 @@ def seconds(value: str) -> float:
     return float(v)
 
 
-def parse_job_file(text: str, source: str = "<job file>") -> list[tuple[str, dict[str, str]]]:
-    """A fio job file ([global] plus job sections) as jobs with the global options folded in."""
+def parse_job_file(text: str, source: str = "<job file>",
+                   max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> list[tuple[str, dict[str, str]]]:
+    """A fio job file ([global] plus job sections) as jobs with the global options folded in.
+
+    Nothing of a file is quoted in an error until it has shown a job section: a file named
+    by mistake (or by malice: /etc/shadow) is not a job file, and its lines are nobody's business.
+    """
     global_opts: dict[str, str] = {}
     jobs: list[tuple[str, dict[str, str]]] = []
     current: dict[str, str] | None = None
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    lines_of_key: dict[tuple[int, str], int] = {}   # (job index or -1 for global, option) -> line
+    for lineno, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line[0] in ";#":
             continue
         if line.startswith("["):
             if not line.endswith("]") or len(line) < 3:
-                raise ParseError(f"{source}:{lineno}: malformed section header {line!r}")
+                raise ParseError(f"{source}:{lineno}: malformed section header" +
+                                 (f" {printable(line, 80)!r}" if current is not None else " (not a fio job file?)"))
             name = line[1:-1].strip()
             if not _JOB_NAME.match(name):
-                raise ParseError(f"{source}:{lineno}: job name {name!r}: use letters, digits and _.:@+- "
-                                 "(at most 64)")
+                raise ParseError(f"{source}:{lineno}: job name {printable(name, 80)!r}: use letters, digits and "
+                                 "_.:@+- (at most 64)" if current is not None else
+                                 f"{source}:{lineno}: a job name that is not letters, digits and _.:@+- (not quoted: not a "
+                                 "fio job file?)")
             if name == "global":
                 current = global_opts
             else:
@@ -208,23 +267,30 @@ def parse_job_file(text: str, source: str = "<job file>") -> list[tuple[str, dic
                 jobs.append((name, current))
             continue
         if current is None:
-            raise ParseError(f"{source}:{lineno}: option {line!r} before any [section]")
+            raise ParseError(f"{source}:{lineno}: an option before any [section]: not a fio job file "
+                             "(nothing of it is quoted)")
         key, sep, value = line.partition("=")
         key = key.strip().lower()
         value = value.strip() if sep else "1"
-        if not sep and key.split()[0] == "include":
-            raise ParseError(f"{source}:{lineno}: {line!r}: includes are not allowed in a probe job file "
-                             "(iowarden reads the file whole and checks every option in it)")
+        if not sep and key.split()[:1] == ["include"]:
+            raise ParseError(f"{source}:{lineno}: {printable(line, 80)!r}: includes are not allowed in a probe job "
+                             "file (iowarden reads the file whole and checks every option in it)")
         try:
             key, value = check_job_option(key, value)
         except ValueError as exc:
-            raise ParseError(f"{source}:{lineno}: {exc}") from None
+            raise ParseError(f"{source}:{lineno}: {printable(exc, 300)}") from None
         current[key] = value
+        lines_of_key[(len(jobs) - 1 if current is not global_opts else -1, key)] = lineno
     if not jobs:
         raise ParseError(f"{source}: no job sections (only [global])")
     out = []
-    for name, opts in jobs:
+    for i, (name, opts) in enumerate(jobs):
         merged = {**global_opts, **opts}
+        problem = buffer_problem(name, merged, max_buffer_bytes)
+        if problem:
+            line = max((lines_of_key.get((j, k), 0) for j in (i, -1) for k in ("bs", "bsrange", "bssplit",
+                                                                                 "iodepth", "numjobs")), default=0)
+            raise ParseError(f"{source}:{line or 1}: {problem}")
         merged.setdefault("size", "256m")
         try:
             parse_size_bytes(merged["size"])
@@ -240,12 +306,19 @@ def parse_job_file(text: str, source: str = "<job file>") -> list[tuple[str, dic
     return out
 
 
-def profile_from_job_file(name: str, path: str | Path) -> ProbeProfile:
+def profile_from_job_file(name: str, path: str | Path,
+                          max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> ProbeProfile:
+    """A profile from a job file: a regular file (not a FIFO, a device or a link), of at most
+    JOB_FILE_MAX_BYTES, of UTF-8 text."""
     p = Path(path)
     try:
-        text = p.read_text()
+        data = read_bounded(p, JOB_FILE_MAX_BYTES, follow_links=False)
     except OSError as exc:
         raise ParseError(f"cannot read job file {p}: {exc.strerror or exc}") from None
-    jobs = parse_job_file(text, str(p))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ParseError(f"job file {p} is not UTF-8 text: not a fio job file") from None
+    jobs = parse_job_file(text, str(p), max_buffer_bytes)
     return ProbeProfile(name=name, job_file=str(p),
                         jobs=tuple((n, tuple(sorted(o.items()))) for n, o in jobs))

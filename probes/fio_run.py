@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .common import ParseError, Roots, parse_size_bytes, run_tool
 from .fio import FioReport, parse
-from .fio_job import READ_ONLY_RW, ProbeProfile, seconds
+from .fio_job import DEFAULT_MAX_BUFFER_BYTES, READ_ONLY_RW, ProbeProfile, capped_seconds
 from .vocabulary import CLAT_PERCENTILE_KEYS, DIRECTIONS
 
 PROBE_DIR_NAME = ".iowarden"
@@ -42,6 +42,7 @@ class ProbeLimits:
     min_free_bytes: int = 1 << 30
     min_free_ratio: float = 0.10
     timeout_margin_seconds: float = 30.0
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES   # bs x iodepth x numjobs, summed over a profile's jobs
 
 
 @dataclass
@@ -120,11 +121,18 @@ SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr", "/bin", "/sbin
                 "/libx32", "/run")
 
 
+def normalized(path: str) -> str:
+    """The path without '.', '..' or repeated slashes, leading ones included: POSIX lets '//usr'
+    mean something else than '/usr', so normpath keeps a leading '//'; Linux does not, and
+    neither does this."""
+    return "/" + os.path.normpath(path).lstrip("/")
+
+
 def directory_name_problem(path: str) -> str | None:
     """Why the name `path` may never be a probe directory (relative, /, a system tree), or None."""
     if not path.startswith("/"):
         return f"{path!r} is not an absolute path"
-    norm = os.path.normpath(path)
+    norm = normalized(path)
     if norm == "/" or any(norm == t or norm.startswith(t + "/") for t in SYSTEM_TREES):
         return (f"{path} is {'the root directory' if norm == '/' else 'in a system tree'}: iowarden never "
                 f"writes probe files there (not in /, {', '.join(SYSTEM_TREES)}); name a directory on the "
@@ -141,7 +149,7 @@ def directory_target_problem(path: str) -> str | None:
     problem = directory_name_problem(path)
     if problem:
         return problem
-    norm = os.path.normpath(path)
+    norm = normalized(path)
     walked = "/"
     for part in norm.strip("/").split("/"):
         walked = os.path.join(walked, part)
@@ -181,15 +189,42 @@ def open_target_dir(target_dir: str) -> int:
         raise ProbeRefused(problem)
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for part in os.path.normpath(target_dir).strip("/").split("/"):
+        for part in normalized(target_dir).strip("/").split("/"):
+            if not part:
+                continue
             nxt = _open_real_dir(part, fd, f"{target_dir}: {part} is a symlink or not a directory; iowarden "
                                            "never probes through a link")
             os.close(fd)
             fd = nxt
+        problem = opened_dir_problem(fd)
+        if problem:
+            raise ProbeRefused(f"{target_dir}: {problem}")
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def opened_dir_problem(fd: int) -> str | None:
+    """Why the directory open at fd may not hold probe files, judged on the directory itself and not on
+    the spelling of a path: the kernel's path of it (a system tree, or /), and its device and inode
+    against / and each system tree's (a bind mount of /etc elsewhere is still /etc)."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "its real path cannot be read (/proc/self/fd)"
+    problem = directory_name_problem(real) if real.startswith("/") else f"it is not reachable from / ({real})"
+    if problem:
+        return f"it is {real}: {problem}"
+    st = os.fstat(fd)
+    for tree in ("/",) + SYSTEM_TREES:
+        try:
+            tst = os.stat(tree)
+        except OSError:
+            continue
+        if (tst.st_dev, tst.st_ino) == (st.st_dev, st.st_ino):
+            return f"it is the directory {tree} (mounted or linked at {real}): iowarden never writes probe files there"
+    return None
 
 
 def open_probe_dir(target_dir: str, expect_dev: int | None = None) -> int:
@@ -283,7 +318,9 @@ def lay_out(dir_fd: int, name: str, size_bytes: int) -> int:
 
 
 def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readonly: bool,
-               fio_binary: str = "fio") -> list[str]:
+               fio_binary: str = "fio", file_bytes: int | None = None) -> list[str]:
+    """fio's arguments. file_bytes: the probe file's size, which each job's offset + size must fit in
+    (fio would otherwise lay the file out afresh, unlinking it first)."""
     # --thread: jobs as threads of one fio process, not forked processes, so the kernel's
     # parent-death signal (see run_tool) ends every job at once; a forked job process outlives
     # a fio main that dies, and a main that gets SIGTERM mid-start-up was seen to hang.
@@ -294,12 +331,20 @@ def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readon
         argv.append(f"--name={name}")
         opts = dict(opts)
         size = min(parse_size_bytes(opts.get("size", "0")) or limits.max_size_bytes, limits.max_size_bytes)
+        if file_bytes is not None and "offset" in opts:
+            offset = parse_size_bytes(opts["offset"])
+            if offset >= file_bytes:
+                raise ProbeRefused(f"job {name!r}: offset={opts['offset']} is past the end of the probe file "
+                                   f"({file_bytes} bytes)")
+            size = min(size, file_bytes - offset)
         opts["size"] = str(size)
-        runtime = seconds(opts.get("runtime", "0")) or limits.max_runtime_seconds
+        runtime, ramp, delay = capped_seconds(opts, limits.max_runtime_seconds)
         # fio reads a bare number as whole seconds; milliseconds keep fractions exact.
-        opts["runtime"] = f"{round(min(runtime, limits.max_runtime_seconds) * 1000)}ms"
+        opts["runtime"] = f"{round(runtime * 1000)}ms"
         if "ramp_time" in opts:
-            opts["ramp_time"] = f"{round(seconds(opts['ramp_time']) * 1000)}ms"
+            opts["ramp_time"] = f"{round(ramp * 1000)}ms"
+        if "startdelay" in opts:
+            opts["startdelay"] = f"{round(delay * 1000)}ms"
         opts["time_based"] = opts.get("time_based", "1")
         opts.setdefault("ioengine", "libaio")
         if int(opts.get("numjobs", "1")) > 1:
@@ -319,7 +364,8 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
     """
     started_wall, started = time.time(), time.monotonic()
     result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0,
-                         ramp_seconds=max(seconds(o.get("ramp_time", "0")) for _, o in profile.job_dicts()))
+                         ramp_seconds=max(capped_seconds(o, limits.max_runtime_seconds)[1]
+                                          for _, o in profile.job_dicts()))
     dir_fd = None
     try:
         try:
@@ -327,6 +373,9 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         except OSError as exc:
             raise ProbeRefused(f"target {path}: {exc.strerror}{_root_hint(exc)}") from None
         size = min(profile.effective_size_bytes(), limits.max_size_bytes)
+        problem = profile.buffer_problem(limits.max_buffer_bytes)
+        if problem:
+            raise ProbeRefused(problem)
         if stat.S_ISBLK(st.st_mode):
             result.device = device_name_for(st.st_rdev, roots)
             if profile.writes:
@@ -350,9 +399,9 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
             readonly = False
         else:
             raise ProbeRefused(f"target {path} is neither a directory nor a block device")
-        argv = build_argv(profile, filename, limits, readonly, fio_binary)
+        argv = build_argv(profile, filename, limits, readonly, fio_binary, file_bytes=None if readonly else size)
         result.argv = argv
-        runtime = min(profile.effective_runtime_seconds(), limits.max_runtime_seconds + 60)
+        runtime = profile.effective_runtime_seconds(limits.max_runtime_seconds)
         env = {**os.environ, OWNER_ENV: owner} if owner else None
         run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds, on_start=on_start,
                        env=env, die_with_parent=True)

@@ -19,7 +19,7 @@ import shutil
 import struct
 from dataclasses import dataclass
 
-from .common import ParseError, Roots, read_text, run_tool
+from .common import lines_of, ParseError, Roots, read_text, run_tool
 
 
 @dataclass(frozen=True)
@@ -147,19 +147,32 @@ def parse_xfs_info(text: str) -> XfsGeometry:
 
 
 def parse_mounts(text: str) -> list[tuple[str, str, str]]:
-    """(device, mountpoint, fstype) from /proc/self/mounts, octal escapes (\\040) decoded."""
+    """(device, mountpoint, fstype) from /proc/self/mounts, octal escapes (\\040) decoded.
+
+    The kernel escapes space, tab, line feed and backslash in a path and nothing else, so a
+    line is split on line feeds and its fields on spaces only: a CR, a form feed or a byte that
+    is not UTF-8 (read as a surrogate escape) stays in the name it belongs to. A short or odd
+    line is passed over; the rest of the table is read.
+    """
     out = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
+    for line in lines_of(text):
+        parts = line.split(" ")
+        if len(parts) < 3 or not all(parts[:3]):
             continue
         dec = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p) for p in parts[:3]]
         out.append((dec[0], dec[1], dec[2]))
     return out
 
 
+def read_mounts_text(roots: Roots = Roots()) -> str:
+    """The mount table, undecodable bytes kept as surrogate escapes (a path must be opened again)."""
+    return read_text(roots.proc / "self" / "mounts", errors="surrogateescape") or ""
+
+
 def xfs_mounts(roots: Roots = Roots()) -> list[tuple[str, str]]:
-    text = read_text(roots.proc / "self" / "mounts") or ""
+    """(device, mountpoint) of each mounted XFS filesystem; a name that is not UTF-8 is kept as surrogate
+    escapes (see common.is_utf8 and common.printable)."""
+    text = read_mounts_text(roots)
     seen, out = set(), []
     for dev, mnt, fstype in parse_mounts(text):
         if fstype == "xfs" and mnt not in seen:

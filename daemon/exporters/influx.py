@@ -15,20 +15,43 @@ failure (connection, timeout, 5xx, 429, 401/403) keeps the batch for the next tr
 On shutdown nothing is sent: what is in memory, and the batch a hung write is
 still holding, go to the spool on disk, so SIGTERM never waits for a server.
 
+A write is one POST with a whole deadline (timeout_seconds from connect to the
+last byte of the answer, however slowly a server trickles it) and at most
+MAX_ANSWER_BYTES of the answer read. It is written on http.client rather than
+influxdb-client: that library's write path reads an error body whole, formats
+all of it into its exception, and its exceptions module calls
+logging.basicConfig, doubling every log line of the daemon (a 500 with a 256 MiB
+body took the daemon to 1.4 GB). The v2 write API is one request.
+
+A batch the spool cannot take (its filesystem full or read-only) stays in
+memory, up to MAX_HELD_POINTS; past that the oldest are dropped and counted.
+Every failure of the spool is a counted, logged state, never an exception out
+of a flush or the shutdown.
+
 The token comes from a file or an environment variable and never reaches a log:
 error texts are scrubbed of it.
 """
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import math
 import os
+import socket
 import threading
+import urllib.parse
+
+from iowarden.probes.common import read_bounded, printable
 
 log = logging.getLogger("iowarden")
 
 BATCH_FAULT_STATUSES = (400, 413, 422)   # the batch itself is refused: retrying it can never succeed
 REJECTED_KEPT = 20                       # rejected batches kept on disk for a look
+MAX_ANSWER_BYTES = 4096                  # what is read of a server's answer: its error message, no more
+MAX_WRITES_PER_FLUSH = 8                 # spooled batches replayed per flush: a flush's time is bounded
+MAX_HELD_POINTS = 200_000                # points kept in memory while neither server nor spool takes them
+MAX_TOKEN_BYTES = 4096
 
 # Line protocol, escaped completely. Hand-written rather than influxdb-client's Point,
 # which leaves backslashes in tags as they are, so a value ending in one escapes the
@@ -71,71 +94,161 @@ def line(measurement: str, tags: dict, fields: dict, ts_seconds: float) -> str |
 
 
 class Spool:
+    """Whole batches on disk, oldest first. Every method but append() tolerates a spool it cannot read."""
+
     def __init__(self, directory: str, max_bytes: int):
         self.directory, self.max_bytes = directory, max_bytes
         self.rejected_dir = os.path.join(directory, "rejected")
-        os.makedirs(self.rejected_dir, mode=0o700, exist_ok=True)
-        for name in os.listdir(directory):
-            if name.endswith(".tmp"):  # a batch cut short by a crash was never complete
-                os.unlink(os.path.join(directory, name))
-        existing = [int(n[:-3]) for n in os.listdir(directory) if n.endswith(".lp") and n[:-3].isdigit()]
-        self._next = max(existing, default=0) + 1
         self._lock = threading.Lock()   # the flushing part and shutdown both append
+        self._next = 1
+        try:
+            os.makedirs(self.rejected_dir, mode=0o700, exist_ok=True)
+            for name in os.listdir(directory):
+                if name.endswith(".tmp"):  # a batch cut short by a crash was never complete
+                    os.unlink(os.path.join(directory, name))
+        except OSError as exc:
+            log.error("InfluxDB spool %s is not usable now (%s): unsent points wait in memory",
+                      directory, exc.strerror or exc)
+        existing = [int(n[:-3]) for n in self._names() if n[:-3].isdigit()]
+        self._next = max(existing, default=0) + 1
+
+    def _names(self) -> list[str]:
+        try:
+            return [n for n in os.listdir(self.directory) if n.endswith(".lp")]
+        except OSError:
+            return []
 
     def segments(self) -> list[str]:
-        names = sorted((n for n in os.listdir(self.directory) if n.endswith(".lp") and n[:-3].isdigit()),
-                       key=lambda n: int(n[:-3]))
+        names = sorted((n for n in self._names() if n[:-3].isdigit()), key=lambda n: int(n[:-3]))
         return [os.path.join(self.directory, n) for n in names]
 
     def size_bytes(self) -> int:
-        return sum(os.path.getsize(p) for p in self.segments())
+        total = 0
+        for p in self.segments():
+            try:
+                total += os.path.getsize(p)
+            except OSError:
+                pass
+        return total
 
-    def append(self, lines: list[str]) -> int:
-        """Keep a batch; returns how many lines were dropped because the spool is full."""
+    def append(self, lines: list[str]) -> tuple[int, int]:
+        """Keep a batch, oldest lines first: (lines kept, lines over the size limit). OSError when the
+        spool cannot be written (full, read-only): then nothing was kept."""
         with self._lock:
             room = self.max_bytes - self.size_bytes()
             kept, size = [], 0
-            for ln in lines:  # keep what fits, oldest first; the rest is dropped
+            for ln in lines:
                 n = len(ln.encode()) + 1
                 if size + n > room:
                     break
                 kept.append(ln)
                 size += n
             if not kept:
-                return len(lines)
+                return 0, len(lines)
             data = ("\n".join(kept) + "\n").encode()
             path = os.path.join(self.directory, f"{self._next:012d}.lp")
+            try:
+                with open(path + ".tmp", "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(path + ".tmp", path)
+            except OSError:
+                try:
+                    os.unlink(path + ".tmp")
+                except OSError:
+                    pass
+                raise
             self._next += 1
-            with open(path + ".tmp", "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(path + ".tmp", path)
-            return len(lines) - len(kept)
+            return len(kept), len(lines) - len(kept)
 
-    def set_aside(self, data: str, name: str) -> str:
-        """Keep a batch the server refused for good in rejected/ (the newest REJECTED_KEPT)."""
+    def set_aside(self, data: str, name: str) -> str | None:
+        """Keep a batch the server refused for good in rejected/ (the newest REJECTED_KEPT); None if it cannot."""
         path = os.path.join(self.rejected_dir, name)
-        with open(path, "w") as f:
-            f.write(data)
-        old = sorted(os.listdir(self.rejected_dir))
-        for n in old[:-REJECTED_KEPT]:
-            os.unlink(os.path.join(self.rejected_dir, n))
+        try:
+            with open(path, "w") as f:
+                f.write(data)
+            old = sorted(os.listdir(self.rejected_dir))
+            for n in old[:-REJECTED_KEPT]:
+                os.unlink(os.path.join(self.rejected_dir, n))
+        except OSError:
+            return None
         return path
+
+
+class WriteFailed(Exception):
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class V2Writer:
+    """POST /api/v2/write: a whole deadline per write, and a bounded read of the answer."""
+
+    def __init__(self, url: str, org: str, bucket: str, token: str, timeout_seconds: float):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"InfluxDB url {url!r}: expected http://HOST[:PORT] or https://...")
+        self.scheme, self.host, self.port = u.scheme, u.hostname, u.port
+        self.path = (u.path.rstrip("/") + "/api/v2/write?"
+                     + urllib.parse.urlencode({"org": org, "bucket": bucket, "precision": "ns"}))
+        self.token, self.timeout_seconds = token, timeout_seconds
+
+    def write(self, body: bytes) -> None:
+        conn_class = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        conn = conn_class(self.host, self.port, timeout=self.timeout_seconds)
+        # the socket timeout bounds each operation; this timer bounds the whole write, so a server
+        # that sends a byte every few seconds cannot hold it: shutting the socket ends any recv
+        fired = threading.Event()
+        timer = threading.Timer(self.timeout_seconds, _shut, args=(conn, fired))
+        timer.daemon = True
+        timer.start()
+        try:
+            headers = {"Content-Type": "text/plain; charset=utf-8"}
+            if self.token:
+                headers["Authorization"] = f"Token {self.token}"
+            conn.request("POST", self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            answer = resp.read(MAX_ANSWER_BYTES)
+        except (OSError, http.client.HTTPException) as exc:
+            if fired.is_set():
+                raise WriteFailed(f"no whole answer within {self.timeout_seconds:g} s") from None
+            raise WriteFailed(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            timer.cancel()
+            conn.close()
+        if resp.status // 100 != 2:
+            raise WriteFailed(f"HTTP {resp.status} {printable(resp.reason, 60)}: {_message(answer)}", resp.status)
+        if fired.is_set():
+            raise WriteFailed(f"no whole answer within {self.timeout_seconds:g} s")
+
+
+def _shut(conn, fired: threading.Event) -> None:
+    fired.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _message(answer: bytes) -> str:
+    """The server's error message from the first bytes of its answer: one line, printable, short."""
+    text = answer.decode("utf-8", "replace")
+    try:
+        text = str(json.loads(text).get("message", text))
+    except (ValueError, AttributeError):
+        pass
+    return printable(text, 300)
 
 
 class InfluxWriter:
     def __init__(self, url: str, org: str, bucket: str, token: str, spool_dir: str, spool_max_bytes: int,
                  timeout_seconds: float = 5.0, host: str | None = None):
-        from influxdb_client import InfluxDBClient
-        from influxdb_client.client.write_api import SYNCHRONOUS
-        from urllib3 import Retry
         self.url, self.org, self.bucket, self._token = url, org, bucket, token
         self.host = host or os.uname().nodename
-        # no client-side retries: a failed write goes to the spool at once, in order
-        self._client = InfluxDBClient(url=url, token=token or "none", org=org, timeout=int(timeout_seconds * 1000),
-                                      retries=Retry(total=0))
-        self._api = self._client.write_api(write_options=SYNCHRONOUS)
+        self._http = V2Writer(url, org, bucket, token, timeout_seconds)
         self.spool = Spool(spool_dir, spool_max_bytes)
         self._pending: list[str] = []
         self._inflight: list[str] = []   # a new batch being sent, not yet on disk (spooled if we stop now)
@@ -145,29 +258,37 @@ class InfluxWriter:
         self.points_dropped_total = 0
         self.points_rejected_total = 0
         self.write_errors_total = 0
+        self.spool_errors_total = 0
         self.spool_bytes = self.spool.size_bytes()   # kept current by flush(): no directory walk per scrape
         self.last_error: str | None = None
+        self._spool_error_said: str | None = None
 
     def add(self, lines: list[str | None]) -> None:
         with self._lock:
             self._pending.extend(x for x in lines if x)
+            self._bound_pending()
+
+    def _bound_pending(self) -> None:
+        over = len(self._pending) - MAX_HELD_POINTS
+        if over > 0:   # the oldest go: neither the server nor the spool has taken them for a long time
+            del self._pending[:over]
+            self.points_dropped_total += over
 
     def _write(self, data: str) -> str:
         """'ok', 'retry' (keep the batch for later) or 'rejected' (the batch itself was refused)."""
         try:
-            self._api.write(bucket=self.bucket, org=self.org, record=data)
+            self._http.write(data.encode())
             return "ok"
-        except Exception as exc:  # connection refused, timeouts, 4xx/5xx
+        except WriteFailed as exc:  # connection refused, deadlines, 4xx/5xx
             self.write_errors_total += 1
-            status = getattr(exc, "status", None)
-            msg = f"{type(exc).__name__}: {exc}"
+            msg = str(exc)
             if self._token:
                 msg = msg.replace(self._token, "***")
-            if status in BATCH_FAULT_STATUSES:
+            if exc.status in BATCH_FAULT_STATUSES:
                 self.last_error = msg
                 return "rejected"
             if msg != self.last_error:
-                log.warning("InfluxDB write to %s failed: %s", self.url, msg.splitlines()[0][:300])
+                log.warning("InfluxDB write to %s failed: %s", self.url, msg)
             self.last_error = msg
             return "retry"
 
@@ -175,8 +296,8 @@ class InfluxWriter:
         n = data.count("\n") + (0 if data.endswith("\n") else 1)
         self.points_rejected_total += n
         kept = self.spool.set_aside(data, name)
-        log.error("InfluxDB at %s refused a batch of %d points as invalid (%s); set aside in %s, going on with "
-                  "the rest", self.url, n, (self.last_error or "").splitlines()[0][:300], kept)
+        log.error("InfluxDB at %s refused a batch of %d points as invalid (%s); %s, going on with the rest",
+                  self.url, n, self.last_error or "", f"set aside in {kept}" if kept else "not kept (spool not writable)")
 
     def flush(self) -> None:
         """Replay the spool oldest first, then send what is new; keep what fails."""
@@ -188,9 +309,11 @@ class InfluxWriter:
     def _flush(self) -> None:
         with self._lock:
             batch, self._pending = self._pending, []
-        for path in self.spool.segments():
-            with open(path) as f:
-                data = f.read()
+        for path in self.spool.segments()[:MAX_WRITES_PER_FLUSH]:
+            try:
+                data = read_bounded(path, self.spool.max_bytes + 1).decode("utf-8", "replace")
+            except OSError:
+                break
             outcome = self._write(data)
             if outcome == "retry":
                 break
@@ -199,7 +322,10 @@ class InfluxWriter:
             else:
                 self.points_written_total += data.count("\n")
                 log.info("replayed %d spooled points to InfluxDB", data.count("\n"))
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except OSError:
+                break   # a read-only spool: the segment would be sent again; stop here
         if not batch:
             return
         if not self.spool.segments():
@@ -220,30 +346,50 @@ class InfluxWriter:
                 return
         self._spool(batch)
 
-    def _spool(self, batch: list[str]) -> None:
-        dropped = self.spool.append(batch)
-        self.points_spooled_total += len(batch) - dropped
+    def _spool(self, batch: list[str]) -> bool:
+        """Put a batch on disk; when the spool cannot take it, keep it in memory (bounded). False then."""
+        try:
+            kept, dropped = self.spool.append(batch)
+        except OSError as exc:
+            self.spool_errors_total += 1
+            said = exc.strerror or str(exc)
+            if said != self._spool_error_said:
+                log.error("InfluxDB spool %s cannot be written (%s): %d points wait in memory (at most %d)",
+                          self.spool.directory, said, len(batch), MAX_HELD_POINTS)
+                self._spool_error_said = said
+            with self._lock:
+                self._pending[:0] = batch
+                self._bound_pending()
+            return False
+        self._spool_error_said = None
+        self.points_spooled_total += kept
         if dropped:
             self.points_dropped_total += dropped
             log.error("InfluxDB spool is full (%d bytes): dropped %d points (%d dropped so far)",
                       self.spool.max_bytes, dropped, self.points_dropped_total)
+        return True
 
     def spool_pending(self) -> int:
-        """On shutdown: put what is unsent (in memory, or held by a write that hangs) on disk; no network."""
+        """On shutdown: put what is unsent (in memory, or held by a write that hangs) on disk; no network.
+        Returns how many points were kept; what the spool cannot take is counted as dropped and said."""
         with self._lock:
             batch = self._inflight + self._pending
             self._inflight, self._pending = [], []
-        if batch:
-            self._spool(batch)
+        if batch and not self._spool(batch):
+            with self._lock:
+                lost, self._pending = len(self._pending), []
+            self.points_dropped_total += lost
+            log.error("InfluxDB: %d unsent points lost at shutdown: the spool %s cannot be written", lost,
+                      self.spool.directory)
+            return 0
         self.spool_bytes = self.spool.size_bytes()
         return len(batch)
 
     def close(self) -> None:
-        self._client.close()
+        pass   # one connection per write, closed by it
 
 
 def read_token(token_file: str, token_env: str) -> str:
     if token_file:
-        with open(token_file) as f:
-            return f.read().strip()
+        return read_bounded(token_file, MAX_TOKEN_BYTES).decode("utf-8", "replace").strip()
     return os.environ.get(token_env, "") if token_env else ""

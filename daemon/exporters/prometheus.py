@@ -119,6 +119,8 @@ class SnapshotCollector:
                                 labels=["part"])
         ok = GaugeMetricFamily("iowarden_part_success", "1 if the part's last step succeeded", labels=["part"])
         err = CounterMetricFamily("iowarden_part_errors", "Steps of the part that failed", labels=["part"])
+        restarts = CounterMetricFamily("iowarden_part_restarts", "Times the part's thread failed outside a step and "
+                                       "was started again", labels=["part"])
         last = GaugeMetricFamily("iowarden_part_last_success_timestamp_seconds",
                                  "When the part last completed a step without error", labels=["part"])
         for name, st in sorted(s.parts.items()):
@@ -126,9 +128,10 @@ class SnapshotCollector:
                 dur.add_metric([name], st.last_duration_seconds)
             ok.add_metric([name], 1 if st.success else 0)
             err.add_metric([name], st.errors_total)
+            restarts.add_metric([name], st.restarts_total)
             if st.last_success_timestamp_seconds:
                 last.add_metric([name], st.last_success_timestamp_seconds)
-        yield from (dur, ok, err, last)
+        yield from (dur, ok, err, restarts, last)
         if s.state is not None:
             g = GaugeMetricFamily("iowarden_state_writable",
                                   "1 if the state database took the last write; 0 while writes wait in memory "

@@ -152,9 +152,9 @@ def test_line_protocol_escaping():
 
 def test_spool_bounds_and_order(tmp_path):
     sp = influx.Spool(str(tmp_path / "spool"), max_bytes=64)
-    assert sp.append(["a 1", "b 2"]) == 0 and sp.append(["c 3"]) == 0
-    assert sp.append(["x" * 100]) == 1                      # would exceed the bound: dropped, counted
-    assert sp.append(["d 4", "y" * 100]) == 1                # what fits is kept, the rest counted
+    assert sp.append(["a 1", "b 2"]) == (2, 0) and sp.append(["c 3"]) == (1, 0)
+    assert sp.append(["x" * 100]) == (0, 1)                 # would exceed the bound: dropped, counted
+    assert sp.append(["d 4", "y" * 100]) == (1, 1)           # what fits is kept, the rest counted
     assert [open(p).read() for p in sp.segments()] == ["a 1\nb 2\n", "c 3\n", "d 4\n"]
     (tmp_path / "spool" / "000000000009.lp.tmp").write_text("half")
     again = influx.Spool(str(tmp_path / "spool"), max_bytes=64)   # a restart keeps whole batches, drops halves

@@ -251,7 +251,7 @@ def test_causes_name_a_degraded_array_and_its_faulty_member(tree):
 
 # --- parts and the watchdog ----------------------------------------------------------------
 
-def test_a_failing_part_is_counted_and_a_silent_one_is_stuck_after_two_cadences_and_its_threshold():
+def test_a_failing_step_is_counted_and_a_part_is_stuck_by_its_own_deadline_not_by_two_cadences():
     from iowarden.daemon.registry import Registry
     clock = Clock(0.0)
     reg = Registry(clock=clock)
@@ -261,18 +261,26 @@ def test_a_failing_part_is_counted_and_a_silent_one_is_stuck_after_two_cadences_
         calls.append(clock())
         if len(calls) == 1:
             raise OSError("EIO from sysfs")
-    part = reg.add("settings", cadence_seconds=30.0, stuck_after_seconds=5.0, step=flaky)
-    reg.add("xfs", cadence_seconds=3600.0, stuck_after_seconds=120.0, step=lambda: None)
+    part = reg.add("settings", cadence_seconds=30.0, deadline_seconds=5.0, step=flaky)
+    reg.add("xfs", cadence_seconds=3600.0, deadline_seconds=120.0, step=lambda: None)
     reg.run_once(part)
     st = reg.stats()["settings"]
     assert st.errors_total == 1 and not st.success and "EIO" in st.last_error
     clock.now = 10.0
     reg.run_once(part)
     assert reg.stats()["settings"].success and reg.stats()["settings"].errors_total == 1
-    clock.now = 10.0 + 2 * 30.0 + 5.0          # exactly at the threshold: not yet
+    clock.now = 10.0 + 30.0 + 5.0               # the next step is due by its cadence plus its deadline: not yet
     assert reg.stuck() == []
     clock.now += 0.1
     assert reg.stuck() == ["settings"]           # xfs, hourly, is nowhere near its own
+
+    # a step under way is stuck past its deadline, however long its cadence (on f1018d6: 2 x 1e10 s)
+    long = reg.add("sampler", cadence_seconds=1e10, deadline_seconds=5.0, step=lambda: None)
+    long.stats.step_started_monotonic = clock.now
+    clock.now += 5.0
+    assert "sampler" not in reg.stuck()
+    clock.now += 0.1
+    assert "sampler" in reg.stuck()
 
 
 def _contended(i, iops):
