@@ -15,7 +15,7 @@ import sys
 import time
 
 from iowarden.probes import blockqueue, cpupower, diskstats, xfs
-from iowarden.probes.common import ParseError, Roots, parse_size_bytes
+from iowarden.probes.common import ParseError, Roots, parse_size_bytes, printable, printable_lines
 from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
 from iowarden.probes.fio_run import ProbeLimits, run_probe
 
@@ -28,7 +28,7 @@ EX_NOPERM = 77
 
 
 def _print(text: str) -> None:
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(printable_lines(text) + "\n")
     sys.stdout.flush()
 
 
@@ -206,7 +206,7 @@ def cmd_xfs(args) -> int:
                       "free extents", "avg free ext (blocks)", "free-space source"], rows))
         for r in reports:
             for e in r.errors:
-                _print(f"{r.mountpoint}: {e}")
+                _print(f"{printable(r.mountpoint)}: {printable(e, 400)}")
     return 0 if all(not r.errors for r in reports) else 1
 
 

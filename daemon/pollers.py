@@ -12,7 +12,7 @@ import threading
 import time
 
 from iowarden.probes import blockqueue, cpupower, xfs
-from iowarden.probes.common import Roots, is_utf8, printable
+from iowarden.probes.common import Roots, is_utf8
 from iowarden.probes.vocabulary import WATCHED_QUEUE_SETTINGS
 
 log = logging.getLogger("iowarden")
@@ -115,8 +115,7 @@ class XfsPoller:
             if not is_utf8(mnt):   # no label, tag or key can carry it; said once per name
                 if mnt not in self._unnameable_said:
                     self._unnameable_said.add(mnt)
-                    log.warning("xfs: %s is not UTF-8, so it has no name in metrics; not reported",
-                                printable(mnt))
+                    log.warning("xfs: %s is not UTF-8, so it has no name in metrics; not reported", mnt)
                 continue
             r = xfs.read(mnt, dev, self.timeout_seconds)
             for e in r.errors:

@@ -46,6 +46,7 @@ STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, ex
 STATE_RETRY_SECONDS = 2.0
 CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 RESULT_RETENTION_SECONDS = 90 * 86400
+LOG_MESSAGE_MAX_CHARS = 2000
 
 
 def notify(message: str) -> None:
@@ -83,7 +84,19 @@ def setup_logging(level: str) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(PrintableFilter())
     root.addHandler(handler)
+
+
+class PrintableFilter(logging.Filter):
+    """Every log message escaped before a handler sees it: a name with a line feed cannot forge a log line,
+    an ESC cannot drive the reader's terminal, and no message runs past LOG_MESSAGE_MAX_CHARS (a traceback,
+    added by the handler after this, keeps its lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = printable(record.getMessage(), LOG_MESSAGE_MAX_CHARS)
+        record.args = None
+        return True
 
 
 class StopRequested(Exception):
@@ -188,7 +201,7 @@ class Daemon:
             found, read_only, unnameable = discover(cfg, self.roots)
             for mountpoint in sorted(set(unnameable) - self._unnameable_warned):
                 log.warning("%s is mounted but its name is not UTF-8, so it cannot be a target's name "
-                            "(a label, a tag, a key); discovery passes over it", printable(mountpoint))
+                            "(a label, a tag, a key); discovery passes over it", mountpoint)
             self._unnameable_warned = set(unnameable)
             for mountpoint in sorted(set(read_only) - self._read_only_warned):
                 log.warning("%s matches a [[discover]] rule but is read-only here, so it is not probed; under "
@@ -246,11 +259,11 @@ class Daemon:
             new = configmod.load(self.config_path)
         except configmod.ConfigError as exc:
             log.error("reload rejected, keeping the running configuration: %s",
-                      "; ".join(printable(e, 300) for e in exc.errors[:5])
+                      "; ".join(e[:300] for e in exc.errors[:5])
                       + (f"; and {len(exc.errors) - 5} more" if len(exc.errors) > 5 else ""))
         except Exception as exc:   # noqa: BLE001 - no reload may end the daemon
             log.error("reload failed, keeping the running configuration: %s: %s", type(exc).__name__,
-                      printable(exc, 300))
+                      str(exc)[:300])
         else:
             gone = {t.name for t in self.cfg.targets} - {t.name for t in new.targets}
             self.cfg = new
@@ -319,7 +332,10 @@ class Daemon:
 
     def status_line(self, stuck: list[str]) -> str:
         r = self.core.last_result
-        last = f"last probe {r.target}/{r.profile} {'ok' if r.ok else 'failed'}" if r else "no probe yet"
+        # escaped: STATUS= is one line of a newline-separated message, so a name with a line feed could
+        # otherwise send systemd WATCHDOG=1 or READY=1 of its own
+        last = (f"last probe {printable(r.target, 120)}/{printable(r.profile, 60)} {'ok' if r.ok else 'failed'}"
+                if r else "no probe yet")
         return (f"{len(self.sampler.rates)} devices sampled, {len(self.targets())} targets, {last}"
                 + (f"; STUCK: {', '.join(stuck)}" if stuck else ""))
 

@@ -12,7 +12,7 @@ import os
 import time
 
 from iowarden.probes import blockqueue
-from iowarden.probes.common import Roots
+from iowarden.probes.common import Roots, printable
 
 from .config import Config
 from .detect import Detector, DetectorParams
@@ -81,6 +81,11 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
         state.close()
 
 
+def _p(text, max_chars: int = 120) -> str:
+    """A name or text from outside (a target, a device, a cause), safe for a terminal: see common.printable."""
+    return printable(text, max_chars)
+
+
 def render(st: dict, table) -> str:
     out = []
     out.append(table(["target", "profile", "device", "last probe", "ok", "r IOPS", "w IOPS", "clat p99"],
@@ -103,26 +108,26 @@ def render(st: dict, table) -> str:
         out.append("")
     for identity, cap in sorted((st.get("capability") or {}).items()):
         bw = f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap.get("bandwidth_bytes") else ""
-        out.append(f"capability {identity} ({cap.get('device')}): {cap['saturation_iops']:,.0f} IOPS{bw}, knee at "
+        out.append(f"capability {_p(identity)} ({_p(cap.get('device'))}): {cap['saturation_iops']:,.0f} IOPS{bw}, knee at "
                    f"queue depth {cap.get('knee_depth')} (characterized "
                    f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(cap['measured_at'] or 0))})")
     if st["alerts"]:
         for a in st["alerts"]:
-            ack = f" (acknowledged: {a['ack_note'] or 'no note'})" if a.get("acked_at") else ""
-            out.append(f"ALERT #{a['id']} {a['alert']} {a['severity']}: {a['target']}/{a['profile']} "
-                       f"({a['identity']}) since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['raised_at']))}"
+            ack = f" (acknowledged: {_p(a['ack_note'] or 'no note')})" if a.get("acked_at") else ""
+            out.append(f"ALERT #{a['id']} {_p(a['alert'])} {_p(a['severity'])}: {_p(a['target'])}/{_p(a['profile'])} "
+                       f"({_p(a['identity'])}) since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['raised_at']))}"
                        + ack)
             for c in a["causes"] or ["no cause found"]:
-                out.append(f"  likely cause: {c}")
+                out.append(f"  likely cause: {_p(c, 400)}")
     else:
         out.append("no open alerts")
     for disk, b in st["budget"].items():
-        out.append(f"budget {disk}: {b['device_seconds_used']:.0f} of {b['device_seconds_allowed']:.0f} device-"
+        out.append(f"budget {_p(disk)}: {b['device_seconds_used']:.0f} of {b['device_seconds_allowed']:.0f} device-"
                    f"seconds used, {b['written_bytes_24h'] >> 20} of {b['written_bytes_allowed'] >> 20} MiB "
                    "written in 24 h")
     for d in st["drift"][-5:]:
-        out.append(f"drift {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['at']))} {d['device']} "
-                   f"{d['setting']}: {d['old']} -> {d['new']}")
+        out.append(f"drift {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['at']))} {_p(d['device'])} "
+                   f"{_p(d['setting'])}: {_p(d['old'])} -> {_p(d['new'])}")
     return "\n".join(out)
 
 
@@ -150,7 +155,7 @@ def baseline_command(cfg: Config, action: str, target: str | None, profile: str 
     state = open_state(cfg)
     try:
         if action == "show":
-            return "\n".join(f"{b['identity']} {b['profile']} {b['metric']}: "
+            return "\n".join(f"{_p(b['identity'])} {_p(b['profile'])} {b['metric']}: "
                              + (f"learning ({b['samples']} of {b['warmup']} probes)" if b["learning"] else
                                 f"{human_metric(b['metric'], b['baseline'])} over {b['samples']} probes")
                              + ", learned since "

@@ -6,6 +6,10 @@ import json
 import math
 from typing import Any, Iterable, Sequence
 
+from iowarden.probes.common import printable
+
+CELL_MAX_CHARS = 120
+
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     cells = [[_cell(v) for v in row] for row in rows]
@@ -57,7 +61,7 @@ def _cell(v: Any) -> str:
         return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.2f}"
-    return str(v)
+    return printable(v, CELL_MAX_CHARS)   # a name from outside: escaped, and cut short
 
 
 def to_jsonable(obj: Any) -> Any:

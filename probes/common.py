@@ -103,6 +103,9 @@ _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f, *range(0x80, 0xa0)]}
 _CONTROL.update({ord("\\"): "\\\\"})
 
 
+_CONTROL_BUT_LINES = {c: v for c, v in _CONTROL.items() if c not in (0x0a, 0x09, ord("\\"))}
+
+
 def printable(text, max_chars: int = 200) -> str:
     """Text safe for a terminal and a log line: control characters (LF, CR, ESC, NUL, C1) and
     undecodable bytes escaped as \\xNN, backslashes doubled, and cut at max_chars with a count."""
@@ -111,6 +114,12 @@ def printable(text, max_chars: int = 200) -> str:
     if len(s) > max_chars:
         s = f"{s[:max_chars]}...(+{len(s) - max_chars} chars)"
     return s
+
+
+def printable_lines(text: str) -> str:
+    """A whole report for a terminal, its own line feeds and tabs kept: every other control character and
+    undecodable byte escaped (the last wall behind the escaping of each name where it is put in)."""
+    return text.translate(_CONTROL_BUT_LINES).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def read_str(path: Path) -> str | None:
@@ -220,7 +229,7 @@ def _finished(argv, tool, proc, out, err, duration) -> ToolRun:
     error = None
     if proc.returncode != 0:
         tail = (err.strip().split("\n") or ["no message"])[-1]
-        error = f"{os.path.basename(tool)} exited with {proc.returncode}: {printable(tail, 300)}"
+        error = f"{os.path.basename(tool)} exited with {proc.returncode}: {tail[:300]}"
     return ToolRun(argv, proc.returncode, out, err, duration, error)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
-from .common import ParseError, Roots
+from .common import KERNEL_FILE_MAX_BYTES, ParseError, Roots, read_bounded
 
 # Counter widths: I/O counts are unsigned long (64-bit on 64-bit kernels, but a
 # 32-bit kernel wraps them at 2**32); time fields are printed as unsigned int
@@ -99,7 +99,8 @@ class DiskSample:
 
 
 def read(roots: Roots = Roots()) -> DiskSample:
-    text = (roots.proc / "diskstats").read_text()
+    # bounded, and never a decode error: a name that is not UTF-8 costs its own line (parse() passes it over)
+    text = read_bounded(roots.proc / "diskstats", KERNEL_FILE_MAX_BYTES).decode("utf-8", "replace")
     # The timestamp is taken right after the read: the interval is what the
     # rates are divided by, so it must bracket the counters as tightly as possible.
     return DiskSample(time.monotonic(), parse(text))

@@ -164,6 +164,14 @@ def directory_target_problem(path: str) -> str | None:
                     f"which could be pointed elsewhere; name the real directory ({os.path.realpath(path)})")
         if walked != norm and not stat.S_ISDIR(st.st_mode):
             return f"{walked} is not a directory"
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    try:   # the directory itself, as a probe would open it (a bind mount of /etc looks harmless by name)
+        os.close(open_target_dir(path))
+    except ProbeRefused as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
     return None
 
 

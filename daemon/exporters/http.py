@@ -13,12 +13,21 @@ client_python's start_http_server has TLS but no basic auth, hence this small
 server. Scrapes only render the collector's snapshot; nothing here does I/O work.
 
 It runs on one asyncio loop, so a connection that is slow, idle or hostile costs a
-socket, not a thread, and cannot crowd out a scrape:
-- a request must arrive whole within REQUEST_READ_TIMEOUT_SECONDS of its first
-  byte; a kept-alive connection may idle KEEPALIVE_IDLE_SECONDS; a TLS handshake
-  has HANDSHAKE_TIMEOUT_SECONDS; then the connection is closed;
-- at most MAX_CONNECTIONS open (more are closed at once) and MAX_REQUESTS
-  rendered at a time (more get 503, like node_exporter's --web.max-requests);
+socket, not a thread, and cannot crowd out a scrape. A connection counts from the
+moment it is accepted, before and during its TLS handshake:
+- at most MAX_CONNECTIONS open, and MAX_CONNECTIONS_PER_SOURCE from one address
+  (more are closed at once, unread and unlogged, and counted), so one client can
+  neither take the whole budget nor the daemon's file descriptors;
+- TLS starts only once the client has sent something (its ClientHello): an idle
+  connection holds a socket, never a TLS object and its buffers (asyncio's SSL
+  protocol allocates 256 KiB a connection: 2,000 idle ones were 650 MB);
+- a new connection's first request (handshake included) must arrive whole within
+  REQUEST_READ_TIMEOUT_SECONDS of the accept; a kept-alive one may idle
+  KEEPALIVE_IDLE_SECONDS, then its next request must arrive whole within
+  REQUEST_READ_TIMEOUT_SECONDS of its first byte; then the connection is closed;
+- a request with a body is refused (400) and its connection closed: GET and HEAD
+  have none, and one left unread would be taken for the next request;
+- MAX_REQUESTS rendered at a time (more get 503, like node_exporter's --web.max-requests);
 - a listen backlog the size of a real server's, not socketserver's 5.
 Renders follow the daemon's snapshots: one render (and one gzip of it) per snapshot
 version serves every scrape until the core publishes the next (about every second).
@@ -50,6 +59,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from iowarden.probes.common import read_bounded
+
 from . import exposition
 
 log = logging.getLogger("iowarden")
@@ -66,9 +77,11 @@ KEEPALIVE_IDLE_SECONDS = 60.0
 HANDSHAKE_TIMEOUT_SECONDS = 10.0
 WRITE_TIMEOUT_SECONDS = 30.0
 MAX_CONNECTIONS = 512
+MAX_CONNECTIONS_PER_SOURCE = 64      # Prometheus keeps one or two; 50 at once from one host still fit
 MAX_REQUESTS = 40
 LISTEN_BACKLOG = 1024
 MAX_HEADER_BYTES = 16384
+WEB_CONFIG_MAX_BYTES = 1 << 20
 FAILED_AUTH_PER_SOURCE = 5
 FAILED_AUTH_WINDOW_SECONDS = 300.0
 MAX_HASHES_WAITING = 4               # checks queued for the one hashing thread; more get 503
@@ -91,10 +104,13 @@ class WebConfig:
 def load_web_config(path: str) -> WebConfig:
     import yaml
     try:
-        with open(path) as f:
-            doc = yaml.safe_load(f) or {}
+        doc = yaml.safe_load(read_bounded(path, WEB_CONFIG_MAX_BYTES).decode("utf-8")) or {}
     except OSError as exc:
         raise WebConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise WebConfigError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise WebConfigError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise WebConfigError(f"{path}:{mark.line + 1 if mark else 1}: not valid YAML: {exc}") from None
@@ -226,6 +242,8 @@ class MetricsServer:
         self._rendered: Rendered | None = None
         self._renderer = exposition.Renderer()
         self._fresh_version = 0   # without version_of_snapshot: a version per scrape
+        self._per_source: collections.Counter = collections.Counter()   # open connections by source address
+        self._serving: set[asyncio.Task] = set()
         self._raise_fd_limit()
         self.socket = self._bind(addr, family)
         self.server_address = self.socket.getsockname()
@@ -263,18 +281,19 @@ class MetricsServer:
         self._stopped = asyncio.Event()
 
         async def main():
-            server = await asyncio.start_server(
-                self._connection, sock=self.socket, ssl=self.web.tls, backlog=LISTEN_BACKLOG,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECONDS if self.web.tls else None,
-                limit=MAX_HEADER_BYTES)
+            accepting = asyncio.ensure_future(self._accept_loop())
             self._ready.set()
-            async with server:
-                await self._stopped.wait()
+            await self._stopped.wait()
+            accepting.cancel()
+            for task in list(self._serving):
+                task.cancel()
+            await asyncio.gather(accepting, *self._serving, return_exceptions=True)
         try:
             self._loop.run_until_complete(main())
         except Exception:   # noqa: BLE001 - logged; the daemon's part watchdog sees scrapes stop
             log.exception("metrics server stopped")
         finally:
+            self.socket.close()
             self._ready.set()
 
     def shutdown(self):
@@ -284,37 +303,98 @@ class MetricsServer:
         self._workers.shutdown(wait=False, cancel_futures=True)
         self._hasher.shutdown(wait=False, cancel_futures=True)
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        if self.connections >= MAX_CONNECTIONS:
-            self.rejected_total["connections"] += 1
-            writer.transport.abort()
-            return
-        self.connections += 1
-        peer = writer.get_extra_info("peername") or ("?",)
-        source = str(peer[0])
+    async def _accept_loop(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, peer = await loop.sock_accept(self.socket)
+            except OSError:   # EMFILE, ENFILE, ENOBUFS: out of something; the queue waits a moment
+                self.rejected_total["accept_failed"] += 1
+                await asyncio.sleep(0.05)
+                continue
+            source = _source_of(peer)
+            reason = "connections" if self.connections >= MAX_CONNECTIONS else \
+                "per_source" if self._per_source[source] >= MAX_CONNECTIONS_PER_SOURCE else None
+            if reason:
+                self.rejected_total[reason] += 1
+                sock.close()
+                continue
+            self.connections += 1
+            self._per_source[source] += 1
+            task = asyncio.ensure_future(self._serve(sock, source, loop.time()))
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+
+    async def _serve(self, sock: socket.socket, source: str, accepted_at: float):
+        """One accepted connection, counted from its accept to its close."""
+        loop = asyncio.get_running_loop()
+        writer = None
         try:
-            idle = KEEPALIVE_IDLE_SECONDS
+            sock.setblocking(False)
+            deadline = accepted_at + REQUEST_READ_TIMEOUT_SECONDS
+            try:
+                await asyncio.wait_for(_readable(loop, sock), deadline - loop.time())
+                reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES, loop=loop)
+                protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+                transport, _ = await asyncio.wait_for(loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=self.web.tls,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECONDS if self.web.tls else None),
+                    max(0.0, deadline - loop.time()))
+            except (asyncio.TimeoutError, ssl.SSLError, OSError, ConnectionError):
+                self.rejected_total["timeout_or_oversize"] += 1
+                return
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            await self._connection(reader, writer, source, deadline)
+        finally:
+            self.connections -= 1
+            self._per_source[source] -= 1
+            if self._per_source[source] <= 0:
+                del self._per_source[source]
+            if writer is not None:
+                writer.close()
+            else:
+                sock.close()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str,
+                          first_deadline: float):
+        loop = asyncio.get_running_loop()
+        try:
+            deadline = first_deadline
             while True:
                 try:
-                    first = await asyncio.wait_for(reader.readline(), idle)
-                    if not first:
-                        return
-                    head = await asyncio.wait_for(self._read_headers(reader), REQUEST_READ_TIMEOUT_SECONDS)
+                    if deadline is None:   # kept alive: idle until the first byte, then the request's own deadline
+                        first = await asyncio.wait_for(reader.read(1), KEEPALIVE_IDLE_SECONDS)
+                        if not first:
+                            return
+                        deadline = loop.time() + REQUEST_READ_TIMEOUT_SECONDS
+                    else:
+                        first = b""
+                    line, head = await asyncio.wait_for(self._read_request(reader), max(0.0, deadline - loop.time()))
                 except (asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
                     self.rejected_total["timeout_or_oversize"] += 1
                     return
                 if head is None:
                     return
-                keep_alive = await self._respond(first, head, writer, source)
+                if head.get("content-length", "0").strip() not in ("", "0") or "transfer-encoding" in head:
+                    self.rejected_total["request_body"] += 1
+                    await self._send(writer, 400, b"a request with a body is not accepted here\n", close=True)
+                    return
+                keep_alive = await self._respond(first + line, head, writer, source)
                 if not keep_alive:
                     return
-        except (ConnectionError, ssl.SSLError, OSError, asyncio.TimeoutError):
+                deadline = None
+        except (ConnectionError, ssl.SSLError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             return   # a client that went away or would not read its answer
+        except asyncio.CancelledError:
+            raise
         except Exception:   # noqa: BLE001 - one request's failure closes its connection, nothing more
             log.debug("metrics request from %s failed", source, exc_info=True)
-        finally:
-            self.connections -= 1
-            writer.close()
+
+    async def _read_request(self, reader) -> tuple[bytes, dict | None]:
+        line = await reader.readline()
+        if not line:
+            return b"", None
+        return line, await self._read_headers(reader)
 
     @staticmethod
     async def _read_headers(reader) -> dict | None:
@@ -472,7 +552,8 @@ class ServerCollector:
         yield g
         c = CounterMetricFamily("iowarden_http_rejected", "Connections or requests turned away, by reason",
                                 labels=["reason"])
-        for reason in ("connections", "timeout_or_oversize", "max_requests"):
+        for reason in ("connections", "per_source", "timeout_or_oversize", "request_body", "max_requests",
+                       "accept_failed"):
             c.add_metric([reason], srv.rejected_total[reason])
         if srv.auth is not None:
             c.add_metric(["auth_limited_or_busy"], srv.auth.refused_total)
@@ -480,6 +561,22 @@ class ServerCollector:
             h.add_metric([], srv.auth.hashes_total)
             yield h
         yield c
+
+
+def _source_of(peer) -> str:
+    """The client's address, an IPv4 client of a dual-stack socket as its IPv4 address."""
+    host = str(peer[0]) if peer else "?"
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+async def _readable(loop, sock: socket.socket) -> None:
+    """Until the socket has something to read (or is closed by its peer)."""
+    ready = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 def _failed(future: asyncio.Future) -> bool:

@@ -10,9 +10,9 @@ pytestmark = pytest.mark.root
 IOWARDEN = [sys.executable, "-m", "iowarden.daemon.cli"]
 
 
-def iowarden(*args, check=True, user=None):
+def iowarden(*args, check=True, user=None, timeout=300):
     prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"] if user else []
-    r = subprocess.run(prefix + IOWARDEN + list(args), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(prefix + IOWARDEN + list(args), capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise AssertionError(f"exit {r.returncode}: {r.stderr}")
     return r

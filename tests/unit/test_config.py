@@ -182,3 +182,17 @@ def test_the_example_is_generated_from_the_schema_line_by_line():
     diff = "".join(difflib.unified_diff(got.splitlines(True), want.splitlines(True), "config.example.toml",
                                         "generated"))
     assert got == want, diff[:4000]
+
+
+def test_every_number_in_the_schema_has_a_range():
+    """Hardening round two, item 12: `[sampler] interval_seconds = 1e10` was valid and killed the sampler.
+    Every int and float key has a minimum and a maximum; every size key is bounded (its own or 1 PiB)."""
+    schemas = {**{f"[{s}]": k for s, k in config.SECTIONS.items()}, "[profiles.*]": config.PROFILE_KEYS,
+               "[[targets]]": config.TARGET_KEYS, "[[discover]]": config.DISCOVER_KEYS}
+    for where, keys in schemas.items():
+        for key, spec in keys.items():
+            if spec.kind in ("int", "float"):
+                assert spec.minimum is not None and spec.maximum is not None, f"{where} {key} has no range"
+                assert config._check(spec.maximum * 10 + 1, spec)[1], f"{where} {key}: over the maximum accepted"
+            if spec.kind == "size":
+                assert config._check("2PiB", spec)[1], f"{where} {key}: 2 PiB accepted"
