@@ -5,6 +5,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -61,26 +62,41 @@ class DaemonProc:
         env.pop("JOURNAL_STREAM", None)
         self.proc = subprocess.Popen(on_host([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", str(self.cfg)]),
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # every datagram read as it comes, on a thread: the socket's queue holds 10 (net.unix.max_dgram_qlen)
+        # and the daemon, which never blocks on it, drops what does not fit; read only while a test waits,
+        # a busy machine lost STOPPING=1 that way
         self.messages: list[str] = []
+        self._reading = threading.Event()
+        self._reading.set()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        while self._reading.is_set():
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except socket.timeout:
+                continue
+            except OSError:
+                return
 
     def wait_message(self, text, timeout=20):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if any(text in m for m in self.messages):
+            if any(text in m for m in list(self.messages)):
                 return
-            try:
-                self.messages.append(self.sock.recv(4096).decode())
-            except socket.timeout:
-                assert self.proc.poll() is None, f"daemon exited: {self.output()}"
+            if self.proc.poll() is not None:
+                time.sleep(0.3)   # what it sent before it exited is still being read
+                if any(text in m for m in list(self.messages)):
+                    return
+                raise AssertionError(f"daemon exited: {self.output()}")
+            time.sleep(0.05)
         raise AssertionError(f"no {text!r} from the daemon in {timeout} s; got {self.messages[-5:]}")
 
     def drain(self):
-        """Collect every message queued on the socket so far."""
-        while True:
-            try:
-                self.messages.append(self.sock.recv(4096).decode())
-            except socket.timeout:
-                return self.messages
+        """Every message received so far (a reader thread collects them as they come)."""
+        time.sleep(0.3)
+        return list(self.messages)
 
     def output(self):
         self.log.flush()
@@ -96,6 +112,8 @@ class DaemonProc:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        self._reading.clear()
+        self._reader.join(2)
         self.sock.close()
         self.log.close()
 

@@ -95,7 +95,9 @@ def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
     assert first.ok, first.error
     # a third, not a half: at half (35k of 70k IOPS on a faster day) one 3 s probe in a full run
     # fell 27 % below the cap while the 30 s run held it; the 2-core VM had no headroom left
-    cap = int(first.iops("read") / 3)
+    # and at most 3,000: in a fresh clone while other work ran, a third still failed once, the capped
+    # probe falling below the cap; at 3,000 IOPS the cap, not the machine's spare CPU, sets the pace
+    cap = int(min(first.iops("read") / 3, 3000))
     path = fs.mountpoint / PROBE_DIR_NAME / probe_file_name(size)
     with read_iops_cap(fs.major_minor, cap):
         long = _fio_json(["fio", "--name=long", f"--filename={path}", "--allow_file_create=0", "--rw=randread",

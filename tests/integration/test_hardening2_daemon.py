@@ -107,7 +107,6 @@ def test_a_fault_in_the_sampler_thread_is_restarted_counted_and_withholds_the_wa
     wait_for(lambda: "part sampler crashed" in d.output(), what="the crash said")
     wait_for(lambda: "watchdog ping withheld" in d.output(), timeout=20, what="the watchdog withheld")
     fault.unlink()
-    d.drain()
     d.messages.clear()
     d.wait_message("WATCHDOG=1", timeout=40)    # back once the sampler steps again
 
@@ -129,9 +128,7 @@ def test_names_with_control_characters_are_escaped_in_status_and_the_log(shared_
     d = daemon_factory(text)
     d.wait_message("READY=1")
     wait_for(lambda: rows(str(state / "state.db"), "SELECT ok FROM probe_results"), timeout=30, what="a probe")
-    d.drain()   # the queue was full: the daemon drops what it cannot send; fresh ones come every second
-    time.sleep(3)
-    d.drain()
+    time.sleep(2)
     status_lines = [m for m in d.messages if "STATUS=" in m and "last probe" in m]
     assert status_lines and all("\nALERT" not in m and "\x1b" not in m for m in status_lines)
     r = iowarden("status", "-c", str(d.cfg), check=False)
