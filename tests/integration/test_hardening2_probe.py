@@ -174,14 +174,16 @@ def _config_with_job(mount, state, job, max_runtime):
 
 
 @pytest.mark.parametrize("job, least, most", [
-    ("[a]\nrw=randread\nbs=4k\nsize=16m\n", 1.8, 6.0),                     # on f1018d6: killed after 30 s
-    ("[a]\nrw=randread\nbs=4k\nsize=16m\nruntime=1\nramp_time=1000h\n", 2.8, 9.0),   # on f1018d6: 68.7 s of I/O
+    # on f1018d6 the timeout took the profile's runtime (0) while fio got the limit's (3 s): killed after 1 s
+    ("[a]\nrw=randread\nbs=4k\nsize=16m\n", 2.8, 7.0),
+    ("[a]\nrw=randread\nbs=4k\nsize=16m\nruntime=1\nramp_time=1000h\n", 3.8, 9.0),   # on f1018d6: 68.7 s of I/O
 ])
 def test_runtime_and_ramp_are_capped_by_the_limit_and_the_probe_succeeds(shared_loop_xfs, tmp_path, job, least, most):
     jf = tmp_path / "j.fio"
     jf.write_text(job)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(_config_with_job(shared_loop_xfs.mountpoint, tmp_path / "state", jf, 2.0))
+    cfg.write_text(_config_with_job(shared_loop_xfs.mountpoint, tmp_path / "state", jf, 3.0)
+                   .replace("timeout_margin_seconds = 5.0", "timeout_margin_seconds = 1.0"))
     t0 = time.monotonic()
     r = iowarden("probe", "-c", str(cfg), "--json", check=False, timeout=120)
     took = time.monotonic() - t0
