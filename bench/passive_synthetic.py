@@ -80,7 +80,7 @@ def main() -> int:
                             wrong += 1
             if first is not None:
                 delays.append(first)
-        print(f"one member of four at {factor:g}x its peers (the threshold is 2x): named in {len(delays)}/"
+        print(f"one member of four at {factor:g}x its peers (evidence over time): named in {len(delays)}/"
               f"{len(seeds)} within 1000 windows, windows to alert p50 {pct(delays, 0.5)}, p90 {pct(delays, 0.9)};"
               f" a healthy member named {wrong} times")
     print(f"cost: {cost * 1e6:.0f} us per device-window (one device: {cost * 1e6 / 15:.1f} us of CPU per second)")

@@ -323,7 +323,7 @@ def cmd_replay(args) -> int:
 
 def _replay_passive(args) -> int:
     from .passive import PassiveParams
-    from .passive_replay import parse_lines, replay_passive
+    from .passive_replay import explain, parse_lines, replay
     try:
         with open(args.passive) as f:
             text = f.read()
@@ -331,10 +331,22 @@ def _replay_passive(args) -> int:
         raise ParseError(f"{args.passive}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     lines = parse_lines(args.passive, text)
     params = PassiveParams(window_seconds=args.window) if args.window else PassiveParams()
-    intervals = replay_passive(lines, params)
+    intervals, detector = replay(lines, params)
     if args.json:
-        _print(json.dumps([{k: i[k] for k in ("device", "start", "end", "severity", "kind")} for i in intervals]))
-    elif intervals:
+        found = [{k: i[k] for k in ("device", "start", "end", "severity", "kind")} for i in intervals]
+        _print(json.dumps({"alerts": found, "explain": explain(detector, intervals)} if args.explain else found))
+        return 0
+    if args.explain:
+        _print(table(["device", "vs peers", "stray", "blocks above", "evidence", "peak", "threshold", "vs own normal",
+                      "named"],
+                     [[r["device"], f"{r['peer_ratio']:.3f}x" if r["peer_ratio"] else "-",
+                       f"{r['stray_percent']:g} %" if r["stray_percent"] is not None else "-",
+                       f"{r['blocks_above']} of {r['blocks']}" if r["blocks"] is not None else "-",
+                       r["evidence"], r["evidence_peak"], r["threshold"],
+                       f"{r['self_ratio']:.2f}x" if r["self_ratio"] else "-", ", ".join(r["named"]) or "no"]
+                      for r in explain(detector, intervals)]))
+        _print("")
+    if intervals:
         _print(table(["device", "kind", "start", "end", "severity", "evidence"],
                      [[i["device"], i["kind"], _when(i["start"]), _when(i["end"]) if i["end"] else "open",
                        i["severity"], i["summary"]] for i in intervals]))
@@ -440,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--passive", metavar="FILE", help="JSON lines as `iowarden iostat --json` prints them: the "
                     "passive detector (self, peers, saturation) over them")
     rp.add_argument("--window", type=positive_seconds, help="with --passive: seconds per window (default 15)")
+    rp.add_argument("--explain", action="store_true", help="with --passive: per drive, what it was judged on: "
+                    "latency over its peers' at comparable load, the stray healthy drives of the group show, hours "
+                    "above the peers, the accumulated evidence against the threshold, latency over its own normal")
     rp.add_argument("--metric", choices=sorted(REPLAY_METRICS), default="iops",
                     help="iops and bandwidth alert when they fall, latency when it rises")
     rp.add_argument("--warmup", type=positive_int, help="values learned before any alert (default 12)")

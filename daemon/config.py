@@ -156,6 +156,12 @@ SECTIONS: dict[str, dict[str, Key]] = {
                           minimum=1.2, maximum=100.0),
         "peer_ratio": Key("float", 2.0, "A member is slow at this many times its peers' latency (median of recent windows).", minimum=1.2, maximum=100.0),
         "peer_windows": Key("int", 480, 'Windows with traffic the peer comparison is the median of (2 h at 15 s).', minimum=10, maximum=100000),
+        "evidence_allowance": Key("float", 4.0, "Evidence against the peers (groups of three or more): how many of the "
+                                                 "group's own strays an hour a drive may sit above its peers for free.",
+                                  minimum=0.5, maximum=50.0),
+        "evidence_threshold": Key("float", 8.8, "... and the accumulated strays past the allowance that name it "
+                                                "(SlowMember). bench/passive_perseus.py tunes both.",
+                                  minimum=1.0, maximum=1000.0),
         "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2, maximum=10000),
         "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
                         minimum=0.0, maximum=10000.0),

@@ -10,11 +10,15 @@ it returns alert transitions of three kinds, each with the evidence behind it:
   nothing is learned while flagged.
 - peers: a device slower than the devices that should behave alike (members of
   one md array or LVM stripe, else disks of one model and size), at comparable
-  load. Scored per window as latency over the peers' median; raised when the
-  median of the last `peer_windows` scores reaches `peer_ratio` (a slow drive
-  is slow most of the time, a noisy one only now and then: measured on the
-  Perseus traces, bench/passive_perseus.py), or at once when nearly every one
-  of the last `severe_windows` is `severe_ratio` times its peers.
+  load. Scored per window as log latency over the peers' median. In a group of
+  three or more, raised on evidence over time (passive_evidence.py): hour by
+  hour, how far the drive sat above its peers in units of how far healthy
+  drives of the same group stray, accumulated (a CUSUM) until it passes a
+  threshold; so a drive at 1.2x for days is named, and a noisy healthy one that
+  strays to 1.35x for an hour is not (the Perseus traces, bench/passive_perseus.py).
+  In a pair, where no median says which one is normal, raised when the median of
+  the last `peer_windows` scores reaches `peer_ratio`. In any group, at once when
+  nearly every one of the last `severe_windows` is `severe_ratio` times its peers.
 - saturation: a volume at its limit (a provisioned-IOPS or burst-credit cloud
   volume): throughput flat at a constant while the device stays busy with a
   queue, for `saturation_windows` windows. Named with the ceiling it sits at.
@@ -26,12 +30,14 @@ and out as JSON-able state.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
 from .passive_curve import LatencyCurve
+from .passive_evidence import EvidenceParams, PeerEvidence
 
 DIRECTIONS = ("read", "write")
 KINDS = ("self", "peers", "saturation")
@@ -69,12 +75,25 @@ class PassiveParams:
     saturation_util_percent: float = 90.0
     saturation_queue: float = 2.0
     idle_clear_seconds: float = 3600.0   # an alert on a device without traffic for this long clears
+    # evidence over time against the peers (passive_evidence.py); tuned by bench/passive_perseus.py
+    evidence_block_windows: int = 240    # an hour of 15 s windows
+    evidence_allowance: float = 4.0
+    evidence_threshold: float = 8.8
+    evidence_scale_floor: float = 0.02
 
     @classmethod
     def from_config(cls, section: dict) -> "PassiveParams":
         return cls(window_seconds=section["window_seconds"], self_ratio=section["self_ratio"],
                    peer_ratio=section["peer_ratio"], peer_windows=section["peer_windows"],
-                   saturation_windows=section["saturation_windows"], floor_ms=section["floor_ms"])
+                   saturation_windows=section["saturation_windows"], floor_ms=section["floor_ms"],
+                   evidence_allowance=section["evidence_allowance"],
+                   evidence_threshold=section["evidence_threshold"],
+                   # an hour of windows, whatever their length
+                   evidence_block_windows=max(4, round(3600.0 / section["window_seconds"])))
+
+    def evidence(self) -> EvidenceParams:
+        return EvidenceParams(block_windows=self.evidence_block_windows, allowance=self.evidence_allowance,
+                              threshold=self.evidence_threshold, scale_floor=self.evidence_scale_floor)
 
 
 @dataclass(frozen=True)
@@ -137,6 +156,8 @@ class DeviceView:
     flagged: tuple[str, ...]       # kinds raised
     capability: tuple = (None, None)   # (IOPS, bytes/s) from `iowarden characterize`, when run
     load_ratio: dict = field(default_factory=dict)   # "iops"/"bandwidth" -> last window's load over capability
+    evidence: object = None        # passive_evidence.MemberEvidence (a copy) in a group of three or more
+    evidence_threshold: float | None = None
 
 
 @dataclass
@@ -193,10 +214,12 @@ class RollingMedian:
 
 
 class PassiveDetector:
-    def __init__(self, params: PassiveParams = PassiveParams(), curves: dict | None = None):
+    def __init__(self, params: PassiveParams = PassiveParams(), curves: dict | None = None,
+                 record_blocks: bool = False):
         self.p = params
         self.devices: dict[str, _Device] = {}
         self.capability: dict[str, tuple] = {}   # device -> (IOPS, bytes/s) a characterisation measured
+        self.evidence = PeerEvidence(params.evidence(), record_blocks)
         for (device, direction, unit), st in (curves or {}).items():
             self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
 
@@ -232,7 +255,8 @@ class PassiveDetector:
         for group in groups:
             members = [m for m in group if m in by_device]
             if len(members) >= 2:
-                out += self._judge_peers(members, evidence)
+                out += self._judge_peers(tuple(group), members, evidence)
+        self.evidence.forget_groups_but(tuple(g) for g in groups)
         out += self._together(groups)
         if windows:
             now = max(w.end for w in windows)
@@ -372,7 +396,7 @@ class PassiveDetector:
         return max(math.log(self.p.shift_ratio), wander + math.log(self.p.shift_margin))
 
     # -- peers --------------------------------------------------------------------------------
-    def _judge_peers(self, members: list[str], evidence: dict) -> list[Transition]:
+    def _judge_peers(self, group: tuple, members: list[str], evidence: dict) -> list[Transition]:
         out = []
         scores: dict[str, tuple[float, float]] = {}
         for direction in DIRECTIONS:
@@ -389,6 +413,8 @@ class PassiveDetector:
                 score = (math.log(max(f.await_ms, 1e-6) / peer_await), f.await_ms - peer_await)
                 if m not in scores or score[0] > scores[m][0]:
                     scores[m] = score
+        self.evidence.add(group, {m: score[0] for m, score in scores.items()})
+        pair = len(group) < self.evidence.p.min_members
         for m, score in scores.items():
             d = self._dev(m)
             d.peer_log.add(score[0])
@@ -399,19 +425,35 @@ class PassiveDetector:
             severe = len(recent) >= self.p.severe_windows and sum(
                 1 for lr, ex in recent if lr >= math.log(self.p.severe_ratio) and ex >= self.p.floor_ms
             ) >= self.p.raise_fraction * self.p.severe_windows
-            persistent = len(d.peer_log) >= self.p.peer_min_windows and \
+            persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
                 med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms
-            if "peers" not in d.flagged and (severe or persistent):
-                peers = sorted(x for x in members if x != m)
-                ev = {"ratio": round(math.exp(med_log if persistent else _median([r for r, _ in recent])), 2),
-                      "excess_ms": round(med_excess, 3), "peers": peers, "windows": len(d.peer_log),
-                      "rule": "persistent" if persistent else "severe"}
-                out.append(self._raise(m, d, "peers", ev,
-                                       f"{m} is {ev['ratio']:.1f}x slower than its peers {', '.join(peers)} "
-                                       f"at comparable load (median over {ev['windows']} windows)"))
-            elif "peers" in d.flagged and not severe and med_log < math.log(self.p.peer_clear_ratio):
-                out.append(self._clear(m, d, "peers", "back in line with its peers"))
+            named = not pair and self.evidence.named(m)
+            peers = sorted(x for x in members if x != m)
+            if "peers" not in d.flagged and (severe or persistent or named):
+                if named and not severe:
+                    ev = self._evidence_ev(m, peers, med_excess)
+                    summary = _evidence_summary(m, ev, self.p.window_seconds * self.p.evidence_block_windows)
+                else:
+                    ev = {"ratio": round(math.exp(med_log if persistent else _median([r for r, _ in recent])), 2),
+                          "excess_ms": round(med_excess, 3), "peers": peers, "windows": len(d.peer_log),
+                          "rule": "persistent" if persistent else "severe"}
+                    summary = (f"{m} is {ev['ratio']:.1f}x slower than its peers {', '.join(peers)} at comparable "
+                               f"load (median over {ev['windows']} windows)")
+                out.append(self._raise(m, d, "peers", ev, summary))
+            elif "peers" in d.flagged and not severe:
+                rule = d.flagged["peers"].get("rule")
+                e = self.evidence.members.get(m)
+                if rule == "evidence" and (e is None or e.score <= 0.0):
+                    out.append(self._clear(m, d, "peers", "its evidence against its peers drained: in line for hours"))
+                elif rule != "evidence" and not named and med_log < math.log(self.p.peer_clear_ratio):
+                    out.append(self._clear(m, d, "peers", "back in line with its peers"))
         return out
+
+    def _evidence_ev(self, m: str, peers: list[str], excess_ms: float) -> dict:
+        e = self.evidence.members[m]
+        return {"ratio": round(e.ratio, 3), "excess_ms": round(excess_ms, 3), "peers": peers, "rule": "evidence",
+                "score": round(e.score, 1), "threshold": self.evidence.p.threshold, "blocks_above": e.blocks_above,
+                "blocks": e.blocks, "stray_ratio": round(math.exp(e.scale), 3), "windows": e.blocks}
 
     def _together(self, groups) -> list[Transition]:
         """Every member of a group slow against its own normal at once: the array, controller or host."""
@@ -510,14 +552,26 @@ class PassiveDetector:
                 ratio["iops"] = d.last_total[0] / cap[0]
             if cap[1]:
                 ratio["bandwidth"] = d.last_total[1] / cap[1]
+            e = self.evidence.members.get(name)
             out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
-                                  tuple(sorted(d.flagged)), cap, ratio))
+                                  tuple(sorted(d.flagged)), cap, ratio, dataclasses.replace(e) if e else None,
+                                  self.evidence.p.threshold if e else None))
         return tuple(out)
 
     def curves_state(self) -> dict:
         """(device, direction, unit) -> JSON-able curve, for the state database."""
         return {(name, direction, unit): c.to_state()
                 for name, d in self.devices.items() for (direction, unit), c in d.curves.items() if c.bins}
+
+
+def _evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
+    hours = block_seconds / 3600
+    peers = ev["peers"]
+    named = ", ".join(peers) if len(peers) <= 3 else f"{len(peers)} peers ({', '.join(peers[:2])}, ...)"
+    return (f"{device} has been {ev['ratio']:.2f}x as slow as its {named} at comparable "
+            f"load: above them in {ev['blocks_above']} of {ev['blocks']} blocks of {hours:g} h, evidence "
+            f"{ev['score']:.1f} past the threshold {ev['threshold']:g} (in strays of healthy drives here, "
+            f"{(ev['stray_ratio'] - 1) * 100:.1f} %)")
 
 
 def _self_summary(device: str, ev: dict) -> str:

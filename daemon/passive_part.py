@@ -64,10 +64,14 @@ class PassiveWatch:
         self.devices_fn = devices_fn          # kernel name -> BlockDevice (the settings poller's view)
         self.state = state
         self.on_verdict = on_verdict          # (transition, kernel name): the core hands it to Health
+        saved = [(ident, metric, st) for ident, profile, metric, _, st in state.load_baselines()
+                 if profile == PASSIVE_PROFILE]
         curves = {(ident, metric.split(":")[1], metric.split(":")[2]): st
-                  for ident, profile, metric, _, st in state.load_baselines()
-                  if profile == PASSIVE_PROFILE and metric.startswith("curve:")}
+                  for ident, metric, st in saved if metric.startswith("curve:")}
         self.detector = PassiveDetector(params, curves)
+        for ident, metric, st in saved:   # the evidence against its peers a drive had accumulated
+            if metric == "evidence":
+                self.detector.evidence.load_state(ident, st)
         self._load_capability()
         self._start: diskstats.DiskSample | None = None
         self._lock = threading.Lock()
@@ -131,6 +135,8 @@ class PassiveWatch:
         now = time.time()
         for (ident, direction, unit), st in self.detector.curves_state().items():
             self.state.save_baseline(ident, PASSIVE_PROFILE, f"curve:{direction}:{unit}", now, st)
+        for ident in self.detector.evidence.members:
+            self.state.save_baseline(ident, PASSIVE_PROFILE, "evidence", now, self.detector.evidence.to_state(ident))
         # the latest verdicts, for `iowarden status` (a separate process reading the database)
         for name, ident, v in self.views:
             self.state.save_baseline(ident, PASSIVE_PROFILE, "view", now, {

@@ -35,7 +35,7 @@ class Line:
 def parse_lines(path: str, text: str) -> list[Line]:
     """Every line checked: an error names FILE:LINE and the key, nothing is guessed."""
     out, last = [], {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(text.split("\n"), 1):
         if not raw.strip():
             continue
         try:
@@ -151,7 +151,14 @@ def peer_groups(lines: list[Line]) -> list[tuple[str, ...]]:
 
 def replay_passive(lines: list[Line], params: PassiveParams = PassiveParams()) -> list[dict]:
     """The alert intervals: {"device", "start", "end", "severity", "kind"} (end None while open)."""
-    detector = PassiveDetector(params)
+    return replay(lines, params)[0]
+
+
+def replay(lines: list[Line], params: PassiveParams = PassiveParams(),
+           record_blocks: bool = False) -> tuple[list[dict], PassiveDetector]:
+    """The alert intervals, and the detector as the replay left it (its views, its evidence; with
+    record_blocks, every block of peer evidence it closed, for tuning)."""
+    detector = PassiveDetector(params, record_blocks=record_blocks)
     groups = peer_groups(lines)
     open_: dict = {}
     out: list[dict] = []
@@ -164,4 +171,29 @@ def replay_passive(lines: list[Line], params: PassiveParams = PassiveParams()) -
                 out.append(open_[key])
             elif t.state == "cleared" and key in open_:
                 open_.pop(key)["end"] = end
-    return out
+    return out, detector
+
+
+def explain(detector: PassiveDetector, intervals: list[dict]) -> list[dict]:
+    """Per device, the statistics the detector judged, for `replay --passive --explain`: against its peers
+    the last block's latency over theirs at comparable load, the host's stray it is measured in, the blocks
+    it sat above them, the accumulated evidence (now and at its peak) against the threshold; against itself
+    the last window's latency over its normal at that load; and what it was named for."""
+    threshold = detector.evidence.p.threshold
+    named = defaultdict(set)
+    for i in intervals:
+        named[i["device"]].add(i["kind"])
+    rows = []
+    for v in detector.views():
+        e = v.evidence
+        rows.append({
+            "device": v.device,
+            "peer_ratio": round(e.ratio, 3) if e and e.ratio is not None else None,
+            "stray_percent": round((math.exp(e.scale) - 1) * 100, 1) if e and e.scale is not None else None,
+            "blocks_above": e.blocks_above if e else None, "blocks": e.blocks if e else None,
+            "evidence": round(e.score, 1) if e else None, "evidence_peak": round(e.peak_score, 1) if e else None,
+            "threshold": threshold,
+            "self_ratio": round(max(v.slowdown_ratio.values()), 2) if v.slowdown_ratio else None,
+            "named": sorted(named[v.device]),
+        })
+    return rows

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 
 from iowarden.probes.common import printable
 
-CELL_MAX_CHARS = 120
+CELL_MAX_CHARS = 300
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

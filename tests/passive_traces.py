@@ -57,8 +57,10 @@ def device_trace(seed: int, windows: int, slow_from: int | None = None, factor: 
         yield window(device, i, load, ms)
 
 
-def peer_trace(seed: int, windows: int, members: int = 4, slow: dict | None = None, slow_from: int = 0):
-    """Members of one array carrying the same load; `slow` maps member index -> latency factor."""
+def peer_trace(seed: int, windows: int, members: int = 4, slow: dict | None = None, slow_from: int = 0,
+               shift: tuple[int, int, float] | None = None):
+    """Members of one array carrying the same load; `slow` maps member index -> latency factor; `shift`
+    (start, end, factor) moves every member's latency together, as a change of workload does."""
     rng = random.Random(seed)
     for i in range(windows):
         load = load_at(i, rng)
@@ -67,5 +69,7 @@ def peer_trace(seed: int, windows: int, members: int = 4, slow: dict | None = No
             ms = noisy(curve_ms(load), rng)
             if slow and i >= slow_from:
                 ms *= slow.get(m, 1.0)
+            if shift and shift[0] <= i < shift[1]:
+                ms *= shift[2]
             batch.append(window(f"sd{chr(97 + m)}", i, load * math.exp(rng.gauss(0, 0.05)), ms))
         yield batch

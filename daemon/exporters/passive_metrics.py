@@ -24,7 +24,17 @@ def passive_families(s):
                                "characterize` measured on the volume", labels=labels)
     load = GaugeMetricFamily("iowarden_passive_load_ratio", "The last window's load over the volume's characterized "
                              "capability (1 = at it; the headroom is what is left)", labels=labels + ["resource"])
+    evidence = GaugeMetricFamily("iowarden_passive_peer_evidence", "Accumulated evidence that the drive is slower "
+                                 "than its peers (groups of three or more): hours above them, in units of how far "
+                                 "healthy drives of the group stray, past the allowance; SlowMember at the threshold",
+                                 labels=labels)
+    evidence_threshold = GaugeMetricFamily("iowarden_passive_peer_evidence_threshold", "The evidence that names a "
+                                           "drive slower than its peers (passive.evidence_threshold)")
+    threshold = None
     for name, ident, v in s.passive:
+        if v.evidence is not None:
+            evidence.add_metric([name, ident], v.evidence.score)
+            threshold = v.evidence_threshold
         lab = [name, ident]
         if v.capability[0]:
             cap_iops.add_metric(lab, v.capability[0])
@@ -43,4 +53,6 @@ def passive_families(s):
             peer.add_metric(lab, v.peer_ratio)
         for kind in KINDS:
             state.add_metric(lab + [kind], 1 if kind in v.flagged else 0)
-    yield from (ratio, expected, learned, peer, state, cap_iops, cap_bw, load)
+    if threshold is not None:
+        evidence_threshold.add_metric([], threshold)
+    yield from (ratio, expected, learned, peer, evidence, evidence_threshold, state, cap_iops, cap_bw, load)

@@ -1,0 +1,142 @@
+"""Evidence over time against the peers: how long a drive has stayed slower than the drives beside it,
+in units of how far healthy drives of the same host stray.
+
+A drive at 1.2-1.6x its peers at the same load, for days, is the commonest fail-slow in the field
+(the Perseus traces' cluster C); a healthy drive of a noisy host strays as far for an hour (cluster J's
+daily medians reach 1.35x). Distance alone cannot tell them apart; distance measured against the
+host's own spread, and accumulated over time, can:
+
+1. Every window, each member's log latency over the median of its peers (the caller's score, at
+   comparable load) is kept for the current block.
+2. A block closes every `block_windows` windows of the group (an hour at 15 s). Each member's block
+   median is its deviation; the group's spread is 1.4826 x the MAD of the members' medians (robust
+   to the few sick ones), and the scale the median spread of the last `spread_blocks` blocks (a
+   day's worth of how far healthy drives of this host stray), never below `scale_floor`.
+3. z = (member's median - group's median) / scale, and a one-sided CUSUM per member:
+   score = min(cap, max(0, score + z - allowance)). A drive is named when its score reaches
+   `threshold`: `allowance` standard strays an hour beyond normal, for threshold / (z - allowance)
+   hours. A healthy drive's excursions are mostly below the allowance and drain the score.
+
+Tuned on the development traces (bench/passive_perseus.py: every point of a grid of allowance and
+floor, the threshold halfway, in log, between the highest score a healthy drive reached and the
+lowest a slow one did) and checked leave-one-cluster-out. Groups of fewer than `min_members` have no
+median to stand for "normal" and are left to the other peer rules.
+
+Pure: no clock, no I/O; bounded: per member one block of floats, per group `spread_blocks` floats.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True)
+class EvidenceParams:
+    block_windows: int = 240       # windows per block: an hour of 15 s windows
+    min_members: int = 3
+    allowance: float = 4.0         # k: strays per block a drive may exceed its peers by for free
+    threshold: float = 8.8         # h: accumulated strays that name the drive
+    scale_floor: float = 0.02      # the smallest stray, in log latency (2 %): below it all is noise
+    spread_blocks: int = 24        # blocks the host's spread is the median of
+    cap_ratio: float = 2.0         # the score stops at cap_ratio x threshold, so a cured drive clears in time
+
+    @property
+    def cap(self) -> float:
+        return self.cap_ratio * self.threshold
+
+
+@dataclass
+class MemberEvidence:
+    """What one drive's verdict rests on, for `replay --explain`, /metrics and the alert."""
+    score: float = 0.0             # the CUSUM, in strays
+    z: float | None = None         # the last block's standardized deviation
+    ratio: float | None = None     # the last block's median latency over its peers', at comparable load
+    scale: float | None = None     # the host's stray (log) the last block was measured in
+    blocks: int = 0                # blocks judged
+    blocks_above: int = 0          # blocks with z over the allowance
+    peak_score: float = 0.0
+
+
+@dataclass
+class _Group:
+    windows: int = 0
+    block: dict = field(default_factory=dict)     # member -> [log ratio, ...] of the current block
+    spreads: deque = field(default_factory=deque)
+
+
+def block_update(score: float, z: float, p: EvidenceParams) -> float:
+    """One block's step of the CUSUM: the one formula the detector and the bench's tuning share."""
+    return min(p.cap, max(0.0, score + z - p.allowance))
+
+
+def standardized(medians: dict[str, float], spreads: deque, p: EvidenceParams) -> tuple[dict[str, float], float]:
+    """Each member's z from the block medians, and the scale used; `spreads` gets this block's spread."""
+    center = statistics.median(medians.values())
+    spreads.append(MAD_TO_SIGMA * statistics.median(abs(v - center) for v in medians.values()))
+    scale = max(p.scale_floor, statistics.median(spreads))
+    return {m: (v - center) / scale for m, v in medians.items()}, scale
+
+
+class PeerEvidence:
+    def __init__(self, params: EvidenceParams = EvidenceParams(), record_blocks: bool = False):
+        """record_blocks: keep every closed block's (group, member medians), for the bench's tuning (unbounded:
+        never in the daemon)."""
+        self.p = params
+        self.groups: dict[tuple, _Group] = {}
+        self.members: dict[str, MemberEvidence] = {}
+        self.recorded: list | None = [] if record_blocks else None
+
+    def add(self, group: tuple[str, ...], log_ratios: dict[str, float]) -> dict[str, MemberEvidence]:
+        """One window's scores of a group's members (those with evidence at comparable load). Returns the
+        members whose evidence moved (a block closed), else nothing."""
+        if len(group) < self.p.min_members:
+            return {}
+        g = self.groups.get(group)
+        if g is None:
+            g = self.groups[group] = _Group(spreads=deque(maxlen=self.p.spread_blocks))
+        for m, x in log_ratios.items():
+            g.block.setdefault(m, []).append(x)
+        g.windows += 1
+        if g.windows < self.p.block_windows:
+            return {}
+        medians = {m: statistics.median(xs) for m, xs in g.block.items() if len(xs) >= self.p.block_windows // 2}
+        g.windows, g.block = 0, {}
+        if len(medians) < self.p.min_members:
+            return {}
+        if self.recorded is not None:
+            self.recorded.append((group, medians))
+        zs, scale = standardized(medians, g.spreads, self.p)
+        moved = {}
+        for m, z in zs.items():
+            e = self.members.setdefault(m, MemberEvidence())
+            e.score = block_update(e.score, z, self.p)
+            e.z, e.scale, e.ratio = z, scale, math.exp(z * scale)
+            e.blocks += 1
+            e.blocks_above += z > self.p.allowance
+            e.peak_score = max(e.peak_score, e.score)
+            moved[m] = e
+        return moved
+
+    def named(self, member: str) -> bool:
+        e = self.members.get(member)
+        return e is not None and e.score >= self.p.threshold
+
+    def forget_groups_but(self, groups) -> None:
+        """Groups that no longer exist (a member gone or added) stop costing memory; members keep scores."""
+        for key in set(self.groups) - set(groups):
+            del self.groups[key]
+
+    def to_state(self, member: str) -> dict | None:
+        e = self.members.get(member)
+        return None if e is None else {"score": e.score, "blocks": e.blocks, "blocks_above": e.blocks_above,
+                                       "peak_score": e.peak_score}
+
+    def load_state(self, member: str, st: dict) -> None:
+        e = self.members.setdefault(member, MemberEvidence())
+        e.score = min(self.p.cap, max(0.0, float(st.get("score", 0.0))))
+        e.blocks, e.blocks_above = int(st.get("blocks", 0)), int(st.get("blocks_above", 0))
+        e.peak_score = float(st.get("peak_score", e.score))
