@@ -3,7 +3,6 @@
 Synthetic traces of the cluster C shape, a fake clock (window numbers), no root.
 """
 import math
-import sys
 
 import pytest
 
@@ -121,3 +120,43 @@ def test_memory_per_device_is_bounded_over_a_simulated_month():
     week, whole = sizes[7 * 288], sizes[month]
     print(f"elements held: {week} after a week, {whole} after a month ({whole / 12:.0f} per drive)")
     assert whole <= week * 1.05, sizes
+
+
+def _slow_host_file(tmp_path, hours=8):
+    import json
+    lines = []
+    for batch in pt.peer_trace(9, hours * HOUR, members=12, slow={0: 1.3}):
+        for w in batch:
+            f = w.flows["read"]
+            lines.append(json.dumps({"timestamp": w.end, "disk_device": w.device, "r/s": f.iops,
+                                     "rkB/s": f.kib_per_second, "r_await": f.await_ms}))
+    path = tmp_path / "host.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_replay_explain_shows_what_each_drive_was_judged_on(tmp_path, capsys):
+    import json
+    from iowarden.daemon import cli
+    path = _slow_host_file(tmp_path)
+    assert cli.main(["replay", "--passive", str(path), "--explain", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["device"]: r for r in out["explain"]}
+    assert rows["sda"]["named"] == ["peers"] and rows["sda"]["evidence_peak"] >= rows["sda"]["threshold"]
+    assert 1.2 <= rows["sda"]["peer_ratio"] <= 1.4 and rows["sda"]["blocks_above"] >= 2
+    assert all(r["evidence_peak"] < r["threshold"] and not r["named"] for d, r in rows.items() if d != "sda")
+    assert [a["device"] for a in out["alerts"]] == ["sda"]
+    assert cli.main(["replay", "--passive", str(path), "--explain"]) == 0
+    table = capsys.readouterr().out
+    assert "evidence" in table and "threshold" in table and "sda" in table
+
+
+def test_the_evidence_is_a_gauge_beside_its_threshold():
+    from types import SimpleNamespace
+    from iowarden.daemon.exporters.passive_metrics import passive_families
+    det, _ = _run(pt.peer_trace(10, 4 * HOUR, members=12, slow={0: 1.3}))
+    snap = SimpleNamespace(passive=[(v.device, f"wwn-{v.device}", v) for v in det.views()])
+    fams = {f.name: f for f in passive_families(snap)}
+    score = {s.labels["device"]: s.value for s in fams["iowarden_passive_peer_evidence"].samples}
+    assert set(score) == set(TWELVE) and score["sda"] > 0 and score["sdb"] == 0
+    assert fams["iowarden_passive_peer_evidence_threshold"].samples[0].value == PassiveParams().evidence_threshold
