@@ -69,6 +69,8 @@ class PassiveParams:
     peer_min_windows: int = 40
     severe_ratio: float = 4.0
     severe_windows: int = 12
+    severe_group_windows: int = 40  # in a group of three or more: a noisy host's healthy drives reach 4x
+                                    # their peers in 8 of 12 windows (Perseus cluster J); 10 minutes, then
     comparable_load: float = 2.0    # a device carrying more than twice its peers' load is not compared
     saturation_windows: int = 6
     saturation_cv: float = 0.05     # "flat": throughput within 5 % across the windows
@@ -169,7 +171,8 @@ class _Device:
     self_count: int = 0
     peer_log: RollingMedian | None = None                 # log(latency / peers' median), recent windows
     peer_excess: RollingMedian | None = None              # latency - peers' median, ms
-    peer_recent: deque = field(default_factory=deque)     # (log ratio, excess ms), the last severe_windows
+    peer_recent: deque = field(default_factory=deque)     # (log ratio, excess ms), the last severe windows
+    window_ratio: float | None = None                     # this window's worst latency over its normal
     sat_ring: deque = field(default_factory=deque)        # (iops, kib/s, queue, util, await) or None
     flagged: dict = field(default_factory=dict)           # kind -> evidence while raised
     last_traffic: float | None = None
@@ -220,6 +223,7 @@ class PassiveDetector:
         self.devices: dict[str, _Device] = {}
         self.capability: dict[str, tuple] = {}   # device -> (IOPS, bytes/s) a characterisation measured
         self.evidence = PeerEvidence(params.evidence(), record_blocks)
+        self.group_slow: dict[tuple, deque] = {}   # group -> this past hour: was the members' median acutely slow
         for (device, direction, unit), st in (curves or {}).items():
             self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
 
@@ -231,7 +235,8 @@ class PassiveDetector:
                                                shift_seen=deque(maxlen=self.p.shift_history),
                                                peer_log=RollingMedian(self.p.peer_windows),
                                                peer_excess=RollingMedian(self.p.peer_windows),
-                                               peer_recent=deque(maxlen=self.p.severe_windows),
+                                               peer_recent=deque(maxlen=max(self.p.severe_windows,
+                                                                            self.p.severe_group_windows)),
                                                sat_ring=deque(maxlen=self.p.saturation_windows))
         return d
 
@@ -248,8 +253,9 @@ class PassiveDetector:
         evidence = {w.device: {d: f for d, f in w.flows.items() if f.is_evidence(w.seconds, self.p)}
                     for w in windows}
         common = self._common_shift(groups)
+        common_now = self._common_now(groups)
         for w in windows:
-            out += self._judge_self(w, evidence[w.device], common.get(w.device, 0.0))
+            out += self._judge_self(w, evidence[w.device], common.get(w.device, 0.0), common_now.get(w.device, 1.0))
             out += self._judge_saturation(w, evidence[w.device])
         by_device = {w.device: w for w in windows}
         for group in groups:
@@ -323,8 +329,26 @@ class PassiveDetector:
                     out[m] = max(0.0, statistics.median(others))
         return out
 
-    def _judge_self(self, w: Window, flows: dict, common_shift: float = 0.0) -> list[Transition]:
+    def _common_now(self, groups) -> dict[str, float]:
+        """Per member of a group of three or more, the group's median latency over the members' own normals in
+        the last window (>= 1): how far a change of workload moved the whole group (a median: one slow member
+        does not move it). An acute window of one member counts beyond it, so drives that move together stay
+        quiet (_together judges the group as a whole)."""
+        out = {}
+        for group in groups:
+            if len(group) < 3:
+                continue
+            now = [self.devices[m].window_ratio for m in group
+                   if m in self.devices and self.devices[m].window_ratio is not None]
+            if len(now) >= 3:
+                common = max(1.0, statistics.median(now))
+                out.update({m: common for m in group})
+        return out
+
+    def _judge_self(self, w: Window, flows: dict, common_shift: float = 0.0,
+                    common_ratio: float = 1.0) -> list[Transition]:
         d = self._dev(w.device)
+        d.window_ratio = None
         if not flows:
             return []
         d.last_traffic = w.end
@@ -347,6 +371,7 @@ class PassiveDetector:
                 if excess >= self.p.floor_ms or ratio < 1:
                     worst_log = max(worst_log, math.log(ratio))
                 slow = ratio >= self.p.self_ratio and f.await_ms >= normal.high_ms and excess >= self.p.floor_ms
+                d.window_ratio = max(d.window_ratio or 0.0, ratio)
                 if slow or ratio >= self.p.shift_ratio:
                     slow_dirs[direction] = (f, normal, ratio, unit, load)
             # an acutely slow window is never learned (it lies above the bin's p99 anyway, so its normal
@@ -355,7 +380,7 @@ class PassiveDetector:
                 curve.learn(load, f.await_ms, weight)
         if not judged:
             return []
-        d.self_ring.append(any(r >= self.p.self_ratio for _, _, r, _, _ in slow_dirs.values()))
+        d.self_ring.append(any(r / common_ratio >= self.p.self_ratio for _, _, r, _, _ in slow_dirs.values()))
         if worst_log > -math.inf:
             d.self_log.add(worst_log)
         acute = len(d.self_ring) >= self.p.self_windows and \
@@ -379,7 +404,8 @@ class PassiveDetector:
                   "slow_windows": sum(d.self_ring) if acute else len(d.self_log),
                   "of_windows": len(d.self_ring) if acute else len(d.self_log)}
             return [self._raise(w.device, d, "self", ev, _self_summary(w.device, ev))]
-        if "self" in d.flagged and sum(d.self_ring) <= self.p.clear_fraction * len(d.self_ring) and \
+        if "self" in d.flagged and d.flagged["self"].get("rule") != "together" and \
+                sum(d.self_ring) <= self.p.clear_fraction * len(d.self_ring) and \
                 (len(d.self_log) == 0 or d.self_log.median() < math.log(self.p.shift_clear_ratio)
                  + max(0.0, (self._shift_limit(d) or 0.0) - math.log(self.p.shift_ratio))):
             return [self._clear(w.device, d, "self", "latency back on its normal curve")]
@@ -421,10 +447,11 @@ class PassiveDetector:
             d.peer_excess.add(score[1])
             d.peer_recent.append(score)
             med_log, med_excess = d.peer_log.median(), d.peer_excess.median()
-            recent = d.peer_recent
-            severe = len(recent) >= self.p.severe_windows and sum(
+            n = self.p.severe_windows if pair else self.p.severe_group_windows
+            recent = list(d.peer_recent)[-n:]
+            severe = len(recent) >= n and sum(
                 1 for lr, ex in recent if lr >= math.log(self.p.severe_ratio) and ex >= self.p.floor_ms
-            ) >= self.p.raise_fraction * self.p.severe_windows
+            ) >= self.p.raise_fraction * n
             persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
                 med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms
             named = not pair and self.evidence.named(m)
@@ -456,13 +483,18 @@ class PassiveDetector:
                 "blocks": e.blocks, "stray_ratio": round(math.exp(e.scale), 3), "windows": e.blocks}
 
     def _together(self, groups) -> list[Transition]:
-        """Every member of a group slow against its own normal at once: the array, controller or host."""
+        """Every member of a group slow against its own normal at once: the array, controller or host.
+
+        A pair: both flagged slow on their own, said so. Three or more: the members' median acutely slow
+        (self_ratio) in most of the last hour's windows raises every member as one finding, and clears when
+        it is so in few; a change of workload that moves them together for less long raises nothing.
+        """
         out = []
         for group in groups:
-            if len(group) < 2:
-                continue
             ds = [self.devices.get(m) for m in group]
-            if all(d is not None and "self" in d.flagged for d in ds):
+            if len(group) >= 3:
+                out += self._together_group(tuple(group), ds)
+            elif len(group) == 2 and all(d is not None and "self" in d.flagged for d in ds):
                 for m, d in zip(group, ds):
                     ev = d.flagged["self"]
                     if not ev.get("together"):
@@ -470,6 +502,32 @@ class PassiveDetector:
                         out.append(Transition("self", m, "updated", "warning",
                                               f"every member of {', '.join(sorted(group))} slowed together: the "
                                               "array, controller or host, not one member", dict(ev)))
+        for key in set(self.group_slow) - {tuple(g) for g in groups}:
+            del self.group_slow[key]
+        return out
+
+    def _together_group(self, group: tuple, ds: list) -> list[Transition]:
+        now = [d.window_ratio for d in ds if d is not None and d.window_ratio is not None]
+        if len(now) * 2 < len(group):
+            return []
+        ring = self.group_slow.setdefault(group, deque(maxlen=self.p.shift_windows))
+        ring.append(statistics.median(now) >= self.p.self_ratio)
+        slow = sum(ring)
+        out = []
+        if len(ring) == ring.maxlen and slow >= self.p.raise_fraction * len(ring):
+            ratio = statistics.median(now)
+            for m, d in zip(group, ds):
+                if d is not None and "self" not in d.flagged:
+                    ev = {"rule": "together", "together": sorted(group), "ratio": round(ratio, 2),
+                          "slow_windows": slow, "of_windows": len(ring)}
+                    out.append(self._raise(m, d, "self", ev, (
+                        f"every member of {', '.join(sorted(group))} slowed together, {ratio:.1f}x its own "
+                        f"normal in {slow} of the last {len(ring)} windows: the array, controller or host, not "
+                        "one member")))
+        elif slow <= self.p.clear_fraction * len(ring):
+            for m, d in zip(group, ds):
+                if d is not None and d.flagged.get("self", {}).get("rule") == "together":
+                    out.append(self._clear(m, d, "self", "the group is back on its normal curves"))
         return out
 
     # -- saturation ---------------------------------------------------------------------------
