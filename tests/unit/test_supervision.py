@@ -97,3 +97,26 @@ def test_a_cadence_past_threading_timeout_max_waits_without_overflow(running):
     stop.set()
     reg.join(2.0)
     assert not reg.parts["xfs"].thread.is_alive()   # a long wait still ends on the stop
+
+
+def test_the_influxdb_summary_of_the_same_sample_twice_is_no_interval_not_a_crash(tmp_path):
+    """Item 16: after SIGSTOP/SIGCONT the InfluxDB part found the snapshot's sample unchanged and raised
+    "interval must be positive, got 0.0" (the part failed, on every flush until the sampler caught up)."""
+    from types import SimpleNamespace
+
+    from iowarden.daemon.outputs import InfluxOutput
+    from iowarden.probes import diskstats
+    from tests.integration.helpers import free_port
+    line = "   8       0 sda 10 0 80 5 20 0 160 9 0 14 14 0 0 0 0 3 1"
+    sample = diskstats.DiskSample(100.0, diskstats.parse(line))
+    snap = SimpleNamespace(disk_sample=sample, disk_rates={"sda": None}, devices={})
+    c = {"url": f"http://127.0.0.1:{free_port()}", "org": "o", "bucket": "b", "token_file": "", "token_env": "",
+         "spool_max_bytes": 1 << 20, "timeout_seconds": 1.0, "iostat_interval_seconds": 0.0}
+    out = InfluxOutput(c, str(tmp_path), lambda: snap)
+    out.step()
+    out.step()   # the same sample again: on f1018d6, ValueError
+    later = diskstats.DiskSample(101.0, diskstats.parse(line.replace(" 10 0 80", " 20 0 160")))
+    snap.disk_sample = later
+    out.step()
+    spooled = "".join(open(p).read() for p in out.writer.spool.segments())
+    assert spooled.count("iowarden_disk,") == 1 and "r_per_s=10.0" in spooled, spooled
