@@ -224,6 +224,7 @@ class PassiveDetector:
         self.capability: dict[str, tuple] = {}   # device -> (IOPS, bytes/s) a characterisation measured
         self.evidence = PeerEvidence(params.evidence(), record_blocks)
         self.group_slow: dict[tuple, deque] = {}   # group -> this past hour: was the members' median acutely slow
+        self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
         for (device, direction, unit), st in (curves or {}).items():
             self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
 
@@ -331,17 +332,13 @@ class PassiveDetector:
 
     def _common_now(self, groups) -> dict[str, float]:
         """Per member of a group of three or more, the group's median latency over the members' own normals in
-        the last window (>= 1): how far a change of workload moved the whole group (a median: one slow member
-        does not move it). An acute window of one member counts beyond it, so drives that move together stay
-        quiet (_together judges the group as a whole)."""
+        the last window (>= 1; _together_group keeps it): how far a change of workload moved the whole group
+        (a median: one slow member does not move it). An acute window of one member counts beyond it, so
+        drives that move together stay quiet (_together judges the group as a whole)."""
         out = {}
         for group in groups:
-            if len(group) < 3:
-                continue
-            now = [self.devices[m].window_ratio for m in group
-                   if m in self.devices and self.devices[m].window_ratio is not None]
-            if len(now) >= 3:
-                common = max(1.0, statistics.median(now))
+            common = self.group_common.get(tuple(group))
+            if common is not None:
                 out.update({m: common for m in group})
         return out
 
@@ -441,6 +438,7 @@ class PassiveDetector:
                     scores[m] = score
         self.evidence.add(group, {m: score[0] for m, score in scores.items()})
         pair = len(group) < self.evidence.p.min_members
+        log_severe = math.log(self.p.severe_ratio)
         for m, score in scores.items():
             d = self._dev(m)
             d.peer_log.add(score[0])
@@ -450,8 +448,7 @@ class PassiveDetector:
             n = self.p.severe_windows if pair else self.p.severe_group_windows
             recent = list(d.peer_recent)[-n:]
             severe = len(recent) >= n and sum(
-                1 for lr, ex in recent if lr >= math.log(self.p.severe_ratio) and ex >= self.p.floor_ms
-            ) >= self.p.raise_fraction * n
+                1 for lr, ex in recent if lr >= log_severe and ex >= self.p.floor_ms) >= self.p.raise_fraction * n
             persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
                 med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms
             named = not pair and self.evidence.named(m)
@@ -504,18 +501,22 @@ class PassiveDetector:
                                               "array, controller or host, not one member", dict(ev)))
         for key in set(self.group_slow) - {tuple(g) for g in groups}:
             del self.group_slow[key]
+            self.group_common.pop(key, None)
         return out
 
     def _together_group(self, group: tuple, ds: list) -> list[Transition]:
         now = [d.window_ratio for d in ds if d is not None and d.window_ratio is not None]
         if len(now) * 2 < len(group):
+            self.group_common.pop(group, None)   # too few judged to stand for the group
             return []
         ring = self.group_slow.setdefault(group, deque(maxlen=self.p.shift_windows))
-        ring.append(statistics.median(now) >= self.p.self_ratio)
+        median = statistics.median(now)
+        self.group_common[group] = max(1.0, median)
+        ring.append(median >= self.p.self_ratio)
         slow = sum(ring)
         out = []
         if len(ring) == ring.maxlen and slow >= self.p.raise_fraction * len(ring):
-            ratio = statistics.median(now)
+            ratio = median
             for m, d in zip(group, ds):
                 if d is not None and "self" not in d.flagged:
                     ev = {"rule": "together", "together": sorted(group), "ratio": round(ratio, 2),
