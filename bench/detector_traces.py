@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import traces  # noqa: E402
 
-from iowarden.daemon.detect import Detector  # noqa: E402
+from iowarden.daemon.verdicts.detect import Detector  # noqa: E402
 
 
 def first_raise(vals, metric):

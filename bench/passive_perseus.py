@@ -35,9 +35,9 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from iowarden.daemon.passive import PassiveParams  # noqa: E402
-from iowarden.daemon.passive_evidence import EvidenceParams, block_update, standardized  # noqa: E402
-from iowarden.daemon.passive_replay import parse_lines, replay  # noqa: E402
+from iowarden.daemon.passive.detector import PassiveParams  # noqa: E402
+from iowarden.daemon.passive.evidence import EvidenceParams, block_update, standardized  # noqa: E402
+from iowarden.daemon.passive.replay import parse_lines, replay  # noqa: E402
 
 ALLOWANCES = (2.0, 2.5, 3.0, 3.5, 4.0, 5.0)
 FLOORS = (0.02, 0.03, 0.05, 0.08)

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests import passive_traces as pt  # noqa: E402
 
-from iowarden.daemon.passive import PassiveDetector  # noqa: E402
+from iowarden.daemon.passive.detector import PassiveDetector  # noqa: E402
 
 DAY = pt.DAY_WINDOWS
 

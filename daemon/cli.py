@@ -19,10 +19,10 @@ from iowarden.probes.common import ParseError, Roots, parse_size_bytes, printabl
 from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
 from iowarden.probes.fio_run import ProbeLimits, run_probe
 
-from . import config as configmod
-from .discovery import targets_now
-from .state import StateDamaged, StateUnavailable
-from .tables import dumps, table
+from iowarden.daemon import config as configmod
+from iowarden.daemon.sources.discovery import targets_now
+from iowarden.daemon.core.state import StateDamaged, StateUnavailable
+from iowarden.daemon.commands.tables import dumps, table
 
 EX_NOPERM = 77
 
@@ -254,7 +254,7 @@ def cmd_settings(args) -> int:
 # ---- run ------------------------------------------------------------------------------------
 
 def cmd_run(args) -> int:
-    from .runtime import main as run_main
+    from iowarden.daemon.runtime import main as run_main
     return run_main(args.config)
 
 
@@ -308,7 +308,7 @@ def cmd_replay(args) -> int:
         return _replay_passive(args)
     if not args.csv:
         raise ParseError("replay needs a CSV of probe values, or --passive FILE of `iowarden iostat --json` lines")
-    from .detect import DetectorParams, replay
+    from iowarden.daemon.verdicts.detect import DetectorParams, replay
     series = read_series_csv(args.csv)
     params = DetectorParams(warmup_probes=args.warmup) if args.warmup else DetectorParams()
     intervals = replay(series, REPLAY_METRICS[args.metric], params)
@@ -322,8 +322,8 @@ def cmd_replay(args) -> int:
 
 
 def _replay_passive(args) -> int:
-    from .passive import PassiveParams
-    from .passive_replay import explain, parse_lines, replay
+    from iowarden.daemon.passive.detector import PassiveParams
+    from iowarden.daemon.passive.replay import explain, parse_lines, replay
     try:
         with open(args.passive) as f:
             text = f.read()
@@ -362,14 +362,14 @@ def _when(ts: float) -> str:
 # ---- status and baseline ----------------------------------------------------------------------
 
 def cmd_status(args) -> int:
-    from .status import collect, render
+    from iowarden.daemon.commands.status import collect, render
     st = collect(configmod.load(args.config))
     _print(dumps(st) if args.json else render(st, table))
     return 0
 
 
 def cmd_baseline(args) -> int:
-    from .status import baseline_command
+    from iowarden.daemon.commands.status import baseline_command
     _print(baseline_command(configmod.load(args.config), args.action, args.target, args.profile))
     return 0
 
@@ -385,7 +385,7 @@ def cmd_cleanup(args) -> int:
 
 
 def cmd_ack(args) -> int:
-    from .status import ack_command
+    from iowarden.daemon.commands.status import ack_command
     _print(ack_command(configmod.load(args.config), args.alert_id, args.note or ""))
     return 0
 
@@ -461,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="one JSON object per value")
     rp.set_defaults(func=cmd_replay)
 
-    from .characterize_cmd import add_parser as add_characterize
+    from iowarden.daemon.commands.characterize_cmd import add_parser as add_characterize
     add_characterize(sub, positive_seconds)
 
     c = sub.add_parser("check-config", help="validate a configuration file")

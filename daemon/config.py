@@ -33,7 +33,7 @@ class ConfigError(Exception):
 
 
 def listen_address_problem(text: str) -> str | None:
-    from .exporters.http import parse_listen_address
+    from iowarden.daemon.outputs.http import parse_listen_address
     try:
         parse_listen_address(text)
     except ValueError as exc:

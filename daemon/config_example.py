@@ -11,7 +11,7 @@ import json
 import sys
 import textwrap
 
-from .config import DISCOVER_KEYS, PROFILE_KEYS, SECTIONS, TARGET_KEYS, Key
+from iowarden.daemon.config import DISCOVER_KEYS, PROFILE_KEYS, SECTIONS, TARGET_KEYS, Key
 
 HEADER = """\
 # iowarden configuration. Every key is shown with its default value.

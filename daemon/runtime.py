@@ -1,7 +1,7 @@
 """`iowarden run`: wires the parts together and talks to systemd.
 
 Flow: the parts (sampler, pollers, scheduler and its probe workers, passive
-detector, discovery, uevents) post events to the core (core.py), which owns
+detector, discovery, uevents) post events to the core (core/core.py), which owns
 health and the latest results and publishes a snapshot after each batch; the
 exporters read that snapshot. Readiness is
 READY=1 after the first diskstats sample; WATCHDOG=1 is sent only while no part
@@ -23,23 +23,23 @@ from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots, printable
 from iowarden.probes.fio_run import end_leftover_probes
 
-from . import config as configmod
-from .config import Target
-from .core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
-from .discovery import discover
-from .detect import DetectorParams
-from .health import Health
-from .exporters.http import WebConfigError
-from .inventory import Inventory
-from .exporters import influx
-from .outputs import InfluxOutput, start_prometheus
-from .passive import PassiveParams
-from .passive_part import PassiveWatch
-from .pollers import SettingsPoller, XfsPoller
-from .registry import Registry
-from .sampler import Sampler
-from .scheduler import Scheduler
-from .state import State, StateUnavailable
+from iowarden.daemon import config as configmod
+from iowarden.daemon.config import Target
+from iowarden.daemon.core.core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
+from iowarden.daemon.sources.discovery import discover
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.outputs.http import WebConfigError
+from iowarden.daemon.sources.inventory import Inventory
+from iowarden.daemon.outputs import influx
+from iowarden.daemon.outputs.wiring import InfluxOutput, start_prometheus
+from iowarden.daemon.passive.detector import PassiveParams
+from iowarden.daemon.passive.part import PassiveWatch
+from iowarden.daemon.sources.settings import SettingsPoller, XfsPoller
+from iowarden.daemon.registry import Registry
+from iowarden.daemon.sources.sampler import Sampler
+from iowarden.daemon.probing.scheduler import Scheduler
+from iowarden.daemon.core.state import State, StateUnavailable
 
 log = logging.getLogger("iowarden")
 STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, exit well within 5 s

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iowarden.daemon.characterize import BANDWIDTH_BOUND_SHARE, BS_STEPS
+from iowarden.daemon.commands.characterize import BANDWIDTH_BOUND_SHARE, BS_STEPS
 from tests.integration.helpers import blkio_cap as cap
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

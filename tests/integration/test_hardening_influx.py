@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from iowarden.daemon.exporters.influx import InfluxWriter, line
+from iowarden.daemon.outputs.influx import InfluxWriter, line
 from tests.integration import servers
 from tests.integration.helpers import config_text, free_port, wait_for
 

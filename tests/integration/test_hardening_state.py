@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from iowarden.daemon.state import State
+from iowarden.daemon.core.state import State
 from tests.conftest import LoopXfs
 from tests.integration.helpers import config_text, free_port, rows, wait_for
 

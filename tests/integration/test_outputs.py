@@ -15,7 +15,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from iowarden.daemon.exporters import influx
+from iowarden.daemon.outputs import influx
 from tests.integration import servers
 from tests.integration.helpers import config_text, free_port, read_iops_cap, rows, wait_for
 

@@ -63,7 +63,7 @@ def test_deb_and_rpm_hold_the_same_files(packages):
                  "/usr/share/iowarden/grafana/iowarden-dashboard.json", "/usr/lib/iowarden/venv/bin/iowarden",
                  "/usr/share/man/man8/iowarden.8.gz"):
         assert path in deb, path
-    assert any("/site-packages/iowarden/daemon/exporters/prometheus.py" in p for p in deb)
+    assert any("/site-packages/iowarden/daemon/outputs/prometheus.py" in p for p in deb)
     control = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Depends"], capture_output=True,
                              text=True).stdout
     assert "fio" in control and "xfsprogs" in control
@@ -99,8 +99,8 @@ def test_pip_install_gives_a_console_script(tmp_path):
     assert r.returncode == 0, r.stderr
     # every module of the installed package imports (a subpackage missing from the wheel would not)
     r = subprocess.run([str(venv / "bin/python"), "-c", "import iowarden.daemon.runtime, "
-                        "iowarden.daemon.exporters.prometheus, iowarden.daemon.exporters.http, "
-                        "iowarden.daemon.exporters.influx"], capture_output=True, text=True)
+                        "iowarden.daemon.outputs.prometheus, iowarden.daemon.outputs.http, "
+                        "iowarden.daemon.outputs.influx"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 

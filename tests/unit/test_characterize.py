@@ -1,7 +1,7 @@
 """The characterize policy: the plan, its budget, the knee and the IOPS-to-bandwidth turn, on numbers."""
 import pytest
 
-from iowarden.daemon import characterize as ch
+from iowarden.daemon.commands import characterize as ch
 
 
 def qd_points(cap=2000.0, per_io_seconds=0.0004):
@@ -99,7 +99,7 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
     import numpy as np
     from matplotlib.image import imread
 
-    from iowarden.daemon import characterize_plots as cp
+    from iowarden.daemon.commands import characterize_plots as cp
     pts = qd_points(cap=20000.0)
     pts += [ch.Point("bs", b, min(2000, 2 ** 25 / b), min(2000 * b, 2 ** 25), None, None, None) for b in ch.BS_STEPS]
     pts += [ch.Point("working-set", w << 20, i, 0, None, None, None) for w, i in ((64, 3.7e5), (128, 3.4e5), (256, 1.7e4))]

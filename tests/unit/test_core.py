@@ -18,12 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from iowarden.daemon.core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
-from iowarden.daemon.detect import DetectorParams
-from iowarden.daemon.health import Health
-from iowarden.daemon.passive import Transition
+from iowarden.daemon.core.core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.passive.detector import Transition
 from iowarden.daemon.registry import Registry
-from iowarden.daemon.state import State
+from iowarden.daemon.core.state import State
 from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
 from iowarden.probes.common import Roots
 from iowarden.probes.fio_run import ProbeResult

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from iowarden.daemon.detect import Detector, DetectorParams, replay
+from iowarden.daemon.verdicts.detect import Detector, DetectorParams, replay
 from tests import traces
 
 SEEDS = range(100)

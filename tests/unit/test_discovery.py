@@ -2,7 +2,7 @@
 import pytest
 
 from iowarden.daemon import config
-from iowarden.daemon.discovery import match, read_mounts, read_only_matches, targets_now
+from iowarden.daemon.sources.discovery import match, read_mounts, read_only_matches, targets_now
 from iowarden.probes.common import Roots
 
 PROFILES = """

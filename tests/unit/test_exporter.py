@@ -4,19 +4,19 @@ import subprocess
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from iowarden.daemon.exporters import influx
-from iowarden.daemon.exporters.http import WebConfigError, load_web_config, parse_listen_address
-from iowarden.daemon.exporters.prometheus import LATENCY_BUCKETS_SECONDS, SnapshotCollector, rebucket
+from iowarden.daemon.outputs import influx
+from iowarden.daemon.outputs.http import WebConfigError, load_web_config, parse_listen_address
+from iowarden.daemon.outputs.prometheus import LATENCY_BUCKETS_SECONDS, SnapshotCollector, rebucket
 from iowarden.daemon.registry import PartStats
-from iowarden.daemon.scheduler import BudgetStatus
-from iowarden.daemon.snapshot import AlertView, BaselineView, ProbeView, Snapshot
+from iowarden.daemon.probing.scheduler import BudgetStatus
+from iowarden.daemon.core.snapshot import AlertView, BaselineView, ProbeView, Snapshot
 from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
 from iowarden.probes.fio_run import ProbeResult
 from tests.conftest import FIXTURES
 
 
-from iowarden.daemon.passive import PassiveDetector, PassiveParams, Window  # noqa: E402
-from iowarden.daemon.passive_part import peer_groups  # noqa: E402
+from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window  # noqa: E402
+from iowarden.daemon.passive.part import peer_groups  # noqa: E402
 
 def snapshot(tree):
     rep = fio.parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
@@ -163,7 +163,7 @@ def test_spool_bounds_and_order(tmp_path):
 
 def test_basic_auth_bounds_the_hashing_a_client_can_cause():
     import bcrypt
-    from iowarden.daemon.exporters.http import FAILED_AUTH_PER_SOURCE, FAILED_AUTH_WINDOW_SECONDS, BasicAuth
+    from iowarden.daemon.outputs.http import FAILED_AUTH_PER_SOURCE, FAILED_AUTH_WINDOW_SECONDS, BasicAuth
     now = [0.0]
     auth = BasicAuth({"prometheus": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))}, clock=lambda: now[0])
     assert not auth.remembered("prometheus", b"right")

@@ -1,12 +1,12 @@
-"""iowarden's own text exposition (exporters/exposition.py) is byte for byte prometheus_client's."""
+"""iowarden's own text exposition (outputs/exposition.py) is byte for byte prometheus_client's."""
 import re
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily,
                                     SummaryMetricFamily)
 
-from iowarden.daemon.exporters.exposition import render
-from iowarden.daemon.exporters.prometheus import SnapshotCollector
+from iowarden.daemon.outputs.exposition import render
+from iowarden.daemon.outputs.prometheus import SnapshotCollector
 from tests.unit.test_exporter import snapshot
 
 
@@ -65,7 +65,7 @@ class _Reads:
 
 def test_every_section_reads_only_the_inputs_it_declares(tree):
     # a section reading a field it does not declare would be served stale when only that field changed
-    from iowarden.daemon.exporters.prometheus import SECTION_INPUTS
+    from iowarden.daemon.outputs.prometheus import SECTION_INPUTS
     snap = snapshot(tree)
     for name, build in SnapshotCollector(lambda: snap).sections():
         reads = _Reads(snap)
@@ -76,7 +76,7 @@ def test_every_section_reads_only_the_inputs_it_declares(tree):
 def test_a_section_whose_inputs_did_not_change_is_served_again_and_its_text_reused(tree):
     import dataclasses
 
-    from iowarden.daemon.exporters.exposition import Renderer
+    from iowarden.daemon.outputs.exposition import Renderer
     snap = snapshot(tree)
     current = [snap]
     collector = SnapshotCollector(lambda: current[0])

@@ -19,8 +19,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings, strategies as st
 from prometheus_client import CollectorRegistry, Gauge
 
-from iowarden.daemon import cli, config, discovery
-from iowarden.daemon.exporters.http import WebConfig, serve
+from iowarden.daemon import cli
+from iowarden.daemon import config
+from iowarden.daemon.sources import discovery
+from iowarden.daemon.outputs.http import WebConfig, serve
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots
 

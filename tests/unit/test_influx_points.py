@@ -1,7 +1,7 @@
 """InfluxDB points from probe results: a failed probe is a point too, without figures."""
 from types import SimpleNamespace
 
-from iowarden.daemon.outputs import InfluxOutput
+from iowarden.daemon.outputs.wiring import InfluxOutput
 from iowarden.probes.fio import parse
 from iowarden.probes.fio_run import ProbeResult
 
@@ -37,7 +37,7 @@ def test_a_failed_probe_is_a_point_with_its_reason_and_no_figures():
 
 
 def test_one_vocabulary_every_layer_agrees_on():
-    from iowarden.daemon.health import metrics_of
+    from iowarden.daemon.verdicts.health import metrics_of
     from iowarden.probes.vocabulary import HIGHER_IS_WORSE, LOWER_IS_WORSE, MEASURED_METRICS
     record = _result(True, None).to_json()
     assert set(MEASURED_METRICS) <= set(record)                  # the record carries every figure by name
@@ -49,7 +49,7 @@ def test_one_vocabulary_every_layer_agrees_on():
 
 def test_one_vocabulary_of_queue_settings():
     import dataclasses
-    from iowarden.daemon.pollers import QUEUE_FIELDS
+    from iowarden.daemon.sources.settings import QUEUE_FIELDS
     from iowarden.probes.blockqueue import QueueSettings
     from iowarden.probes.vocabulary import QUEUE_INT_SETTINGS, QUEUE_WORD_SETTINGS, WATCHED_QUEUE_SETTINGS
     fields = {f.name for f in dataclasses.fields(QueueSettings)}

@@ -7,7 +7,7 @@ import urllib.request
 
 from prometheus_client.core import GaugeMetricFamily
 
-from iowarden.daemon.exporters.http import STALE_OK_SECONDS, WebConfig, serve
+from iowarden.daemon.outputs.http import STALE_OK_SECONDS, WebConfig, serve
 
 RENDER_SECONDS = 0.3
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from iowarden.daemon.passive import Flow, PassiveDetector, PassiveParams, Window
-from iowarden.daemon.passive_replay import parse_lines, replay_passive, windows_of
+from iowarden.daemon.passive.detector import Flow, PassiveDetector, PassiveParams, Window
+from iowarden.daemon.passive.replay import parse_lines, replay_passive, windows_of
 from iowarden.probes.common import ParseError
 from tests import passive_traces as pt
 
@@ -238,7 +238,7 @@ def test_flows_without_enough_ios_are_no_evidence():
 # -- the daemon's part: peers from the device view, windows from counters, verdicts to Health ------
 
 def test_peer_groups_are_array_members_else_disks_of_one_model_and_size(tree):
-    from iowarden.daemon.passive_part import peer_groups
+    from iowarden.daemon.passive.part import peer_groups
     from iowarden.probes import blockqueue
     devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     groups = peer_groups(devices)
@@ -250,10 +250,10 @@ def test_peer_groups_are_array_members_else_disks_of_one_model_and_size(tree):
 
 
 def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path):
-    from iowarden.daemon.detect import DetectorParams
-    from iowarden.daemon.health import Health
-    from iowarden.daemon.passive_part import PassiveWatch
-    from iowarden.daemon.state import State
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.core.state import State
     from iowarden.probes import diskstats
 
     class FakeSampler:
@@ -293,8 +293,8 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
     saved) under `kernel:sdd` meanwhile, and once the view has it, it is judged under its WWN."""
     import dataclasses
 
-    from iowarden.daemon.passive_part import PassiveWatch
-    from iowarden.daemon.state import State
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.core.state import State
     from iowarden.probes import blockqueue, diskstats
 
     class FakeSampler:
@@ -330,8 +330,8 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
 
 
 def test_status_shows_every_disk_as_the_passive_detector_judged_it():
-    from iowarden.daemon.status import render_passive
-    from iowarden.daemon.tables import table
+    from iowarden.daemon.commands.status import render_passive
+    from iowarden.daemon.commands.tables import table
     text = render_passive([
         {"device": "sdb", "identity": "wwn:1", "at": 1.7e9, "slowdown_ratio": {"read": 1.1},
          "expected_await_ms": {"read": 0.25}, "learned_windows": {"read": 900}, "peer_ratio": 1.02,

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from iowarden.daemon.passive import PassiveDetector, PassiveParams
-from iowarden.daemon.passive_evidence import EvidenceParams, PeerEvidence
+from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams
+from iowarden.daemon.passive.evidence import EvidenceParams, PeerEvidence
 from tests import passive_traces as pt
 
 DAY = pt.DAY_WINDOWS
@@ -153,7 +153,7 @@ def test_replay_explain_shows_what_each_drive_was_judged_on(tmp_path, capsys):
 
 def test_the_evidence_is_a_gauge_beside_its_threshold():
     from types import SimpleNamespace
-    from iowarden.daemon.exporters.passive_metrics import passive_families
+    from iowarden.daemon.passive.metrics import passive_families
     det, _ = _run(pt.peer_trace(10, 4 * HOUR, members=12, slow={0: 1.3}))
     snap = SimpleNamespace(passive=[(v.device, f"wwn-{v.device}", v) for v in det.views()])
     fams = {f.name: f for f in passive_families(snap)}

@@ -1,5 +1,5 @@
 """plan(), the scheduling policy, as a pure function: the time and the world passed in, decisions out."""
-from iowarden.daemon.plan import (BUDGET_RETRY_SECONDS, DEFER_RETRY_SECONDS, Candidate, Load, Rules, plan)
+from iowarden.daemon.probing.plan import (BUDGET_RETRY_SECONDS, DEFER_RETRY_SECONDS, Candidate, Load, Rules, plan)
 
 RULES = Rules(defer_util_percent=50.0, max_deferral_seconds=600.0, jitter_ratio=0.1)
 IDLE = Load({}, None, 1e9)

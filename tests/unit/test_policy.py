@@ -7,11 +7,11 @@ sde faulty). The end-to-end tests prove the same wiring with real devices.
 import random
 
 from iowarden.daemon import config
-from iowarden.daemon.causes import Evidence, likely_causes
-from iowarden.daemon.detect import DetectorParams
-from iowarden.daemon.health import Health
-from iowarden.daemon.scheduler import Budget, Scheduler
-from iowarden.daemon.state import State
+from iowarden.daemon.verdicts.causes import Evidence, likely_causes
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.probing.scheduler import Budget, Scheduler
+from iowarden.daemon.core.state import State
 from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots
 from iowarden.probes.xfs import FragReport, XfsReport

@@ -2,8 +2,8 @@
 the newest read wins, whichever finishes last. No root, a fake clock."""
 from __future__ import annotations
 
-from iowarden.daemon import pollers
-from iowarden.daemon.state import State
+from iowarden.daemon.sources import settings as pollers
+from iowarden.daemon.core.state import State
 from iowarden.probes.common import Roots
 
 

@@ -4,9 +4,9 @@ import random
 import threading
 import time
 
-from iowarden.daemon.health import Health
-from iowarden.daemon.scheduler import Budget
-from iowarden.daemon.state import State
+from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.probing.scheduler import Budget
+from iowarden.daemon.core.state import State
 
 
 def test_budget_status_while_workers_record_never_raises():

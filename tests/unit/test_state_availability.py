@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from iowarden.daemon.state import State, StateDamaged, StateUnavailable
+from iowarden.daemon.core.state import State, StateDamaged, StateUnavailable
 
 
 def _record(i):

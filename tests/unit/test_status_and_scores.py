@@ -3,12 +3,12 @@ restart, and `status` in units a person reads (the daemon-core issue's "unknown 
 and "human status"). No root."""
 import pytest
 
-from iowarden.daemon.detect import DetectorParams
-from iowarden.daemon.health import Health
-from iowarden.daemon.snapshot import BaselineView, Snapshot
-from iowarden.daemon.state import State
-from iowarden.daemon.status import baseline_rows, render
-from iowarden.daemon.tables import human_metric, human_seconds, table
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.snapshot import BaselineView, Snapshot
+from iowarden.daemon.core.state import State
+from iowarden.daemon.commands.status import baseline_rows, render
+from iowarden.daemon.commands.tables import human_metric, human_seconds, table
 from tests.unit.test_exporter import scrape
 
 

@@ -104,7 +104,7 @@ def test_the_influxdb_summary_of_the_same_sample_twice_is_no_interval_not_a_cras
     "interval must be positive, got 0.0" (the part failed, on every flush until the sampler caught up)."""
     from types import SimpleNamespace
 
-    from iowarden.daemon.outputs import InfluxOutput
+    from iowarden.daemon.outputs.wiring import InfluxOutput
     from iowarden.probes import diskstats
     from tests.integration.helpers import free_port
     line = "   8       0 sda 10 0 80 5 20 0 160 9 0 14 14 0 0 0 0 3 1"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from . import characterize as ch
+from iowarden.daemon.commands import characterize as ch
 
 
 def available() -> bool:

@@ -16,7 +16,7 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from .passive_metrics import passive_families
+from iowarden.daemon.passive.metrics import passive_families
 
 log = logging.getLogger("iowarden")
 

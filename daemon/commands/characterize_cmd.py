@@ -1,4 +1,4 @@
-"""`iowarden characterize --path DIR`: runs the plan of daemon/characterize.py as ordinary probes.
+"""`iowarden characterize --path DIR`: runs the plan of daemon/commands/characterize.py as ordinary probes.
 
 The plan and its estimated cost are printed first (`--dry-run` stops there). A busy device is
 refused unless `--force`. Ctrl-C stops after the step under way and keeps what was measured.
@@ -15,9 +15,9 @@ from iowarden.probes import diskstats
 from iowarden.probes.common import Roots, parse_size_bytes
 from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
 
-from . import characterize as ch
-from .health import CAPABILITY_PROFILE
-from .tables import human_seconds, table
+from iowarden.daemon.commands import characterize as ch
+from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
+from iowarden.daemon.commands.tables import human_seconds, table
 
 BUSY_UTIL_PERCENT = 20.0
 
@@ -121,8 +121,8 @@ def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict)
     """The run's saturation figures, kept in the state database under the volume's identity: `status` shows
     them and the daemon measures each disk's load against them (headroom, and the ceiling it sits at)."""
     from iowarden.probes import blockqueue
-    from . import config as configmod
-    from .state import State
+    from iowarden.daemon import config as configmod
+    from iowarden.daemon.core.state import State
     cfg = configmod.load(config_path)
     devices = blockqueue.read_sysfs_and_superblocks(roots)
     identity = devices[dev].identity if dev in devices else f"kernel:{dev}"
@@ -150,7 +150,7 @@ def cmd_compare(args) -> int:
             return 2
     rows = ch.compare(docs[0]["points"], docs[1]["points"])
     if args.out:
-        from . import characterize_plots
+        from iowarden.daemon.commands import characterize_plots
         os.makedirs(args.out, exist_ok=True)
         if characterize_plots.available():
             path = characterize_plots.write_compare_plot(rows, (os.path.basename(args.compare[0]),
@@ -297,7 +297,7 @@ def cmd_characterize(args) -> int:
             json.dump(doc, f, indent=1)
         with open(os.path.join(args.out, "characterize.txt"), "w") as f:
             f.write(render_tables(points, found) + "\n")
-        from . import characterize_plots
+        from iowarden.daemon.commands import characterize_plots
         if characterize_plots.available():
             made = characterize_plots.write_plots(points, found, args.out, f"{args.path} ({dev or 'device ?'})")
             say("plots: " + ", ".join(made))

@@ -14,14 +14,14 @@ import time
 from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots, printable
 
-from .config import Config
-from .detect import Detector, DetectorParams
-from .exporters.prometheus import BAND_SPREADS
-from .health import CAPABILITY_PROFILE
-from .passive_part import PASSIVE_PROFILE
-from .tables import human_metric, human_seconds
-from .scheduler import Budget
-from .state import State
+from iowarden.daemon.config import Config
+from iowarden.daemon.verdicts.detect import Detector, DetectorParams
+from iowarden.daemon.outputs.prometheus import BAND_SPREADS
+from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
+from iowarden.daemon.passive.part import PASSIVE_PROFILE
+from iowarden.daemon.commands.tables import human_metric, human_seconds
+from iowarden.daemon.probing.scheduler import Budget
+from iowarden.daemon.core.state import State
 
 
 def open_state(cfg: Config) -> State:

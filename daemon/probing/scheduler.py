@@ -4,7 +4,7 @@ Every second it looks for due probes. A probe waits while another probe runs on
 any of the same physical disks (a filesystem on md0 shares md0's members), and
 is deferred while the disk is busy with other work, up to a maximum deferral;
 then it runs and is marked contended. Every deferral and skip is counted by
-reason. Those rules are plan()'s (daemon/plan.py, a pure function); this module
+reason. Those rules are plan()'s (daemon/probing/plan.py, a pure function); this module
 carries its decisions out. Probes run in worker threads, so the scheduler and the
 sampler keep their cadence while fio runs.
 """
@@ -23,9 +23,9 @@ from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots, kill_group
 from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
 
-from .config import Config, Target
-from .discovery import st_dev_of
-from .plan import Candidate, Decision, Load, Rules, plan
+from iowarden.daemon.config import Config, Target
+from iowarden.daemon.sources.discovery import st_dev_of
+from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
 
 log = logging.getLogger("iowarden")
 

@@ -18,8 +18,8 @@ from collections import defaultdict
 
 from iowarden.probes import diskstats
 
-from .health import CAPABILITY_PROFILE
-from .passive import PassiveDetector, PassiveParams, Window
+from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
+from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window
 
 log = logging.getLogger("iowarden")
 PASSIVE_PROFILE = "passive"

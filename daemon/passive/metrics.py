@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 
-from iowarden.daemon.passive import KINDS
+from iowarden.daemon.passive.detector import KINDS
 
 
 def passive_families(s):

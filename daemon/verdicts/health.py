@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from iowarden.probes.vocabulary import BASELINED_LATENCIES, DIRECTIONS
 
-from .detect import Detector, DetectorParams
+from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 
 log = logging.getLogger("iowarden")
 
@@ -87,13 +87,13 @@ class Health:
 
     @_locked
     def open_alert_views(self) -> list:
-        from .snapshot import AlertView
+        from iowarden.daemon.core.snapshot import AlertView
         return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id) for k, a in self.open.items()]
 
     @_locked
     def baseline_views(self) -> list:
         """Every baseline with its latest verdict, read in one go (for a snapshot)."""
-        from .snapshot import BaselineView
+        from iowarden.daemon.core.snapshot import BaselineView
         views = []
         for (volume, profile, metric), det in self.detectors.items():
             base = det.baseline()

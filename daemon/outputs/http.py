@@ -61,7 +61,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from iowarden.probes.common import read_bounded
 
-from . import exposition
+from iowarden.daemon.outputs import exposition
 
 log = logging.getLogger("iowarden")
 

@@ -11,7 +11,7 @@ it returns alert transitions of three kinds, each with the evidence behind it:
 - peers: a device slower than the devices that should behave alike (members of
   one md array or LVM stripe, else disks of one model and size), at comparable
   load. Scored per window as log latency over the peers' median. In a group of
-  three or more, raised on evidence over time (passive_evidence.py): hour by
+  three or more, raised on evidence over time (passive/evidence.py): hour by
   hour, how far the drive sat above its peers in units of how far healthy
   drives of the same group stray, accumulated (a CUSUM) until it passes a
   threshold; so a drive at 1.2x for days is named, and a noisy healthy one that
@@ -36,8 +36,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from .passive_curve import LatencyCurve
-from .passive_evidence import EvidenceParams, PeerEvidence
+from iowarden.daemon.passive.curve import LatencyCurve
+from iowarden.daemon.passive.evidence import EvidenceParams, PeerEvidence
 
 DIRECTIONS = ("read", "write")
 KINDS = ("self", "peers", "saturation")
@@ -77,7 +77,7 @@ class PassiveParams:
     saturation_util_percent: float = 90.0
     saturation_queue: float = 2.0
     idle_clear_seconds: float = 3600.0   # an alert on a device without traffic for this long clears
-    # evidence over time against the peers (passive_evidence.py); tuned by bench/passive_perseus.py
+    # evidence over time against the peers (passive/evidence.py); tuned by bench/passive_perseus.py
     evidence_block_windows: int = 240    # an hour of 15 s windows
     evidence_allowance: float = 4.0
     evidence_threshold: float = 8.8

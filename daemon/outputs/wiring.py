@@ -11,7 +11,7 @@ import time
 from iowarden.probes import diskstats
 from iowarden.probes.vocabulary import MEASURED_METRICS
 
-from .exporters import influx
+from iowarden.daemon.outputs import influx
 
 log = logging.getLogger("iowarden")
 
@@ -20,8 +20,8 @@ def start_prometheus(cfg: dict, core):
     """cfg: the [prometheus] section; core: its snapshot is what is rendered, once per version."""
     from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-    from .exporters.http import WebConfig, load_web_config, serve
-    from .exporters.prometheus import SnapshotCollector
+    from iowarden.daemon.outputs.http import WebConfig, load_web_config, serve
+    from iowarden.daemon.outputs.prometheus import SnapshotCollector
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from iowarden.probes import blockqueue
 from iowarden.probes.fio_run import ProbeResult
 
-from . import snapshot as snapshotmod
-from .causes import Evidence, likely_causes
-from .scheduler import result_summary
-from .snapshot import ProbeView, Snapshot
+from iowarden.daemon.core import snapshot as snapshotmod
+from iowarden.daemon.verdicts.causes import Evidence, likely_causes
+from iowarden.daemon.probing.scheduler import result_summary
+from iowarden.daemon.core.snapshot import ProbeView, Snapshot
 
 log = logging.getLogger("iowarden")
 

@@ -17,7 +17,7 @@ import os
 from iowarden.probes.common import Roots, is_utf8, lines_of
 from iowarden.probes.xfs import parse_mounts, read_mounts_text
 
-from .config import Config, DiscoveryRule, Target
+from iowarden.daemon.config import Config, DiscoveryRule, Target
 
 
 def match(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bool]],

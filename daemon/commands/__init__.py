@@ -1,0 +1,1 @@
+"""Commands that run beside the daemon, not in it: status, baseline and ack, characterize."""

@@ -1,0 +1,1 @@
+"""Outputs: what reads the core's snapshots: the Prometheus collector, its HTTP endpoint, the InfluxDB writer."""
