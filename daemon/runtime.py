@@ -20,12 +20,14 @@ import threading
 import time
 
 from iowarden.probes import blockqueue
+from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.common import Roots, printable
 from iowarden.probes.fio_run import end_leftover_probes
 
 from iowarden.daemon import config as configmod
 from iowarden.daemon.config import Target
-from iowarden.daemon.core.core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
+from iowarden.daemon.core.core import Core, CounterReaders
+from iowarden.daemon.core.events import Housekeeping, SourceRead, TargetsChanged
 from iowarden.daemon.sources.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
@@ -35,7 +37,9 @@ from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, start_prometheus
 from iowarden.daemon.passive.detector import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
-from iowarden.daemon.sources.settings import SettingsPoller, XfsPoller
+from iowarden.daemon.sources.registry import SOURCES
+from iowarden.daemon.sources.settings import SettingsPoller
+from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry
 from iowarden.daemon.sources.sampler import Sampler
 from iowarden.daemon.probing.scheduler import Scheduler
@@ -145,21 +149,21 @@ class Daemon:
         if c.section("influxdb")["enabled"]:
             self.influx = InfluxOutput(c.section("influxdb"), state_dir, lambda: self.core.snapshot)
         on_event = self.influx.event if self.influx is not None else None
-        self.sampler = Sampler(roots, c.section("sampler")["devices"])
-        self.settings = SettingsPoller(roots, self.state, on_event=on_event)
-        self.xfs = XfsPoller(roots, c.section("xfs")["timeout_seconds"])
+        post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
+        self.sampler = Sampler(roots, c.section("sampler")["devices"], post)
+        self.settings = SettingsPoller(roots, post)
+        self.xfs = XfsPoller(roots, c.section("xfs")["timeout_seconds"], post)
         self.health = Health(self.state, DetectorParams.from_config(c.section("detector")), on_event=on_event)
-        self.scheduler = Scheduler(self.cfg, roots, self.sampler, lambda r: self.core.post(ProbeFinished(r)),
+        self.scheduler = Scheduler(self.cfg, roots, self.sampler, post,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
                                    devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots))
         self.registry = Registry()
         # the last argument: how long one step may take before the part is stuck (see registry.py)
-        self.registry.add("sampler", c.section("sampler")["interval_seconds"], 5.0, self._sample)
+        self.registry.add("sampler", c.section("sampler")["interval_seconds"], 5.0, self.sampler.step)
         self.passive = None
         if c.section("passive")["enabled"]:
             self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
-                                        lambda: self.settings.devices, self.state,
-                                        lambda t, device: self.core.post(PassiveVerdict(t, device)))
+                                        lambda: self.settings.devices, self.state, post)
             self.registry.add("passive", c.section("passive")["window_seconds"], 10.0, self.passive.step)
         self.registry.add("scheduler", 1.0, 10.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
@@ -172,8 +176,15 @@ class Daemon:
         # three tools in a step, each bounded by the timeout
         self.registry.add("xfs", c.section("xfs")["interval_seconds"], 3 * c.section("xfs")["timeout_seconds"] + 10,
                           self.xfs.step)
-        self.registry.add("retention", 3600.0, 60.0, lambda: self.state.prune(RESULT_RETENTION_SECONDS))
-        self.registry.add("state", STATE_RETRY_SECONDS, 30.0, self.state.retry_pending)
+        for spec in SOURCES:   # the registered sources (sources/registry.py): read on their thread, posted
+            section = c.section(spec.name)
+            if section["enabled"]:
+                read = spec.start(section, roots)
+                self.registry.add(spec.name, section["interval_seconds"], spec.deadline_seconds(section),
+                                  lambda name=spec.name, read=read: post(SourceRead(name, read())))
+        # the database is written on the core only: these parts just say when
+        self.registry.add("retention", 3600.0, 60.0, lambda: post(Housekeeping("retention")))
+        self.registry.add("state", STATE_RETRY_SECONDS, 30.0, lambda: post(Housekeeping("retry_writes")))
         if self.influx is not None:
             self.registry.add("influxdb", c.section("influxdb")["flush_interval_seconds"],
                               # every write has a whole deadline of timeout_seconds; a flush replays at most a few
@@ -183,12 +194,16 @@ class Daemon:
             version = importlib.metadata.version("iowarden")
         except importlib.metadata.PackageNotFoundError:
             version = "unknown"
-        self.core = Core(self, version)   # reads the parts above; the only thread that changes Health
+        w = self.influx.writer if self.influx is not None else None
+        readers = CounterReaders(
+            skipped=self.scheduler.skipped, budget=self.scheduler.budget_view, parts=self.registry.stats,
+            influx=(lambda: {"written": w.points_written_total, "spooled": w.points_spooled_total,
+                             "dropped": w.points_dropped_total, "errors": w.write_errors_total,
+                             "spool_bytes": w.spool_bytes, "rejected": w.points_rejected_total}) if w else lambda: None)
+        self.core = Core(self.state, self.health, version, readers, influx=self.influx,
+                         retention_seconds=RESULT_RETENTION_SECONDS)
+        self.core.post(TargetsChanged(self.targets()))
         self.inventory = Inventory(self._on_device_change, str(roots.run))
-
-    def _sample(self) -> None:
-        self.sampler.step()
-        self.core.post(Tick())
 
     def targets(self) -> tuple[Target, ...]:
         """The configured targets and the ones [[discover]] rules found mounted."""
@@ -223,8 +238,8 @@ class Daemon:
                              extra={"TARGET": name})
             self.discovered = found
             # after the targets changed: a result of a dropped target handled later gets no series back
-            for name in sorted(before.keys() - after.keys()):
-                self.core.post(TargetDropped(name, "target dropped: no longer mounted"))
+            self.core.post(TargetsChanged(self.targets(), tuple(
+                (name, "target dropped: no longer mounted") for name in sorted(before.keys() - after.keys()))))
             self.scheduler.configure(cfg, self.targets())
 
     def _on_device_change(self, action: str, name: str) -> None:
@@ -234,7 +249,9 @@ class Daemon:
         or loses it sends 'change', not 'add' or 'remove', and so do media changes.
         """
         before = {n for n, d in self.settings.devices.items() if d.size_bytes}
-        devices = self.settings.read_devices()   # the next probe result finds the new device's identity
+        read = self.settings.read_devices()
+        self.core.post(read)   # before any probe on it ends: its result finds the new device's identity
+        devices = read.devices
         present = {n for n, d in devices.items() if d.size_bytes}
         for added in sorted(present - before):
             ident = devices[added].identity
@@ -251,7 +268,7 @@ class Daemon:
             # a discovered target is whatever its rule finds mounted there (the scheduler checks
             # that it still is); its baselines follow the volume's identity, so no pin
             return None
-        return self.health.pin_refusal(target.name, self.core.identity_of_device(device))
+        return self.health.pin_refusal(target.name, identity_of(device, self.settings.devices) if device else None)
 
     def reload(self) -> None:
         notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
@@ -268,8 +285,9 @@ class Daemon:
             gone = {t.name for t in self.cfg.targets} - {t.name for t in new.targets}
             self.cfg = new
             self.rediscover(reconfigure=True)
-            for name in sorted(gone):   # its series leave /metrics, its alerts close
-                self.core.post(TargetDropped(name, "target removed from the configuration"))
+            # its series leave /metrics, its alerts close
+            self.core.post(TargetsChanged(self.targets(), tuple(
+                (name, "target removed from the configuration") for name in sorted(gone))))
             log.info("configuration reloaded from %s (%d targets, %d discovery rules)", self.config_path,
                      len(new.targets), len(new.discover))
         notify("READY=1")
@@ -316,9 +334,9 @@ class Daemon:
         # every step runs whatever the one before it did: a stop always closes everything
         _stop_step("probes", lambda: self.scheduler.stop(STOP_TIMEOUT_SECONDS))
         _stop_step("parts", lambda: self.registry.join(0.5))
+        if self.passive is not None:   # the curves learned since the last save, written by the core
+            _stop_step("passive curves", lambda: self.core.post(self.passive.final_event()))
         _stop_step("core", lambda: self.core.stop(1.0))   # the results of the probes just stopped reach the database
-        if self.passive is not None:
-            _stop_step("passive curves", self.passive.save)   # the curves learned since the last save
         if self.influx is not None:
             # no network on the way out: a server that hangs must not hold up the stop
             def spool():

@@ -323,3 +323,10 @@ def physical_devices(name: str, devices: dict[str, BlockDevice]) -> tuple[str, .
         else:
             leaves.add(n)
     return tuple(sorted(leaves))
+
+
+def identity_of(name: str, devices: dict[str, BlockDevice]) -> str:
+    """A device's stable identity from the device view, or `kernel:NAME` for one the view does not know
+    yet (newer than the last read, or gone): the one place that fallback is written."""
+    dev = devices.get(name)
+    return dev.identity if dev is not None and dev.identity else f"kernel:{name}"

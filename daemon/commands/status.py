@@ -18,7 +18,7 @@ from iowarden.daemon.config import Config
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.outputs.prometheus import BAND_SPREADS
 from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
-from iowarden.daemon.passive.part import PASSIVE_PROFILE
+from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
 from iowarden.daemon.commands.tables import human_metric, human_seconds
 from iowarden.daemon.probing.scheduler import Budget
 from iowarden.daemon.core.state import State

@@ -1,17 +1,18 @@
 """The daemon's core: the one thread that changes what the daemon knows, and publishes it.
 
-Parts do their I/O on threads of their own (the sampler, pollers, probe workers, uevents,
-discovery, the passive detector) and post typed events here. The core applies them in the
-order they came: a result goes to the state database, the outputs and the detectors; a
-passive verdict and a dropped target to Health; operators' `baseline accept|reset` requests
-are taken on every tick. After each batch of events it builds a new Snapshot and publishes
-it by swapping one reference, with a version number: exporters, the InfluxDB writer and
-the status line read that snapshot and nothing else, and a renderer can tell a new
-snapshot from one it has already rendered.
+Parts read the machine on threads of their own and post typed events (core/events.py). The core
+applies them in the order they came, each by the one handler HANDLERS names for its type:
 
-Health, the latest results and the snapshot change only here. Reads the core makes of the
-parts (the sampler's rates, the XFS reports, the device view) are of values those parts
-replace whole; budgets and skip counters are copied by the scheduler under its lock.
+- everything the daemon knows lives here, in `Knowledge`: the latest results, the device view,
+  rates and samples, settings and drift, XFS reports, passive views, each source's last reading;
+- Health (baselines, alerts, pins) is changed only from these handlers;
+- the state database is written only from this thread: State checks it (State.bind_writer);
+- causes are computed from what Knowledge holds, with no I/O and no call into a part.
+
+After each batch it builds one immutable Snapshot and publishes it by swapping one reference with a
+version number; exporters, the InfluxDB writer and the status line read that and nothing else.
+Counters the parts own (probe skips and budgets, part supervision, the InfluxDB writer) are copied
+by their owners under their own locks when a snapshot is built (`CounterReaders`).
 """
 from __future__ import annotations
 
@@ -20,63 +21,46 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
-from iowarden.probes import blockqueue
-from iowarden.probes.fio_run import ProbeResult
-
-from iowarden.daemon.core import snapshot as snapshotmod
-from iowarden.daemon.verdicts.causes import Evidence, likely_causes
-from iowarden.daemon.probing.scheduler import result_summary
-from iowarden.daemon.core.snapshot import ProbeView, Snapshot
+from iowarden.daemon.core import knowledge
+from iowarden.daemon.core.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
+                                         SettingsRead, SourceRead, TargetsChanged, XfsRead)
+from iowarden.daemon.core.snapshot import Snapshot
+from iowarden.daemon.sources.registry import SOURCES
 
 log = logging.getLogger("iowarden")
-
-
-# ---- events: what a part tells the core (immutable; a part keeps no reference it changes) ----
-
-@dataclass(frozen=True)
-class ProbeFinished:
-    """A probe worker's result, failed or not."""
-    result: ProbeResult
-
-
-@dataclass(frozen=True)
-class PassiveVerdict:
-    """The passive detector raised or cleared a verdict on a device (kernel name at the time)."""
-    transition: object
-    device: str
-
-
-@dataclass(frozen=True)
-class TargetDropped:
-    """A discovered target is gone (its filesystem unmounted): its series leave /metrics."""
-    target: str
-    why: str
-
-
-@dataclass(frozen=True)
-class Tick:
-    """The sampler took a sample (1 Hz): the rates changed; operator requests are taken."""
-
-
 _STOP = object()
 
 
+@dataclass(frozen=True)
+class CounterReaders:
+    """Copies of counters the parts own, each taken under its owner's lock (for a snapshot)."""
+    skipped: Callable[[], dict] = dict            # (target, reason) -> count
+    budget: Callable[[], dict] = dict             # disk -> BudgetStatus
+    parts: Callable[[], dict] = dict              # part name -> PartStats
+    influx: Callable[[], dict | None] = lambda: None
+
+
 class Core:
-    def __init__(self, parts, version: str, clock=time.monotonic):
-        """parts: the daemon's parts, read for the snapshot and the evidence of causes (state, health,
-        sampler, scheduler, settings, xfs, registry, passive, influx, targets())."""
-        self.parts = parts
-        self.version = version
-        self.clock = clock
+    def __init__(self, state, health, version: str, readers: CounterReaders = CounterReaders(), influx=None,
+                 retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES):
+        self.state, self.health, self.version = state, health, version
+        self.readers, self.influx, self.clock = readers, influx, clock
+        self.retention_seconds = retention_seconds
+        self.sources = sources
+        self.known = knowledge.Knowledge(last_settings=state.load_settings(),
+                                         recent_drift=state.drift_events()[-knowledge.RECENT_DRIFT:])
         self._events: queue.SimpleQueue = queue.SimpleQueue()
-        self._latest: dict = {}            # (target, profile) -> ProbeView
-        self.last_result: ProbeResult | None = None
         self.snapshot: Snapshot | None = None
         self.published: tuple[int, float] = (0, clock())   # (snapshot version, monotonic time), swapped as one
         self.last_batch_monotonic = clock()   # when the core last finished a batch (the watchdog's view)
         self.events_total = 0
         self._thread: threading.Thread | None = None
+
+    @property
+    def last_result(self):
+        return self.known.last_result
 
     # -- posting (any thread) -----------------------------------------------------------------
     def post(self, event) -> None:
@@ -87,12 +71,16 @@ class Core:
         self.publish()   # exporters have a snapshot before the first event
         self._thread = threading.Thread(target=self._run, name="iowarden-core", daemon=True)
         self._thread.start()
+        self.state.bind_writer(self._thread.ident)   # from now on, a write from any other thread raises
 
     def stop(self, timeout: float) -> None:
-        """Handle what was posted before the stop (the last probes' results), then end."""
+        """Handle what was posted before the stop (the last probes' results), then end; the database's
+        writer is the caller's again once the core has ended (to close it)."""
         self._events.put(_STOP)
         if self._thread is not None:
             self._thread.join(timeout)
+            if not self._thread.is_alive():
+                self.state.bind_writer(threading.get_ident())
 
     def _run(self) -> None:
         while True:
@@ -122,84 +110,89 @@ class Core:
         self.last_batch_monotonic = self.clock()
 
     def stuck_seconds(self) -> float:
-        """How long since the core last finished a batch; ticks come every second."""
+        """How long since the core last finished a batch; samples come every second."""
         return self.clock() - self.last_batch_monotonic
 
     def handle(self, event) -> None:
-        p = self.parts
-        if isinstance(event, ProbeFinished):
-            self._on_result(event.result)
-        elif isinstance(event, PassiveVerdict):
-            p.health.on_passive(event.transition, event.device)
-        elif isinstance(event, TargetDropped):
-            for key in [k for k in self._latest if k[0] == event.target]:
-                del self._latest[key]
-            p.health.target_dropped(event.target, event.why)
-        elif isinstance(event, Tick):
-            p.health.apply_requests(self.identity_of_target)   # a reset may re-pin a target
-        else:
+        handler = HANDLERS.get(type(event))
+        if handler is None:
             raise TypeError(f"unknown event {event!r}")
+        handler(self, event)
 
     def publish(self) -> None:
-        self.snapshot = snapshotmod.build(self.parts, self.version, tuple(self._latest.values()))
+        k = self.known
+        self.snapshot = Snapshot(
+            taken_at=time.time(), version=self.version, probes=tuple(k.latest.values()),
+            skipped_total=self.readers.skipped(), baselines=tuple(self.health.baseline_views()),
+            alerts=tuple(self.health.open_alert_views()), disk_rates=k.rates, disk_sample=k.sample,
+            devices=k.devices, power=k.power, drift_total=dict(k.drift_total), xfs=k.xfs_at,
+            budget=self.readers.budget(), parts=self.readers.parts(), io_pressure=k.io_pressure,
+            probe_intervals={(t.name, p): t.interval_seconds for t in k.targets for p in t.profiles},
+            influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
+            sources=dict(k.sources))
         self.published = (self.published[0] + 1, self.clock())
 
-    # -- what a result does -----------------------------------------------------------------------
-    def identity_of_device(self, device: str | None) -> str | None:
-        if device is None:
-            return None
-        dev = self.parts.settings.devices.get(device)
-        if dev is None:  # a device newer than the last settings poll
-            dev = blockqueue.read_sysfs_and_superblocks(self.parts.roots).get(device)
-        return dev.identity if dev else f"kernel:{device}"
+    # -- the handlers: one per event type ---------------------------------------------------------
+    def _on_probe(self, e: ProbeFinished) -> None:
+        knowledge.apply_result(self, e)
 
-    def identity_of_target(self, target_name: str) -> str | None:
-        for t in self.parts.targets():
-            if t.name == target_name:
-                return self.identity_of_device(self.parts.scheduler.device_of(t))
-        return None
+    def _on_sample(self, e: DisksSampled) -> None:
+        k = self.known
+        k.sample, k.rates, k.io_pressure = e.sample, e.rates, e.io_pressure
+        k.samples.append((e.unix_time, e.sample))
+        self.health.apply_requests(k.identity_of_target)   # operators' requests, taken every second
 
-    def _on_result(self, result: ProbeResult) -> None:
-        p = self.parts
-        record = result.to_json()
-        identity = self.identity_of_device(result.device) or f"target:{result.target}"
-        p.state.add_probe_result(record, identity)
-        if p.influx is not None:
-            p.influx.probe_result(record, identity)
-        self.last_result = result
-        # a discovered target dropped while its probe ran is stored, but gets no series back
-        if result.target in {t.name for t in p.targets()}:
-            key = (result.target, result.profile)
-            prev = self._latest.get(key)
-            last_ok = result.started_at + result.duration_seconds if result.ok else (
-                prev.last_success_timestamp if prev else None)
-            self._latest[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
-        log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result),
-                extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
-        rates = p.sampler.rates.get(result.device) if result.device else None
-        context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
-                   "disk_write_await_ms": rates.write_await_ms} if rates else {}
-        if result.contended and result.device:
-            total = p.sampler.delivered(result.device, result.started_at,
-                                        result.started_at + result.duration_seconds)
-            if total is not None:
-                context["delivered_iops"] = total.reads_per_second + total.writes_per_second
-                context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
-        p.health.on_result(record, identity, lambda since: self._causes(result, since), context)
+    def _on_devices(self, e: DevicesRead) -> None:
+        self.known.take_devices(e)
 
-    def _causes(self, result: ProbeResult, since: float) -> list[str]:
-        p = self.parts
-        target = next((t for t in p.targets() if t.name == result.target), None)
-        devices = p.settings.devices or blockqueue.read_sysfs_and_superblocks(p.roots)
-        disks = p.scheduler.physical_disks(target) if target else ()
-        waits = {n: max(r.read_await_ms, r.write_await_ms) for n, r in p.sampler.rates.items()}
-        mount = p.xfs.mount_of(result.path)
-        stack = {result.device, *disks} - {None}
-        ev = Evidence(physical_disks=disks, device=result.device, devices=devices,
-                      passive=p.health.passive_findings(stack),
-                      drift=p.state.drift_since(since, set(devices)), contended=result.contended,
-                      foreign_util_percent=result.foreign_util_percent, disk_await_ms=waits,
-                      xfs_now=p.xfs.reports.get(mount) if mount else None,
-                      xfs_then=p.xfs.first.get(mount) if mount else None,
-                      budget_exhausted=p.scheduler.budget_exhausted(disks))
-        return likely_causes(ev)
+    def _on_settings(self, e: SettingsRead) -> None:
+        self.known.take_devices(e.devices)
+        knowledge.apply_settings(self, e.power)
+
+    def _on_xfs(self, e: XfsRead) -> None:
+        self.known.xfs_at = e.reports_at
+        for mount, (report, _) in e.reports_at.items():
+            if report.frag is not None:
+                self.known.xfs_first.setdefault(mount, report)   # growth is measured from the first good one
+
+    def _on_passive(self, e: PassiveJudged) -> None:
+        for transition, device in e.transitions:
+            self.health.on_passive(transition, device, self.source_causes({device}))
+        self.known.passive_views = e.views
+        now = time.time()
+        for identity, metric, st in e.saves:
+            self.state.save_baseline(identity, knowledge.PASSIVE_PROFILE, metric, now, st)
+
+    def _on_source(self, e: SourceRead) -> None:
+        self.known.sources[e.source] = e.value
+
+    def _on_targets(self, e: TargetsChanged) -> None:
+        self.known.targets = e.targets
+        for name, why in e.dropped:
+            for key in [key for key in self.known.latest if key[0] == name]:
+                del self.known.latest[key]
+            self.health.target_dropped(name, why)
+
+    def _on_housekeeping(self, e: Housekeeping) -> None:
+        if e.job == "retention":
+            self.state.prune(self.retention_seconds)
+        elif e.job == "retry_writes":
+            self.state.retry_pending()
+        else:
+            raise ValueError(f"unknown housekeeping job {e.job!r}")
+
+    def source_causes(self, disks: set[str]) -> list[str]:
+        """What the registered sources say about these disks (pure functions of their last readings)."""
+        out = []
+        for spec in self.sources:
+            value = self.known.sources.get(spec.name)
+            if value is not None:
+                out.extend(spec.causes(value, disks))
+        return out
+
+
+HANDLERS = {
+    ProbeFinished: Core._on_probe, DisksSampled: Core._on_sample, DevicesRead: Core._on_devices,
+    SettingsRead: Core._on_settings, XfsRead: Core._on_xfs, PassiveJudged: Core._on_passive,
+    SourceRead: Core._on_source, TargetsChanged: Core._on_targets, Housekeeping: Core._on_housekeeping,
+}

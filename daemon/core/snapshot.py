@@ -1,4 +1,4 @@
-"""The latest view of everything the daemon knows: built by the core after each batch of events.
+"""The latest view of everything the daemon knows: built by the core (Core.publish) after each batch.
 
 Exporters, the InfluxDB writer and the status line read snapshots only: no fio, xfs_db or
 sysfs work happens at scrape time, and no reader ever sees a part's internals. A Snapshot
@@ -9,7 +9,6 @@ and database counters), so nothing it references is changed in place afterwards.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 
@@ -66,38 +65,4 @@ class Snapshot:
     influx: dict | None = None                               # writer counters, when InfluxDB is on
     state: dict | None = None                                # state database: writable, pending, errors
     passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)
-
-
-def build(parts, version: str, probes: tuple) -> Snapshot:
-    """parts: the daemon's parts (see core.Core); probes: the core's latest ProbeViews."""
-    disks = {}
-    targets = parts.targets()
-    for t in targets:
-        for disk in parts.scheduler.physical_disks_cached(t):
-            disks[disk] = parts.scheduler.budget.status(disk)
-    return Snapshot(
-        taken_at=time.time(),
-        version=version,
-        probes=probes,
-        skipped_total=parts.scheduler.skipped(),
-        baselines=tuple(parts.health.baseline_views()),
-        alerts=tuple(parts.health.open_alert_views()),
-        disk_rates=parts.sampler.rates,
-        disk_sample=parts.sampler.last_sample,
-        devices=parts.settings.devices,
-        power=parts.settings.power,
-        drift_total=dict(parts.settings.drift_total),
-        xfs=dict(parts.xfs.reports_at),
-        budget=disks,
-        parts=parts.registry.stats(),
-        io_pressure=parts.sampler.io_pressure,
-        probe_intervals={(t.name, p): t.interval_seconds for t in targets for p in t.profiles},
-        influx=_influx_stats(parts.influx.writer) if parts.influx is not None else None,
-        state=parts.state.stats(),
-        passive=parts.passive.views if parts.passive is not None else (),
-    )
-
-
-def _influx_stats(w) -> dict:
-    return {"written": w.points_written_total, "spooled": w.points_spooled_total, "dropped": w.points_dropped_total,
-            "errors": w.write_errors_total, "spool_bytes": w.spool_bytes, "rejected": w.points_rejected_total}
+    sources: dict = field(default_factory=dict)              # registered source -> its last reading

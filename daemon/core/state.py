@@ -139,6 +139,10 @@ def is_corrupt(exc: BaseException) -> bool:
     return "malformed" in text or "not a database" in text
 
 
+class OffCoreWrite(RuntimeError):
+    """A write from a thread that is not the database's one writer (the core, once bound)."""
+
+
 class State:
     def __init__(self, path: str, repair: bool = True):
         """repair: move a corrupt database aside and start fresh (the daemon); else raise StateDamaged (the CLI).
@@ -152,6 +156,7 @@ class State:
         self.writable = True
         self.write_errors_total = 0
         self.writes_dropped_total = 0
+        self._writer_ident: int | None = None   # once bound: the one thread allowed to write (the core's)
         self.db = self._open(repair)
         self._next_alert_id = (self.db.execute("SELECT max(id) FROM alerts").fetchone()[0] or 0) + 1
 
@@ -199,7 +204,20 @@ class State:
 
     # ---- writes: queued, in order, never raising ------------------------------------------------
 
+    def bind_writer(self, ident: int | None) -> None:
+        """From now on only this thread writes (the daemon binds its core thread; None unbinds). The CLI's
+        short-lived processes never bind: `baseline` and `ack` write their own requests."""
+        self._writer_ident = ident
+
+    def _check_writer(self) -> None:
+        # Raising, not logging: a write off the core is a wiring bug that would race the core's own
+        # writes and alerts; the part that made it is counted and restarted, and tests fail on it.
+        if self._writer_ident is not None and threading.get_ident() != self._writer_ident:
+            raise OffCoreWrite(f"state database written from thread {threading.current_thread().name!r}, "
+                               "not the core: post an event instead")
+
     def _write(self, *statements: tuple[str, tuple]) -> None:
+        self._check_writer()
         with self._lock:
             if len(self._pending) >= MAX_PENDING_WRITES:
                 self._pending.popleft()
@@ -214,7 +232,8 @@ class State:
                 self._drain_locked()
 
     def retry_pending(self) -> None:
-        """Write what waits (a registry part calls this, so waiting writes go out without new ones)."""
+        """Write what waits (the core calls this every few seconds, so waiting writes go out without new ones)."""
+        self._check_writer()
         with self._lock:
             if self._pending:
                 self._drain_locked()
@@ -319,6 +338,7 @@ class State:
 
     def take_baseline_requests(self) -> list[tuple[str, str | None, str | None]]:
         """Operator requests, each taken once: none while they cannot be marked taken (full, locked)."""
+        self._check_writer()
         with self._lock:
             try:
                 rows = self.db.execute("SELECT id, action, target, profile FROM baseline_requests"
@@ -387,6 +407,7 @@ class State:
 
     def close(self) -> None:
         """Write what waits if the database takes it now; say what is lost if it does not."""
+        self._check_writer()
         with self._lock:
             if self._pending:
                 self._drain_locked()

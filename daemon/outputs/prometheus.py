@@ -17,6 +17,7 @@ import time
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from iowarden.daemon.passive.metrics import passive_families
+from iowarden.daemon.sources.registry import SOURCES
 
 log = logging.getLogger("iowarden")
 
@@ -57,6 +58,8 @@ SECTION_INPUTS = {
     "settings": ("devices", "drift_total", "power"),
     "xfs": ("xfs",),
     "passive": ("passive",),
+    # a registered source's section (sources/registry.py) reads its own reading and the device view
+    **{spec.name: ("sources", "devices") for spec in SOURCES},
 }
 
 
@@ -71,7 +74,8 @@ class SnapshotCollector:
     def sections(self):
         return (("self", self._self_metrics), ("probes", self._probes), ("baselines", self._baselines),
                 ("disks", self._disks), ("settings", self._settings), ("xfs", self._xfs),
-                ("passive", passive_families))
+                ("passive", passive_families),
+                *((spec.name, lambda s, spec=spec: spec.families(s.sources.get(spec.name), s)) for spec in SOURCES))
 
     def collect(self):
         s = self.get_snapshot()

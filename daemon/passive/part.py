@@ -17,12 +17,13 @@ import time
 from collections import defaultdict
 
 from iowarden.probes import diskstats
+from iowarden.probes.blockqueue import identity_of
 
-from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
+from iowarden.daemon.core.events import PassiveJudged
+from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE, PASSIVE_PROFILE
 from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window
 
 log = logging.getLogger("iowarden")
-PASSIVE_PROFILE = "passive"
 SAVE_EVERY_WINDOWS = 20
 
 
@@ -58,12 +59,16 @@ def stacked_members(devices: dict) -> dict[str, tuple[str, ...]]:
 
 
 class PassiveWatch:
-    def __init__(self, params: PassiveParams, sampler, devices_fn, state, on_verdict):
+    """The part: reads the sampler's published reading and the device view, posts PassiveJudged. It writes
+    nothing: what it learned goes to the core to be saved (every SAVE_EVERY_WINDOWS windows, on a verdict,
+    and at the stop)."""
+
+    def __init__(self, params: PassiveParams, sampler, devices_fn, state, post):
         self.params = params
         self.sampler = sampler
         self.devices_fn = devices_fn          # kernel name -> BlockDevice (the settings poller's view)
-        self.state = state
-        self.on_verdict = on_verdict          # (transition, kernel name): the core hands it to Health
+        self.state = state                    # read only: the saved curves at the start, characterize's capability
+        self.post = post                      # a PassiveJudged event to the core
         saved = [(ident, metric, st) for ident, profile, metric, _, st in state.load_baselines()
                  if profile == PASSIVE_PROFILE]
         curves = {(ident, metric.split(":")[1], metric.split(":")[2]): st
@@ -84,9 +89,10 @@ class PassiveWatch:
             self._step()
 
     def _step(self) -> None:
-        cur = self.sampler.last_sample
-        if cur is None:
+        reading = self.sampler.reading
+        if reading is None:
             return
+        cur = reading.sample
         start, self._start = self._start, cur
         if start is None or cur.monotonic_seconds - start.monotonic_seconds < self.params.window_seconds * 0.5:
             if start is not None:
@@ -97,27 +103,25 @@ class PassiveWatch:
         # under its kernel name now, its curve would be learned and saved under `kernel:sdd` and never found
         # again once udev gives its WWN (seen in the lab). With no view at all, kernel names are all there is.
         judged = [n for n in cur.counters if n in devices or not devices]
-        ident = {n: (devices[n].identity if n in devices and devices[n].identity else f"kernel:{n}") for n in judged}
+        ident = {n: identity_of(n, devices) for n in judged}
         now = time.time()
-        rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if self.sampler.wanted(n) and n in ident}
+        rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if n in reading.sampled and n in ident}
         windows = [Window.from_rates(ident[n], now, r) for n, r in rates.items()]
         stacked = stacked_members(devices)
         groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices, stacked)]
         name_of = {ident[n]: n for n in rates}
         stacks = {ident[n]: tuple(ident[m] for m in members if m in ident)
                   for n, members in stacked.items() if n in ident}
-        transitions = self.detector.observe(windows, groups, stacks)
-        for t in transitions:
-            self.on_verdict(_named(t, name_of), name_of.get(t.device, t.device))
+        transitions = [(_named(t, name_of), name_of.get(t.device, t.device))
+                       for t in self.detector.observe(windows, groups, stacks)]
         for gone in set(self.detector.devices) - set(name_of):
             if self.detector.devices[gone].flagged:
-                for t in self.detector.forget(gone):
-                    self.on_verdict(t, gone)
+                transitions += [(t, gone) for t in self.detector.forget(gone)]
         self.views = tuple((name_of[v.device], v.device, v) for v in self.detector.views() if v.device in name_of)
         self.windows_total += 1
         self._windows += 1
-        if self._windows >= SAVE_EVERY_WINDOWS or transitions:   # `status` sees a new verdict at once
-            self._save()
+        due = self._windows >= SAVE_EVERY_WINDOWS or transitions   # `status` sees a new verdict at once
+        self.post(PassiveJudged(tuple(transitions), self.views, self._saves() if due else ()))
 
     def _load_capability(self) -> None:
         """What `iowarden characterize -c` measured, per identity (it may run while the daemon does)."""
@@ -125,24 +129,24 @@ class PassiveWatch:
             ident: (st.get("saturation_iops"), st.get("bandwidth_bytes"))
             for ident, profile, metric, _, st in self.state.load_baselines() if profile == CAPABILITY_PROFILE}
 
-    def save(self) -> None:
+    def final_event(self) -> PassiveJudged:
+        """What was learned since the last save, for the core to write at the stop (the part has ended)."""
         with self._lock:
-            self._save()
+            return PassiveJudged((), self.views, self._saves())
 
-    def _save(self) -> None:
+    def _saves(self) -> tuple:
+        """(identity, metric, state) to save: curves, accumulated evidence, the latest views (for `status`)."""
         self._windows = 0
         self._load_capability()
-        now = time.time()
-        for (ident, direction, unit), st in self.detector.curves_state().items():
-            self.state.save_baseline(ident, PASSIVE_PROFILE, f"curve:{direction}:{unit}", now, st)
-        for ident in self.detector.evidence.members:
-            self.state.save_baseline(ident, PASSIVE_PROFILE, "evidence", now, self.detector.evidence.to_state(ident))
+        out = [(ident, f"curve:{direction}:{unit}", st)
+               for (ident, direction, unit), st in self.detector.curves_state().items()]
+        out += [(ident, "evidence", self.detector.evidence.to_state(ident)) for ident in self.detector.evidence.members]
         # the latest verdicts, for `iowarden status` (a separate process reading the database)
-        for name, ident, v in self.views:
-            self.state.save_baseline(ident, PASSIVE_PROFILE, "view", now, {
-                "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
-                "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
-                "flagged": list(v.flagged)})
+        out += [(ident, "view", {
+            "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
+            "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
+            "flagged": list(v.flagged)}) for name, ident, v in self.views]
+        return tuple(out)
 
 
 def _named(t, name_of: dict):

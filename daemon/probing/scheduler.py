@@ -18,12 +18,14 @@ import stat
 import threading
 import time
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots, kill_group
 from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
 
 from iowarden.daemon.config import Config, Target
+from iowarden.daemon.core.events import ProbeFinished
 from iowarden.daemon.sources.discovery import st_dev_of
 from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
 
@@ -108,14 +110,14 @@ class Due:
 
 
 class Scheduler:
-    def __init__(self, cfg: Config, roots: Roots, sampler, on_result, rng: random.Random | None = None,
+    def __init__(self, cfg: Config, roots: Roots, sampler, post, rng: random.Random | None = None,
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic):
         self.roots = roots
         self.clock = clock
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
         self.owner = os.path.realpath(cfg.section("daemon")["state_dir"])
         self.sampler = sampler
-        self.on_result = on_result
+        self.post = post                  # a ProbeFinished event to the core
         self.pin_check = pin_check or (lambda target, device: None)
         # the block devices as last read (the settings poller's view, kept current by hotplug):
         # a probe waiting for a busy disk must not re-read all of sysfs every second
@@ -126,9 +128,14 @@ class Scheduler:
         self._procs: dict = {}  # running fio Popen -> the physical disks it probes
         self._aborted_disks: set[str] = set()
         self._last_probe_end = -1e9
-        self._disks_of: dict[str, tuple[str, ...]] = {}
+        # target -> its physical disks when last looked at; replaced whole, never changed in place, so a
+        # snapshot's copy (budget_view) never iterates a dict being written
+        self._disks_of: MappingProxyType = MappingProxyType({})
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
+        # held by step() and configure() for their whole run: a reload or a discovery (other threads)
+        # replaces cfg and due while step reads them, and step's changes to the Due it holds would be lost
+        self._plan_lock = threading.RLock()
         self._stopping = False
         b = cfg.section("budget")
         self.budget = Budget(b["device_time_ratio"], b["window_seconds"], b["write_bytes_per_day"])
@@ -139,7 +146,10 @@ class Scheduler:
     def configure(self, cfg: Config, targets: tuple[Target, ...] | None = None) -> None:
         """Take a (re)loaded config and the targets to probe (the config's, unless discovery adds some);
         probes already planned keep their next time, a target no longer given is dropped."""
-        targets = cfg.targets if targets is None else targets
+        with self._plan_lock:
+            self._configure(cfg, cfg.targets if targets is None else targets)
+
+    def _configure(self, cfg: Config, targets: tuple[Target, ...]) -> None:
         now = self.clock()
         b = cfg.section("budget")
         self.budget.time_ratio, self.budget.window_seconds = b["device_time_ratio"], b["window_seconds"]
@@ -149,8 +159,7 @@ class Scheduler:
             self.cfg = cfg
             self.due = []
             names = {t.name for t in targets}
-            for gone in set(self._disks_of) - names:
-                del self._disks_of[gone]
+            self._disks_of = MappingProxyType({n: d for n, d in self._disks_of.items() if n in names})
             for key in [k for k in list(self.skipped_total) if k[0] not in names]:
                 del self.skipped_total[key]  # a dropped target's series go with it
             for t in targets:
@@ -172,12 +181,18 @@ class Scheduler:
     def physical_disks(self, target: Target) -> tuple[str, ...]:
         name = self.device_of(target)
         disks = () if name is None else (blockqueue.physical_devices(name, self.devices()) or (name,))
-        self._disks_of[target.name] = disks
+        with self._lock:
+            self._disks_of = MappingProxyType({**self._disks_of, target.name: disks})
         return disks
 
     def physical_disks_cached(self, target: Target) -> tuple[str, ...]:
         """The disks found when the target was last looked at: no sysfs reads (for scrapes)."""
         return self._disks_of.get(target.name, ())
+
+    def budget_view(self) -> dict:
+        """Each probed disk's budget as it stands (a copy, for a snapshot)."""
+        disks = {d for ds in self._disks_of.values() for d in ds}
+        return {d: self.budget.status(d) for d in sorted(disks)}
 
     def budget_exhausted(self, disks) -> bool:
         return self.budget.refuses(disks, 0.0) is not None
@@ -194,6 +209,10 @@ class Scheduler:
 
     def step(self) -> None:
         """Ask plan() what to do with the due probes, and do it: start workers, count, log."""
+        with self._plan_lock:
+            self._step()
+
+    def _step(self) -> None:
         now = self.clock()
         with self._lock:
             if self._stopping:
@@ -286,7 +305,7 @@ class Scheduler:
                 self._aborted_disks -= gone
             if gone and not result.ok:
                 result.error = f"aborted: {', '.join(sorted(gone))} was removed during the probe"
-            self.on_result(result)
+            self.post(ProbeFinished(result, tuple(disks), self.budget_exhausted(disks)))
         except Exception:
             log.exception("probe %s/%s crashed", d.target.name, d.profile)
         finally:

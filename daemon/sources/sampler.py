@@ -1,37 +1,59 @@
-"""The 1 Hz diskstats sampler: iostat -x rates per device, and the recent busy-ness the scheduler defers on."""
+"""The 1 Hz diskstats sampler: iostat -x rates per device, and the recent busy-ness the scheduler defers on.
+
+Each step reads /proc/diskstats and PSI once, posts the reading to the core (DisksSampled) and publishes
+it as one frozen SamplerReading, swapped whole: the passive part and the scheduler read that value, and
+never anything the sampler goes on changing (the partition cache is the sampler thread's alone).
+"""
 from __future__ import annotations
 
 import collections
 import fnmatch
 import threading
 import time
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from iowarden.probes import diskstats, pressure
 from iowarden.probes.common import Roots
 
+from iowarden.daemon.core.events import DisksSampled
 
-HISTORY_SAMPLES = 130
+
+@dataclass(frozen=True)
+class SamplerReading:
+    """One sample as the sampler published it: raw counters, rates since the last one, the names sampled."""
+    sample: diskstats.DiskSample
+    rates: MappingProxyType            # kernel name -> DiskRates (sampled devices only)
+    sampled: frozenset                 # the kernel names the sampler watches (its globs, or whole devices)
+    io_pressure: object | None
 
 
 class Sampler:
     HISTORY_TICKS = 10  # seconds of %util kept per device for the contention check
 
-    def __init__(self, roots: Roots, device_globs: list[str]):
+    def __init__(self, roots: Roots, device_globs: list[str], post=lambda event: None):
         self.roots = roots
         self.device_globs = device_globs
+        self.post = post
         self._prev: diskstats.DiskSample | None = None
-        self._partition: dict[str, bool] = {}
+        self._partition: dict[str, bool] = {}     # the sampler thread's own cache: read and written only there
         self._lock = threading.Lock()
-        self.rates: dict[str, diskstats.DiskRates] = {}
         self._util: dict[str, collections.deque] = {}
         self.first_sample_done = threading.Event()
-        self.io_pressure: pressure.IoPressure | None = None
-        self.last_sample: diskstats.DiskSample | None = None
-        # (unix time, sample) of the last two minutes: what a disk did during a probe that just ended
-        self.history: collections.deque = collections.deque(maxlen=HISTORY_SAMPLES)
+        self.reading: SamplerReading | None = None   # the last reading, replaced whole
 
-    def wanted(self, name: str) -> bool:
-        """Is this device sampled: the configured globs, else every whole device."""
+    @property
+    def rates(self):
+        r = self.reading
+        return r.rates if r is not None else MappingProxyType({})
+
+    @property
+    def io_pressure(self):
+        r = self.reading
+        return r.io_pressure if r is not None else None
+
+    def _wanted(self, name: str) -> bool:
+        """Is this device sampled: the configured globs, else every whole device (sampler thread only)."""
         if self.device_globs:
             return any(fnmatch.fnmatch(name, g) for g in self.device_globs)
         # one stat() per device per tick adds up at 1000 devices: a name's kind is asked once
@@ -42,37 +64,25 @@ class Sampler:
     def step(self) -> None:
         cur = diskstats.read(self.roots)
         try:
-            self.io_pressure = pressure.read(self.roots)
+            io_pressure = pressure.read(self.roots)
         except Exception:  # PSI is a secondary signal: a garbled file must not stop the sampler
-            self.io_pressure = None
+            io_pressure = None
         prev, self._prev = self._prev, cur
-        self.last_sample = cur
-        with self._lock:
-            self.history.append((time.time(), cur))
+        if set(self._partition) - set(cur.counters):  # devices went away: names may be reused
+            self._partition = {n: p for n, p in self._partition.items() if n in cur.counters}
+        sampled = frozenset(n for n in cur.counters if self._wanted(n))
+        rates = MappingProxyType({} if prev is None else {
+            n: r for n, r in diskstats.rates_between(prev, cur).items() if n in sampled})
+        self.reading = SamplerReading(cur, rates, sampled, io_pressure)
+        self.post(DisksSampled(cur, rates, io_pressure, time.time()))
         if prev is None:
             return
-        rates = {n: r for n, r in diskstats.rates_between(prev, cur).items() if self.wanted(n)}
         with self._lock:
-            self.rates = rates  # replaced whole: readers never see a half-updated view
             for name, r in rates.items():
                 self._util.setdefault(name, collections.deque(maxlen=self.HISTORY_TICKS)).append(r.util_percent)
             for gone in set(self._util) - set(rates):
                 del self._util[gone]
-            if set(self._partition) - set(cur.counters):  # devices went away: names may be reused
-                self._partition = {n: p for n, p in self._partition.items() if n in cur.counters}
         self.first_sample_done.set()
-
-    def delivered(self, device: str, start: float, end: float) -> diskstats.DiskRates | None:
-        """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
-        with self._lock:
-            inside = [(t, smp) for t, smp in self.history if start - 0.5 <= t <= end + 1.5]
-        if len(inside) < 2:
-            return None
-        (_, a), (_, b) = inside[0], inside[-1]
-        if device not in a.counters or device not in b.counters or b.monotonic_seconds <= a.monotonic_seconds:
-            return None
-        return diskstats.compute_rates(a.counters[device], b.counters[device],
-                                       b.monotonic_seconds - a.monotonic_seconds)
 
     def recent_util_percent(self, device: str, seconds: int = 5) -> float | None:
         """Mean %util of the device over the last few samples; None when it is not sampled."""

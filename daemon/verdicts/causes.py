@@ -23,6 +23,7 @@ class Evidence:
     xfs_then: object | None = None                # the first report seen for it
     budget_exhausted: bool = False
     passive: list = field(default_factory=list)   # open passive verdicts on the stack's devices (sentences)
+    sources: list = field(default_factory=list)   # what registered sources say of its disks (SMART: drive health)
 
 
 def _stack(ev: Evidence) -> set[str]:
@@ -75,6 +76,7 @@ def likely_causes(ev: Evidence) -> list[str]:
         if growth >= 1.5 and now.frag.extents_per_file >= 2:
             causes.append(f"XFS fragmentation grew on {now.mountpoint}: {then.frag.extents_per_file:.1f} -> "
                           f"{now.frag.extents_per_file:.1f} extents per file (xfs_fsr defragments)")
+    causes.extend(ev.sources)
     causes.extend(f"passive: {p}" for p in ev.passive)
     if ev.budget_exhausted:
         causes.append("iowarden's own probe budget is spent on this device: probes are sparse")

@@ -249,12 +249,13 @@ class Health:
         return []
 
     @_locked
-    def on_passive(self, t, device: str) -> str | None:
-        """A passive verdict's transition (passive.Transition) as an alert on the device's volume."""
+    def on_passive(self, t, device: str, more_causes=()) -> str | None:
+        """A passive verdict's transition (passive.Transition) as an alert on the device's volume;
+        more_causes: what else is known of the device (its drive health), named after the verdict."""
         akey = (t.alert, t.device, PASSIVE_PROFILE)
         evidence = {"kind": t.kind, "device": device, **t.evidence}
         if t.state == "raised" and akey not in self.open:
-            self._raise(akey, device, None, t.severity, evidence, [t.summary])
+            self._raise(akey, device, None, t.severity, evidence, [t.summary, *more_causes])
             return f"{t.alert} raised"
         if t.state == "updated" and akey in self.open:
             a = self.open[akey]

@@ -1,9 +1,10 @@
 """The core: events in, in order, on one thread; one immutable snapshot out per batch. No root, a fake clock.
 
 The parts around it are the real ones where they are pure (Health, State, the scheduler's budget and
-topology over the fixture tree) and the fixture's values where they read the machine (rates from a
-captured /proc/diskstats, the device view of the md/LVM fixture tree, an XFS report from captured
-xfs_db output). The last test scrapes what the core published and diffs it with a golden file.
+topology over the fixture tree); what parts read of the machine comes in as the events they post
+(rates from a captured /proc/diskstats, the device view of the md/LVM fixture tree, an XFS report
+from captured xfs_db output). The last test scrapes what the core published and diffs it with a
+golden file.
 
     IOWARDEN_REGENERATE_GOLDEN=1 python -m pytest tests/unit/test_core.py   # after a deliberate change
 """
@@ -14,11 +15,13 @@ import os
 import random
 import re
 import time
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
-from iowarden.daemon.core.core import Core, PassiveVerdict, ProbeFinished, TargetDropped, Tick
+from iowarden.daemon.core.core import Core, CounterReaders
+from iowarden.daemon.core.events import (DevicesRead, DisksSampled, PassiveJudged, ProbeFinished, SettingsRead,
+                                         TargetsChanged, XfsRead)
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
 from iowarden.daemon.passive.detector import Transition
@@ -42,6 +45,11 @@ def _result(i: int, read_iops: float, ok: bool = True, target: str = "db", devic
                        1.7e9 + 60 * i, 2.1, rep if ok else None)
 
 
+def _with_scheduler(devices: dict, name: str, scheduler: str) -> dict:
+    d = devices[name]
+    return {**devices, name: dataclasses.replace(d, queue=dataclasses.replace(d.queue, scheduler=scheduler))}
+
+
 @pytest.fixture
 def parts(tree, tmp_path):
     roots = tree("storage-md-dm.tree")
@@ -51,8 +59,7 @@ def parts(tree, tmp_path):
                                     read_ms=c.read_ms + 250, io_ms=c.io_ms + 400,
                                     weighted_io_ms=c.weighted_io_ms + 900) for n, c in ds.items()}
     last = diskstats.DiskSample(1.0, later)
-    sampler = SimpleNamespace(rates=diskstats.rates_between(diskstats.DiskSample(0.0, ds), last), last_sample=last,
-                              io_pressure=None, delivered=lambda *a: None)
+    rates = MappingProxyType(diskstats.rates_between(diskstats.DiskSample(0.0, ds), last))
     report = xfs.XfsReport("/srv", "/dev/dm-0", xfs.parse_frag((FIXTURES / "xfs" / "xfs_db-frag-fragmented.txt")
                                                                .read_text()),
                            xfs.parse_freesp((FIXTURES / "xfs" / "xfs_spaceman-freesp.txt").read_text()),
@@ -60,45 +67,56 @@ def parts(tree, tmp_path):
     cfg = _cfg(_target("db", 300.0) + _target("logs", 300.0))
     clock = Clock()
     state = State(str(tmp_path / "state.db"))
-    scheduler = FakeRun(cfg, Roots(), sampler, on_result=None, rng=random.Random(0), clock=clock,
+    scheduler = FakeRun(cfg, Roots(), SimpleNamespace(), post=None, rng=random.Random(0), clock=clock,
                         devices=lambda: devices, device_of={"db": "dm-0", "logs": "md1"})
     for t in cfg.targets:
         scheduler.physical_disks(t)   # what the scheduler found when it last looked
     scheduler.budget.record(("sdb", "sdc"), time.time(), 2.0, 1 << 20)   # dm-0's disks
-    p = SimpleNamespace(
-        roots=roots, state=state, health=Health(state, DetectorParams(warmup_probes=6)), sampler=sampler,
-        scheduler=scheduler,
-        settings=SimpleNamespace(devices=devices, drift_total={("sdb", devices["sdb"].identity, "scheduler"): 1},
-                                 power=cpupower.read_power_settings(tree("cpu-bare-metal.tree"),
-                                                                    run_tuned_adm_verify=False)),
-        xfs=SimpleNamespace(reports_at={"/srv": (report, 1.7e9)}, reports={"/srv": report}, first={"/srv": report},
-                            mount_of=lambda path: "/srv"),
-        registry=Registry(clock), passive=None, influx=None, targets=lambda: cfg.targets, clock=clock)
-    yield p
+    power = cpupower.read_power_settings(tree("cpu-bare-metal.tree"), run_tuned_adm_verify=False)
+    registry = Registry(clock)
+    health = Health(state, DetectorParams(warmup_probes=6))
+    readers = CounterReaders(skipped=scheduler.skipped, budget=scheduler.budget_view, parts=registry.stats)
+
+    def new_core():
+        core = Core(state, health, "0.1.0", readers, clock=clock)
+        # what the parts would have posted by the time the first probe ends: the targets, two settings
+        # polls (sdb's scheduler changed in between: one drift), a sample, an XFS report
+        core.run_batch([TargetsChanged(cfg.targets),
+                        SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(devices, "sdb", "none")), 0.0),
+                                     power),
+                        SettingsRead(DevicesRead(MappingProxyType(devices), 1.0), power),
+                        DisksSampled(last, rates, None, 1.7e9), XfsRead(MappingProxyType({"/srv": (report, 1.7e9)}))])
+        return core
+
+    yield SimpleNamespace(state=state, health=health, devices=devices, scheduler=scheduler, clock=clock,
+                          new_core=new_core, power=power)
     state.close()
 
 
 def test_a_result_is_stored_judged_and_published_in_one_new_snapshot(parts):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+    core = parts.new_core()
     core.publish()
     first, (v1, _) = core.snapshot, core.published
     core.run_batch([ProbeFinished(_result(0, 38000.0))])
     snap, (v2, _) = core.snapshot, core.published
     assert v2 == v1 + 1 and snap is not first and first.probes == ()   # the old snapshot is left as it was
     (view,) = snap.probes
-    ident = parts.settings.devices["dm-0"].identity
+    ident = parts.devices["dm-0"].identity
     assert (view.target, view.profile, view.volume, view.last_success_timestamp) == ("db", "rr", ident, 1.7e9 + 2.1)
     assert [r["read_iops"] for r in parts.state.probe_results()] == [38000.0]
     assert core.last_result.iops("read") == 38000.0
+    assert snap.drift_total == {("sdb", parts.devices["sdb"].identity, "scheduler"): 1}
     with pytest.raises(dataclasses.FrozenInstanceError):
         snap.probes = ()
 
 
 def test_results_in_order_raise_an_alert_whose_causes_the_core_gathers(parts):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+    core = parts.new_core()
     core.run_batch([ProbeFinished(_result(i, 38000.0 * (1 + 0.01 * (i % 3)))) for i in range(12)])
     assert core.snapshot.alerts == ()
-    parts.state.add_drift("sdb", parts.settings.devices["sdb"].identity, "scheduler", "none", "mq-deadline")
+    # sdb's scheduler drifts again after the baseline was learned: a settings poll says so
+    core.run_batch([SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(parts.devices, "sdb", "bfq")), 2.0),
+                                 parts.power)])
     # one batch, many results: applied in the order posted, one snapshot for the lot
     core.run_batch([ProbeFinished(_result(i, 9000.0)) for i in range(12, 20)])
     (alert,) = core.snapshot.alerts
@@ -109,57 +127,62 @@ def test_results_in_order_raise_an_alert_whose_causes_the_core_gathers(parts):
 
 
 def test_a_dropped_target_leaves_the_snapshot_and_a_passive_verdict_opens_an_alert(parts):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+    core = parts.new_core()
     core.run_batch([ProbeFinished(_result(0, 38000.0)), ProbeFinished(_result(0, 1000.0, target="logs"))])
     assert {v.target for v in core.snapshot.probes} == {"db", "logs"}
-    core.run_batch([TargetDropped("logs", "target dropped: no longer mounted")])
+    dbt = [t for t in _cfg(_target("db", 300.0)).targets]
+    core.run_batch([TargetsChanged(tuple(dbt), (("logs", "target dropped: no longer mounted"),))])
     assert {v.target for v in core.snapshot.probes} == {"db"}
     t = Transition("self", "serial:Z1", "raised", "warning", "sdb is 3.1x slower than its own normal at this load",
                    {"ratio": 3.1})
-    core.run_batch([PassiveVerdict(t, "sdb")])
+    core.run_batch([PassiveJudged(((t, "sdb"),))])
     assert [(a.alert, a.volume) for a in core.snapshot.alerts] == [("DeviceSlow", "serial:Z1")]
 
 
 def test_a_bad_event_is_logged_and_the_next_one_is_handled(parts, caplog):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+    core = parts.new_core()
     with caplog.at_level(logging.ERROR, logger="iowarden"):
         core.run_batch([object(), ProbeFinished(_result(0, 38000.0))])
     assert "core: handling object failed" in caplog.text
-    assert len(core.snapshot.probes) == 1 and core.events_total == 2
+    assert len(core.snapshot.probes) == 1 and core.events_total == 5 + 2   # after the fixture's five
 
 
 def test_a_snapshot_that_cannot_be_built_leaves_the_last_one_and_the_core_running(parts, caplog):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+    core = parts.new_core()
     core.run_batch([ProbeFinished(_result(0, 38000.0))])
     last, (version, _) = core.snapshot, core.published
     stats = parts.state.stats
     parts.state.stats = lambda: 1 / 0
     with caplog.at_level(logging.ERROR, logger="iowarden"):
-        core.run_batch([Tick()])
+        core.run_batch([_sampled()])
     assert "building the snapshot failed" in caplog.text
     assert core.snapshot is last and core.published[0] == version
     parts.state.stats = stats
-    core.run_batch([Tick()])
+    core.run_batch([_sampled()])
     assert core.published[0] == version + 1
 
 
-def test_a_tick_takes_the_operators_requests(parts):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+def _sampled():
+    return DisksSampled(diskstats.DiskSample(2.0, {}), MappingProxyType({}), None, 1.7e9 + 2)
+
+
+def test_a_sample_takes_the_operators_requests(parts):
+    core = parts.new_core()
     parts.health.pins["db"] = "wwn:old"
     assert parts.health.pin_refusal("db", "wwn:new") is not None
     parts.state.request_baseline("reset", "db", None)
-    core.run_batch([Tick()])
+    core.run_batch([_sampled()])
     assert parts.health.pin_refusal("db", "wwn:new") is None
 
 
 def test_the_thread_applies_what_was_posted_before_the_stop_and_says_when_it_is_stuck(parts):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+    core = parts.new_core()
     core.start()
     for i in range(5):
         core.post(ProbeFinished(_result(i, 38000.0)))
     core.stop(5.0)
     assert not core._thread.is_alive()
-    assert len(parts.state.probe_results()) == 5 and core.events_total == 5
+    assert len(parts.state.probe_results()) == 5 and core.events_total == 5 + 5   # and the fixture's five
     assert core.stuck_seconds() == 0.0
     parts.clock.now += 40.0   # no batch for 40 s: the watchdog is withheld past CORE_STUCK_SECONDS
     assert core.stuck_seconds() == 40.0
@@ -172,7 +195,7 @@ def _stable(text: str) -> str:
 
 
 def test_the_scrape_of_what_the_core_published_matches_the_golden_file(parts):
-    core = Core(parts, "0.1.0", clock=parts.clock)
+    core = parts.new_core()
     core.run_batch([ProbeFinished(_result(i, 38000.0 * (1 + 0.01 * (i % 3)))) for i in range(12)]
                    + [ProbeFinished(_result(12, 0.0, ok=False, target="logs", device="md1"))])
     got = _stable(scrape(core.snapshot))

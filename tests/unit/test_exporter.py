@@ -58,7 +58,20 @@ def snapshot(tree):
         probe_intervals={("db", "randrw"): 300.0, ("db", "seq"): 300.0},
         influx={"written": 10, "spooled": 2, "dropped": 1, "errors": 3, "spool_bytes": 100, "rejected": 4},
         state={"writable": False, "pending_writes": 7, "write_errors": 2, "writes_dropped": 0},
+        sources={"smart": smart_reading()},
     )
+
+
+def smart_reading():
+    """The SMART source's reading of the md fixture's sdb (the NVMe fixture's figures) and sdc (SATA's)."""
+    from types import MappingProxyType
+
+    from iowarden.daemon.sources.smart import SmartReading
+    from iowarden.probes import smart
+    nvme = smart.parse("sdb", (FIXTURES / "smart" / "nvme-critical.json").read_text())
+    sata = smart.parse("sdc", (FIXTURES / "smart" / "sata-healthy.json").read_text())
+    return SmartReading(1.7e9, (nvme, sata, smart.DriveHealth("sdd", error="smartctl exited with 2: open failed")),
+                        MappingProxyType({"sdb": 0, "sdc": 10}))
 
 
 def scrape(snap) -> str:

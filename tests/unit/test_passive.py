@@ -252,15 +252,24 @@ def test_peer_groups_are_array_members_else_disks_of_one_model_and_size(tree):
 def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path):
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.verdicts.health import Health
-    from iowarden.daemon.passive.part import PassiveWatch
+    from types import MappingProxyType
+
+    from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.sources.sampler import SamplerReading
     from iowarden.probes import diskstats
 
-    class FakeSampler:
-        last_sample = None
+    class FakeSampler:   # what the sampler publishes: one frozen reading, replaced whole
+        reading = None
 
-        def wanted(self, name):
-            return True
+        @property
+        def last_sample(self):
+            return self.reading.sample
+
+        @last_sample.setter
+        def last_sample(self, s):
+            self.reading = SamplerReading(s, MappingProxyType({}), frozenset(s.counters), None)
 
     def sample(t, reads, read_ms):
         c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
@@ -269,8 +278,9 @@ def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path)
 
     st = State(str(tmp_path / "s.db"))
     health = Health(st, DetectorParams())
+    core = Core(st, health, "test")   # the part posts, the core applies (here at once, on this thread)
     sampler = FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, health.on_passive)
+    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]))
     reads = read_ms = 0
     for i in range(12):   # held at 2,000 IOPS with a queue of 24 waiting 12 ms each
         sampler.last_sample = sample(15.0 * i, reads, read_ms)
@@ -293,15 +303,26 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
     saved) under `kernel:sdd` meanwhile, and once the view has it, it is judged under its WWN."""
     import dataclasses
 
-    from iowarden.daemon.passive.part import PassiveWatch
+    from types import MappingProxyType
+
+    from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.sources.sampler import SamplerReading
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    from iowarden.daemon.verdicts.health import Health
     from iowarden.probes import blockqueue, diskstats
 
-    class FakeSampler:
-        last_sample = None
+    class FakeSampler:   # what the sampler publishes: one frozen reading, replaced whole
+        reading = None
 
-        def wanted(self, name):
-            return True
+        @property
+        def last_sample(self):
+            return self.reading.sample
+
+        @last_sample.setter
+        def last_sample(self, s):
+            self.reading = SamplerReading(s, MappingProxyType({}), frozenset(s.counters), None)
 
     def disk(name, identity):
         return blockqueue.BlockDevice(name, 8, 0, "disk", 1 << 30, None, (), (), None, identity=identity)
@@ -313,8 +334,9 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
 
     view = {"sdc": disk("sdc", "wwn:0xc")}
     st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st, DetectorParams()), "test")
     sampler = FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: view, st, lambda t, d: None)
+    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: view, st, lambda e: core.run_batch([e]))
     for i in range(4):
         sampler.last_sample = sample(15.0 * i, 3000 * i)
         part.step()
@@ -323,7 +345,7 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
     for i in range(4, 8):
         sampler.last_sample = sample(15.0 * i, 3000 * i)
         part.step()
-    part.save()
+    core.run_batch([part.final_event()])
     assert {ident for _, ident, _ in part.views} == {"wwn:0xc", "wwn:0xd"}
     assert not [i for i, *_ in st.load_baselines() if i.startswith("kernel:")]
     st.close()

@@ -111,7 +111,7 @@ def test_budget_replayed_after_a_restart_counts_against_every_member(tree):
 def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended():
     clock = Clock()
     sampler = Sampler(util=90.0)
-    sch = FakeRun(_cfg(_target("db")), Roots(), sampler, on_result=None, rng=random.Random(0), clock=clock)
+    sch = FakeRun(_cfg(_target("db")), Roots(), sampler, post=None, rng=random.Random(0), clock=clock)
     start = clock.now
     for _ in range(80):
         sch.tick()
@@ -124,7 +124,7 @@ def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended()
 
 def test_an_idle_disk_runs_on_time_and_uncontended():
     clock = Clock()
-    sch = FakeRun(_cfg(_target("db", interval=10.0)), Roots(), Sampler(0.0), on_result=None,
+    sch = FakeRun(_cfg(_target("db", interval=10.0)), Roots(), Sampler(0.0), post=None,
                   rng=random.Random(0), clock=clock)
     for _ in range(60):
         sch.tick()
@@ -139,7 +139,7 @@ def test_two_profiles_on_one_disk_take_turns():
     cfg = _cfg(_target("data", 2.0).replace('profiles = ["rr"]', 'profiles = ["rr", "rw"]'),
                '[profiles.rw]\nrw = "randwrite"\nruntime_seconds = 2.0\nramp_time_seconds = 0.0\n')
     clock = Clock()
-    sch = FakeRun(cfg, Roots(), Sampler(0.0), on_result=None, rng=random.Random(1), clock=clock)
+    sch = FakeRun(cfg, Roots(), Sampler(0.0), post=None, rng=random.Random(1), clock=clock)
     for _ in range(40):
         sch.tick()
         assert len(sch.running) <= 1          # never two probes at once on the disk
@@ -156,7 +156,7 @@ def test_targets_sharing_md_members_never_probe_at_once_and_others_run_beside_th
     devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
     clock = Clock()
     cfg = _cfg(_target("lv", 2.0) + _target("raw-sdc", 2.0) + _target("mirror", 2.0))
-    sch = FakeRun(cfg, Roots(), Sampler(0.0), on_result=None, rng=random.Random(0), clock=clock,
+    sch = FakeRun(cfg, Roots(), Sampler(0.0), post=None, rng=random.Random(0), clock=clock,
                   devices=lambda: devices, device_of={"lv": "dm-0", "raw-sdc": "sdc1", "mirror": "md1"})
     together = set()
     for _ in range(120):

@@ -1,9 +1,12 @@
 """The settings poller's device view: two readers (its own poll, and a uevent for a new disk) and
-the newest read wins, whichever finishes last. No root, a fake clock."""
+the newest read wins, whichever finishes last, in the poller's published view and in the core's.
+No root, a fake clock."""
 from __future__ import annotations
 
-from iowarden.daemon.sources import settings as pollers
+from iowarden.daemon.core.core import Core
 from iowarden.daemon.core.state import State
+from iowarden.daemon.sources import settings as pollers
+from iowarden.daemon.verdicts.health import Health
 from iowarden.probes.common import Roots
 
 
@@ -19,15 +22,16 @@ class Clock:
 def test_a_poll_that_began_before_a_hot_add_does_not_put_back_the_view_without_the_disk(tmp_path, monkeypatch):
     old_view, new_view = {"sda": "sda only"}, {"sda": "sda", "sdb": "the hot-added disk"}
     state = State(str(tmp_path / "state.db"))
-    poller = pollers.SettingsPoller(Roots(), state, clock=Clock())
+    posted = []
+    poller = pollers.SettingsPoller(Roots(), posted.append, clock=Clock())
     reads = []
 
     def read(roots):
         reads.append(len(reads))
         if len(reads) == 1:
             # the poll is reading sysfs when the uevent for sdb arrives and reads it, with sdb
-            assert poller.read_devices() is new_view
-            assert poller.devices is new_view
+            posted.append(poller.read_devices())   # the runtime posts a uevent's read to the core
+            assert poller.devices == new_view
             return old_view
         return new_view
 
@@ -36,16 +40,19 @@ def test_a_poll_that_began_before_a_hot_add_does_not_put_back_the_view_without_t
     monkeypatch.setattr(pollers, "watched_settings", lambda devices, power: {})
     poller.step()
     assert reads == [0, 1]
-    assert poller.devices is new_view       # the poll's older read was not published over it
+    assert poller.devices == new_view       # the poll's older read was not published over it
+    core = Core(state, Health(state), "test")
+    core.run_batch(posted)                  # nor taken by the core, which gets the uevent's read first
+    assert dict(core.snapshot.devices) == new_view
     poller.step()                           # the next poll, begun after, publishes its own read
-    assert poller.devices is new_view and reads == [0, 1, 2]
+    assert poller.devices == new_view and reads == [0, 1, 2]
     state.close()
 
 
 def test_each_poll_publishes_what_it_read(tmp_path, monkeypatch):
     views = iter([{"sda": 1}, {"sda": 2}])
     state = State(str(tmp_path / "state.db"))
-    poller = pollers.SettingsPoller(Roots(), state, clock=Clock())
+    poller = pollers.SettingsPoller(Roots(), lambda event: None, clock=Clock())
     monkeypatch.setattr(pollers.blockqueue, "read_sysfs_and_superblocks", lambda roots: next(views))
     monkeypatch.setattr(pollers.cpupower, "read_power_settings", lambda *a, **k: None)
     monkeypatch.setattr(pollers, "watched_settings", lambda devices, power: {})

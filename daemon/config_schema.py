@@ -1,0 +1,197 @@
+"""The configuration's schema: every section and key with its kind, default, range and meaning.
+
+One table drives the parser (config.py), `iowarden check-config`, config.example.toml (config_example.py)
+and the docs. A registered source (sources/registry.py) brings its own section; config.py adds them.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from iowarden.probes.fio_job import PROFILE_RW
+from iowarden.probes.fio_run import directory_target_problem
+
+MAX_SIZE_BYTES = 1 << 50         # a size key's bound unless it names a smaller one (1 PiB)
+
+
+def listen_address_problem(text: str) -> str | None:
+    from iowarden.daemon.outputs.http import parse_listen_address
+    try:
+        parse_listen_address(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def influx_url_problem(text: str) -> str | None:
+    import urllib.parse
+    try:
+        u = urllib.parse.urlsplit(text)
+        u.port
+    except ValueError as exc:
+        return f"not a URL: {exc}"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return f"expected http://HOST[:PORT] or https://HOST[:PORT], got {text!r}"
+    return None
+
+
+def target_path_problem(path: str) -> str | None:
+    """A target is a block device (read-only probes) or a directory iowarden may write its probe file in."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None   # not there yet (a mount point made later): checked again at every probe
+    if st is not None and stat.S_ISBLK(st.st_mode):
+        return None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        return f"{path} is neither a directory nor a block device"
+    return directory_target_problem(path)
+
+
+@dataclass(frozen=True)
+class Key:
+    kind: str            # int, float, str, bool, size, strlist
+    default: Any
+    doc: str
+    required: bool = False
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    check: Callable[[Any], str | None] | None = None   # a further rule: the error message, or None
+
+
+BASE_SECTIONS: dict[str, dict[str, Key]] = {
+    "daemon": {
+        "state_dir": Key("str", "/var/lib/iowarden", 'State database, spool and (by default) the probe directory.'),
+        "log_level": Key("str", "info", 'debug, info, warning or error.', choices=("debug", "info", "warning", "error")),
+        "fio_path": Key("str", "fio", 'The fio binary (looked up in PATH unless absolute).'),
+    },
+    "limits": {
+        "max_probe_size": Key("size", "1GiB", 'Largest probe file any profile may use.'),
+        "max_runtime_seconds": Key("float", 60.0, 'Longest a single probe may run.', minimum=0.1, maximum=3600.0),
+        "min_free_bytes": Key("size", "1GiB", 'A probe never leaves less free space than this ...'),
+        "min_free_ratio": Key("float", 0.10, '... nor less than this share of the filesystem.', minimum=0.0,
+                              maximum=0.9),
+        "timeout_margin_seconds": Key("float", 30.0, 'fio is killed (with all its job processes) this long after its runtime.', minimum=1.0,
+                                      maximum=600.0),
+        "max_job_buffers": Key("size", "256MiB", 'Most memory a probe may ask fio for as I/O buffers: the largest block size x iodepth '
+                                                 'x numjobs, over all its jobs (bs=64m iodepth=16 numjobs=4 would be 4 GiB).'),
+    },
+    "scheduling": {
+        "defer_util_percent": Key("float", 50.0, 'Defer a probe while its disk is busier than this (%util) with other I/O, or while '
+                                                 '/proc/pressure/io shows every task stalled on I/O ...',
+                                  minimum=0.0, maximum=100.0),
+        "max_deferral_seconds": Key("float", 600.0, '... for at most this long; then it runs and its result is marked contended (contended '
+                                                    'results are kept but neither learned nor judged).', minimum=0.0, maximum=86400.0),
+        "jitter_ratio": Key("float", 0.1, 'Random spread of each interval, so a fleet does not probe in step.',
+                            minimum=0.0, maximum=0.5),
+        "discover_interval_seconds": Key("float", 10.0, 'How often [[discover]] rules are matched against the mount table (mounting sends no '
+                                                        'event); they are matched at every block device event too.', minimum=1.0, maximum=3600.0),
+    },
+    "budget": {
+        "device_time_ratio": Key("float", 0.01, 'Probe device-time as a share of wall time, over window_seconds. The example profiles take '
+                                                '4 x (3 s + 1 s ramp) = 16 s every 1800 s: 0.9 %.',
+                                 minimum=0.0, maximum=1.0),
+        "window_seconds": Key("float", 3600.0, "The window that share is measured over", minimum=60.0, maximum=7 * 86400.0),
+        "write_bytes_per_day": Key("size", "10GiB", 'Bytes probes may write per disk per day (cloud volumes bill per request).'),
+    },
+    "prometheus": {
+        "enabled": Key("bool", True, "Serve /metrics. Port 29110: the exporters' range 9100-9999 of Prometheus' default port "
+                                     "allocations is used up; 29110 is outside it and below the kernel's ephemeral range "
+                                     '(32768-60999), so no outgoing connection takes it.'),
+        "listen_address": Key("str", ":29110", '":29110" listens on every interface, IPv4 and IPv6, as node_exporter does, because '
+                                               'Prometheus usually scrapes from another host. Use "127.0.0.1:29110" to keep it local, and '
+                                               'web_config_file for TLS and basic auth.',
+                              check=listen_address_problem),
+        "web_config_file": Key("str", "", 'A Prometheus exporter web-config file (YAML): tls_server_config (cert_file, key_file, '
+                                          'client_auth_type, client_ca_file, min_version) and basic_auth_users (user: bcrypt hash). '
+                                          'Empty: plain HTTP, no auth.'),
+    },
+    "influxdb": {
+        "enabled": Key("bool", False, 'Write probe results, iostat summaries, settings changes and alert transitions to InfluxDB '
+                                      '2/3 or any server with the v2 write API.'),
+        "url": Key("str", "http://127.0.0.1:8086", "Server URL (http:// or https://)", check=influx_url_problem),
+        "org": Key("str", "iowarden", "Organisation"),
+        "bucket": Key("str", "iowarden", "Bucket"),
+        "token_file": Key("str", "", 'The API token: from this file (preferred) ...'),
+        "token_env": Key("str", "IOWARDEN_INFLUXDB_TOKEN", '... or from this environment variable. It is never logged.'),
+        "flush_interval_seconds": Key("float", 10.0, "How often points are sent", minimum=1.0, maximum=3600.0),
+        "iostat_interval_seconds": Key("float", 10.0, 'Interval of the iostat -x summaries written.', minimum=1.0, maximum=3600.0),
+        "spool_max_bytes": Key("size", "64MiB", 'While the server is unreachable, points wait on disk (state_dir/influx-spool), up to this '
+                                                'size; beyond it new points are dropped and counted.'),
+        "timeout_seconds": Key("float", 5.0, "A write that takes longer fails (and is spooled)", minimum=0.5, maximum=3600.0),
+    },
+    "detector": {
+        "warmup_probes": Key("int", 12, 'Probes learned before a volume can alert.', minimum=3, maximum=10000),
+        "window_probes": Key("int", 288, 'Probes the baseline (median and MAD) is computed over: about a day at 5 min.',
+                             minimum=10, maximum=100000),
+        "drift_ratio": Key("float", 1.5, 'Alert when the baseline creeps this far from where it was learned (slow drift).',
+                           minimum=1.05, maximum=100.0),
+        "auto_accept_probes": Key("int", 0, 'Accept a stable new level as normal after this many probes; 0: only `iowarden baseline '
+                                            'accept` does (every change of baseline is logged).', minimum=0, maximum=100000),
+    },
+    "passive": {
+        "enabled": Key("bool", True, 'Judge every sampled disk from the traffic it carries.'),
+        "window_seconds": Key("float", 15.0, 'The 1 Hz samples are judged in windows this long.', minimum=1.0,
+                              maximum=600.0),
+        "self_ratio": Key("float", 2.5, "A window is slow at this many times the device's normal at that load.",
+                          minimum=1.2, maximum=100.0),
+        "peer_ratio": Key("float", 2.0, "A member is slow at this many times its peers' latency (median of recent windows).", minimum=1.2, maximum=100.0),
+        "peer_windows": Key("int", 480, 'Windows with traffic the peer comparison is the median of (2 h at 15 s).', minimum=10, maximum=100000),
+        "evidence_allowance": Key("float", 4.0, "Evidence against the peers (groups of three or more): how many of the "
+                                                 "group's own strays an hour a drive may sit above its peers for free.",
+                                  minimum=0.5, maximum=50.0),
+        "evidence_threshold": Key("float", 8.8, "... and the accumulated strays past the allowance that name it "
+                                                "(SlowMember). bench/passive_perseus.py tunes both.",
+                                  minimum=1.0, maximum=1000.0),
+        "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2, maximum=10000),
+        "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
+                        minimum=0.0, maximum=10000.0),
+    },
+    "sampler": {
+        "interval_seconds": Key("float", 1.0, '/proc/diskstats sampling interval (the iostat -x stream).', minimum=0.1, maximum=60.0),
+        "devices": Key("strlist", [], 'Kernel-name globs to sample, e.g. ["sd*", "nvme*n1"]; empty: every whole device.'),
+    },
+    "settings": {
+        "interval_seconds": Key("float", 30.0, 'Block queue, md, C-state / PM QoS and tuned poll interval.', minimum=1.0, maximum=3600.0),
+    },
+    "xfs": {
+        "interval_seconds": Key("float", 3600.0, 'Fragmentation report interval: xfs_db walks every inode, so keep it rare.',
+                                minimum=60.0, maximum=7 * 86400.0),
+        "timeout_seconds": Key("float", 120.0, 'xfs_db / xfs_spaceman are killed after this.', minimum=1.0, maximum=3600.0),
+    },
+}
+
+PROFILE_KEYS: dict[str, Key] = {
+    "rw": Key("str", "randread", "read, write, randread, randwrite or randrw", choices=PROFILE_RW),
+    "bs": Key("size", "4k", "block size"),
+    "iodepth": Key("int", 32, "I/Os in flight per job", minimum=1, maximum=4096),
+    "numjobs": Key("int", 1, "parallel jobs (reported as one group)", minimum=1, maximum=128),
+    "ioengine": Key("str", "libaio", "fio I/O engine: libaio, io_uring, psync, sync or pvsync2", choices=("libaio", "io_uring", "psync", "sync", "pvsync2")),
+    "direct": Key("bool", True, "O_DIRECT: bypass the page cache"),
+    "size": Key("size", "256MiB", "probe file size (capped by limits.max_probe_size)"),
+    "runtime_seconds": Key("float", 5.0, "measured time", minimum=0.1, maximum=3600.0),
+    "ramp_time_seconds": Key("float", 1.0, "warm-up excluded from the results", minimum=0.0, maximum=3600.0),
+    "rate_iops": Key("int", 0, "cap on IOPS, 0 for none", minimum=0, maximum=10**9),
+    "job_file": Key("str", "", "an existing fio job file ([global] + job sections) instead of the keys "
+                             "above; iowarden still picks the probe file and applies the limits"),
+}
+
+TARGET_KEYS: dict[str, Key] = {
+    "name": Key("str", None, "name used in metrics and alerts", required=True),
+    "path": Key("str", None, "a directory on the filesystem to probe, or a block device (read-only probes)",
+                required=True),
+    "profiles": Key("strlist", None, "profile names to run", required=True),
+    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0, maximum=30 * 86400.0),
+}
+
+
+DISCOVER_KEYS: dict[str, Key] = {
+    "name": Key("str", None, "rule name; a volume it finds is the target NAME:MOUNTPOINT", required=True),
+    "mountpoints": Key("strlist", None, "glob patterns of mount points to probe, e.g. \"/srv/*\" (* also matches /)", required=True),
+    "fstypes": Key("strlist", ["xfs", "ext4"], "filesystem types the rule accepts"),
+    "profiles": Key("strlist", None, "profile names to run", required=True),
+    "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0, maximum=30 * 86400.0),
+}

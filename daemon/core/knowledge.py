@@ -1,0 +1,141 @@
+"""What the core knows, and what a probe result and a settings poll do to it (core thread only).
+
+`Knowledge` is the core's mutable state; nothing outside the core holds it. Values that leave it (into
+a snapshot, to Health) are either immutable (tuples, mapping proxies, frozen dataclasses) or copies.
+Evidence for causes is read from here: no sysfs, no database query, no call into a part.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from iowarden.probes.blockqueue import identity_of, physical_devices
+from iowarden.probes.diskstats import compute_rates
+
+from iowarden.daemon.core.events import DevicesRead, ProbeFinished
+from iowarden.daemon.core.snapshot import ProbeView
+from iowarden.daemon.probing.scheduler import result_summary
+from iowarden.daemon.sources.settings import settings_changes, watched_settings
+from iowarden.daemon.sources.xfs import mount_of
+from iowarden.daemon.verdicts.causes import Evidence, likely_causes
+from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
+
+log = logging.getLogger("iowarden")
+__all__ = ["Knowledge", "apply_result", "apply_settings", "PASSIVE_PROFILE"]
+
+RECENT_DRIFT = 1000          # drift events kept for causes (a baseline's window of history)
+SAMPLES_KEPT = 130           # two minutes of 1 Hz samples: what a disk did during a probe that just ended
+
+
+@dataclass
+class Knowledge:
+    last_settings: dict | None = None                       # (device, setting) -> value, from the last poll
+    recent_drift: list = field(default_factory=list)        # (at, device, identity, setting, old, new)
+    latest: dict = field(default_factory=dict)              # (target, profile) -> ProbeView
+    last_result: object | None = None
+    targets: tuple = ()
+    devices: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    devices_read_at: float = float("-inf")
+    power: object | None = None
+    rates: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    sample: object | None = None
+    io_pressure: object | None = None
+    samples: collections.deque = field(default_factory=lambda: collections.deque(maxlen=SAMPLES_KEPT))
+    xfs_at: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    xfs_first: dict = field(default_factory=dict)
+    drift_total: collections.Counter = field(default_factory=collections.Counter)
+    passive_views: tuple = ()
+    sources: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.recent_drift = collections.deque(self.recent_drift, maxlen=RECENT_DRIFT)
+
+    def take_devices(self, e: DevicesRead) -> None:
+        # two readers refresh the view, the settings poll and a uevent: the newest read wins, so a poll
+        # that began before a hot-add cannot put back the view without the new disk
+        if e.read_at_monotonic >= self.devices_read_at:
+            self.devices, self.devices_read_at = e.devices, e.read_at_monotonic
+
+    def identity_of_target(self, target: str) -> str | None:
+        """The volume a target's last probe ran on (what the core has seen, not a fresh stat)."""
+        views = [v for (t, _), v in self.latest.items() if t == target]
+        return views[-1].volume if views else None
+
+    def delivered(self, device: str, start: float, end: float):
+        """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
+        inside = [(t, s) for t, s in self.samples if start - 0.5 <= t <= end + 1.5]
+        if len(inside) < 2:
+            return None
+        (_, a), (_, b) = inside[0], inside[-1]
+        if device not in a.counters or device not in b.counters or b.monotonic_seconds <= a.monotonic_seconds:
+            return None
+        return compute_rates(a.counters[device], b.counters[device], b.monotonic_seconds - a.monotonic_seconds)
+
+
+def apply_result(core, e: ProbeFinished) -> None:
+    """Store, publish and judge one probe result."""
+    k, result = core.known, e.result
+    record = result.to_json()
+    identity = identity_of(result.device, k.devices) if result.device else f"target:{result.target}"
+    core.state.add_probe_result(record, identity)
+    if core.influx is not None:
+        core.influx.probe_result(record, identity)
+    k.last_result = result
+    # a target dropped while its probe ran is stored, but gets no series back
+    if result.target in {t.name for t in k.targets}:
+        key = (result.target, result.profile)
+        prev = k.latest.get(key)
+        last_ok = result.started_at + result.duration_seconds if result.ok else (
+            prev.last_success_timestamp if prev else None)
+        k.latest[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
+    log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result),
+            extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
+    rates = k.rates.get(result.device) if result.device else None
+    context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
+               "disk_write_await_ms": rates.write_await_ms} if rates else {}
+    if result.contended and result.device:
+        total = k.delivered(result.device, result.started_at, result.started_at + result.duration_seconds)
+        if total is not None:
+            context["delivered_iops"] = total.reads_per_second + total.writes_per_second
+            context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
+    core.health.on_result(record, identity, lambda since: causes_of(core, e, since), context)
+
+
+def causes_of(core, e: ProbeFinished, since: float) -> list[str]:
+    k, result = core.known, e.result
+    disks = e.disks or (physical_devices(result.device, k.devices) if result.device else ())
+    mount = mount_of(result.path, k.xfs_at)
+    stack = {result.device, *disks} - {None}
+    drift = [(at, dev, setting, old, new) for at, dev, _, setting, old, new in k.recent_drift
+             if at >= since and (dev in k.devices or dev == "host")]
+    ev = Evidence(physical_disks=tuple(disks), device=result.device, devices=k.devices,
+                  passive=core.health.passive_findings(stack), drift=drift, contended=result.contended,
+                  foreign_util_percent=result.foreign_util_percent,
+                  disk_await_ms={n: max(r.read_await_ms, r.write_await_ms) for n, r in k.rates.items()},
+                  xfs_now=k.xfs_at[mount][0] if mount else None,
+                  xfs_then=k.xfs_first.get(mount) if mount else None,
+                  budget_exhausted=e.budget_exhausted, sources=core.source_causes(set(disks)))
+    return likely_causes(ev)
+
+
+def apply_settings(core, power) -> None:
+    """Record every watched setting that changed since the last poll (drift), whether or not it hurt."""
+    k = core.known
+    now = watched_settings(k.devices, power)
+    if k.last_settings is not None:
+        for device, setting, old, new in settings_changes(k.last_settings, now):
+            ident = k.devices[device].identity if device in k.devices else None
+            core.state.add_drift(device, ident, setting, old, new)
+            k.recent_drift.append((time.time(), device, ident, setting, str(old), str(new)))
+            k.drift_total[(device, ident or device, setting)] += 1
+            if core.influx is not None:
+                core.influx.event(kind="drift", device=device, volume=ident or device, setting=setting,
+                                  old=str(old), new=str(new))
+            log.warning("setting drift on %s: %s changed from %s to %s", device, setting, old, new,
+                        extra={"DEVICE": device, "SETTING": setting})
+    if now != k.last_settings:
+        core.state.save_settings(now)
+    k.last_settings, k.power = now, power

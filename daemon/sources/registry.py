@@ -1,0 +1,39 @@
+"""The seam a new source plugs into: a SourceSpec, registered once in SOURCES below.
+
+A source is a part that reads something on a thread of its own, at its own cadence, and hands the
+core one immutable value per reading (events.SourceRead). Everything else about it is a pure function
+of that value, called where the daemon needs it:
+
+- `config`: its section of the configuration (every source has `enabled` and `interval_seconds`);
+- `start(section, roots)`: builds the reader; the runtime makes it a supervised part
+  (cadence `interval_seconds`, deadline `deadline_seconds(section)`), posting what it returns;
+- `families(value, snapshot)`: its section of /metrics;
+- `causes(value, disks)`: sentences for an alert on a volume over those kernel disks (its likely causes).
+
+Adding a source is one module that defines a spec, one line in SOURCES, its fixture and its tests.
+The built-in sources that came before the seam (the diskstats sampler, the settings poller, the XFS
+poller, the passive detector) post typed events of their own (core/events.py): their values feed
+other subsystems (the scheduler, the passive detector, drift), not only /metrics and causes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str                                              # part name, config section, snapshot key
+    config: dict                                           # key -> config_schema.Key
+    start: Callable[[dict, Any], Callable[[], object]]     # (its section, Roots) -> read()
+    deadline_seconds: Callable[[dict], float]              # how long one read may take before it is stuck
+    families: Callable[[object, Any], Iterable]            # (value, Snapshot) -> metric families
+    causes: Callable[[object, set], list[str]]             # (value, kernel disks) -> likely causes
+
+
+def _specs() -> tuple[SourceSpec, ...]:
+    from iowarden.daemon.sources.smart import SPEC as SMART
+    return (SMART,)
+
+
+SOURCES: tuple[SourceSpec, ...] = _specs()
