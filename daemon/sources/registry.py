@@ -17,23 +17,7 @@ other subsystems (the scheduler, the passive detector, drift), not only /metrics
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from iowarden.daemon.sources.smart import SPEC as SMART
+from iowarden.daemon.sources.spec import SourceSpec
 
-
-@dataclass(frozen=True)
-class SourceSpec:
-    name: str                                              # part name, config section, snapshot key
-    config: dict                                           # key -> config_schema.Key
-    start: Callable[[dict, Any], Callable[[], object]]     # (its section, Roots) -> read()
-    deadline_seconds: Callable[[dict], float]              # how long one read may take before it is stuck
-    families: Callable[[object, Any], Iterable]            # (value, Snapshot) -> metric families
-    causes: Callable[[object, set], list[str]]             # (value, kernel disks) -> likely causes
-
-
-def _specs() -> tuple[SourceSpec, ...]:
-    from iowarden.daemon.sources.smart import SPEC as SMART
-    return (SMART,)
-
-
-SOURCES: tuple[SourceSpec, ...] = _specs()
+SOURCES: tuple[SourceSpec, ...] = (SMART,)

@@ -21,7 +21,7 @@ from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
-from iowarden.daemon.sources.registry import SourceSpec
+from iowarden.daemon.sources.spec import SourceSpec
 
 log = logging.getLogger("iowarden")
 

@@ -28,7 +28,7 @@ Architecture: $arch
 Maintainer: iowarden developers <iowarden@localhost>
 Installed-Size: $size
 Depends: python$pyver, python3 (>= $pyver), python3 (<< ${pyver%.*}.$((${pyver#*.} + 1))), fio, xfsprogs, util-linux, procps, libsystemd0
-Recommends: sysstat
+Recommends: sysstat, smartmontools
 Suggests: python3-matplotlib
 Section: admin
 Priority: optional

@@ -76,6 +76,8 @@ timeout_margin_seconds = 10.0
 device_time_ratio = 1.0
 [settings]
 interval_seconds = 2.0
+[smart]
+interval_seconds = 60.0
 [passive]
 window_seconds = 2.0
 [scheduling]

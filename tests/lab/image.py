@@ -19,7 +19,7 @@ from pathlib import Path
 CACHE = Path("/var/cache/iowarden-tests/lab")
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ("systemd,systemd-sysv,udev,dbus,linux-image-amd64,kmod,mdadm,lvm2,fio,xfsprogs,nvme-cli,"
-            "qemu-guest-agent,python3,util-linux,procps,libsystemd0,iproute2,sg3-utils,"
+            "qemu-guest-agent,python3,util-linux,procps,libsystemd0,iproute2,sg3-utils,smartmontools,"
             # what the package suggests: characterize draws its plots with the distro's matplotlib
             "python3-matplotlib")
 IMAGE_SIZE = "3G"

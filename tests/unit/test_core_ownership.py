@@ -1,0 +1,169 @@
+"""One owner in fact: the state database written only on the core thread, one handler per event type,
+and the races the review of f1018d6 found, each held by a test that hammers the two threads involved.
+
+The race tests make the interpreter switch threads every microsecond so that an interleaving that
+breaks shows up within the test's few thousand rounds (on f1018d6 the first two raised within a
+second: "dictionary changed size during iteration", and a KeyError for a profile a reload removed).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import random
+import sys
+import threading
+from types import MappingProxyType
+
+import pytest
+
+from iowarden.daemon.core import events
+from iowarden.daemon.core.core import HANDLERS, Core
+from iowarden.daemon.core.events import Housekeeping
+from iowarden.daemon.core.state import OffCoreWrite, State
+from iowarden.daemon.verdicts.health import Health
+from iowarden.probes import diskstats
+from iowarden.probes.common import Roots
+from tests.unit.test_policy import Clock, FakeRun, _cfg, _target
+
+
+@pytest.fixture
+def fast_switching():
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_every_event_type_has_exactly_one_handler_on_the_core():
+    types = {obj for _, obj in inspect.getmembers(events, inspect.isclass)
+             if obj.__module__ == events.__name__ and dataclasses.is_dataclass(obj)}
+    assert types == set(HANDLERS), (types ^ set(HANDLERS))
+    assert all(getattr(t, "__dataclass_params__").frozen for t in types)   # events are immutable values
+    assert len(set(HANDLERS.values())) == len(HANDLERS)
+
+
+def test_the_database_is_written_only_on_the_core_thread(tmp_path):
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "test")
+    core.start()
+    try:
+        with pytest.raises(OffCoreWrite, match="not the core"):
+            st.add_drift("sda", None, "scheduler", "none", "bfq")
+        with pytest.raises(OffCoreWrite):
+            st.save_baseline("wwn:1", "passive", "view", 1.0, {})
+        with pytest.raises(OffCoreWrite):
+            st.retry_pending()
+        core.post(Housekeeping("retry_writes"))      # the same, asked of the core: no error
+        core.post(Housekeeping("retention"))
+    finally:
+        core.stop(5.0)
+    assert core.events_total == 2
+    st.add_drift("sda", None, "scheduler", "none", "bfq")   # the core has ended: the caller writes (to close)
+    st.close()
+
+
+def test_reads_stay_open_to_every_thread(tmp_path):
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "test")
+    core.start()
+    try:
+        assert st.load_baselines() == [] and st.alerts() == [] and st.probe_results() == []
+    finally:
+        core.stop(5.0)
+    st.close()
+
+
+def test_the_passive_part_reads_the_samplers_published_reading_while_the_sampler_steps(tmp_path, fast_switching,
+                                                                                       monkeypatch):
+    """f1018d6: the passive thread called sampler.wanted(), which inserted into the sampler's partition
+    cache while the sampler rebuilt it (a dict comprehension over it) when devices went away."""
+    from iowarden.daemon.passive.detector import PassiveParams
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.sources import sampler as samplermod
+
+    names = [f"sd{chr(97 + i)}" for i in range(26)]
+    t = [0.0]
+
+    def read(roots):   # devices come and go every sample: the cache is pruned every time
+        t[0] += 1.0
+        present = random.sample(names, 13)
+        return diskstats.DiskSample(t[0], {n: diskstats.DiskCounters(8, i, n, reads=int(t[0]) * 10, io_ms=int(t[0]))
+                                           for i, n in enumerate(present)})
+
+    monkeypatch.setattr(samplermod.diskstats, "read", read)
+    monkeypatch.setattr(samplermod.diskstats, "is_partition", lambda name, roots: False)
+    monkeypatch.setattr(samplermod.pressure, "read", lambda roots: None)
+    s = samplermod.Sampler(Roots(), [])
+    st = State(str(tmp_path / "s.db"))
+    part = PassiveWatch(PassiveParams(window_seconds=0.001), s, lambda: {}, st, lambda e: None)
+    errors, stop = [], threading.Event()
+
+    def run(step):
+        try:
+            while not stop.is_set():
+                step()
+        except Exception as exc:   # noqa: BLE001 - the test's finding
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=(f,)) for f in (s.step, part.step)]
+    for th in threads:
+        th.start()
+    stop.wait(1.5)
+    stop.set()
+    for th in threads:
+        th.join()
+    st.close()
+    assert not errors, errors
+    assert isinstance(s.reading.rates, MappingProxyType) and isinstance(s.reading.sampled, frozenset)
+
+
+def _cfgs():
+    a = _cfg(_target("db", 1.0) + _target("logs", 1.0))
+    # a reload that renames the profile and drops a target, as an operator's edit would
+    text_b = (_target("db", 1.0) + _target("web", 1.0)).replace('profiles = ["rr"]', 'profiles = ["rr2"]')
+    b = _cfg(text_b, extra='[profiles.rr2]\nrw = "randread"\nruntime_seconds = 1.0\n')
+    return a, b
+
+
+def test_a_reload_never_races_the_scheduler_step(fast_switching):
+    """f1018d6: configure() (discovery, a reload, a uevent: other threads) replaced cfg and due while step()
+    read them without the lock, and wrote _disks_of while configure iterated it; the scheduler's snapshot
+    copy (budget_view) iterated it too."""
+    a, b = _cfgs()
+    clock = Clock()
+    sch = FakeRun(a, Roots(), type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0,
+                                              "io_pressure": None})(), post=None, rng=random.Random(0), clock=clock,
+                  device_of={"db": "sdb", "logs": "sdc", "web": "sdd"})
+    errors, stop = [], threading.Event()
+
+    def run(fn):
+        try:
+            while not stop.is_set():
+                fn()
+        except Exception as exc:   # noqa: BLE001 - the test's finding
+            errors.append(exc)
+            stop.set()
+
+    flip = iter(range(10**9))
+
+    def reload():
+        cfg = b if next(flip) % 2 else a
+        sch.configure(cfg, cfg.targets)
+
+    def step():
+        clock.now += 5.0
+        sch.running.clear()
+        sch._busy_disks.clear()
+        sch.step()
+
+    threads = [threading.Thread(target=run, args=(f,)) for f in (step, reload, sch.budget_view)]
+    for th in threads:
+        th.start()
+    stop.wait(1.5)
+    stop.set()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    sch.configure(b, b.targets)
+    assert {(d.target.name, d.profile) for d in sch.due} == {("db", "rr2"), ("web", "rr2")}
