@@ -6,30 +6,26 @@ Exit codes: 0 fine, 1 a probe failed, 2 usage, 77 permission (needs root),
 from __future__ import annotations
 
 import argparse
-import fnmatch
-import json
+
+
 import math
 import os
-import stat
-import sys
-import time
 
-from iowarden.probes import blockqueue, cpupower, diskstats, xfs
-from iowarden.probes.common import ParseError, Roots, parse_size_bytes, printable, printable_lines
+import sys
+
+
+from iowarden.probes.common import ParseError, parse_size_bytes
 from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
 from iowarden.probes.fio_run import ProbeLimits, run_probe
 
 from iowarden.daemon import config as configmod
 from iowarden.daemon.sources.discovery import targets_now
 from iowarden.daemon.core.state import StateDamaged, StateUnavailable
-from iowarden.daemon.commands.tables import dumps, table
+from iowarden.daemon.commands.inspect import cmd_iostat, cmd_settings, cmd_xfs
+from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
+from iowarden.daemon.commands.tables import dumps, print_lines as _print, table
 
 EX_NOPERM = 77
-
-
-def _print(text: str) -> None:
-    sys.stdout.write(printable_lines(text) + "\n")
-    sys.stdout.flush()
 
 
 # ---- check-config ---------------------------------------------------------------------------
@@ -104,260 +100,12 @@ def _print_probe(r) -> None:
 
 # ---- iostat ---------------------------------------------------------------------------------
 
-def _uptime_seconds(roots: Roots) -> float:
-    return float((roots.proc / "uptime").read_text().split()[0])
-
-
-def _select(sample: diskstats.DiskSample, args, roots: Roots) -> list[str]:
-    names = []
-    for name, c in sample.counters.items():
-        if args.device:
-            if any(fnmatch.fnmatch(name, pat) for pat in args.device):
-                names.append(name)
-            continue
-        if not args.partitions and diskstats.is_partition(name, roots):
-            continue
-        # like sysstat: a device that has never done I/O is not shown unless asked for
-        if c.reads or c.writes or c.discards or c.flushes:
-            names.append(name)
-    return names
-
-
-def _emit_rates(rates: dict, names: list[str], args, stamp: float) -> None:
-    rows = [rates[n] for n in names if n in rates]
-    if args.json:
-        for r in rows:
-            obj = {"timestamp": round(stamp, 3), **r.as_sysstat()}
-            _print(json.dumps(obj))
-        return
-    keys = ["r/s", "rkB/s", "rrqm/s", "%rrqm", "r_await", "rareq-sz", "w/s", "wkB/s", "wrqm/s", "%wrqm",
-            "w_await", "wareq-sz", "d/s", "dkB/s", "d_await", "f/s", "f_await", "aqu-sz", "%util"]
-    out = []
-    for r in rows:
-        s = r.as_sysstat()
-        s["%rrqm"], s["%wrqm"], s["%util"] = s["rrqm"], s["wrqm"], s["util"]
-        out.append([r.name] + [s[k] for k in keys])
-    _print(table(["Device"] + keys, out) + "\n")
-
-
-def cmd_iostat(args) -> int:
-    roots = Roots()
-    prev = diskstats.read(roots)
-    names = _select(prev, args, roots)
-    if args.device and not names:
-        raise SystemExit(f"iowarden iostat: no device matches {' '.join(args.device)}")
-    if args.interval is None or not args.omit_first:
-        # The first report covers the time since boot, as iostat's does.
-        zero = diskstats.DiskSample(prev.monotonic_seconds - _uptime_seconds(roots),
-                                    {n: diskstats.DiskCounters(c.major, c.minor, n) for n, c in prev.counters.items()})
-        _emit_rates(diskstats.rates_between(zero, prev), names, args, time.time())
-    if args.interval is None:
-        return 0
-    count = args.count
-    next_tick = time.monotonic() + args.interval
-    while count is None or count > 0:
-        time.sleep(max(0.0, next_tick - time.monotonic()))
-        next_tick += args.interval
-        cur = diskstats.read(roots)
-        _emit_rates(diskstats.rates_between(prev, cur), names, args, time.time())
-        prev = cur
-        if count is not None:
-            count -= 1
-    return 0
-
-
-# ---- xfs ------------------------------------------------------------------------------------
-
-def cmd_xfs(args) -> int:
-    roots = Roots()
-    if args.file:
-        counts = {}
-        for f in args.file:
-            try:
-                st = os.lstat(f)
-                if not stat.S_ISREG(st.st_mode):
-                    # a FIFO would block the open for ever; a device or socket has no extents
-                    raise ValueError(f"xfs --file {f}: not a regular file (only files have extents)")
-                counts[f] = xfs.file_extent_count(f)
-            except OSError as exc:  # missing, a symlink (not followed), or no FIEMAP on its filesystem
-                raise SystemExit(f"iowarden xfs: cannot count the extents of {f}: {exc.strerror or exc}") from None
-        _print(dumps(counts) if args.json else table(["file", "extents"], counts.items()))
-        return 0
-    mounts = xfs.xfs_mounts(roots)
-    if args.mounts:
-        wanted = [m.rstrip("/") or "/" for m in args.mounts]
-        known = {mnt: dev for dev, mnt in mounts}
-        missing = [m for m in wanted if m not in known]
-        if missing:
-            raise SystemExit(f"iowarden xfs: not an XFS mount point: {', '.join(missing)}")
-        mounts = [(known[m], m) for m in wanted]
-    reports = [xfs.read(mnt, dev, args.timeout) for dev, mnt in mounts]
-    if args.json:
-        _print(dumps(reports))
-    else:
-        rows = []
-        for r in reports:
-            f, fs = r.frag, r.free_space
-            rows.append([r.mountpoint, r.device, f and f.actual_extents, f and f.ideal_extents,
-                         f and f.fragmentation_ratio * 100, f and f.extents_per_file,
-                         fs and fs.total_free_extents, fs and fs.average_free_extent_blocks,
-                         r.free_space_source or "-"])
-        _print(table(["mount", "device", "extents", "ideal", "frag %", "extents/file",
-                      "free extents", "avg free ext (blocks)", "free-space source"], rows))
-        for r in reports:
-            for e in r.errors:
-                _print(f"{printable(r.mountpoint)}: {printable(e, 400)}")
-    return 0 if all(not r.errors for r in reports) else 1
-
-
-# ---- settings -------------------------------------------------------------------------------
-
-def cmd_settings(args) -> int:
-    roots = Roots()
-    devices = blockqueue.read_sysfs_and_superblocks(roots)
-    power = cpupower.read_power_settings(roots, run_tuned_adm_verify=True)
-    if args.json:
-        _print(dumps({"block_devices": devices, "power": power}))
-        return 0
-    rows = []
-    for d in devices.values():
-        if d.kind == "partition" and not args.partitions:
-            continue
-        if d.kind == "loop" and not d.size_bytes:
-            continue  # an unattached loop device is not storage
-        q = d.queue
-        md = d.md and f"{d.md.level} {d.md.array_state} degraded={d.md.degraded}"
-        rows.append([d.name, d.kind, d.identity, q and q.scheduler, q and q.nr_requests, q and q.read_ahead_kb,
-                     q and q.max_sectors_kb, q and q.rotational, q and q.write_cache, md or "-"])
-    _print(table(["device", "kind", "identity", "scheduler", "nr_requests", "read_ahead_kb",
-                  "max_sectors_kb", "rotational", "write_cache", "md"], rows))
-    _print("")
-    qos = power.pm_qos_cpu_dma_latency_usec
-    _print(f"cpuidle: driver={power.idle_driver or '-'} governor={power.idle_governor or '-'}; "
-           f"PM QoS cpu_dma_latency={'-' if qos is None else qos} us"
-           f"{' (C-states limited)' if power.c_states_limited else ''}")
-    govs = sorted(set(power.cpufreq_governors.values()))
-    _print(f"cpufreq governor: {', '.join(govs) if govs else 'absent'}; intel_pstate: "
-           f"{power.intel_pstate.get('status') if power.intel_pstate else 'absent'}")
-    t = power.tuned
-    _print(f"tuned: profile={t.active_profile or 'absent'} mode={t.profile_mode or '-'} "
-           f"verify={'-' if t.verify_ok is None else ('ok' if t.verify_ok else 'FAILED: ' + (t.verify_message or ''))}")
-    if power.cpus:
-        cpu0 = power.cpus[0]
-        shares = cpu0.residency_shares()
-        _print(table(["cpu0 idle state", "exit latency us", "target residency us", "disabled", "time share"],
-                     [[s.name, s.exit_latency_usec, s.target_residency_usec, s.disabled,
-                       shares.get(s.name)] for s in cpu0.states]))
-    return 0
-
-
-# ---- run ------------------------------------------------------------------------------------
-
 def cmd_run(args) -> int:
     from iowarden.daemon.runtime import main as run_main
     return run_main(args.config)
 
 
 # ---- replay ---------------------------------------------------------------------------------
-
-REPLAY_METRICS = {"iops": "read_iops", "bandwidth": "read_bw_bytes", "latency": "clat_p99_seconds"}
-
-
-def read_series_csv(path: str) -> list[tuple[float, float]]:
-    """`timestamp,value` rows (a header line is allowed); timestamps as Unix seconds or ISO 8601.
-
-    Every value must be a finite number and timestamps must increase: a NaN, an
-    infinity or a row out of order is an error naming its line, never a silent 0,
-    an alert, or a different result.
-    """
-    from datetime import datetime
-    out = []
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ParseError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    for lineno, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = [p.strip() for p in line.split(",")]
-        if lineno == 1 and parts[0].lower() in ("timestamp", "time", "ts"):
-            continue
-        try:
-            if len(parts) != 2:
-                raise ValueError("expected two columns: timestamp,value")
-            try:
-                ts = float(parts[0])
-            except ValueError:
-                ts = datetime.fromisoformat(parts[0]).timestamp()
-            value = float(parts[1])
-            if not (math.isfinite(ts) and math.isfinite(value)):
-                raise ValueError(f"{parts[1] if math.isfinite(ts) else parts[0]!r} is not a finite number "
-                                 "(leave a missing probe out rather than writing NaN)")
-            if out and ts <= out[-1][0]:
-                raise ValueError(f"timestamp {parts[0]} is not after the one before it: rows must be in time order")
-            out.append((ts, value))
-        except ValueError as exc:
-            raise ParseError(f"{path}:{lineno}: {exc}") from None
-    return out
-
-
-def cmd_replay(args) -> int:
-    if args.passive:
-        return _replay_passive(args)
-    if not args.csv:
-        raise ParseError("replay needs a CSV of probe values, or --passive FILE of `iowarden iostat --json` lines")
-    from iowarden.daemon.verdicts.detect import DetectorParams, replay
-    series = read_series_csv(args.csv)
-    params = DetectorParams(warmup_probes=args.warmup) if args.warmup else DetectorParams()
-    intervals = replay(series, REPLAY_METRICS[args.metric], params)
-    if args.json:
-        _print(json.dumps(intervals))
-    else:
-        _print(table(["start", "end", "severity"], [[i["start"], i["end"] if i["end"] is not None else "open",
-                                                      i["severity"]] for i in intervals]) if intervals
-               else f"no alerts in {len(series)} values")
-    return 0
-
-
-def _replay_passive(args) -> int:
-    from iowarden.daemon.passive.detector import PassiveParams
-    from iowarden.daemon.passive.replay import explain, parse_lines, replay
-    try:
-        with open(args.passive) as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ParseError(f"{args.passive}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    lines = parse_lines(args.passive, text)
-    params = PassiveParams(window_seconds=args.window) if args.window else PassiveParams()
-    intervals, detector = replay(lines, params)
-    if args.json:
-        found = [{k: i[k] for k in ("device", "start", "end", "severity", "kind")} for i in intervals]
-        _print(json.dumps({"alerts": found, "explain": explain(detector, intervals)} if args.explain else found))
-        return 0
-    if args.explain:
-        _print(table(["device", "vs peers", "stray", "blocks above", "evidence", "peak", "threshold", "vs own normal",
-                      "named"],
-                     [[r["device"], f"{r['peer_ratio']:.3f}x" if r["peer_ratio"] else "-",
-                       f"{r['stray_percent']:g} %" if r["stray_percent"] is not None else "-",
-                       f"{r['blocks_above']} of {r['blocks']}" if r["blocks"] is not None else "-",
-                       r["evidence"], r["evidence_peak"], r["threshold"],
-                       f"{r['self_ratio']:.2f}x" if r["self_ratio"] else "-", ", ".join(r["named"]) or "no"]
-                      for r in explain(detector, intervals)]))
-        _print("")
-    if intervals:
-        _print(table(["device", "kind", "start", "end", "severity", "evidence"],
-                     [[i["device"], i["kind"], _when(i["start"]), _when(i["end"]) if i["end"] else "open",
-                       i["severity"], i["summary"]] for i in intervals]))
-    else:
-        _print(f"no alerts in {len(lines)} lines of {len({x.device for x in lines})} devices")
-    return 0
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
 
 # ---- status and baseline ----------------------------------------------------------------------
 

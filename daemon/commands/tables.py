@@ -4,9 +4,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
+import time
 from typing import Any, Iterable, Sequence
 
-from iowarden.probes.common import printable
+from iowarden.probes.common import printable, printable_lines
 
 CELL_MAX_CHARS = 300
 
@@ -79,3 +81,13 @@ def to_jsonable(obj: Any) -> Any:
 
 def dumps(obj: Any) -> str:
     return json.dumps(to_jsonable(obj), indent=2, sort_keys=False)
+
+
+def print_lines(text: str) -> None:
+    """Print what a command shows: every line escaped (a device or path name cannot drive the terminal)."""
+    sys.stdout.write(printable_lines(text) + "\n")
+    sys.stdout.flush()
+
+
+def when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))

@@ -29,191 +29,18 @@ and out as JSON-able state.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
 
 from iowarden.daemon.passive.curve import LatencyCurve
-from iowarden.daemon.passive.evidence import EvidenceParams, PeerEvidence
+from iowarden.daemon.passive.evidence import PeerEvidence
 
-DIRECTIONS = ("read", "write")
-KINDS = ("self", "peers", "saturation")
-SUSPECT_WEIGHT = 0.125
-ALERT_OF_KIND = {"self": "DeviceSlow", "peers": "SlowMember", "saturation": "VolumeAtLimit"}
-
-
-@dataclass(frozen=True)
-class PassiveParams:
-    window_seconds: float = 15.0
-    min_ios: int = 30               # fewer I/Os in a window is no evidence: an idle disk never alerts
-    min_kib: float = 256.0          # the same, where only bytes are known (a trace without r/s)
-    floor_ms: float = 0.02          # excess latency below this is noise on fast flash, never evidence
-    bin_min_windows: int = 20       # a load bin judges after this many windows (5 min at 15 s)
-    self_ratio: float = 2.5         # acute: a window is slow at this many times its normal (and above its p99)
-    self_windows: int = 40          # ... and most of the last 40 judged windows (10 min at 15 s) are
-    shift_ratio: float = 1.4        # persistent: the median ratio over the last hour of judged windows
-    shift_clear_ratio: float = 1.2
-    shift_windows: int = 240
-    shift_min_windows: int = 120
-    shift_history: int = 96          # hourly medians sampled every shift_sample windows: the device's own
-    shift_sample: int = 60           # hour-to-hour variation, which sets how far a median may wander
-    shift_margin: float = 1.25
-    raise_fraction: float = 0.75
-    clear_fraction: float = 0.25
-    peer_ratio: float = 2.0
-    peer_clear_ratio: float = 1.5
-    peer_windows: int = 480         # two hours of 15 s windows with traffic
-    peer_min_windows: int = 40
-    severe_ratio: float = 4.0
-    severe_windows: int = 12
-    severe_group_windows: int = 40  # in a group of three or more: a noisy host's healthy drives reach 4x
-                                    # their peers in 8 of 12 windows (Perseus cluster J); 10 minutes, then
-    comparable_load: float = 2.0    # a device carrying more than twice its peers' load is not compared
-    saturation_windows: int = 6
-    saturation_cv: float = 0.05     # "flat": throughput within 5 % across the windows
-    saturation_util_percent: float = 90.0
-    saturation_queue: float = 2.0
-    idle_clear_seconds: float = 3600.0   # an alert on a device without traffic for this long clears
-    # evidence over time against the peers (passive/evidence.py); tuned by bench/passive_perseus.py
-    evidence_block_windows: int = 240    # an hour of 15 s windows
-    evidence_allowance: float = 4.0
-    evidence_threshold: float = 8.8
-    evidence_scale_floor: float = 0.02
-
-    @classmethod
-    def from_config(cls, section: dict) -> "PassiveParams":
-        return cls(window_seconds=section["window_seconds"], self_ratio=section["self_ratio"],
-                   peer_ratio=section["peer_ratio"], peer_windows=section["peer_windows"],
-                   saturation_windows=section["saturation_windows"], floor_ms=section["floor_ms"],
-                   evidence_allowance=section["evidence_allowance"],
-                   evidence_threshold=section["evidence_threshold"],
-                   # an hour of windows, whatever their length
-                   evidence_block_windows=max(4, round(3600.0 / section["window_seconds"])))
-
-    def evidence(self) -> EvidenceParams:
-        return EvidenceParams(block_windows=self.evidence_block_windows, allowance=self.evidence_allowance,
-                              threshold=self.evidence_threshold, scale_floor=self.evidence_scale_floor)
-
-
-@dataclass(frozen=True)
-class Flow:
-    """One direction of one window. A rate that is not known is None, not zero."""
-    iops: float | None
-    kib_per_second: float | None
-    await_ms: float
-
-    def load(self) -> tuple[str, float]:
-        """The load the latency is judged against, with its unit: IOPS where known, else KiB/s."""
-        return ("iops", self.iops) if self.iops is not None else ("kib", self.kib_per_second or 0.0)
-
-    def is_evidence(self, seconds: float, p: PassiveParams) -> bool:
-        if self.iops is not None:
-            return self.iops * seconds >= p.min_ios
-        return (self.kib_per_second or 0.0) * seconds >= p.min_kib
-
-
-@dataclass(frozen=True)
-class Window:
-    device: str
-    end: float                        # Unix seconds
-    seconds: float
-    flows: dict                       # direction -> Flow (directions with a rate and an await)
-    queue_size: float | None = None   # iostat aqu-sz
-    util_percent: float | None = None
-
-    @classmethod
-    def from_rates(cls, device: str, end: float, r) -> "Window":
-        """From a diskstats.DiskRates over the window."""
-        flows = {"read": Flow(r.reads_per_second, r.read_kib_per_second, r.read_await_ms),
-                 "write": Flow(r.writes_per_second, r.write_kib_per_second, r.write_await_ms)}
-        return cls(device, end, r.interval_seconds, flows, r.queue_size, r.util_percent)
-
-
-@dataclass(frozen=True)
-class Transition:
-    kind: str                 # self, peers, saturation
-    device: str
-    state: str                # raised, cleared, updated
-    severity: str
-    summary: str              # one sentence naming the device and the evidence
-    evidence: dict
-
-    @property
-    def alert(self) -> str:
-        return ALERT_OF_KIND[self.kind]
-
-
-@dataclass(frozen=True)
-class DeviceView:
-    """The passive verdict of one device, for /metrics and `status`."""
-    device: str
-    slowdown_ratio: dict           # direction -> observed / normal at that load (judged directions)
-    expected_await_ms: dict        # direction -> the curve's normal at that load
-    learned_windows: dict          # direction -> windows in the curve
-    peer_ratio: float | None       # median latency over peers' median, recent windows
-    ceiling: str | None            # "2,000 IOPS" while at its limit
-    flagged: tuple[str, ...]       # kinds raised
-    capability: tuple = (None, None)   # (IOPS, bytes/s) from `iowarden characterize`, when run
-    load_ratio: dict = field(default_factory=dict)   # "iops"/"bandwidth" -> last window's load over capability
-    evidence: object = None        # passive_evidence.MemberEvidence (a copy) in a group of three or more
-    evidence_threshold: float | None = None
-
-
-@dataclass
-class _Device:
-    curves: dict = field(default_factory=dict)            # (direction, unit) -> LatencyCurve
-    self_ring: deque = field(default_factory=deque)       # bools: judged windows, slow or not
-    self_log: RollingMedian | None = None                 # log(latency / normal at that load), recent windows
-    shift_seen: deque = field(default_factory=deque)      # past hourly medians of self_log (unflagged)
-    self_count: int = 0
-    peer_log: RollingMedian | None = None                 # log(latency / peers' median), recent windows
-    peer_excess: RollingMedian | None = None              # latency - peers' median, ms
-    peer_recent: deque = field(default_factory=deque)     # (log ratio, excess ms), the last severe windows
-    window_ratio: float | None = None                     # this window's worst latency over its normal
-    sat_ring: deque = field(default_factory=deque)        # (iops, kib/s, queue, util, await) or None
-    flagged: dict = field(default_factory=dict)           # kind -> evidence while raised
-    last_traffic: float | None = None
-    last_total: tuple = (0.0, 0.0)                        # the last window's IOPS and bytes/s, both directions
-    last_ratio: dict = field(default_factory=dict)
-    last_expected: dict = field(default_factory=dict)
-    ceiling: str | None = None
-
-
-def _median(xs):
-    return statistics.median(xs) if xs else None
-
-
-class RollingMedian:
-    """The median of the last `size` values, kept sorted: O(log n) to find, one memmove to update.
-
-    statistics.median over a 480-value ring every window was 80 % of a replay's time.
-    """
-
-    def __init__(self, size: int):
-        self.ring: deque = deque()
-        self.size = size
-        self.sorted: list[float] = []
-
-    def add(self, x: float) -> None:
-        if len(self.ring) == self.size:
-            old = self.ring.popleft()
-            del self.sorted[bisect.bisect_left(self.sorted, old)]
-        self.ring.append(x)
-        bisect.insort(self.sorted, x)
-
-    def median(self) -> float:
-        s, n = self.sorted, len(self.sorted)
-        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-    def __len__(self) -> int:
-        return len(self.ring)
-
-    def clear(self) -> None:
-        self.ring.clear()
-        self.sorted.clear()
+# the values it takes and gives, importable from here as before the split
+from iowarden.daemon.passive.values import (ALERT_OF_KIND, DIRECTIONS, KINDS, SUSPECT_WEIGHT,  # noqa: F401
+                                           DeviceView, Flow, PassiveParams, RollingMedian, Transition, Window,
+                                           _Device, _evidence_summary, _median, _self_summary)
 
 
 class PassiveDetector:
@@ -621,22 +448,3 @@ class PassiveDetector:
         """(device, direction, unit) -> JSON-able curve, for the state database."""
         return {(name, direction, unit): c.to_state()
                 for name, d in self.devices.items() for (direction, unit), c in d.curves.items() if c.bins}
-
-
-def _evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
-    hours = block_seconds / 3600
-    peers = ev["peers"]
-    named = ", ".join(peers) if len(peers) <= 3 else f"{len(peers)} peers ({', '.join(peers[:2])}, ...)"
-    return (f"{device} has been {ev['ratio']:.2f}x as slow as its {named} at comparable "
-            f"load: above them in {ev['blocks_above']} of {ev['blocks']} blocks of {hours:g} h, evidence "
-            f"{ev['score']:.1f} past the threshold {ev['threshold']:g} (in strays of healthy drives here, "
-            f"{(ev['stray_ratio'] - 1) * 100:.1f} %)")
-
-
-def _self_summary(device: str, ev: dict) -> str:
-    how = (f"{ev['slow_windows']} of the last {ev['of_windows']} windows slow" if ev["rule"] == "acute"
-           else f"the median of the last {ev['of_windows']} windows")
-    return (f"{device} {ev['direction']}s are {ev['ratio']:.1f}x slower than its own normal at this load: "
-            f"await {ev['await_ms']:g} ms where {ev['expected_ms']:g} ms is normal at "
-            f"{ev['load']:,.0f} {ev['load_unit']} ({how})")
-
