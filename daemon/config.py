@@ -7,6 +7,7 @@ the user thinks it does.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import tomllib
@@ -57,14 +58,32 @@ class DiscoveryRule:
 @dataclass(frozen=True)
 class Config:
     path: str
-    values: dict[str, dict[str, Any]]
+    sections: dict[str, Any]             # section name -> its frozen dataclass (SECTION_TYPES)
     limits: ProbeLimits
     profiles: dict[str, ProbeProfile] = field(default_factory=dict)
     targets: tuple[Target, ...] = ()
     discover: tuple[DiscoveryRule, ...] = ()
 
-    def section(self, name: str) -> dict[str, Any]:
-        return self.values[name]
+    def section(self, name: str):
+        """The section as a frozen dataclass: `cfg.section("sampler").interval_seconds`."""
+        return self.sections[name]
+
+
+_PYTHON_TYPE = {"int": int, "float": float, "str": str, "bool": bool, "size": int, "strlist": tuple}
+
+
+def _section_type(name: str, keys: dict[str, Key]) -> type:
+    """A frozen dataclass for one section, built once from the schema: one field per key, typed by its kind."""
+    cls_name = "".join(part.capitalize() for part in name.split("_")) + "Section"
+    return dataclasses.make_dataclass(cls_name, [(k, _PYTHON_TYPE[spec.kind]) for k, spec in keys.items()],
+                                      frozen=True)
+
+
+SECTION_TYPES: dict[str, type] = {name: _section_type(name, keys) for name, keys in SECTIONS.items()}
+
+
+def _typed(name: str, values: dict[str, Any]):
+    return SECTION_TYPES[name](**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 class _KeyLines:
@@ -269,7 +288,8 @@ def parse(text: str, source: str = "<config>") -> Config:
                          min_free_bytes=lim["min_free_bytes"], min_free_ratio=lim["min_free_ratio"],
                          timeout_margin_seconds=lim["timeout_margin_seconds"],
                          max_buffer_bytes=lim["max_job_buffers"])
-    return Config(source, values, limits, profiles, tuple(targets), tuple(rules))
+    sections = {name: _typed(name, values[name]) for name in SECTIONS}
+    return Config(source, sections, limits, profiles, tuple(targets), tuple(rules))
 
 
 def load(path: str | Path) -> Config:

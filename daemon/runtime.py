@@ -136,8 +136,8 @@ class Daemon:
         self.config_path = config_path
         self.roots = roots
         self.cfg = configmod.load(config_path)
-        setup_logging(self.cfg.section("daemon")["log_level"])
-        state_dir = self.cfg.section("daemon")["state_dir"]
+        setup_logging(self.cfg.section("daemon").log_level)
+        state_dir = self.cfg.section("daemon").state_dir
         self.stop_event = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())   # also while the database is awaited
         signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
@@ -146,49 +146,49 @@ class Daemon:
         c = self.cfg
         # outputs first: drift and alert transitions become InfluxDB points as they happen
         self.influx = None
-        if c.section("influxdb")["enabled"]:
+        if c.section("influxdb").enabled:
             self.influx = InfluxOutput(c.section("influxdb"), state_dir, lambda: self.core.snapshot)
         on_event = self.influx.event if self.influx is not None else None
         post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
-        self.sampler = Sampler(roots, c.section("sampler")["devices"], post)
+        self.sampler = Sampler(roots, c.section("sampler").devices, post)
         self.settings = SettingsPoller(roots, post)
-        self.xfs = XfsPoller(roots, c.section("xfs")["timeout_seconds"], post)
+        self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post)
         self.health = Health(self.state, DetectorParams.from_config(c.section("detector")), on_event=on_event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, post,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
                                    devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots))
         self.registry = Registry()
         # the last argument: how long one step may take before the part is stuck (see registry.py)
-        self.registry.add("sampler", c.section("sampler")["interval_seconds"], 5.0, self.sampler.step)
+        self.registry.add("sampler", c.section("sampler").interval_seconds, 5.0, self.sampler.step)
         self.passive = None
-        if c.section("passive")["enabled"]:
+        if c.section("passive").enabled:
             self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
                                         lambda: self.settings.devices, self.state, post)
-            self.registry.add("passive", c.section("passive")["window_seconds"], 10.0, self.passive.step)
+            self.registry.add("passive", c.section("passive").window_seconds, 10.0, self.passive.step)
         self.registry.add("scheduler", 1.0, 10.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
         self._discovery_lock = threading.Lock()
         self._read_only_warned: set[str] = set()
         self._unnameable_warned: set[str] = set()
-        self.registry.add("discovery", c.section("scheduling")["discover_interval_seconds"], 10.0, self.rediscover)
+        self.registry.add("discovery", c.section("scheduling").discover_interval_seconds, 10.0, self.rediscover)
         # stuck after 35 s: a step may run `tuned-adm verify`, which run_tool bounds at 30 s
-        self.registry.add("settings", c.section("settings")["interval_seconds"], 35.0, self.settings.step)
+        self.registry.add("settings", c.section("settings").interval_seconds, 35.0, self.settings.step)
         # three tools in a step, each bounded by the timeout
-        self.registry.add("xfs", c.section("xfs")["interval_seconds"], 3 * c.section("xfs")["timeout_seconds"] + 10,
+        self.registry.add("xfs", c.section("xfs").interval_seconds, 3 * c.section("xfs").timeout_seconds + 10,
                           self.xfs.step)
         for spec in SOURCES:   # the registered sources (sources/registry.py): read on their thread, posted
             section = c.section(spec.name)
-            if section["enabled"]:
+            if section.enabled:
                 read = spec.start(section, roots)
-                self.registry.add(spec.name, section["interval_seconds"], spec.deadline_seconds(section),
+                self.registry.add(spec.name, section.interval_seconds, spec.deadline_seconds(section),
                                   lambda name=spec.name, read=read: post(SourceRead(name, read())))
         # the database is written on the core only: these parts just say when
         self.registry.add("retention", 3600.0, 60.0, lambda: post(Housekeeping("retention")))
         self.registry.add("state", STATE_RETRY_SECONDS, 30.0, lambda: post(Housekeeping("retry_writes")))
         if self.influx is not None:
-            self.registry.add("influxdb", c.section("influxdb")["flush_interval_seconds"],
+            self.registry.add("influxdb", c.section("influxdb").flush_interval_seconds,
                               # every write has a whole deadline of timeout_seconds; a flush replays at most a few
-                              c.section("influxdb")["timeout_seconds"] * (influx.MAX_WRITES_PER_FLUSH + 1) + 5,
+                              c.section("influxdb").timeout_seconds * (influx.MAX_WRITES_PER_FLUSH + 1) + 5,
                               self.influx.step)
         try:
             version = importlib.metadata.version("iowarden")
@@ -300,11 +300,11 @@ class Daemon:
                  len(self.cfg.discover), self.state.path)
         self.core.start()
         self.http = None
-        if self.cfg.section("prometheus")["enabled"]:
+        if self.cfg.section("prometheus").enabled:
             try:
                 self.http = start_prometheus(self.cfg.section("prometheus"), self.core)
             except (OSError, WebConfigError) as exc:
-                log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus")["listen_address"], exc)
+                log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus").listen_address, exc)
                 self.state.close()
                 return 1
         ended = end_leftover_probes(self.scheduler.owner)

@@ -130,7 +130,7 @@ def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict)
            "knee_depth": doc["findings"]["qd"]["knee_depth"],
            "bandwidth_bytes": (doc["findings"].get("bs") or {}).get("best_bw_bytes"),
            "path": doc["path"], "device": dev, "measured_at": doc["started_at"]}
-    state = State(os.path.join(cfg.section("daemon")["state_dir"], "state.db"))
+    state = State(os.path.join(cfg.section("daemon").state_dir, "state.db"))
     try:
         state.save_baseline(identity, CAPABILITY_PROFILE, "characterize", time.time(), cap)
     finally:

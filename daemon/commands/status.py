@@ -25,7 +25,7 @@ from iowarden.daemon.core.state import State
 
 
 def open_state(cfg: Config) -> State:
-    path = os.path.join(cfg.section("daemon")["state_dir"], "state.db")
+    path = os.path.join(cfg.section("daemon").state_dir, "state.db")
     if not os.path.exists(path):
         raise SystemExit(f"iowarden: no state database at {path}: has `iowarden run -c {cfg.path}` run yet?")
     return State(path, repair=False)   # the daemon owns the file: a CLI never moves it aside
@@ -63,7 +63,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
         for rec in reversed(state.probe_results(limit=2000)):
             latest[(rec["target"], rec["profile"])] = rec
         b = cfg.section("budget")
-        budget = Budget(b["device_time_ratio"], b["window_seconds"], b["write_bytes_per_day"])
+        budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day)
         budget.replay(state.probe_results(limit=5000), blockqueue.read_sysfs_and_superblocks(roots))
         now = time.time()
         return {

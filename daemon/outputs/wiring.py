@@ -27,9 +27,9 @@ def start_prometheus(cfg: dict, core):
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     registry.register(SnapshotCollector(lambda: core.snapshot))
-    web = load_web_config(cfg["web_config_file"]) if cfg["web_config_file"] else WebConfig()
-    server = serve(cfg["listen_address"], registry, web, version_of_snapshot=lambda: core.published)
-    log.info("serving metrics on %s%s%s", cfg["listen_address"], " with TLS" if web.tls else "",
+    web = load_web_config(cfg.web_config_file) if cfg.web_config_file else WebConfig()
+    server = serve(cfg.listen_address, registry, web, version_of_snapshot=lambda: core.published)
+    log.info("serving metrics on %s%s%s", cfg.listen_address, " with TLS" if web.tls else "",
              " and basic auth" if web.users else "")
     return server
 
@@ -40,11 +40,11 @@ class InfluxOutput:
     def __init__(self, c: dict, state_dir: str, get_snapshot):
         """c: the [influxdb] section; get_snapshot: the core's latest snapshot (the iostat summaries' source)."""
         self.get_snapshot = get_snapshot
-        self.iostat_interval = c["iostat_interval_seconds"]
+        self.iostat_interval = c.iostat_interval_seconds
         self.writer = influx.InfluxWriter(
-            c["url"], c["org"], c["bucket"], influx.read_token(c["token_file"], c["token_env"]),
-            os.path.join(state_dir, "influx-spool"), c["spool_max_bytes"],
-            c["timeout_seconds"])
+            c.url, c.org, c.bucket, influx.read_token(c.token_file, c.token_env),
+            os.path.join(state_dir, "influx-spool"), c.spool_max_bytes,
+            c.timeout_seconds)
         self.host = self.writer.host
         self._iostat_prev: diskstats.DiskSample | None = None
         self._iostat_at = 0.0

@@ -57,18 +57,23 @@ class PassiveParams:
     evidence_scale_floor: float = 0.02
 
     @classmethod
-    def from_config(cls, section: dict) -> "PassiveParams":
-        return cls(window_seconds=section["window_seconds"], self_ratio=section["self_ratio"],
-                   peer_ratio=section["peer_ratio"], peer_windows=section["peer_windows"],
-                   saturation_windows=section["saturation_windows"], floor_ms=section["floor_ms"],
-                   evidence_allowance=section["evidence_allowance"],
-                   evidence_threshold=section["evidence_threshold"],
-                   # an hour of windows, whatever their length
-                   evidence_block_windows=max(4, round(3600.0 / section["window_seconds"])))
+    def from_config(cls, section) -> "PassiveParams":
+        return cls(**{key: getattr(section, key) for key in PASSIVE_KEYS},
+                   # derived: an hour of windows, whatever their length
+                   evidence_block_windows=max(4, round(3600.0 / section.window_seconds)))
 
     def evidence(self) -> EvidenceParams:
         return EvidenceParams(block_windows=self.evidence_block_windows, allowance=self.evidence_allowance,
                               threshold=self.evidence_threshold, scale_floor=self.evidence_scale_floor)
+
+
+# The [passive] keys an operator may tune (same names as the fields), each with its range in the schema.
+PASSIVE_KEYS = ("window_seconds", "self_ratio", "peer_ratio", "peer_windows", "saturation_windows", "floor_ms",
+                "evidence_allowance", "evidence_threshold")
+# Derived from a key: evidence_block_windows (an hour of windows). Internal: everything else, tuned on the
+# Perseus development hosts and shown leave-one-cluster-out (bench/passive_perseus.py, docs/detector.md);
+# a change moves the figures there, so they are not an operator's knob.
+PASSIVE_DERIVED = frozenset({"evidence_block_windows"})
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ class Scheduler:
         self.roots = roots
         self.clock = clock
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
-        self.owner = os.path.realpath(cfg.section("daemon")["state_dir"])
+        self.owner = os.path.realpath(cfg.section("daemon").state_dir)
         self.sampler = sampler
         self.post = post                  # a ProbeFinished event to the core
         self.pin_check = pin_check or (lambda target, device: None)
@@ -138,7 +138,7 @@ class Scheduler:
         self._plan_lock = threading.RLock()
         self._stopping = False
         b = cfg.section("budget")
-        self.budget = Budget(b["device_time_ratio"], b["window_seconds"], b["write_bytes_per_day"])
+        self.budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day)
         if history:  # what was spent before a restart still counts
             self.budget.replay(history, self.devices())
         self.configure(cfg)
@@ -152,8 +152,8 @@ class Scheduler:
     def _configure(self, cfg: Config, targets: tuple[Target, ...]) -> None:
         now = self.clock()
         b = cfg.section("budget")
-        self.budget.time_ratio, self.budget.window_seconds = b["device_time_ratio"], b["window_seconds"]
-        self.budget.write_bytes_per_day = b["write_bytes_per_day"]
+        self.budget.time_ratio, self.budget.window_seconds = b.device_time_ratio, b.window_seconds
+        self.budget.write_bytes_per_day = b.write_bytes_per_day
         with self._lock:
             old = {(d.target.name, d.profile): d for d in getattr(self, "due", [])}
             self.cfg = cfg
@@ -233,7 +233,7 @@ class Scheduler:
         load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
                     psi.full_avg10_percent if psi is not None else None, since_own_probe)
         sch = self.cfg.section("scheduling")
-        rules = Rules(sch["defer_util_percent"], sch["max_deferral_seconds"], sch["jitter_ratio"])
+        rules = Rules(sch.defer_util_percent, sch.max_deferral_seconds, sch.jitter_ratio)
         decisions = plan(now, candidates, busy, self.budget.refuses, load, rules,
                          lambda ratio: self.rng.uniform(-ratio, ratio))
         for dec in decisions:
@@ -291,7 +291,7 @@ class Scheduler:
                                      f"refused: {refusal}", time.time(), 0.0)
             else:
                 result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
-                                   fio_binary=cfg.section("daemon")["fio_path"], keep_sizes=sizes,
+                                   fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
                                    on_start=lambda proc: self._track(proc, disks),
                                    expect_dev=d.target.found_on_dev, owner=self.owner)
             result.contended = contended

@@ -63,8 +63,8 @@ def start(section: dict, roots: Roots):
 
     def read() -> SmartReading:
         drives = []
-        for name in drives_to_ask(roots, section["devices"]):
-            h = smart.read(name, str(roots.dev), section["smartctl_path"], section["timeout_seconds"])
+        for name in drives_to_ask(roots, section.devices):
+            h = smart.read(name, str(roots.dev), section.smartctl_path, section.timeout_seconds)
             if h.error and (name, h.error) not in said:   # once per drive and reason, not every pass
                 said.add((name, h.error))
                 log.info("SMART: %s not read: %s", name, h.error, extra={"DEVICE": name})
@@ -146,5 +146,5 @@ def causes(r: SmartReading | None, disks: set[str]) -> list[str]:
 
 SPEC = SourceSpec("smart", CONFIG, start,
                   # every drive asked in turn, each bounded by the timeout; a pass over 64 drives is no hang
-                  deadline_seconds=lambda c: c["timeout_seconds"] * 64 + 30,
+                  deadline_seconds=lambda c: c.timeout_seconds * 64 + 30,
                   families=families, causes=causes)

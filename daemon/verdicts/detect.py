@@ -60,10 +60,18 @@ class DetectorParams:
     drift_ratio: float = 1.5     # the baseline may creep this far from where it was learned
 
     @classmethod
-    def from_config(cls, detector: dict) -> "DetectorParams":
+    def from_config(cls, detector) -> "DetectorParams":
         """From the [detector] section: what the daemon judges with and `status` reports with."""
-        return cls(warmup_probes=detector["warmup_probes"], window=detector["window_probes"],
-                   drift_ratio=detector["drift_ratio"], auto_accept_probes=detector["auto_accept_probes"])
+        return cls(**{name: getattr(detector, key) for key, name in DETECTOR_KEYS.items()})
+
+
+# The [detector] keys and the fields they set: what an operator may tune, each with its range in the schema.
+DETECTOR_KEYS = {"warmup_probes": "warmup_probes", "window_probes": "window", "drift_ratio": "drift_ratio",
+                 "auto_accept_probes": "auto_accept_probes"}
+# Internal: the CUSUM's allowance and threshold, the spike and clear rules, chosen on the recorded traces
+# (bench/detector_traces.py, docs/detector.md); changing one changes the false-alarm and delay figures there.
+DETECTOR_INTERNAL = frozenset({"min_spread_log", "z_cap", "k", "h", "extreme_ratio", "extreme_z", "extreme_run",
+                               "drift_probes", "cooldown_probes", "clear_z", "clear_probes", "critical_ratio"})
 
 
 @dataclass

@@ -94,7 +94,9 @@ def test_example_config_is_valid_and_uses_defaults():
     assert cfg.targets and cfg.profiles
     for section, keys in config.SECTIONS.items():
         for key, spec in keys.items():
-            assert cfg.section(section)[key] == config._check(spec.default, spec)[0], (section, key)
+            want = config._check(spec.default, spec)[0]
+            got = getattr(cfg.section(section), key)
+            assert got == (tuple(want) if isinstance(want, list) else want), (section, key)
 
 
 def test_example_config_documents_every_key():
@@ -196,3 +198,36 @@ def test_every_number_in_the_schema_has_a_range():
                 assert config._check(spec.maximum * 10 + 1, spec)[1], f"{where} {key}: over the maximum accepted"
             if spec.kind == "size":
                 assert config._check("2PiB", spec)[1], f"{where} {key}: 2 PiB accepted"
+
+
+def test_each_section_is_a_frozen_dataclass_built_from_the_schema():
+    import dataclasses
+    cfg = config.parse("")
+    for name, keys in config.SECTIONS.items():
+        sec = cfg.section(name)
+        assert dataclasses.is_dataclass(sec) and [f.name for f in dataclasses.fields(sec)] == list(keys), name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(sec, next(iter(keys)), None)
+
+
+def test_every_detector_and_passive_parameter_is_a_config_key_or_plainly_internal():
+    import dataclasses
+
+    from iowarden.daemon.passive.values import PASSIVE_DERIVED, PASSIVE_KEYS, PassiveParams
+    from iowarden.daemon.verdicts.detect import DETECTOR_INTERNAL, DETECTOR_KEYS, DetectorParams
+    det_fields = {f.name for f in dataclasses.fields(DetectorParams)}
+    assert set(DETECTOR_KEYS.values()) | DETECTOR_INTERNAL == det_fields
+    assert not set(DETECTOR_KEYS.values()) & DETECTOR_INTERNAL
+    assert set(DETECTOR_KEYS) == set(config.SECTIONS["detector"])       # every key reaches a field
+    passive_keys = set(config.SECTIONS["passive"]) - {"enabled"}
+    assert set(PASSIVE_KEYS) == passive_keys
+    assert set(PASSIVE_KEYS) | PASSIVE_DERIVED <= {f.name for f in dataclasses.fields(PassiveParams)}
+    for section, keys in (("detector", DETECTOR_KEYS), ("passive", PASSIVE_KEYS)):   # with a range, each
+        for key in keys:
+            spec = config.SECTIONS[section][key]
+            assert spec.minimum is not None and spec.maximum is not None, (section, key)
+    # and the values reach the detectors
+    cfg = config.parse("[detector]\nwindow_probes = 100\n[passive]\nevidence_threshold = 9.5\nwindow_seconds = 30.0\n")
+    assert DetectorParams.from_config(cfg.section("detector")).window == 100
+    p = PassiveParams.from_config(cfg.section("passive"))
+    assert (p.evidence_threshold, p.window_seconds, p.evidence_block_windows) == (9.5, 30.0, 120)

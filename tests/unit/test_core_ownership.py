@@ -167,3 +167,17 @@ def test_a_reload_never_races_the_scheduler_step(fast_switching):
     assert not errors, errors
     sch.configure(b, b.targets)
     assert {(d.target.name, d.profile) for d in sch.due} == {("db", "rr2"), ("web", "rr2")}
+
+
+def test_the_architecture_doc_names_every_event_and_the_folders_it_describes_exist():
+    """docs/architecture.md is written from the code: its events table and its layout stay true."""
+    import re
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    doc = (repo / "docs" / "architecture.md").read_text()
+    for event in HANDLERS:
+        assert f"`{event.__name__}(" in doc, f"{event.__name__} is not in docs/architecture.md's events table"
+    for folder in re.findall(r"^  (\w+)/ ", doc, flags=re.M):
+        assert (repo / "daemon" / folder).is_dir(), folder
+    for module in re.findall(r"\b([a-z_]+/[a-z_]+\.py)\b", doc):
+        assert (repo / "daemon" / module).exists() or (repo / module).exists(), module

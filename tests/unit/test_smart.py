@@ -50,6 +50,14 @@ def test_an_answer_that_could_not_ask_the_drive_says_why():
     assert h.error and "No such device" in h.error
 
 
+def _section(**values):
+    """The [smart] section as the daemon has it (a frozen dataclass from the schema), with these values."""
+    import dataclasses
+
+    from iowarden.daemon import config
+    return dataclasses.replace(config.parse("").section("smart"), **values)
+
+
 def _fake_smartctl(tmp_path, answers: dict[str, str]):
     """A stand-in smartctl: prints the fixture named for the device it is asked about (its last argument)."""
     for dev, text in answers.items():
@@ -68,7 +76,7 @@ def test_the_reader_asks_every_drive_but_not_loop_md_dm_or_virtio_and_keeps_the_
     assert source.drives_to_ask(roots, []) == ["nvme0n1", "sda"]
     assert source.drives_to_ask(roots, ["vd*"]) == ["vda"]
     exe = _fake_smartctl(tmp_path, {"sda": SATA, "nvme0n1": NVME})
-    read = source.start({"devices": [], "smartctl_path": exe, "timeout_seconds": 10.0}, roots)
+    read = source.start(_section(smartctl_path=exe, timeout_seconds=10.0), roots)
     first = read()
     assert [(h.device, h.media_errors) for h in first.drives] == [("nvme0n1", 2), ("sda", 10)]
     (tmp_path / "sda.json").write_text(SATA.replace('"value": 8, "string": "8"', '"value": 11, "string": "11"'))
@@ -83,7 +91,7 @@ def test_the_reader_asks_every_drive_but_not_loop_md_dm_or_virtio_and_keeps_the_
 def test_a_missing_smartctl_is_a_reading_that_says_so_not_a_crash(tmp_path):
     sys_block = tmp_path / "root" / "sys" / "block"
     (sys_block / "sda").mkdir(parents=True)
-    read = source.start({"devices": [], "smartctl_path": str(tmp_path / "nope"), "timeout_seconds": 5.0},
+    read = source.start(_section(smartctl_path=str(tmp_path / "nope"), timeout_seconds=5.0),
                         Roots.under(tmp_path / "root"))
     (h,) = read().drives
     assert h.error and "not found" in h.error
