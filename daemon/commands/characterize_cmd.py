@@ -11,6 +11,7 @@ import stat
 import sys
 import time
 
+from iowarden.probes.blockqueue import identity_of
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots, parse_size_bytes
 from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
@@ -125,7 +126,7 @@ def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict)
     from iowarden.daemon.core.state import State
     cfg = configmod.load(config_path)
     devices = blockqueue.read_sysfs_and_superblocks(roots)
-    identity = devices[dev].identity if dev in devices else f"kernel:{dev}"
+    identity = identity_of(dev, devices)
     cap = {"saturation_iops": doc["findings"]["qd"]["saturation_iops"],
            "knee_depth": doc["findings"]["qd"]["knee_depth"],
            "bandwidth_bytes": (doc["findings"].get("bs") or {}).get("best_bw_bytes"),

@@ -16,6 +16,8 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from iowarden.probes.blockqueue import identity_of
+
 from iowarden.daemon.passive.metrics import passive_families
 from iowarden.daemon.sources.registry import SOURCES
 
@@ -291,7 +293,7 @@ class SnapshotCollector:
         fams = {name: GaugeMetricFamily(f"iowarden_disk_{name}", help_ + " over the last sampling interval",
                                         labels=["device", "volume"]) for name, _, help_, _ in self.DISK_FIELDS}
         for dev, r in sorted(s.disk_rates.items()):
-            volume = s.devices[dev].identity if dev in s.devices else f"kernel:{dev}"
+            volume = identity_of(dev, s.devices)
             for name, attr, _, scale in self.DISK_FIELDS:
                 fams[name].add_metric([dev, volume], getattr(r, attr) * scale)
         yield from fams.values()

@@ -8,6 +8,7 @@ import logging
 import os
 import time
 
+from iowarden.probes.blockqueue import identity_of
 from iowarden.probes import diskstats
 from iowarden.probes.vocabulary import MEASURED_METRICS
 
@@ -79,8 +80,7 @@ class InfluxOutput:
                 for name, r in diskstats.rates_between(self._iostat_prev, cur).items():
                     if name not in snap.disk_rates:
                         continue  # only what the sampler watches (whole devices by default)
-                    dev = snap.devices.get(name)
-                    tags = {"host": self.host, "device": name, "volume": dev.identity if dev else f"kernel:{name}"}
+                    tags = {"host": self.host, "device": name, "volume": identity_of(name, snap.devices)}
                     lines.append(influx.line("iowarden_disk", tags, {k.replace("/", "_per_").replace("-", "_"):
                                                                      float(v) for k, v in r.as_sysstat().items()
                                                                      if k != "disk_device"}, time.time()))

@@ -37,13 +37,14 @@ from collections import deque
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
 
+from iowarden.daemon.passive.groups import GroupRules
 # the values it takes and gives, importable from here as before the split
 from iowarden.daemon.passive.values import (ALERT_OF_KIND, DIRECTIONS, KINDS, SUSPECT_WEIGHT,  # noqa: F401
                                            DeviceView, Flow, PassiveParams, RollingMedian, Transition, Window,
                                            _Device, _evidence_summary, _median, _self_summary)
 
 
-class PassiveDetector:
+class PassiveDetector(GroupRules):
     def __init__(self, params: PassiveParams = PassiveParams(), curves: dict | None = None,
                  record_blocks: bool = False):
         self.p = params
@@ -134,41 +135,6 @@ class PassiveDetector:
         return out
 
     # -- self ---------------------------------------------------------------------------------
-    def _common_shift(self, groups) -> dict[str, float]:
-        """Per device, how far its peers' latency moved off their own curves this past hour (log, >= 0).
-
-        A workload change (more writes, larger requests: invisible in the load figure) moves every
-        disk that carries it off its curve at once. A mild shift counts only beyond what the peers
-        share; the acute rule and the peers' own comparison stay whole.
-        """
-        out = {}
-        for group in groups:
-            if len(group) >= 3:
-                # with peers enough for a median, the peers' comparison judges mild shifts: it cancels a
-                # workload change exactly, where subtracting the peers' shift from this one only roughly
-                # does (on the Perseus traces healthy drives still wandered 1.4-1.7x for an hour)
-                out.update({m: math.inf for m in group})
-                continue
-            meds = {m: self.devices[m].self_log.median() for m in group
-                    if m in self.devices and len(self.devices[m].self_log) >= self.p.shift_min_windows}
-            for m in group:
-                others = [v for k, v in meds.items() if k != m]
-                if others:
-                    out[m] = max(0.0, statistics.median(others))
-        return out
-
-    def _common_now(self, groups) -> dict[str, float]:
-        """Per member of a group of three or more, the group's median latency over the members' own normals in
-        the last window (>= 1; _together_group keeps it): how far a change of workload moved the whole group
-        (a median: one slow member does not move it). An acute window of one member counts beyond it, so
-        drives that move together stay quiet (_together judges the group as a whole)."""
-        out = {}
-        for group in groups:
-            common = self.group_common.get(tuple(group))
-            if common is not None:
-                out.update({m: common for m in group})
-        return out
-
     def _judge_self(self, w: Window, flows: dict, common_shift: float = 0.0,
                     common_ratio: float = 1.0) -> list[Transition]:
         d = self._dev(w.device)
@@ -246,119 +212,6 @@ class PassiveDetector:
         return max(math.log(self.p.shift_ratio), wander + math.log(self.p.shift_margin))
 
     # -- peers --------------------------------------------------------------------------------
-    def _judge_peers(self, group: tuple, members: list[str], evidence: dict) -> list[Transition]:
-        out = []
-        scores: dict[str, tuple[float, float]] = {}
-        for direction in DIRECTIONS:
-            flows = {m: evidence[m][direction] for m in members if direction in evidence[m]}
-            units = {f.load()[0] for f in flows.values()}
-            if len(flows) < 2 or len(units) != 1:
-                continue
-            for m, f in flows.items():
-                peers = [g for k, g in flows.items() if k != m]
-                peer_await = statistics.median(g.await_ms for g in peers)
-                peer_load = statistics.median(g.load()[1] for g in peers)
-                if f.load()[1] > self.p.comparable_load * peer_load or peer_await <= 0:
-                    continue   # more load than its peers explains more latency
-                score = (math.log(max(f.await_ms, 1e-6) / peer_await), f.await_ms - peer_await)
-                if m not in scores or score[0] > scores[m][0]:
-                    scores[m] = score
-        self.evidence.add(group, {m: score[0] for m, score in scores.items()})
-        pair = len(group) < self.evidence.p.min_members
-        log_severe = math.log(self.p.severe_ratio)
-        for m, score in scores.items():
-            d = self._dev(m)
-            d.peer_log.add(score[0])
-            d.peer_excess.add(score[1])
-            d.peer_recent.append(score)
-            med_log, med_excess = d.peer_log.median(), d.peer_excess.median()
-            n = self.p.severe_windows if pair else self.p.severe_group_windows
-            recent = list(d.peer_recent)[-n:]
-            severe = len(recent) >= n and sum(
-                1 for lr, ex in recent if lr >= log_severe and ex >= self.p.floor_ms) >= self.p.raise_fraction * n
-            persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
-                med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms
-            named = not pair and self.evidence.named(m)
-            peers = sorted(x for x in members if x != m)
-            if "peers" not in d.flagged and (severe or persistent or named):
-                if named and not severe:
-                    ev = self._evidence_ev(m, peers, med_excess)
-                    summary = _evidence_summary(m, ev, self.p.window_seconds * self.p.evidence_block_windows)
-                else:
-                    ev = {"ratio": round(math.exp(med_log if persistent else _median([r for r, _ in recent])), 2),
-                          "excess_ms": round(med_excess, 3), "peers": peers, "windows": len(d.peer_log),
-                          "rule": "persistent" if persistent else "severe"}
-                    summary = (f"{m} is {ev['ratio']:.1f}x slower than its peers {', '.join(peers)} at comparable "
-                               f"load (median over {ev['windows']} windows)")
-                out.append(self._raise(m, d, "peers", ev, summary))
-            elif "peers" in d.flagged and not severe:
-                rule = d.flagged["peers"].get("rule")
-                e = self.evidence.members.get(m)
-                if rule == "evidence" and (e is None or e.score <= 0.0):
-                    out.append(self._clear(m, d, "peers", "its evidence against its peers drained: in line for hours"))
-                elif rule != "evidence" and not named and med_log < math.log(self.p.peer_clear_ratio):
-                    out.append(self._clear(m, d, "peers", "back in line with its peers"))
-        return out
-
-    def _evidence_ev(self, m: str, peers: list[str], excess_ms: float) -> dict:
-        e = self.evidence.members[m]
-        return {"ratio": round(e.ratio, 3), "excess_ms": round(excess_ms, 3), "peers": peers, "rule": "evidence",
-                "score": round(e.score, 1), "threshold": self.evidence.p.threshold, "blocks_above": e.blocks_above,
-                "blocks": e.blocks, "stray_ratio": round(math.exp(e.scale), 3), "windows": e.blocks}
-
-    def _together(self, groups) -> list[Transition]:
-        """Every member of a group slow against its own normal at once: the array, controller or host.
-
-        A pair: both flagged slow on their own, said so. Three or more: the members' median acutely slow
-        (self_ratio) in most of the last hour's windows raises every member as one finding, and clears when
-        it is so in few; a change of workload that moves them together for less long raises nothing.
-        """
-        out = []
-        for group in groups:
-            ds = [self.devices.get(m) for m in group]
-            if len(group) >= 3:
-                out += self._together_group(tuple(group), ds)
-            elif len(group) == 2 and all(d is not None and "self" in d.flagged for d in ds):
-                for m, d in zip(group, ds):
-                    ev = d.flagged["self"]
-                    if not ev.get("together"):
-                        ev["together"] = sorted(group)
-                        out.append(Transition("self", m, "updated", "warning",
-                                              f"every member of {', '.join(sorted(group))} slowed together: the "
-                                              "array, controller or host, not one member", dict(ev)))
-        for key in set(self.group_slow) - {tuple(g) for g in groups}:
-            del self.group_slow[key]
-            self.group_common.pop(key, None)
-        return out
-
-    def _together_group(self, group: tuple, ds: list) -> list[Transition]:
-        now = [d.window_ratio for d in ds if d is not None and d.window_ratio is not None]
-        if len(now) * 2 < len(group):
-            self.group_common.pop(group, None)   # too few judged to stand for the group
-            return []
-        ring = self.group_slow.setdefault(group, deque(maxlen=self.p.shift_windows))
-        median = statistics.median(now)
-        self.group_common[group] = max(1.0, median)
-        ring.append(median >= self.p.self_ratio)
-        slow = sum(ring)
-        out = []
-        if len(ring) == ring.maxlen and slow >= self.p.raise_fraction * len(ring):
-            ratio = median
-            for m, d in zip(group, ds):
-                if d is not None and "self" not in d.flagged:
-                    ev = {"rule": "together", "together": sorted(group), "ratio": round(ratio, 2),
-                          "slow_windows": slow, "of_windows": len(ring)}
-                    out.append(self._raise(m, d, "self", ev, (
-                        f"every member of {', '.join(sorted(group))} slowed together, {ratio:.1f}x its own "
-                        f"normal in {slow} of the last {len(ring)} windows: the array, controller or host, not "
-                        "one member")))
-        elif slow <= self.p.clear_fraction * len(ring):
-            for m, d in zip(group, ds):
-                if d is not None and d.flagged.get("self", {}).get("rule") == "together":
-                    out.append(self._clear(m, d, "self", "the group is back on its normal curves"))
-        return out
-
-    # -- saturation ---------------------------------------------------------------------------
     def _judge_saturation(self, w: Window, flows: dict) -> list[Transition]:
         d = self._dev(w.device)
         d.last_total = (sum(f.iops or 0.0 for f in w.flows.values()),

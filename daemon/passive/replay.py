@@ -142,7 +142,9 @@ def _typical_interval(lines: list[Line]) -> float | None:
     return gaps[len(gaps) // 2] if gaps else None
 
 
-def peer_groups(lines: list[Line]) -> list[tuple[str, ...]]:
+def trace_peer_groups(lines: list[Line]) -> list[tuple[str, ...]]:
+    """A trace's peers: the drives of one model (a trace has no device view; the daemon's groups are
+    part.peer_groups, from the arrays and models the device view has)."""
     by_model: dict = defaultdict(set)
     for line in lines:
         by_model[line.model].add(line.device)
@@ -159,7 +161,7 @@ def replay(lines: list[Line], params: PassiveParams = PassiveParams(),
     """The alert intervals, and the detector as the replay left it (its views, its evidence; with
     record_blocks, every block of peer evidence it closed, for tuning)."""
     detector = PassiveDetector(params, record_blocks=record_blocks)
-    groups = peer_groups(lines)
+    groups = trace_peer_groups(lines)
     open_: dict = {}
     out: list[dict] = []
     for end, batch in windows_of(lines, params.window_seconds):
