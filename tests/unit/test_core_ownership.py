@@ -34,6 +34,28 @@ def fast_switching():
     sys.setswitchinterval(old)
 
 
+def _hammer(*fns, seconds: float = 1.5) -> list[Exception]:
+    """Each function called in a loop on a thread of its own until one raises or the time is up."""
+    errors, stop = [], threading.Event()
+
+    def run(fn):
+        try:
+            while not stop.is_set():
+                fn()
+        except Exception as exc:   # noqa: BLE001 - the test's finding
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=(f,)) for f in fns]
+    for th in threads:
+        th.start()
+    stop.wait(seconds)
+    stop.set()
+    for th in threads:
+        th.join()
+    return errors
+
+
 def test_every_event_type_has_exactly_one_handler_on_the_core():
     types = {obj for _, obj in inspect.getmembers(events, inspect.isclass)
              if obj.__module__ == events.__name__ and dataclasses.is_dataclass(obj)}
@@ -96,23 +118,7 @@ def test_the_passive_part_reads_the_samplers_published_reading_while_the_sampler
     s = samplermod.Sampler(Roots(), [])
     st = State(str(tmp_path / "s.db"))
     part = PassiveWatch(PassiveParams(window_seconds=0.001), s, lambda: {}, st, lambda e: None)
-    errors, stop = [], threading.Event()
-
-    def run(step):
-        try:
-            while not stop.is_set():
-                step()
-        except Exception as exc:   # noqa: BLE001 - the test's finding
-            errors.append(exc)
-            stop.set()
-
-    threads = [threading.Thread(target=run, args=(f,)) for f in (s.step, part.step)]
-    for th in threads:
-        th.start()
-    stop.wait(1.5)
-    stop.set()
-    for th in threads:
-        th.join()
+    errors = _hammer(s.step, part.step)
     st.close()
     assert not errors, errors
     assert isinstance(s.reading.rates, MappingProxyType) and isinstance(s.reading.sampled, frozenset)
@@ -135,16 +141,6 @@ def test_a_reload_never_races_the_scheduler_step(fast_switching):
     sch = FakeRun(a, Roots(), type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0,
                                               "io_pressure": None})(), post=None, rng=random.Random(0), clock=clock,
                   device_of={"db": "sdb", "logs": "sdc", "web": "sdd"})
-    errors, stop = [], threading.Event()
-
-    def run(fn):
-        try:
-            while not stop.is_set():
-                fn()
-        except Exception as exc:   # noqa: BLE001 - the test's finding
-            errors.append(exc)
-            stop.set()
-
     flip = iter(range(10**9))
 
     def reload():
@@ -157,13 +153,7 @@ def test_a_reload_never_races_the_scheduler_step(fast_switching):
         sch._busy_disks.clear()
         sch.step()
 
-    threads = [threading.Thread(target=run, args=(f,)) for f in (step, reload, sch.budget_view)]
-    for th in threads:
-        th.start()
-    stop.wait(1.5)
-    stop.set()
-    for th in threads:
-        th.join()
+    errors = _hammer(step, reload, sch.budget_view)
     assert not errors, errors
     sch.configure(b, b.targets)
     assert {(d.target.name, d.profile) for d in sch.due} == {("db", "rr2"), ("web", "rr2")}

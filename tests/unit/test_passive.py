@@ -249,27 +249,30 @@ def test_peer_groups_are_array_members_else_disks_of_one_model_and_size(tree):
     assert all(len(g) >= 2 for g in groups)
 
 
+class FakeSampler:
+    """What the sampler publishes: one frozen reading, replaced whole (set here through last_sample)."""
+    reading = None
+
+    @property
+    def last_sample(self):
+        return self.reading.sample
+
+    @last_sample.setter
+    def last_sample(self, s):
+        from types import MappingProxyType
+
+        from iowarden.daemon.sources.sampler import SamplerReading
+        self.reading = SamplerReading(s, MappingProxyType({}), frozenset(s.counters), None)
+
+
 def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path):
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.verdicts.health import Health
-    from types import MappingProxyType
-
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
     from iowarden.daemon.passive.part import PassiveWatch
-    from iowarden.daemon.sources.sampler import SamplerReading
     from iowarden.probes import diskstats
 
-    class FakeSampler:   # what the sampler publishes: one frozen reading, replaced whole
-        reading = None
-
-        @property
-        def last_sample(self):
-            return self.reading.sample
-
-        @last_sample.setter
-        def last_sample(self, s):
-            self.reading = SamplerReading(s, MappingProxyType({}), frozenset(s.counters), None)
 
     def sample(t, reads, read_ms):
         c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
@@ -303,26 +306,13 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
     saved) under `kernel:sdd` meanwhile, and once the view has it, it is judged under its WWN."""
     import dataclasses
 
-    from types import MappingProxyType
-
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
     from iowarden.daemon.passive.part import PassiveWatch
-    from iowarden.daemon.sources.sampler import SamplerReading
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.verdicts.health import Health
     from iowarden.probes import blockqueue, diskstats
 
-    class FakeSampler:   # what the sampler publishes: one frozen reading, replaced whole
-        reading = None
-
-        @property
-        def last_sample(self):
-            return self.reading.sample
-
-        @last_sample.setter
-        def last_sample(self, s):
-            self.reading = SamplerReading(s, MappingProxyType({}), frozenset(s.counters), None)
 
     def disk(name, identity):
         return blockqueue.BlockDevice(name, 8, 0, "disk", 1 << 30, None, (), (), None, identity=identity)
