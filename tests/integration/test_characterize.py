@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from iowarden.daemon.commands.characterize import BANDWIDTH_BOUND_SHARE, BS_STEPS
-from tests.integration.helpers import blkio_cap as cap
+from tests.integration.helpers import blkio_cap as cap, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -159,16 +160,40 @@ def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_lo
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(direct_loop_xfs, tmp_path):
+    import pty
     import signal
     out = tmp_path / "out"
+    # stderr on a terminal, as a person runs it: the progress line says which step is under way
+    master, slave = pty.openpty()
     p = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
                           str(direct_loop_xfs.mountpoint), "--sweep", "qd,bs", "--size", "64MiB",
                           "--step-seconds", "2", "--ramp-seconds", "0", "--out", str(out),
                           "--min-free-bytes", "1MiB", "--min-free-ratio", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(9)   # a few steps measured, one under way
+                         stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    err: list[str] = []
+
+    def pump():
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:   # the child closed its end
+                return
+            if not chunk:
+                return
+            err.append(chunk.decode(errors="replace"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    # Ctrl-C once a step has been measured and the next is under way ("[3/": the warm-up and one step
+    # done), not after a fixed sleep: on a busy machine the first steps take longer than on an idle one
+    wait_for(lambda: "[3/" in "".join(err) or p.poll() is not None, timeout=180, what="a step measured")
     p.send_signal(signal.SIGINT)
-    stdout, stderr = p.communicate(timeout=60)
+    stdout = p.stdout.read()
+    p.wait(timeout=60)
+    reader.join(10)
+    os.close(master)
+    stderr = "".join(err)
     assert p.returncode == 130, stderr
     doc = json.loads((out / "characterize.json").read_text())
     assert doc["complete"] is False and 1 <= len(doc["points"]) < 16
