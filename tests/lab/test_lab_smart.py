@@ -46,6 +46,4 @@ def test_an_nvme_critical_warning_is_exported_with_its_identity_within_one_smart
         # smartctl now says the drive is failing; the daemon exports its assessment as it is
         assert value(text, "iowarden_smart_passed", device=nvme) == 0
     finally:
-        _set_warning(lab, 0)
-    wait_for(lambda: value(lab.metrics(), "iowarden_smart_critical_warning", device=nvme) == 0,
-             timeout=SMART_INTERVAL_SECONDS + 30, what="the warning cleared")
+        _set_warning(lab, 0)   # the next tests share the guest; its next pass reads 0 again
