@@ -169,7 +169,10 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(direct_loop_xfs, tmp_p
                           str(direct_loop_xfs.mountpoint), "--sweep", "qd,bs", "--size", "64MiB",
                           "--step-seconds", "2", "--ramp-seconds", "0", "--out", str(out),
                           "--min-free-bytes", "1MiB", "--min-free-ratio", "0"],
-                         stdout=subprocess.PIPE, stderr=slave, text=True)
+                         stdout=subprocess.PIPE, stderr=slave, text=True,
+                         # Ctrl-C as a terminal delivers it: a suite started in the background by a
+                         # non-interactive shell has SIGINT ignored, and the child would inherit that
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     err: list[str] = []
 
