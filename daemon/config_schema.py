@@ -152,7 +152,10 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
     },
     "sampler": {
         "interval_seconds": Key("float", 1.0, '/proc/diskstats sampling interval (the iostat -x stream).', minimum=0.1, maximum=60.0),
-        "devices": Key("strlist", [], 'Kernel-name globs to sample, e.g. ["sd*", "nvme*n1"]; empty: every whole device.'),
+        "devices": Key("strlist", [], 'Kernel-name globs to sample, e.g. ["sd*", "nvme*n1"]; empty: every whole device '
+                                      '(less exclude_devices, and loop devices with nothing attached).'),
+        "exclude_devices": Key("strlist", ["ram*", "zram*"], 'Kernel-name globs left out when devices is empty '
+                                                              '(node_exporter leaves ram and zram disks out too).'),
     },
     "settings": {
         "interval_seconds": Key("float", 30.0, 'Block queue, md, C-state / PM QoS and tuned poll interval.', minimum=1.0, maximum=3600.0),

@@ -150,7 +150,7 @@ class Daemon:
             self.influx = InfluxOutput(c.section("influxdb"), state_dir, lambda: self.core.snapshot)
         on_event = self.influx.event if self.influx is not None else None
         post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
-        self.sampler = Sampler(roots, c.section("sampler").devices, post)
+        self.sampler = Sampler(roots, c.section("sampler").devices, post, c.section("sampler").exclude_devices)
         self.settings = SettingsPoller(roots, post)
         self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post)
         self.health = Health(self.state, DetectorParams.from_config(c.section("detector")), on_event=on_event)
@@ -302,7 +302,7 @@ class Daemon:
         self.http = None
         if self.cfg.section("prometheus").enabled:
             try:
-                self.http = start_prometheus(self.cfg.section("prometheus"), self.core)
+                self.http = start_prometheus(self.cfg.section("prometheus"), self.core, self.roots)
             except (OSError, WebConfigError) as exc:
                 log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus").listen_address, exc)
                 self.state.close()

@@ -46,3 +46,4 @@ install -D -m 0644 "$src/packaging/grafana/iowarden-dashboard.json" "$dest/usr/s
 install -D -m 0644 "$src/README.md" "$dest/usr/share/doc/iowarden/README.md"
 install -D -m 0644 "$src/docs/measurements.md" "$dest/usr/share/doc/iowarden/measurements.md"
 install -D -m 0644 "$src/docs/detector.md" "$dest/usr/share/doc/iowarden/detector.md"
+install -D -m 0644 "$src/docs/runbook.md" "$dest/usr/share/doc/iowarden/runbook.md"

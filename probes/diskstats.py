@@ -220,3 +220,8 @@ def rates_between(a: DiskSample, b: DiskSample) -> dict[str, DiskRates]:
 def is_partition(name: str, roots: Roots = Roots()) -> bool:
     """sysfs marks partitions with a `partition` file; '/' in names (cciss/c0d0) is '!' there."""
     return (roots.sys / "class" / "block" / name.replace("/", "!") / "partition").exists()
+
+
+def loop_attached(name: str, roots: Roots = Roots()) -> bool:
+    """A loop device has a backing file while attached (sysfs shows loop/backing_file only then)."""
+    return (roots.sys / "block" / name / "loop" / "backing_file").exists()

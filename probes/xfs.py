@@ -68,6 +68,7 @@ class XfsReport:
     free_space_source: str | None    # "xfs_spaceman" (live) or "xfs_db" (may be stale)
     geometry: XfsGeometry | None
     errors: tuple[str, ...]
+    kernel_name: str = ""            # the device's kernel name (dm-3 for /dev/mapper/vg-lv): the label elsewhere
 
 
 _FRAG_RE = re.compile(r"actual\s+(\d+),\s*ideal\s+(\d+),\s*fragmentation factor\s+([\d.]+)%")
@@ -205,7 +206,9 @@ def read(mountpoint: str, device: str, timeout_seconds: float = 120.0) -> XfsRep
         free = tool(["xfs_db", "-r", "-c", "freesp -s", device], parse_freesp)
         source = "xfs_db" if free else None
     geometry = tool(["xfs_info", mountpoint], parse_xfs_info)
-    return XfsReport(mountpoint, device, frag, free, source, geometry, tuple(errors))
+    # /dev/mapper/vg-lv and /dev/disk/by-uuid/... are links to the kernel's node, named as in /proc/diskstats
+    kernel_name = os.path.basename(os.path.realpath(device)) if device.startswith("/dev/") else ""
+    return XfsReport(mountpoint, device, frag, free, source, geometry, tuple(errors), kernel_name)
 
 
 def report_for(path: str, roots: Roots = Roots(), timeout_seconds: float = 120.0) -> XfsReport:

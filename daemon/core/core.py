@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Callable
 
 from iowarden.daemon.core import knowledge
@@ -129,7 +130,7 @@ class Core:
             budget=self.readers.budget(), parts=self.readers.parts(), io_pressure=k.io_pressure,
             probe_intervals={(t.name, p): t.interval_seconds for t in k.targets for p in t.profiles},
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
-            sources=dict(k.sources))
+            sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)))
         self.published = (self.published[0] + 1, self.clock())
 
     # -- the handlers: one per event type ---------------------------------------------------------

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from iowarden.probes.blockqueue import identity_of, physical_devices
 from iowarden.probes.diskstats import compute_rates
 
+from iowarden.daemon.core import latency
 from iowarden.daemon.core.events import DevicesRead, ProbeFinished
 from iowarden.daemon.core.snapshot import ProbeView
 from iowarden.daemon.probing.scheduler import result_summary
@@ -49,6 +50,7 @@ class Knowledge:
     drift_total: collections.Counter = field(default_factory=collections.Counter)
     passive_views: tuple = ()
     sources: dict = field(default_factory=dict)
+    latency_totals: dict = field(default_factory=dict)      # (target, profile, direction) -> LatencyTotal
 
     def __post_init__(self):
         self.recent_drift = collections.deque(self.recent_drift, maxlen=RECENT_DRIFT)
@@ -91,6 +93,8 @@ def apply_result(core, e: ProbeFinished) -> None:
         last_ok = result.started_at + result.duration_seconds if result.ok else (
             prev.last_success_timestamp if prev else None)
         k.latest[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
+        if result.ok and result.report is not None:
+            latency.add_probe(k.latency_totals, result.target, result.profile, result.report)
     log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result),
             extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
     rates = k.rates.get(result.device) if result.device else None

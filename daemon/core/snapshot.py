@@ -66,3 +66,4 @@ class Snapshot:
     state: dict | None = None                                # state database: writable, pending, errors
     passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)
     sources: dict = field(default_factory=dict)              # registered source -> its last reading
+    probe_latency: dict = field(default_factory=dict)        # (target, profile, direction) -> latency.LatencyTotal

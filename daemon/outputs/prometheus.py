@@ -9,42 +9,44 @@ Volumes carry their stable identity (`volume`) as well as the kernel name (`devi
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import platform
 import time
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from iowarden.probes.blockqueue import identity_of
+from iowarden.probes.vocabulary import CLAT_PERCENTILE_KEYS
 
+from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS
 from iowarden.daemon.passive.metrics import passive_families
 from iowarden.daemon.sources.registry import SOURCES
+from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
 
 log = logging.getLogger("iowarden")
 
 BAND_SPREADS = 2.0  # the detector's allowance k: deviations inside the band never accumulate
 SKIP_REASONS = ("busy", "io_pressure", "budget_time", "budget_bytes", "unmounted", "waiting_for_disk")
 
-# Fixed latency buckets, the same on every host so histogram_quantile() aggregates
-# across a fleet: half-octave steps from 1 us to ~134 s (fio's own buckets are 1/64
-# octave; re-bucketing moves a sample up by at most 41 %, never down).
-LATENCY_BUCKETS_SECONDS = tuple(1e-6 * 2 ** (k / 2) for k in range(55))
-
-
-def rebucket(cumulative: list[tuple[float, int]]) -> list[tuple[str, int]]:
-    """fio's cumulative (le, count) pairs onto LATENCY_BUCKETS_SECONDS, plus +Inf."""
-    out, i, total = [], 0, cumulative[-1][1] if cumulative else 0
-    for le in LATENCY_BUCKETS_SECONDS:
-        while i < len(cumulative) and cumulative[i][0] <= le * (1 + 1e-9):
-            i += 1
-        out.append((_le(le), cumulative[i - 1][1] if i else 0))
-    out.append(("+Inf", total))
-    return out
-
 
 def _le(x: float) -> str:
     return f"{x:.9g}"
+
+
+# A baseline's metric (probes/vocabulary.py) -> the unit of its family, and the name it goes by there.
+BASELINE_UNITS = {"_iops": ("iops", " I/O operations per second"), "_bw_bytes": ("bytes_per_second", " bytes per second"),
+                  "_seconds": ("seconds", " seconds")}
+
+
+def baseline_unit(metric: str) -> tuple[str, str]:
+    """read_iops -> (iops, read_iops); read_bw_bytes -> (bytes_per_second, read_bw); clat_p99_seconds ->
+    (seconds, clat_p99)."""
+    for suffix, (unit, _) in BASELINE_UNITS.items():
+        if metric.endswith(suffix):
+            return unit, metric if unit == "iops" else metric[:-len(suffix)]
+    raise ValueError(f"baseline metric {metric!r} has no unit iowarden exports")
 
 
 # What each section reads of a Snapshot. A section whose inputs equal the last render's is not built
@@ -54,11 +56,11 @@ def _le(x: float) -> str:
 # that no section reads a field it does not list.
 SECTION_INPUTS = {
     "self": ("version", "taken_at", "parts", "state", "influx"),
-    "probes": ("probes", "probe_intervals", "skipped_total", "budget"),
-    "baselines": ("baselines", "alerts"),
-    "disks": ("disk_rates", "devices", "io_pressure"),
+    "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency"),
+    "baselines": ("baselines", "alerts", "probes"),
+    "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
     "settings": ("devices", "drift_total", "power"),
-    "xfs": ("xfs",),
+    "xfs": ("xfs", "devices"),
     "passive": ("passive",),
     # a registered source's section (sources/registry.py) reads its own reading and the device view
     **{spec.name: ("sources", "devices") for spec in SOURCES},
@@ -66,8 +68,12 @@ SECTION_INPUTS = {
 
 
 class SnapshotCollector:
-    def __init__(self, get_snapshot):
+    def __init__(self, get_snapshot, read_disk_sample=None):
+        """read_disk_sample: reads /proc/diskstats at scrape time, as node_exporter does. Counters a second
+        old (the sampler's last reading) put up to a second of I/O in the wrong window at each end of a
+        rate(); None serves the snapshot's sample (tests, and a reader that failed)."""
         self.get_snapshot = get_snapshot
+        self.read_disk_sample = read_disk_sample
         self._built: dict[str, tuple[tuple, list]] = {}   # section -> (its inputs, its families)
 
     def describe(self):
@@ -83,6 +89,11 @@ class SnapshotCollector:
         s = self.get_snapshot()
         if s is None:
             return
+        if self.read_disk_sample is not None:
+            try:
+                s = dataclasses.replace(s, disk_sample=self.read_disk_sample())
+            except Exception:   # noqa: BLE001 - the sampler's last reading is a second old, not wrong
+                log.exception("reading /proc/diskstats at scrape failed; serving the sampler's last reading")
         # One section per source, each built whole before any of it is sent: a section that
         # fails (a value of a shape nobody foresaw) is left out and says so in
         # iowarden_scrape_collector_success, and the rest of the scrape is intact.
@@ -171,14 +182,12 @@ class SnapshotCollector:
         labels = ["target", "profile", "device", "volume"]
         dl = labels + ["direction"]
         iops = GaugeMetricFamily("iowarden_probe_iops", "I/O operations per second in the last probe", labels=dl)
-        bw = GaugeMetricFamily("iowarden_probe_bandwidth_bytes", "Bytes per second moved in the last probe",
+        bw = GaugeMetricFamily("iowarden_probe_bandwidth_bytes_per_second", "Bytes per second moved in the last probe",
                                labels=dl)
-        hist = HistogramMetricFamily("iowarden_probe_latency_seconds",
-                                     "Completion latency of every I/O of the last probe (fio clat)", labels=dl)
-        # fio's exact percentiles. A summary, not a gauge: a quantile label is the
-        # summary type's own, and promtool rejects it anywhere else.
-        pct = Metric("iowarden_probe_clat_seconds", "fio's exact completion-latency percentiles of the last probe",
-                     "summary")
+        # fio's exact percentiles of the last probe, as gauges (the histogram's buckets are half an
+        # octave wide; these are what fio printed)
+        pct = GaugeMetricFamily("iowarden_probe_last_latency_seconds",
+                                "fio's exact completion-latency percentile of the last probe", labels=dl + ["percentile"])
         success = GaugeMetricFamily("iowarden_probe_success", "1 if the last probe succeeded", labels=labels)
         last_ok = GaugeMetricFamily("iowarden_probe_last_success_timestamp_seconds",
                                     "When a probe of this profile last succeeded", labels=labels)
@@ -199,18 +208,17 @@ class SnapshotCollector:
                 lab = base + [direction]
                 iops.add_metric(lab, d.iops)
                 bw.add_metric(lab, d.bw_bytes)
-                count = d.clat_histogram[-1][1] if d.clat_histogram else (d.clat.count if d.clat else 0)
-                total = (d.clat.mean_seconds if d.clat else 0.0) * count
-                if d.clat_histogram:
-                    hist.add_metric(lab, rebucket(d.clat_histogram), sum_value=total)
-                quantiles = [(f"{q / 100:g}", v) for q, v in sorted(d.clat_percentiles_seconds.items())
-                             if q in (50.0, 90.0, 99.0, 99.9, 99.99)]
-                if quantiles:
-                    named = dict(zip(dl, lab))
-                    for q, v in quantiles:
-                        pct.add_sample("iowarden_probe_clat_seconds", {**named, "quantile": q}, v)
-                    pct.add_sample("iowarden_probe_clat_seconds_count", named, count)
-                    pct.add_sample("iowarden_probe_clat_seconds_sum", named, total)
+                for q, v in sorted(d.clat_percentiles_seconds.items()):
+                    if q in CLAT_PERCENTILE_KEYS:
+                        pct.add_metric(lab + [f"{q:g}"], v)
+        # every successful probe's I/Os, added up: histogram_quantile(0.99, rate(..._bucket[1h])) is the
+        # p99 of the last hour's probes, on this host or summed over a fleet
+        hist = HistogramMetricFamily("iowarden_probe_latency_seconds", "Completion latency of every I/O of the "
+                                     "probes since iowarden started (fio clat)",
+                                     labels=["target", "profile", "direction"])
+        for (t, prof, direction), total in sorted(s.probe_latency.items()):
+            buckets = [(_le(le), n) for le, n in zip(LATENCY_BUCKETS_SECONDS, total.buckets)]
+            hist.add_metric([t, prof, direction], buckets + [("+Inf", total.count)], sum_value=total.sum_seconds)
         interval = GaugeMetricFamily("iowarden_probe_interval_seconds", "How often the profile runs on the target",
                                      labels=["target", "profile"])
         for (t, prof), sec in sorted(s.probe_intervals.items()):
@@ -222,14 +230,14 @@ class SnapshotCollector:
         for t in targets:
             for reason in SKIP_REASONS:
                 skipped.add_metric([t, reason], s.skipped_total.get((t, reason), 0))
-        budget_used = GaugeMetricFamily("iowarden_budget_device_seconds_used",
-                                        "Probe device-time spent on the disk in the budget window", labels=["disk"])
-        budget_allowed = GaugeMetricFamily("iowarden_budget_device_seconds_allowed",
-                                           "Probe device-time allowed in the budget window", labels=["disk"])
+        budget_used = GaugeMetricFamily("iowarden_budget_device_time_used_seconds",
+                                        "Probe device-time spent on the disk in the budget window", labels=["device"])
+        budget_allowed = GaugeMetricFamily("iowarden_budget_device_time_allowed_seconds",
+                                           "Probe device-time allowed in the budget window", labels=["device"])
         written = GaugeMetricFamily("iowarden_budget_written_bytes", "Bytes probes wrote to the disk in 24 h",
-                                    labels=["disk"])
-        written_allowed = GaugeMetricFamily("iowarden_budget_written_bytes_allowed",
-                                            "Bytes probes may write to the disk in 24 h", labels=["disk"])
+                                    labels=["device"])
+        written_allowed = GaugeMetricFamily("iowarden_budget_written_allowed_bytes",
+                                            "Bytes probes may write to the disk in 24 h", labels=["device"])
         for disk, b in sorted(s.budget.items()):
             budget_used.add_metric([disk], b.device_seconds_used)
             budget_allowed.add_metric([disk], b.device_seconds_allowed)
@@ -241,62 +249,92 @@ class SnapshotCollector:
     # -- baselines and alerts -----------------------------------------------------------------
     def _baselines(self, s):
         labels = ["volume", "profile", "metric"]
-        base = GaugeMetricFamily("iowarden_baseline", "The volume's normal for this metric (median of recent "
-                                 "probes), in the metric's unit", labels=labels)
+        # one family per unit: a baseline of IOPS, of bytes per second, of seconds
+        fams = {}
+        for unit, what in BASELINE_UNITS.values():
+            fams[unit] = tuple(GaugeMetricFamily(f"iowarden_baseline{part}_{unit}", help_ + what, labels=labels)
+                               for part, help_ in (
+                                   ("", "The volume's normal (median of recent probes) of "),
+                                   ("_band_lower", "Lower edge of the normal band (baseline / e^(2 spreads)) of "),
+                                   ("_band_upper", "Upper edge of the normal band (baseline * e^(2 spreads)) of ")))
         dev = GaugeMetricFamily("iowarden_deviation_score", "How far the last probe is from the baseline, in "
                                 "robust standard deviations; positive is worse", labels=labels)
         learning = GaugeMetricFamily("iowarden_baseline_learning", "1 while the baseline is still warming up",
                                      labels=labels)
-        lower = GaugeMetricFamily("iowarden_baseline_band_lower", "Lower edge of the normal band (baseline / "
-                                  "e^(2 spreads)), in the metric's unit", labels=labels)
-        upper = GaugeMetricFamily("iowarden_baseline_band_upper", "Upper edge of the normal band (baseline * "
-                                  "e^(2 spreads)), in the metric's unit", labels=labels)
         for b in s.baselines:
-            lab = [b.volume, b.profile, b.metric]
+            unit, name = baseline_unit(b.metric)
+            lab = [b.volume, b.profile, name]
             if b.baseline is not None:
+                base, lower, upper = fams[unit]
                 base.add_metric(lab, b.baseline)
                 lower.add_metric(lab, b.baseline * math.exp(-BAND_SPREADS * b.spread_log))
                 upper.add_metric(lab, b.baseline * math.exp(BAND_SPREADS * b.spread_log))
             if b.deviation_score is not None:
                 dev.add_metric(lab, b.deviation_score)
             learning.add_metric(lab, 1 if b.learning else 0)
-        active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert",
-                                   labels=["alert", "severity", "volume", "target", "profile"])
+        for trio in fams.values():
+            yield from trio
+        yield from (dev, learning)
+        # `target` is a configured target, `device` a kernel name: a passive verdict is on a device and
+        # has no target; a probe's alert names its target and the device its last probe ran on
+        alabels = ["alert", "severity", "volume", "target", "device", "profile"]
+        active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert", labels=alabels)
         since = GaugeMetricFamily("iowarden_alert_raised_timestamp_seconds", "When the open alert was raised",
-                                  labels=["alert", "severity", "volume", "target", "profile"])
+                                  labels=alabels)
+        device_of = {p.target: p.result.device or "" for p in s.probes}
         for a in s.alerts:
-            lab = [a.alert, a.severity, a.volume, a.target, a.profile]
+            passive = a.profile == PASSIVE_PROFILE
+            target, device = ("", a.target or "") if passive else (a.target or "", device_of.get(a.target, ""))
+            lab = [a.alert, a.severity, a.volume, target, device, a.profile]
             active.add_metric(lab, 1)
             since.add_metric(lab, a.raised_at)
-        yield from (base, dev, learning, lower, upper, active, since)
+        yield from (active, since)
 
-    # -- the iostat -x stream -----------------------------------------------------------------
-    DISK_FIELDS = (
-        ("reads_per_second", "reads_per_second", "Reads completed per second", 1),
-        ("writes_per_second", "writes_per_second", "Writes completed per second", 1),
-        ("discards_per_second", "discards_per_second", "Discards completed per second", 1),
-        ("flushes_per_second", "flushes_per_second", "Flushes completed per second", 1),
-        ("read_bytes_per_second", "read_kib_per_second", "Bytes read per second", 1024),
-        ("written_bytes_per_second", "write_kib_per_second", "Bytes written per second", 1024),
-        ("read_merges_per_second", "read_merges_per_second", "Read requests merged per second", 1),
-        ("write_merges_per_second", "write_merges_per_second", "Write requests merged per second", 1),
-        ("read_await_seconds", "read_await_ms", "Mean time of a read, queue and service (iostat r_await)", 1e-3),
-        ("write_await_seconds", "write_await_ms", "Mean time of a write, queue and service (iostat w_await)",
-         1e-3),
-        ("read_request_bytes", "read_request_kib", "Mean read request size (iostat rareq-sz)", 1024),
-        ("write_request_bytes", "write_request_kib", "Mean write request size (iostat wareq-sz)", 1024),
-        ("queue_length", "queue_size", "Mean number of requests queued or in service (iostat aqu-sz)", 1),
-        ("utilization_ratio", "util_percent", "Share of time the device was busy (iostat %util / 100)", 0.01),
+    # -- the kernel's disk counters ----------------------------------------------------------
+    # /proc/diskstats as counters (node_exporter's set, sectors as bytes, milliseconds as seconds), so
+    # that rate() over any window is exact; the recording rules in iowarden.rules.yml make iostat -x's
+    # r/s, r_await, aqu-sz and %util of them. The 1 Hz rates stay inside the daemon (the passive
+    # detector, `iowarden iostat`): a gauge of the last second, scraped every 15 s, keeps one second
+    # in fifteen. The kernel's time fields wrap at 2^32 ms (49.7 days); rate() takes the wrap for a
+    # reset, as it does node_exporter's.
+    DISK_COUNTERS = (
+        # (name, field, help, scale, only if the kernel has the field)
+        ("reads_completed", "reads", "Reads completed", 1, None),
+        ("reads_merged", "reads_merged", "Adjacent reads merged into one request", 1, None),
+        ("read_bytes", "sectors_read", "Bytes read", 512, None),
+        ("read_time_seconds", "read_ms", "Time reads took, queue and service, summed over reads", 1e-3, None),
+        ("writes_completed", "writes", "Writes completed", 1, None),
+        ("writes_merged", "writes_merged", "Adjacent writes merged into one request", 1, None),
+        ("written_bytes", "sectors_written", "Bytes written", 512, None),
+        ("write_time_seconds", "write_ms", "Time writes took, queue and service, summed over writes", 1e-3, None),
+        ("discards_completed", "discards", "Discards completed", 1, "has_discards"),
+        ("discards_merged", "discards_merged", "Adjacent discards merged into one request", 1, "has_discards"),
+        ("discarded_bytes", "sectors_discarded", "Bytes discarded", 512, "has_discards"),
+        ("discard_time_seconds", "discard_ms", "Time discards took, summed over discards", 1e-3, "has_discards"),
+        ("flush_requests", "flushes", "Flush requests completed", 1, "has_flushes"),
+        ("flush_requests_time_seconds", "flush_ms", "Time flushes took, summed over flushes", 1e-3, "has_flushes"),
+        ("io_time_seconds", "io_ms", "Time the device had I/O in flight (rate: iostat %util / 100)", 1e-3, None),
+        ("io_time_weighted_seconds", "weighted_io_ms",
+         "Time I/Os spent in flight, summed over I/Os (rate: iostat aqu-sz)", 1e-3, None),
     )
 
     def _disks(self, s):
-        fams = {name: GaugeMetricFamily(f"iowarden_disk_{name}", help_ + " over the last sampling interval",
-                                        labels=["device", "volume"]) for name, _, help_, _ in self.DISK_FIELDS}
-        for dev, r in sorted(s.disk_rates.items()):
+        sample = s.disk_sample
+        fams = {name: CounterMetricFamily(f"iowarden_disk_{name}", help_, labels=["device", "volume"])
+                for name, _, help_, _, _ in self.DISK_COUNTERS}
+        in_flight = GaugeMetricFamily("iowarden_disk_io_now", "I/Os in flight now", labels=["device", "volume"])
+        # the devices the sampler watches (whole devices less the excluded, by default)
+        for dev in sorted(s.disk_rates):
+            c = sample.counters.get(dev) if sample is not None else None
+            if c is None:
+                continue
             volume = identity_of(dev, s.devices)
-            for name, attr, _, scale in self.DISK_FIELDS:
-                fams[name].add_metric([dev, volume], getattr(r, attr) * scale)
+            for name, attr, _, scale, present in self.DISK_COUNTERS:
+                if present is None or getattr(c, present):
+                    fams[name].add_metric([dev, volume], getattr(c, attr) * scale)
+            in_flight.add_metric([dev, volume], c.in_flight)
         yield from fams.values()
+        yield in_flight
         if s.io_pressure is not None:
             psi = GaugeMetricFamily("iowarden_io_pressure_ratio", "Share of time tasks stalled on I/O, 10 s "
                                     "average (/proc/pressure/io)", labels=["kind"])
@@ -371,10 +409,16 @@ class SnapshotCollector:
             tim.add_metric([name], sum(x.time_usec or 0 for x in sts) * 1e-6)
         yield from (lat, dis, tim)
         if p.pm_qos_cpu_dma_latency_usec is not None:
-            qos = GaugeMetricFamily("iowarden_pm_qos_cpu_dma_latency_seconds",
-                                    "The CPU wake-up latency PM QoS allows (2000 s: no request)")
-            qos.add_metric([], p.pm_qos_cpu_dma_latency_usec * 1e-6)
-            yield qos
+            # the kernel's "no request" is a sentinel (2000 s), not a latency: it gets no value, only requested=0
+            requested = GaugeMetricFamily("iowarden_pm_qos_cpu_dma_latency_requested",
+                                          "1 if a process holds a PM QoS CPU wake-up latency request")
+            requested.add_metric([], 1 if p.c_states_limited else 0)
+            yield requested
+            if p.c_states_limited:
+                qos = GaugeMetricFamily("iowarden_pm_qos_cpu_dma_latency_seconds",
+                                        "The CPU wake-up latency the PM QoS requests allow")
+                qos.add_metric([], p.pm_qos_cpu_dma_latency_usec * 1e-6)
+                yield qos
         if p.cpufreq_governors:
             gov = GaugeMetricFamily("iowarden_cpufreq_governor_cpus", "CPUs per cpufreq governor",
                                     labels=["governor"])
@@ -393,25 +437,31 @@ class SnapshotCollector:
 
     # -- XFS ----------------------------------------------------------------------------------
     def _xfs(self, s):
-        labels = ["mountpoint", "device"]
+        labels = ["mountpoint", "device", "volume"]
         epf = GaugeMetricFamily("iowarden_xfs_extents_per_file", "Extents per file (xfs_db frag: actual/ideal)",
                                 labels=labels)
         frag = GaugeMetricFamily("iowarden_xfs_fragmentation_ratio", "(actual - ideal) / actual extents (xfs_db frag)",
                                  labels=labels)
-        free_ext = GaugeMetricFamily("iowarden_xfs_free_space_extents", "Free extents by size range (freesp -s)",
-                                     labels=labels + ["from_blocks", "to_blocks"])
-        free_blk = GaugeMetricFamily("iowarden_xfs_free_space_blocks", "Free blocks by extent size range",
-                                     labels=labels + ["from_blocks", "to_blocks"])
+        ranges = labels + ["from_bytes", "to_bytes"]
+        free_ext = GaugeMetricFamily("iowarden_xfs_free_space_extents", "Free extents by extent size range (freesp -s)",
+                                     labels=ranges)
+        free_bytes = GaugeMetricFamily("iowarden_xfs_free_space_bytes", "Free space by extent size range (freesp -s)",
+                                       labels=ranges)
         when = GaugeMetricFamily("iowarden_xfs_report_timestamp_seconds", "When the XFS report was taken",
                                  labels=labels)
         for mnt, (r, at) in sorted(s.xfs.items()):
-            lab = [mnt, r.device]
+            # the kernel name, as on every other family (device="dm-3", not "/dev/mapper/vg-lv")
+            name = r.kernel_name or r.device
+            lab = [mnt, name, identity_of(name, s.devices)]
             when.add_metric(lab, at)
             if r.frag:
                 epf.add_metric(lab, r.frag.extents_per_file)
                 frag.add_metric(lab, r.frag.fragmentation_ratio)
-            if r.free_space:
+            # freesp counts filesystem blocks: bytes need the block size, which xfs_info gave (or not)
+            if r.free_space and r.geometry:
+                bs = r.geometry.block_size_bytes
                 for b in r.free_space.buckets:
-                    free_ext.add_metric(lab + [str(b.from_blocks), str(b.to_blocks)], b.extents)
-                    free_blk.add_metric(lab + [str(b.from_blocks), str(b.to_blocks)], b.blocks)
-        yield from (epf, frag, free_ext, free_blk, when)
+                    rng = lab + [str(b.from_blocks * bs), str(b.to_blocks * bs)]
+                    free_ext.add_metric(rng, b.extents)
+                    free_bytes.add_metric(rng, b.blocks * bs)
+        yield from (epf, frag, free_ext, free_bytes, when)

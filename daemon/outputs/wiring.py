@@ -1,6 +1,7 @@
 """The outputs: the Prometheus endpoint over snapshots, and InfluxDB points with their spool.
 
-Both consume what the daemon already holds; neither triggers a probe or a sysfs read.
+Both consume what the daemon already holds and trigger no probe; the one read of the machine is
+/proc/diskstats at each scrape, so the disk counters are current at the scrape's timestamp.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from iowarden.daemon.outputs import influx
 log = logging.getLogger("iowarden")
 
 
-def start_prometheus(cfg: dict, core):
-    """cfg: the [prometheus] section; core: its snapshot is what is rendered, once per version."""
+def start_prometheus(cfg: dict, core, roots):
+    """cfg: the [prometheus] section; core: its snapshot is what is rendered, once per version;
+    roots: where /proc is (the disk counters are read at each scrape)."""
     from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
     from iowarden.daemon.outputs.http import WebConfig, load_web_config, serve
@@ -27,7 +29,7 @@ def start_prometheus(cfg: dict, core):
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
-    registry.register(SnapshotCollector(lambda: core.snapshot))
+    registry.register(SnapshotCollector(lambda: core.snapshot, read_disk_sample=lambda: diskstats.read(roots)))
     web = load_web_config(cfg.web_config_file) if cfg.web_config_file else WebConfig()
     server = serve(cfg.listen_address, registry, web, version_of_snapshot=lambda: core.published)
     log.info("serving metrics on %s%s%s", cfg.listen_address, " with TLS" if web.tls else "",

@@ -20,7 +20,7 @@ def passive_families(s):
                               "verdict open on the device (self, peers, saturation)", labels=labels + ["kind"])
     cap_iops = GaugeMetricFamily("iowarden_passive_capability_iops", "Saturation IOPS `iowarden characterize` "
                                  "measured on the volume", labels=labels)
-    cap_bw = GaugeMetricFamily("iowarden_passive_capability_bytes_per_second", "Best bandwidth `iowarden "
+    cap_bw = GaugeMetricFamily("iowarden_passive_capability_bytes_per_second", "Best bandwidth (bytes per second) `iowarden "
                                "characterize` measured on the volume", labels=labels)
     load = GaugeMetricFamily("iowarden_passive_load_ratio", "The last window's load over the volume's characterized "
                              "capability (1 = at it; the headroom is what is left)", labels=labels + ["resource"])

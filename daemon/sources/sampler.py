@@ -28,12 +28,19 @@ class SamplerReading:
     io_pressure: object | None
 
 
+# Devices nobody asked about, left out unless [sampler] devices names them (node_exporter's default
+# also leaves out ram and zram disks); [sampler] exclude_devices overrides it.
+DEFAULT_EXCLUDE = ("ram*", "zram*")
+
+
 class Sampler:
     HISTORY_TICKS = 10  # seconds of %util kept per device for the contention check
 
-    def __init__(self, roots: Roots, device_globs: list[str], post=lambda event: None):
+    def __init__(self, roots: Roots, device_globs: list[str], post=lambda event: None,
+                 exclude_globs: tuple[str, ...] = DEFAULT_EXCLUDE):
         self.roots = roots
         self.device_globs = device_globs
+        self.exclude_globs = tuple(exclude_globs)
         self.post = post
         self._prev: diskstats.DiskSample | None = None
         self._partition: dict[str, bool] = {}     # the sampler thread's own cache: read and written only there
@@ -53,13 +60,23 @@ class Sampler:
         return r.io_pressure if r is not None else None
 
     def _wanted(self, name: str) -> bool:
-        """Is this device sampled: the configured globs, else every whole device (sampler thread only)."""
+        """Is this device sampled (sampler thread only)?
+
+        The configured globs, else every whole device; less the excluded globs (ram and zram disks
+        by default, as node_exporter leaves them out) and loop devices with nothing attached, which
+        can do no I/O. A glob that names a device explicitly wins over both exclusions.
+        """
         if self.device_globs:
             return any(fnmatch.fnmatch(name, g) for g in self.device_globs)
+        if any(fnmatch.fnmatch(name, g) for g in self.exclude_globs):
+            return False
         # one stat() per device per tick adds up at 1000 devices: a name's kind is asked once
         if name not in self._partition:
             self._partition[name] = diskstats.is_partition(name, self.roots)
-        return not self._partition[name]
+        if self._partition[name]:
+            return False
+        # attaching and detaching sends no diskstats change: asked every tick, one stat() per loop device
+        return not name.startswith("loop") or diskstats.loop_attached(name, self.roots)
 
     def step(self) -> None:
         cur = diskstats.read(self.roots)

@@ -207,6 +207,6 @@ def test_the_scrape_of_what_the_core_published_matches_the_golden_file(parts):
     # absent means absent: no sample of InfluxDB or the passive detector (both off), no baseline for `logs`
     samples = [line for line in got.splitlines() if not line.startswith("#")]
     assert not [line for line in samples if line.startswith(("iowarden_influxdb_", "iowarden_passive_"))]
-    assert [line for line in samples if line.startswith("iowarden_baseline{")]
+    assert [line for line in samples if line.startswith("iowarden_baseline_iops{")]
     assert [line for line in samples if line.startswith("iowarden_probe_success{") and 'target="logs"' in line
             and line.endswith(" 0.0")]

@@ -3,10 +3,12 @@ import subprocess
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.http import WebConfigError, load_web_config, parse_listen_address
-from iowarden.daemon.outputs.prometheus import LATENCY_BUCKETS_SECONDS, SnapshotCollector, rebucket
+from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS, LatencyTotal, add_probe, rebucket
+from iowarden.daemon.outputs.prometheus import SnapshotCollector
 from iowarden.daemon.registry import PartStats
 from iowarden.daemon.probing.scheduler import BudgetStatus
 from iowarden.daemon.core.snapshot import AlertView, BaselineView, ProbeView, Snapshot
@@ -32,7 +34,11 @@ def snapshot(tree):
     report = xfs.XfsReport("/srv", "/dev/md0", xfs.parse_frag((FIXTURES / "xfs" / "xfs_db-frag-fragmented.txt")
                                                              .read_text()),
                            xfs.parse_freesp((FIXTURES / "xfs" / "xfs_spaceman-freesp.txt").read_text()),
-                           "xfs_spaceman", None, ())
+                           "xfs_spaceman", xfs.parse_xfs_info((FIXTURES / "xfs" / "xfs_info.txt").read_text()), (),
+                           "md0")
+    latency = {}
+    add_probe(latency, "db", "randrw", rep)
+    add_probe(latency, "db", "randrw", rep)   # two probes: every bucket twice
     # the passive detector fed the same window a few times: curves learned, a verdict per device
     ident = {n: devices[n].identity if n in devices else f"kernel:{n}" for n in rates}
     det = PassiveDetector(PassiveParams(bin_min_windows=3))
@@ -50,7 +56,8 @@ def snapshot(tree):
         skipped_total={("db", "busy"): 3},
         baselines=(BaselineView("wwn:0x5000c500a1b2c3d4", "randrw", "read_iops", 38000.0, 0.05, -0.4, 50, False),),
         alerts=(AlertView("VolumeDegraded", "wwn:0x5000c500a1b2c3d4", "randrw", "db", "critical", 1.7e9, 1),),
-        disk_rates=rates, devices=devices, power=power,
+        disk_rates=rates, disk_sample=diskstats.DiskSample(1.0, ds2), devices=devices, power=power,
+        probe_latency=latency,
         drift_total={("sdb", "wwn:0x5000c500a1b2c3d4", "scheduler"): 1},
         xfs={"/srv": (report, 1.7e9)},
         budget={"sdb": BudgetStatus(2.0, 36.0, 10, 100)},
@@ -84,18 +91,74 @@ def test_full_scrape_passes_promtool(tree):
     text = scrape(snapshot(tree))
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
-    for family in ("iowarden_probe_iops", "iowarden_probe_bandwidth_bytes", "iowarden_probe_latency_seconds_bucket",
-                   "iowarden_probe_clat_seconds", "iowarden_probe_success", "iowarden_probe_skipped_total",
-                   "iowarden_probe_last_success_timestamp_seconds", "iowarden_baseline", "iowarden_deviation_score",
-                   "iowarden_alert_active", "iowarden_disk_utilization_ratio", "iowarden_block_queue_info",
-                   "iowarden_cpu_idle_state_exit_latency_seconds", "iowarden_pm_qos_cpu_dma_latency_seconds",
+    for family in ("iowarden_probe_iops", "iowarden_probe_bandwidth_bytes_per_second",
+                   "iowarden_probe_latency_seconds_bucket", "iowarden_probe_last_latency_seconds",
+                   "iowarden_probe_success", "iowarden_probe_skipped_total",
+                   "iowarden_probe_last_success_timestamp_seconds", "iowarden_baseline_iops",
+                   "iowarden_deviation_score", "iowarden_alert_active", "iowarden_disk_reads_completed_total",
+                   "iowarden_disk_io_time_seconds_total", "iowarden_disk_io_time_weighted_seconds_total",
+                   "iowarden_disk_read_bytes_total", "iowarden_disk_read_time_seconds_total", "iowarden_disk_io_now",
+                   "iowarden_block_queue_info", "iowarden_cpu_idle_state_exit_latency_seconds",
+                   "iowarden_pm_qos_cpu_dma_latency_seconds", "iowarden_pm_qos_cpu_dma_latency_requested",
                    "iowarden_tuned_profile_info", "iowarden_settings_drift_total", "iowarden_xfs_extents_per_file",
-                   "iowarden_xfs_fragmentation_ratio", "iowarden_xfs_free_space_extents", "iowarden_md_degraded_devices",
-                   "iowarden_md_member_faulty", "iowarden_budget_device_seconds_used", "iowarden_part_success",
-                   "iowarden_build_info", "iowarden_influxdb_points_dropped_total",
+                   "iowarden_xfs_fragmentation_ratio", "iowarden_xfs_free_space_extents", "iowarden_xfs_free_space_bytes",
+                   "iowarden_md_degraded_devices", "iowarden_md_member_faulty",
+                   "iowarden_budget_device_time_used_seconds", "iowarden_budget_written_allowed_bytes",
+                   "iowarden_part_success", "iowarden_build_info", "iowarden_influxdb_points_dropped_total",
                    "iowarden_influxdb_points_rejected_total", "iowarden_state_writable", "iowarden_state_pending_writes",
                    "iowarden_state_write_errors_total"):
         assert f"\n{family}" in text, family
+
+
+# Units a family may end in (base units, as the exporter guidelines ask), and words that are no unit.
+UNITS = ("seconds", "bytes", "ratio", "celsius", "bytes_per_second", "iops")
+NOT_UNITS = ("milliseconds", "ms", "usec", "us", "kb", "kib", "percent", "blocks", "sectors")
+
+
+def family_problems(name: str, type_: str, help_: str) -> list[str]:
+    """What is wrong with one family's name against its type and HELP (empty: nothing)."""
+    problems = []
+    base = name[:-len("_total")] if type_ == "counter" and name.endswith("_total") else name
+    words = base.split("_")
+    for unit in ("seconds", "bytes", "ratio", "celsius", "iops"):
+        if unit in words and not base.endswith(tuple("_" + u for u in UNITS)):
+            problems.append(f"{name}: the unit {unit} is not last")
+    if set(words) & set(NOT_UNITS):
+        problems.append(f"{name}: not a base unit ({sorted(set(words) & set(NOT_UNITS))})")
+    per_second = "per second" in help_.lower()
+    if per_second and not base.endswith(("_per_second", "_iops")):
+        problems.append(f"{name}: HELP says per second, the name does not")
+    if base.endswith("_per_second") and not per_second:
+        problems.append(f"{name}: the name says per second, HELP does not")
+    if base.endswith("_ratio") and ("percent" in help_.lower() or "%" in help_.replace("%util / 100", "")):
+        problems.append(f"{name}: a ratio whose HELP speaks of percent")
+    if not help_.strip():
+        problems.append(f"{name}: no HELP")
+    return problems
+
+
+def test_every_family_has_its_unit_last_and_a_help_that_agrees(tree):
+    families = list(text_string_to_metric_families(scrape(snapshot(tree))))
+    problems = [p for f in families for p in family_problems(f.name + ("_total" if f.type == "counter" else ""),
+                                                             f.type, f.documentation)]
+    assert problems == []
+    # one label vocabulary: the kernel name is `device` everywhere (never disk=, never a /dev path)
+    for f in families:
+        for sample in f.samples:
+            assert "disk" not in sample.labels, (f.name, sample.labels)
+            assert not sample.labels.get("device", "").startswith("/dev/"), (f.name, sample.labels)
+
+
+@pytest.mark.parametrize("name,type_,help_", [
+    ("iowarden_probe_bandwidth_bytes", "gauge", "Bytes per second moved in the last probe"),
+    ("iowarden_budget_device_seconds_used", "gauge", "Probe device-time spent"),
+    ("iowarden_xfs_free_space_blocks", "gauge", "Free blocks by extent size range"),
+    ("iowarden_disk_read_await_ms", "gauge", "Mean time of a read"),
+    ("iowarden_x_ratio", "gauge", "Share of time in percent"),
+    ("iowarden_x_bytes_per_second", "gauge", "Bytes moved"),
+])
+def test_the_naming_check_catches_what_issue_22_found(name, type_, help_):
+    assert family_problems(name, type_, help_)
 
 
 def test_values_and_labels(tree):
@@ -106,11 +169,41 @@ def test_values_and_labels(tree):
     assert 'iowarden_md_member_faulty{device="md1",member="sde"} 1.0' in text
     assert 'iowarden_md_degraded_devices{device="md1",level="raid1",volume="sdd"}' not in text
     assert 'iowarden_pm_qos_cpu_dma_latency_seconds 1e-06' in text
+    assert 'iowarden_pm_qos_cpu_dma_latency_requested 1.0' in text
     assert 'iowarden_cpu_idle_state_disabled_cpus{state="C6"} 1.0' in text
-    assert 'iowarden_disk_utilization_ratio{device="sda",volume="kernel:sda"} 0.4' in text
-    assert 'quantile="0.999"' in text and 'iowarden_probe_clat_seconds_count{' in text
+    # the kernel's counters, in base units: sectors as bytes, milliseconds as seconds
+    sample = snapshot(tree).disk_sample.counters["sda"]
+    values = {(s.name, s.labels.get("device")): s.value
+              for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values[("iowarden_disk_read_bytes_total", "sda")] == sample.sectors_read * 512
+    assert values[("iowarden_disk_io_time_seconds_total", "sda")] == pytest.approx(sample.io_ms / 1000)
+    assert 'iowarden_probe_last_latency_seconds{' in text and 'percentile="99.9"' in text
     assert 'iowarden_probe_skipped_total{reason="busy",target="db"} 3.0' in text
     assert 'iowarden_probe_skipped_total{reason="budget_time",target="db"} 0.0' in text
+    assert 'iowarden_budget_device_time_used_seconds{device="sdb"} 2.0' in text
+    # the XFS report of /dev/md0 is labelled as every other family of md0 is
+    assert 'iowarden_xfs_extents_per_file{device="md0",mountpoint="/srv",volume=' in text
+
+
+def test_the_probe_histogram_is_cumulative_over_probes(tree):
+    """Two probes: every bucket holds both probes' I/Os, so rate() over a window counts that window's probes."""
+    snap = snapshot(tree)
+    rep = snap.probes[0].result.report
+    text = scrape(snap)
+    fio_count = rep.directions["read"].clat_histogram[-1][1]
+    assert (f'iowarden_probe_latency_seconds_count{{direction="read",profile="randrw",target="db"}} '
+            f'{2 * fio_count:.1f}') in text
+    one = LatencyTotal().plus(rep.directions["read"].clat_histogram, 1.0)
+    assert one.plus(rep.directions["read"].clat_histogram, 1.0).buckets == tuple(2 * b for b in one.buckets)
+
+
+def test_pm_qos_without_a_request_is_a_flag_not_a_latency(tree):
+    snap = snapshot(tree)
+    import dataclasses
+    idle = dataclasses.replace(snap.power, pm_qos_cpu_dma_latency_usec=cpupower.PM_QOS_DEFAULT_USEC)
+    text = scrape(dataclasses.replace(snap, power=idle))
+    assert "iowarden_pm_qos_cpu_dma_latency_requested 0.0" in text
+    assert "iowarden_pm_qos_cpu_dma_latency_seconds " not in text
 
 
 def test_absent_sources_are_left_out(tree):
@@ -124,10 +217,9 @@ def test_absent_sources_are_left_out(tree):
 def test_rebucket_keeps_every_sample_at_or_above_its_fio_bucket():
     rep = fio.parse((FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text())
     cum = rep.directions["read"].clat_histogram
-    out = rebucket(cum)
-    counts = [c for _, c in out]
-    assert counts == sorted(counts) and out[-1] == ("+Inf", cum[-1][1])
-    assert len(out) == len(LATENCY_BUCKETS_SECONDS) + 1
+    counts = list(rebucket(cum))
+    assert counts == sorted(counts) and counts[-1] == cum[-1][1]
+    assert len(counts) == len(LATENCY_BUCKETS_SECONDS) + 1
     for le, c in cum:  # every fio bucket's samples are counted by the first fixed bound >= its edge
         first = next(i for i, b in enumerate(LATENCY_BUCKETS_SECONDS) if b * (1 + 1e-9) >= le)
         assert counts[first] >= c

@@ -32,6 +32,24 @@ def test_every_alert_has_a_unit_test_and_annotations():
         assert a["annotations"]["summary"] and a["annotations"]["description"]
 
 
+def test_every_alert_links_its_own_section_of_the_runbook_and_waits_or_says_why_not():
+    import re
+    import yaml
+    text = (PROM / "iowarden.rules.yml").read_text()
+    rules = yaml.safe_load(text)
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    # GitHub's and most renderers' anchors: the heading lower-cased
+    anchors = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbook, re.M)}
+    for a in [r for g in rules["groups"] for r in g["rules"] if "alert" in r]:
+        url = a["annotations"].get("runbook_url", "")
+        assert url == f"file:///usr/share/doc/iowarden/runbook.md#{a['alert'].lower()}", a["alert"]
+        assert a["alert"].lower() in anchors, f"docs/runbook.md has no section {a['alert']}"
+        if "for" not in a:
+            # without a `for`, the rule's comment says why the alert's own persistence is enough
+            block = text[text.index(f"- alert: {a['alert']}"):].split("\n      - ", 1)[0]
+            assert re.search(r"#.*(No `for`|no `for` is needed)", block), f"{a['alert']}: no `for` and no reason"
+
+
 def test_dashboard_structure():
     doc = json.loads((ROOT / "packaging" / "grafana" / "iowarden-dashboard.json").read_text())
     assert doc["uid"] == "iowarden"
