@@ -294,7 +294,7 @@ class PassiveDetector(GroupRules):
             e = self.evidence.members.get(name)
             out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
                                   tuple(sorted(d.flagged)), cap, ratio, dataclasses.replace(e) if e else None,
-                                  self.evidence.p.threshold if e else None))
+                                  self.evidence.p.threshold if e else None, self.p.self_ratio))
         return tuple(out)
 
     def curves_state(self) -> dict:

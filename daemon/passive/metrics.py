@@ -30,8 +30,11 @@ def passive_families(s):
                                  labels=labels)
     evidence_threshold = GaugeMetricFamily("iowarden_passive_peer_evidence_threshold", "The evidence that names a "
                                            "drive slower than its peers (passive.evidence_threshold)")
-    threshold = None
+    slow_at = GaugeMetricFamily("iowarden_passive_self_ratio_threshold", "A window is slow at this many times "
+                                "the device's normal latency at its load ([passive] self_ratio)")
+    threshold = slow_ratio = None
     for name, ident, v in s.passive:
+        slow_ratio = v.self_ratio if v.self_ratio is not None else slow_ratio
         if v.evidence is not None:
             evidence.add_metric([name, ident], v.evidence.score)
             threshold = v.evidence_threshold
@@ -55,4 +58,6 @@ def passive_families(s):
             state.add_metric(lab + [kind], 1 if kind in v.flagged else 0)
     if threshold is not None:
         evidence_threshold.add_metric([], threshold)
-    yield from (ratio, expected, learned, peer, evidence, evidence_threshold, state, cap_iops, cap_bw, load)
+    if slow_ratio is not None:
+        slow_at.add_metric([], slow_ratio)
+    yield from (ratio, expected, learned, peer, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw, load)

@@ -138,6 +138,7 @@ class DeviceView:
     load_ratio: dict = field(default_factory=dict)   # "iops"/"bandwidth" -> last window's load over capability
     evidence: object = None        # passive_evidence.MemberEvidence (a copy) in a group of three or more
     evidence_threshold: float | None = None
+    self_ratio: float | None = None   # the configured ratio a window is slow at ([passive] self_ratio)
 
 
 @dataclass

@@ -50,8 +50,8 @@ class Server:
 
 
 def prometheus(tmp_path, scrape_port: int | list[int | str], rule_files=(), alertmanager_port: int | None = None,
-               scheme: str = "http") -> tuple[Server, int]:
-    """A Prometheus scraping iowarden every second on scrape_port, or on several targets (a fleet: one
+               scheme: str = "http", interval: str = "1s") -> tuple[Server, int]:
+    """A Prometheus scraping iowarden every `interval` on scrape_port, or on several targets (a fleet: one
     daemon each, a port here or an "address:port" of another host)."""
     port = free_port()
     targets = ", ".join(f"'{p}'" if isinstance(p, str) else f"'127.0.0.1:{p}'"
@@ -61,8 +61,8 @@ def prometheus(tmp_path, scrape_port: int | list[int | str], rule_files=(), aler
                 if alertmanager_port else "")
     rules = "".join(f"  - {r}\n" for r in rule_files)
     cfg.write_text(f"""global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
+  scrape_interval: {interval}
+  evaluation_interval: {interval}
 {('rule_files:' + chr(10) + rules) if rules else ''}{alerting}scrape_configs:
   - job_name: iowarden
     scheme: {scheme}

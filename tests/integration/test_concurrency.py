@@ -86,7 +86,7 @@ ramp_time_seconds = 0.0
         text = wait_for(lambda: scrape_of_a_snapshot_taken_after(read_at), timeout=10, what="a newer snapshot")
         after = {dev: (total, n) for dev, total, n in rows(db, sql)}
         for fs in mounts.values():
-            used = float(re.search(rf'^iowarden_budget_device_seconds_used{{disk="{fs.name}"}} (\S+)$', text,
+            used = float(re.search(rf'^iowarden_budget_device_time_used_seconds{{device="{fs.name}"}} (\S+)$', text,
                                    re.M).group(1))
             slack = 0.0005 * after[fs.name][1] + 1e-6
             assert before[fs.name][0] - slack <= used <= after[fs.name][0] + slack, (fs.name, before, used, after)

@@ -67,25 +67,36 @@ def test_prometheus_scrapes_iowarden_and_every_dashboard_query_runs(loop_xfs, tm
     cleanup(prom)
     wait_for(lambda: servers.query(pport, 'iowarden_probe_latency_seconds_bucket{profile="rr"}')["data"]["result"],
              timeout=60, what="the probe histogram in Prometheus")
-    wait_for(lambda: servers.query(pport, "iowarden_disk_reads_per_second")["data"]["result"], what="iostat metrics")
+    wait_for(lambda: servers.query(pport, "iowarden_disk_io_time_seconds_total")["data"]["result"],
+             what="the disk counters")
+    # a second probe's I/Os added to the histogram, so rate() over the window has an increase
+    wait_for(lambda: float(servers.query(pport, 'sum(iowarden_probe_latency_seconds_count{profile="rr"})')["data"]
+                           ["result"][0]["value"][1]) > 0 and len(servers.query(
+                               pport, 'changes(iowarden_probe_latency_seconds_count{profile="rr"}[1m]) > 0')["data"]
+                               ["result"]), timeout=60, what="two probes in the histogram")
+    time.sleep(3)   # several scrapes in the rate interval
     at = time.time()
     sel = 'profile="rr",direction="read"'
-    hq = servers.query(pport, f"histogram_quantile(0.99, sum by (le) (iowarden_probe_latency_seconds_bucket{{{sel}}}))",
-                       at)["data"]["result"]
-    fio_q = {r["metric"]["quantile"]: float(r["value"][1]) for r in
-             servers.query(pport, f"iowarden_probe_clat_seconds{{{sel}}}", at)["data"]["result"]}
+    hq = servers.query(pport, "histogram_quantile(0.99, sum by (le) (rate(iowarden_probe_latency_seconds_bucket"
+                       f"{{{sel}}}[1m])))", at)["data"]["result"]
+    fio_q = {r["metric"]["percentile"]: float(r["value"][1]) for r in
+             servers.query(pport, f"iowarden_probe_last_latency_seconds{{{sel}}}", at)["data"]["result"]}
     p99 = float(hq[0]["value"][1])
-    # within fio's own percentile range, and within one fixed bucket (sqrt 2) of fio's exact p99
-    assert fio_q["0.5"] <= p99 <= fio_q["0.9999"] * math.sqrt(2), (p99, fio_q)
-    assert abs(math.log(p99 / fio_q["0.99"])) <= math.log(math.sqrt(2)) + 1e-9, (p99, fio_q)
-    must_have_data = ("iowarden_probe_iops", "iowarden_disk_reads_per_second", "iowarden_block_queue_info",
-                      "histogram_quantile")
+    # within fio's own percentile range (p50 .. p99.99 of the last probe, one bucket of sqrt 2 wider)
+    assert fio_q["50"] / math.sqrt(2) <= p99 <= fio_q["99.99"] * math.sqrt(2), (p99, fio_q)
+    # every query of the dashboard parses and runs; all but those that need a state this host cannot have
+    # (an md array, an open alert, a passive verdict, a disabled C-state) return series from this scrape
+    may_be_empty = ("iowarden_md_", "iowarden_alert_active", "iowarden_passive_", "iowarden_cpu_idle_state",
+                    "iowarden_deviation_score", "iowarden_baseline_", "changes(iowarden_settings_drift_total",
+                    "iowarden_pm_qos_")
+    empty = []
     for expr in _dashboard_queries():
         q = _substitute(expr)
         res = servers.query(pport, q)
         assert res["status"] == "success", (q, res.get("error"))
-        if q.startswith(must_have_data):
-            assert res["data"]["result"], f"no data for dashboard query {q}"
+        if not res["data"]["result"] and not any(m in q for m in may_be_empty):
+            empty.append(q)
+    assert empty == [], f"dashboard queries without data: {empty}"
 
 
 def test_degraded_volume_alert_reaches_alertmanager_webhook(loop_xfs, tmp_path, daemon_factory, cleanup):

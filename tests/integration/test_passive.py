@@ -94,7 +94,7 @@ def metric(text, name, **labels):
 
 def passive_alerts(text):
     return sorted(set(re.findall(r'iowarden_alert_active\{alert="(DeviceSlow|SlowMember|VolumeAtLimit)",'
-                                 r'[^}]*target="([^"]+)"', text)))
+                                 r'[^}]*device="([^"]+)"', text)))
 
 
 PASSIVE = """

@@ -37,7 +37,7 @@ def test_hot_removed_disk_fails_its_probe_and_returns_with_its_identity(lab):
     failed = wait_for(lambda: [r for r in _rows(lab, unplugged - 8) if r[3] == 0], timeout=120,
                       what="the interrupted probe recorded as failed")
     assert failed[0][4], failed   # with its error
-    wait_for(lambda: not [l for l, _ in samples(lab.metrics(), "iowarden_disk_reads_per_second")
+    wait_for(lambda: not [l for l, _ in samples(lab.metrics(), "iowarden_disk_reads_completed_total")
                           if l.get("device") == old_name], timeout=60, what=f"{old_name}'s series to leave /metrics")
     wait_for(lambda: not [l for l, _ in samples(lab.metrics(), "iowarden_block_queue_info")
                           if l.get("device") == old_name], timeout=90, what=f"{old_name}'s queue settings to leave")

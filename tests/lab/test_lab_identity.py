@@ -19,7 +19,7 @@ def test_identities_and_nvme_queue_settings_as_udev_and_sysfs_give_them(lab):
     wait_for(lambda: value(lab.metrics(), "iowarden_probe_success", target="nvme") == 1, timeout=180,
              what="a probe of the NVMe namespace")
     text = lab.metrics()
-    volumes = {labels["device"]: labels["volume"] for labels, _ in samples(text, "iowarden_disk_reads_per_second")}
+    volumes = {labels["device"]: labels["volume"] for labels, _ in samples(text, "iowarden_disk_reads_completed_total")}
     # NVMe: the WWID udev derives from the controller (vendor, serial "LABNVME1" in hex, model, nsid)
     props = _udev(lab, nvme)
     assert props.get("ID_WWN", "").startswith("nvme."), props
@@ -68,7 +68,7 @@ def test_lvm_stripe_maps_to_both_disks_one_probe_at_a_time_budget_on_both(lab):
     lva, lvb = lab.dev("virtio-lab-lva"), lab.dev("virtio-lab-lvb")
     t0 = lab.guest_clock()
     before = lab.metrics()
-    used0 = {d: value(before, "iowarden_budget_device_seconds_used", disk=d) or 0.0 for d in (lva, lvb)}
+    used0 = {d: value(before, "iowarden_budget_device_time_used_seconds", device=d) or 0.0 for d in (lva, lvb)}
     probes = wait_for(lambda: (lambda rows: rows if min(sum(r[2] == t for r in rows) for t in ("stripe-a", "stripe-b"))
                                >= 4 else None)(lab.sql("SELECT started_at, duration_seconds, target FROM probe_results "
                                                        "WHERE target LIKE 'stripe-%' AND ok = 1 AND started_at >= ?", t0)),
@@ -77,8 +77,8 @@ def test_lvm_stripe_maps_to_both_disks_one_probe_at_a_time_budget_on_both(lab):
     text = lab.metrics()
     dm = {l["device"] for l, _ in samples(text, "iowarden_probe_success") if l["target"].startswith("stripe-")}
     assert len(dm) == 1 and dm.pop().startswith("dm-")
-    used = {d: value(text, "iowarden_budget_device_seconds_used", disk=d) for d in (lva, lvb)}
+    used = {d: value(text, "iowarden_budget_device_time_used_seconds", device=d) for d in (lva, lvb)}
     # each probe's device time is charged to both physical disks of the stripe, and to them only
     assert used[lva] == used[lvb] and used[lva] > used0[lva], (used0, used)
-    assert not [l for l, _ in samples(text, "iowarden_budget_device_seconds_used") if l["disk"].startswith("dm-")]
+    assert not [l for l, _ in samples(text, "iowarden_budget_device_time_used_seconds") if l["device"].startswith("dm-")]
     print(f"stripe: {len(probes)} probes, none overlapping; budget {lva} {used[lva]:.1f} s = {lvb} {used[lvb]:.1f} s")

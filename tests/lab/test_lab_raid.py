@@ -131,7 +131,7 @@ def test_raid0_slow_member_is_named_not_its_peers_nor_the_array(lab):
         g.throttle("r0c", 30)
         found = wait_for(lambda: alerts(lab.metrics(), "SlowMember"), timeout=120, what="SlowMember")
         took = time.monotonic() - throttled_at
-        assert {a["target"] for a in found} == {slow}, found
+        assert {a["device"] for a in found} == {slow}, found
         assert found[0]["volume"] == "serial:lab-r0c"
         text = lab.metrics()
         assert value(text, "iowarden_passive_peer_ratio", device=slow) > 4
@@ -144,10 +144,10 @@ def test_raid0_slow_member_is_named_not_its_peers_nor_the_array(lab):
         time.sleep(10)   # the array's own verdicts had their chance
         text = lab.metrics()
         on_array = [a for kind in ("VolumeAtLimit", "DeviceSlow", "SlowMember") for a in alerts(text, kind)
-                    if a["target"] == "md0"]
+                    if a["device"] == "md0"]
         assert on_array == [], on_array
         assert not [a for kind in ("SlowMember", "DeviceSlow") for a in alerts(text, kind)
-                    if a["target"] in set(r0.values()) - {slow}]
+                    if a["device"] in set(r0.values()) - {slow}]
         print(f"SlowMember {slow} after {took:.0f} s; VolumeDegraded causes: {degraded[1][:300]}")
     finally:
         g.throttle("r0c", 0)

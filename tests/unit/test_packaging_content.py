@@ -58,7 +58,7 @@ def test_dashboard_structure():
     kinds = {p["type"] for p in doc["panels"]}
     assert {"timeseries", "heatmap", "table", "row"} <= kinds
     exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
-    assert any("iowarden_baseline_band_lower" in e for e in exprs)           # IOPS against the baseline band
+    assert any("iowarden_baseline_band_lower_iops" in e for e in exprs)      # IOPS against the baseline band
     assert any("histogram_quantile" in e for e in exprs)
     assert {a["name"] for a in doc["annotations"]["list"]} == {"settings drift", "iowarden alerts"}
 
@@ -90,3 +90,51 @@ def test_man_page_matches_help_and_renders_without_warnings():
             for option in action.option_strings:
                 assert option in text, (name, option)
             assert action.help and action.help in text, (name, action.dest, action.help)
+
+
+def unit_of_query(expr: str) -> str:
+    """The Grafana unit a query's values are in, from the metric it reads and what is done to it."""
+    import re
+    e = expr.replace(" ", "")
+    if e.startswith("histogram_quantile(") or e.startswith("sumby(le)(increase(iowarden_probe_latency"):
+        return "s"
+    if re.match(r"rate\(iowarden_disk_\w+_time_seconds_total.*\)/rate\(iowarden_disk_\w+_completed_total", e):
+        return "s"                                       # r_await, w_await
+    if e.startswith("rate(iowarden_disk_io_time_seconds_total"):
+        return "percentunit"                             # seconds busy per second: %util
+    if e.startswith("rate(iowarden_disk_io_time_weighted_seconds_total"):
+        return "none"                                    # aqu-sz, a number of requests
+    if re.match(r"rate\(iowarden_disk_\w+_completed_total", e):
+        return "iops"
+    if re.match(r"rate\(iowarden_disk_\w+_bytes_total", e):
+        return "Bps"
+    name = re.match(r"(?:sumby\([\w,]+\)\()?(?:increase\()?([a-z_:]+)", e).group(1)
+    if "_used_seconds" in name and "/" in e:
+        return "percentunit"                             # used / allowed
+    for suffix, unit in (("_bytes_per_second", "Bps"), ("_iops", "iops"), ("_seconds", "s"), ("_ratio", "ratio"),
+                         ("_bytes", "bytes")):
+        if name.endswith(suffix):
+            return unit
+    return "none"
+
+
+def test_every_panel_unit_is_the_unit_of_its_queries_and_every_panel_says_what_it_shows():
+    doc = json.loads((ROOT / "packaging" / "grafana" / "iowarden-dashboard.json").read_text())
+    wrong = []
+    for p in doc["panels"]:
+        assert p.get("description"), f"panel {p.get('title')} has no description"
+        unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        for t in p.get("targets", []):
+            if p["type"] == "table" or "skipped_total" in t["expr"] or "_success" in t["expr"] or "contended" in t["expr"]:
+                continue                                 # tables of labels; 0/1 flags and counts share "none"
+            # a ratio is a share (percentunit) or a multiple (slowdown 2.0 = twice the normal: none)
+            if unit_of_query(t["expr"]) != unit and not (unit_of_query(t["expr"]) == "ratio"
+                                                         and unit in ("percentunit", "none")):
+                wrong.append((p["title"], unit, unit_of_query(t["expr"]), t["expr"]))
+    assert wrong == []
+
+
+def test_the_unit_check_catches_what_issue_22_found():
+    assert unit_of_query('rate(iowarden_disk_io_time_weighted_seconds_total{device=~"$device"}[5m])') != "percentunit"
+    assert unit_of_query('iowarden_cpu_idle_state_disabled_cpus{instance=~"$instance"}') != "s"
+    assert unit_of_query('iowarden_probe_bandwidth_bytes_per_second{target="db"}') == "Bps"
