@@ -30,7 +30,7 @@ def passive_families(s):
                                  labels=labels)
     evidence_threshold = GaugeMetricFamily("iowarden_passive_peer_evidence_threshold", "The evidence that names a "
                                            "drive slower than its peers (passive.evidence_threshold)")
-    slow_at = GaugeMetricFamily("iowarden_passive_self_ratio_threshold", "A window is slow at this many times "
+    slow_at = GaugeMetricFamily("iowarden_passive_slow_threshold_ratio", "A window is slow at this many times "
                                 "the device's normal latency at its load ([passive] self_ratio)")
     threshold = slow_ratio = None
     for name, ident, v in s.passive:
