@@ -30,11 +30,35 @@ EX_NOPERM = 77
 
 # ---- check-config ---------------------------------------------------------------------------
 
+def target_problems(cfg) -> list[str]:
+    """What stops the configured targets from being probed on this host now (the file may be right for
+    another host, or for a volume not mounted yet: these are reported, not config errors)."""
+    problems = []
+    for i, t in enumerate(cfg.targets):
+        where = f"targets[{i}] ({t.name}): path {t.path}"
+        try:
+            os.stat(t.path)
+        except FileNotFoundError:
+            problems.append(f"{where} does not exist")
+            continue
+        except OSError as exc:
+            problems.append(f"{where}: {exc.strerror}")
+            continue
+        if not os.path.isdir(t.path):
+            problems.append(f"{where} is not a directory")
+        elif os.statvfs(t.path).f_flag & os.ST_RDONLY:
+            problems.append(f"{where} is on a read-only file system: probes cannot write their file")
+    return problems
+
+
 def cmd_check_config(args) -> int:
     cfg = configmod.load(args.config)
+    problems = target_problems(cfg)
     _print(f"{args.config}: valid ({len(cfg.profiles)} profiles, {len(cfg.targets)} targets, "
-           f"{len(cfg.discover)} discovery rules)")
-    return 0
+           f"{len(cfg.discover)} discovery rules)" + (", but on this host:" if problems else ""))
+    for line in problems:
+        print(f"{args.config}: {line}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 # ---- probe ----------------------------------------------------------------------------------
@@ -161,35 +185,52 @@ def positive_int(text: str) -> int:
     return value
 
 
+def version_text() -> str:
+    import importlib.metadata
+    import platform
+    try:
+        version = importlib.metadata.version("iowarden")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown (not installed)"
+    return f"iowarden {version} (Python {platform.python_version()})"
+
+
+def cmd_version(args) -> int:
+    print(version_text())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iowarden", description="Storage-health daemon and probes.")
-    config_help = "the TOML configuration file (packaged: /etc/iowarden/config.toml)"
+    p.add_argument("-V", "--version", action="version", version=version_text())
+    config_help = f"the TOML configuration file (default: {configmod.DEFAULT_CONFIG_PATH}, as the package installs it)"
     sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print iowarden's version").set_defaults(func=cmd_version)
 
     r = sub.add_parser("run", help="run the daemon in the foreground (systemd: Type=notify)")
-    r.add_argument("-c", "--config", required=True, help=config_help)
+    r.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
     r.set_defaults(func=cmd_run)
 
     st = sub.add_parser("status", help="volumes, last probes, baselines, alerts, budgets (from the state database)")
-    st.add_argument("-c", "--config", required=True, help=config_help)
+    st.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=cmd_status)
 
     bl = sub.add_parser("baseline", help="show, accept (a new normal) or reset baselines")
     bl.add_argument("action", choices=["show", "accept", "reset"],
                     help="show them; accept the recent probes as the new normal; reset (learn again)")
-    bl.add_argument("-c", "--config", required=True, help=config_help)
+    bl.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
     bl.add_argument("--target", help="only this target's baselines")
     bl.add_argument("--profile", help="only this probe profile's baselines")
     bl.set_defaults(func=cmd_baseline)
 
     cl = sub.add_parser("cleanup", help="remove the probe files iowarden laid out in its targets")
-    cl.add_argument("-c", "--config", required=True, help=config_help)
+    cl.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
     cl.set_defaults(func=cmd_cleanup)
 
     ak = sub.add_parser("ack", help="acknowledge an open alert (it stays open until the volume recovers)")
     ak.add_argument("alert_id", type=int, help="the id that `iowarden status` shows")
-    ak.add_argument("-c", "--config", required=True, help=config_help)
+    ak.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
     ak.add_argument("--note", help="why, for the alert history")
     ak.set_defaults(func=cmd_ack)
 
@@ -213,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_characterize(sub, positive_seconds)
 
     c = sub.add_parser("check-config", help="validate a configuration file")
-    c.add_argument("-c", "--config", required=True, help=config_help)
+    c.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
     c.set_defaults(func=cmd_check_config)
 
     pr = sub.add_parser("probe", help="run fio probes once and print IOPS, bandwidth, latency")

@@ -292,6 +292,9 @@ def parse(text: str, source: str = "<config>") -> Config:
     return Config(source, sections, limits, profiles, tuple(targets), tuple(rules))
 
 
+DEFAULT_CONFIG_PATH = "/etc/iowarden/config.toml"   # where the packages install it; every command's default
+
+
 def load(path: str | Path) -> Config:
     """The configuration in a file: a regular file (not a FIFO or a device) of at most CONFIG_MAX_BYTES.
     Every failure is a ConfigError: a reload that fails keeps the running configuration."""
@@ -299,7 +302,11 @@ def load(path: str | Path) -> Config:
     try:
         text = read_bounded(p, CONFIG_MAX_BYTES).decode("utf-8")
     except OSError as exc:
-        raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}"]) from None
+        hint = ""
+        if isinstance(exc, FileNotFoundError) and str(p) == DEFAULT_CONFIG_PATH:
+            hint = (" (the default configuration, which the iowarden package installs; name another with -c FILE, "
+                    "or start from config.example.toml)")
+        raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}{hint}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{p}:1: syntax: the file is not UTF-8 text"]) from None
     try:

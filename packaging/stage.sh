@@ -28,9 +28,18 @@ grep -qx 'include-system-site-packages = true' "$venv/pyvenv.cfg"
 # The venv was made under DESTDIR: its scripts must name the path it is installed at.
 grep -rlI -- "$venv" "$venv/bin" | xargs -r sed -i "s|$venv|$final|g"
 rm -rf "$venv"/bin/Activate.ps1
+# pip and setuptools built the venv; the installed program never runs them
+"$venv/bin/python" -m pip uninstall -q -y --disable-pip-version-check pip setuptools >/dev/null
 find "$venv" -name __pycache__ -prune -exec rm -rf {} +
-# byte-compile now, as root at run time would otherwise leave unpackaged .pyc files behind
-"$venv/bin/python" -m compileall -q -d "$final" "$venv/lib" >/dev/null
+# the libraries' compiled extensions without their symbols (as dh_strip and RPM's brp-strip do)
+find "$venv" -name '*.so' -type f -exec strip --strip-unneeded {} +
+# nothing in site-packages is run as a program: no execute bits (a wheel's tests sometimes carry them)
+find "$venv/lib" -type f -perm /111 ! -name '*.so' -exec chmod a-x {} +
+if [ "${BYTECOMPILE:-1}" = 1 ]; then
+    # byte-compile now, as root at run time would otherwise leave unpackaged .pyc files behind (the RPM);
+    # the .deb compiles in postinst instead, as Debian's policy asks
+    "$venv/bin/python" -m compileall -q -d "$final" "$venv/lib" >/dev/null
+fi
 
 install -d "$dest/usr/share/man/man8"
 "$venv/bin/python" "$src/packaging/manpage.py" | gzip -9n > "$dest/usr/share/man/man8/iowarden.8.gz"
@@ -47,3 +56,10 @@ install -D -m 0644 "$src/README.md" "$dest/usr/share/doc/iowarden/README.md"
 install -D -m 0644 "$src/docs/measurements.md" "$dest/usr/share/doc/iowarden/measurements.md"
 install -D -m 0644 "$src/docs/detector.md" "$dest/usr/share/doc/iowarden/detector.md"
 install -D -m 0644 "$src/docs/runbook.md" "$dest/usr/share/doc/iowarden/runbook.md"
+install -D -m 0644 "$src/packaging/copyright" "$dest/usr/share/doc/iowarden/copyright"
+# a native package's changelog (Debian policy 12.7), from the version and the last commit's date
+version=${VERSION:-$(/usr/bin/python3 -c "import tomllib; print(tomllib.load(open('$src/pyproject.toml', 'rb'))['project']['version'])")}
+when=$(git -C "$src" log -1 --format=%cD 2>/dev/null || date -R)
+printf 'iowarden (%s) unstable; urgency=medium\n\n  * Release %s: see README.md.\n\n -- %s  %s\n' \
+    "$version" "$version" "${MAINTAINER:-iowarden developers <iowarden@iowarden.invalid>}" "$when" \
+    | gzip -9n > "$dest/usr/share/doc/iowarden/changelog.gz"

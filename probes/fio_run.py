@@ -250,6 +250,9 @@ def open_probe_dir(target_dir: str, expect_dev: int | None = None) -> int:
             os.mkdir(PROBE_DIR_NAME, 0o700, dir_fd=parent)
         except FileExistsError:
             pass
+        except OSError as exc:   # read-only, full, not permitted: say where
+            raise OSError(exc.errno, f"cannot make {os.path.join(target_dir, PROBE_DIR_NAME)}: "
+                                     f"{exc.strerror}") from None
         fd = _open_real_dir(PROBE_DIR_NAME, parent, f"{os.path.join(target_dir, PROBE_DIR_NAME)} is a symlink or "
                                                     "not a directory; iowarden probes only in a real directory of its own")
     finally:

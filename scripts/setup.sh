@@ -13,7 +13,8 @@ fi
 packages=(fio xfsprogs util-linux libsystemd-dev pkg-config gcc python3-venv python3-dev)
 if [ "${1:-}" = "--test" ]; then
     packages+=(sysstat ioping e2fsprogs prometheus prometheus-alertmanager victoria-metrics openssl debootstrap rpm systemd groff-base
-               iproute2)   # the fleet test's hosts: network namespaces and veth
+               iproute2    # the fleet test's hosts: network namespaces and veth
+               lintian rpmlint binutils)   # the packages' checks; strip
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -41,6 +42,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-extra=""
-[ "${1:-}" = "--test" ] && extra="[test]"
+# the plots extra always: `iowarden characterize` draws its PNGs with matplotlib on the first run
+extra="[plots]"
+[ "${1:-}" = "--test" ] && extra="[test,plots]"
 .venv/bin/pip install -q --disable-pip-version-check -e ".${extra}"

@@ -13,7 +13,9 @@ stage=$(mktemp -d)
 chmod 0755 "$stage"   # it becomes /: mktemp made it 0700
 trap 'rm -rf "$stage"' EXIT
 
-bash "$src/packaging/stage.sh" "$stage" /lib/systemd/system
+# no byte-code in the package: postinst compiles it (Debian policy 6.6), prerm removes it
+BYTECOMPILE=0 bash "$src/packaging/stage.sh" "$stage" /lib/systemd/system
+install -D -m 0644 "$src/packaging/deb/lintian-overrides" "$stage/usr/share/lintian/overrides/iowarden"
 install -d -m 0755 "$stage/DEBIAN"
 for script in postinst prerm postrm; do
     install -m 0755 "$src/packaging/deb/$script" "$stage/DEBIAN/$script"
@@ -25,19 +27,20 @@ cat > "$stage/DEBIAN/control" <<CONTROL
 Package: iowarden
 Version: $version
 Architecture: $arch
-Maintainer: iowarden developers <iowarden@localhost>
+Maintainer: ${MAINTAINER:-iowarden developers <iowarden@iowarden.invalid>}
 Installed-Size: $size
-Depends: python$pyver, python3 (>= $pyver), python3 (<< ${pyver%.*}.$((${pyver#*.} + 1))), fio, xfsprogs, util-linux, procps, libsystemd0
+Depends: python$pyver, python3 (>= $pyver), python3 (<< ${pyver%.*}.$((${pyver#*.} + 1))), libc6 (>= 2.17), fio, xfsprogs, procps, libsystemd0, init-system-helpers (>= 1.52)
 Recommends: sysstat, smartmontools
 Suggests: python3-matplotlib
 Section: admin
 Priority: optional
 Description: storage health daemon: fio probes, iostat -x, XFS, settings drift, baselines
  iowarden runs small, safe fio probes on a schedule within a per-disk budget,
- samples /proc/diskstats every second and computes what iostat -x shows, tracks
- XFS fragmentation, block-queue settings, C-states, PM QoS and tuned, learns each
- volume's normal and alerts when it becomes slower, naming the likely cause.
- Prometheus metrics on port 29110, InfluxDB 2 writes, journal logs.
+ samples /proc/diskstats every second and computes what iostat -x shows,
+ tracks XFS fragmentation, block-queue settings, C-states, PM QoS and tuned,
+ learns each volume's normal and alerts when it becomes slower, naming the
+ likely cause. Prometheus metrics on port 29110, InfluxDB 2 writes, journal
+ logs.
 CONTROL
 mkdir -p "$out"
 dpkg-deb --root-owner-group -Zxz --build "$stage" "$out/iowarden_${version}_${arch}.deb" >/dev/null

@@ -57,7 +57,10 @@ def _rpm_files(rpm) -> set[str]:
 
 def test_deb_and_rpm_hold_the_same_files(packages):
     deb, rpm = _deb_files(packages["deb"]), _rpm_files(packages["rpm"])
-    assert deb == rpm, (sorted(deb - rpm)[:10], sorted(rpm - deb)[:10])
+    # the RPM ships byte-code; the .deb compiles it in postinst (Debian policy 6.6) and carries lintian's overrides
+    assert not [p for p in deb if "__pycache__" in p]
+    assert {p for p in rpm if "__pycache__" not in p} == deb - {"/usr/share/lintian/overrides/iowarden"}, (
+        sorted(deb - rpm)[:10], sorted(rpm - deb)[:10])
     for path in ("/usr/bin/iowarden", "/usr/lib/systemd/system/iowarden.service", "/etc/iowarden/config.toml",
                  "/usr/share/iowarden/prometheus/iowarden.rules.yml",
                  "/usr/share/iowarden/grafana/iowarden-dashboard.json", "/usr/lib/iowarden/venv/bin/iowarden",
@@ -87,6 +90,16 @@ def test_deb_and_rpm_hold_the_same_files(packages):
     assert f'"iowarden {version}"' in gzip.decompress(man).decode().splitlines()[0]
 
 
+def test_lintian_and_rpmlint_find_nothing_not_overridden_with_a_reason(packages):
+    lint = subprocess.run(["lintian", "--fail-on", "error,warning", str(packages["deb"])], capture_output=True,
+                          text=True, timeout=600)
+    tags = [line for line in lint.stdout.splitlines() if line[:2] in ("E:", "W:")]
+    assert lint.returncode == 0 and tags == [], lint.stdout + lint.stderr
+    rpmlint = subprocess.run(["rpmlint", "-r", str(ROOT / "packaging/rpm/iowarden.rpmlintrc"), str(packages["rpm"])],
+                             capture_output=True, text=True, timeout=600)
+    assert "0 errors, 0 warnings" in rpmlint.stdout, rpmlint.stdout + rpmlint.stderr
+
+
 def test_pip_install_gives_a_console_script(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -96,7 +109,9 @@ def test_pip_install_gives_a_console_script(tmp_path):
     assert r.returncode == 0 and "run" in r.stdout and "check-config" in r.stdout
     r = subprocess.run([str(venv / "bin/iowarden"), "check-config", "-c", str(ROOT / "config.example.toml")],
                        capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    # 1 when this host has no /var/lib/iowarden (the example's target): valid, and says what is missing
+    assert r.returncode in (0, 1) and "valid" in r.stdout, r.stderr
+    assert r.returncode == 0 or "/var/lib/iowarden does not exist" in r.stderr, r.stderr
     # every module of the installed package imports (a subpackage missing from the wheel would not)
     r = subprocess.run([str(venv / "bin/python"), "-c", "import iowarden.daemon.runtime, "
                         "iowarden.daemon.outputs.prometheus, iowarden.daemon.outputs.http, "

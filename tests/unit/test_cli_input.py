@@ -58,3 +58,39 @@ def test_a_relative_path_is_taken_from_the_working_directory_without_resolving_l
         args = build_parser().parse_args([cmd, "--path", "link/sub/.."])
         # lexical: the link stays in the path, for the probe's walk from / to refuse
         assert args.path == str(tmp_path / "link"), args.path
+
+
+def test_check_config_names_target_paths_that_cannot_be_probed_here(tmp_path, capsys, monkeypatch):
+    import os
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[profiles.p]\nrw = "randread"\n' + "".join(
+        f'[[targets]]\nname = "t{i}"\npath = "{p}"\nprofiles = ["p"]\n'
+        for i, p in enumerate((tmp_path / "missing", ro, tmp_path))))
+    real = os.statvfs
+
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+    monkeypatch.setattr(os, "statvfs", lambda p: ReadOnly() if str(p) == str(ro) else real(p))
+    from iowarden.daemon import cli
+    assert cli.main(["check-config", "-c", str(cfg)]) == 1
+    out, err = capsys.readouterr()
+    assert "valid" in out and "but on this host" in out
+    assert f"targets[0] (t0): path {tmp_path / 'missing'} does not exist" in err
+    assert f"targets[1] (t1): path {ro} is on a read-only file system" in err
+    assert "t2" not in err
+
+
+def test_version_in_every_spelling_and_the_default_configuration(capsys):
+    import pytest
+    from iowarden.daemon import cli
+    for argv in (["--version"], ["-V"]):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(argv)
+        assert stop.value.code == 0
+    assert cli.main(["version"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and len(set(out)) == 1 and out[0].startswith("iowarden ")
+    args = cli.build_parser().parse_args(["status"])
+    assert args.config == "/etc/iowarden/config.toml"

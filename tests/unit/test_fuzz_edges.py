@@ -1,7 +1,7 @@
 """Fuzzing at the edges (hardening round two), property-based, no root:
 - random bytes as lines of the mount table and of /proc/diskstats, read through the real readers from a
   fixture tree: the reader never raises, and every well-formed line around the odd ones is read;
-- random TOML documents through `iowarden check-config`: it never raises, and exits 0 or 78 only;
+- random TOML documents through `iowarden check-config`: it never raises, and exits 0, 1 or 78 only;
 - random request bytes against the real metrics server: it answers or closes, and a scrape from another
   source address stays fast.
 
@@ -107,7 +107,7 @@ documents = st.lists(st.tuples(st.sampled_from(_SECTIONS), st.booleans(),
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(documents, st.binary(max_size=40))
-def test_check_config_on_random_documents_exits_0_or_78_and_never_raises(doc, tail):
+def test_check_config_on_random_documents_exits_0_1_or_78_and_never_raises(doc, tail):
     text = ""
     for section, array, pairs in doc:
         text += f"[[{section}]]\n" if array else f"[{section}]\n"
@@ -118,8 +118,9 @@ def test_check_config_on_random_documents_exits_0_or_78_and_never_raises(doc, ta
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli.main(["check-config", "-c", str(path)])
-    assert code in (0, 78), (code, err.getvalue()[:500])
-    if code == 78:
+    # 1: valid, but a target cannot be probed on this host (its path is missing or read-only)
+    assert code in (0, 1, 78), (code, err.getvalue()[:500])
+    if code in (1, 78):
         assert err.getvalue().startswith(str(path)), err.getvalue()[:300]
 
 
