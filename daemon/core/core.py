@@ -172,6 +172,8 @@ class Core:
         for name, why in e.dropped:
             for key in [key for key in self.known.latest if key[0] == name]:
                 del self.known.latest[key]
+            for key in [key for key in self.known.latency_totals if key[0] == name]:
+                del self.known.latency_totals[key]   # its histogram leaves /metrics with its other series
             self.health.target_dropped(name, why)
 
     def _on_housekeeping(self, e: Housekeeping) -> None:

@@ -130,9 +130,11 @@ def test_a_dropped_target_leaves_the_snapshot_and_a_passive_verdict_opens_an_ale
     core = parts.new_core()
     core.run_batch([ProbeFinished(_result(0, 38000.0)), ProbeFinished(_result(0, 1000.0, target="logs"))])
     assert {v.target for v in core.snapshot.probes} == {"db", "logs"}
+    assert {k[0] for k in core.snapshot.probe_latency} == {"db", "logs"}
     dbt = [t for t in _cfg(_target("db", 300.0)).targets]
     core.run_batch([TargetsChanged(tuple(dbt), (("logs", "target dropped: no longer mounted"),))])
     assert {v.target for v in core.snapshot.probes} == {"db"}
+    assert {k[0] for k in core.snapshot.probe_latency} == {"db"}   # its histogram goes with it
     t = Transition("self", "serial:Z1", "raised", "warning", "sdb is 3.1x slower than its own normal at this load",
                    {"ratio": 3.1})
     core.run_batch([PassiveJudged(((t, "sdb"),))])

@@ -110,3 +110,34 @@ def test_rates_between_skips_devices_that_came_or_went():
     a = diskstats.DiskSample(10.0, {"sda": _c(), "sdb": _c(name="sdb")})
     b = diskstats.DiskSample(11.0, {"sda": _c(reads=5), "sdc": _c(name="sdc")})
     assert set(diskstats.rates_between(a, b)) == {"sda"}
+
+
+def test_the_sampler_leaves_out_ram_zram_and_unattached_loops_unless_asked(tmp_path):
+    """node_exporter's default: devices nobody asked about are not sampled; a glob naming them wins."""
+    from iowarden.daemon.sources.sampler import Sampler
+    from iowarden.probes.common import Roots
+    roots = Roots.under(tmp_path)
+    for name in ("sda", "sda1", "ram0", "zram0", "loop0", "loop1", "nvme0n1"):
+        (roots.sys / "class" / "block" / name).mkdir(parents=True)
+    (roots.sys / "class" / "block" / "sda1" / "partition").write_text("1\n")
+    (roots.sys / "block" / "loop0" / "loop").mkdir(parents=True)
+    (roots.sys / "block" / "loop0" / "loop" / "backing_file").write_text("/srv/img\n")   # attached; loop1 is not
+    lines = "".join(f"   7       {i} {n} 1 0 8 1 0 0 0 0 0 1 1 0 0 0 0 0 0\n"
+                    for i, n in enumerate(("sda", "sda1", "ram0", "zram0", "loop0", "loop1", "nvme0n1")))
+    (roots.proc).mkdir()
+    (roots.proc / "diskstats").write_text(lines)
+    s = Sampler(roots, [])
+    s.step()
+    assert s.reading.sampled == {"sda", "loop0", "nvme0n1"}
+    s = Sampler(roots, [], exclude_globs=())
+    s.step()
+    assert s.reading.sampled == {"sda", "loop0", "nvme0n1", "ram0", "zram0"}
+    s = Sampler(roots, ["loop*", "zram*"])
+    s.step()
+    assert s.reading.sampled == {"loop0", "loop1", "zram0"}
+    # attaching is seen at the next tick, without a diskstats change
+    (roots.sys / "block" / "loop1" / "loop").mkdir(parents=True)
+    (roots.sys / "block" / "loop1" / "loop" / "backing_file").write_text("/srv/img2\n")
+    s = Sampler(roots, [])
+    s.step()
+    assert "loop1" in s.reading.sampled
