@@ -60,14 +60,16 @@ def cmd_iostat(args) -> int:
     names = _select(prev, args, roots)
     if args.device and not names:
         raise SystemExit(f"iowarden iostat: no device matches {' '.join(args.device)}")
+    count = args.count   # the number of reports, the first one included (sysstat's "count")
     if args.interval is None or not args.omit_first:
         # The first report covers the time since boot, as iostat's does.
         zero = diskstats.DiskSample(prev.monotonic_seconds - _uptime_seconds(roots),
                                     {n: diskstats.DiskCounters(c.major, c.minor, n) for n, c in prev.counters.items()})
         _emit_rates(diskstats.rates_between(zero, prev), names, args, time.time())
+        if count is not None:
+            count -= 1
     if args.interval is None:
         return 0
-    count = args.count
     next_tick = time.monotonic() + args.interval
     while count is None or count > 0:
         time.sleep(max(0.0, next_tick - time.monotonic()))

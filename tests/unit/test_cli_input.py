@@ -94,3 +94,16 @@ def test_version_in_every_spelling_and_the_default_configuration(capsys):
     assert len(out) == 3 and len(set(out)) == 1 and out[0].startswith("iowarden ")
     args = cli.build_parser().parse_args(["status"])
     assert args.config == "/etc/iowarden/config.toml"
+
+
+def test_iostat_count_is_the_number_of_reports_as_sysstats(capsys):
+    """`iostat 0.1 2` prints two reports (since boot, then one interval); with -y, two intervals."""
+    from iowarden.daemon import cli
+    for argv in (["iostat", "--json", "0.1", "2"], ["iostat", "--json", "-y", "0.1", "2"], ["iostat", "0.1", "1"]):
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        if "--json" in argv:
+            stamps = {line.split('"timestamp": ')[1].split(",")[0] for line in out.splitlines() if line.strip()}
+            assert len(stamps) == int(argv[-1]), (argv, out[:300])
+        else:
+            assert out.count("Device") == 1, out
