@@ -10,6 +10,7 @@ import argparse
 
 import math
 import os
+import stat
 
 import sys
 
@@ -37,16 +38,17 @@ def target_problems(cfg) -> list[str]:
     for i, t in enumerate(cfg.targets):
         where = f"targets[{i}] ({t.name}): path {t.path}"
         try:
-            os.stat(t.path)
+            is_dir = stat.S_ISDIR(os.stat(t.path).st_mode)
+            read_only = is_dir and bool(os.statvfs(t.path).f_flag & os.ST_RDONLY)
         except FileNotFoundError:
             problems.append(f"{where} does not exist")
             continue
         except OSError as exc:
             problems.append(f"{where}: {exc.strerror}")
             continue
-        if not os.path.isdir(t.path):
+        if not is_dir:
             problems.append(f"{where} is not a directory")
-        elif os.statvfs(t.path).f_flag & os.ST_RDONLY:
+        elif read_only:
             problems.append(f"{where} is on a read-only file system: probes cannot write their file")
     return problems
 

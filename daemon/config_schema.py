@@ -13,6 +13,8 @@ from typing import Any, Callable
 from iowarden.probes.fio_job import PROFILE_RW
 from iowarden.probes.fio_run import directory_target_problem
 
+from iowarden.daemon.sources.sampler import DEFAULT_EXCLUDE
+
 MAX_SIZE_BYTES = 1 << 50         # a size key's bound unless it names a smaller one (1 PiB)
 
 
@@ -154,7 +156,7 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "interval_seconds": Key("float", 1.0, '/proc/diskstats sampling interval (the iostat -x stream).', minimum=0.1, maximum=60.0),
         "devices": Key("strlist", [], 'Kernel-name globs to sample, e.g. ["sd*", "nvme*n1"]; empty: every whole device '
                                       '(less exclude_devices, and loop devices with nothing attached).'),
-        "exclude_devices": Key("strlist", ["ram*", "zram*"], 'Kernel-name globs left out when devices is empty '
+        "exclude_devices": Key("strlist", list(DEFAULT_EXCLUDE), 'Kernel-name globs left out when devices is empty '
                                                               '(node_exporter leaves ram and zram disks out too).'),
     },
     "settings": {
