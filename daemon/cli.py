@@ -22,7 +22,7 @@ from iowarden.probes.fio_run import ProbeLimits, run_probe
 from iowarden.daemon import config as configmod
 from iowarden.daemon.sources.discovery import targets_now
 from iowarden.daemon.core.state import StateDamaged, StateUnavailable
-from iowarden.daemon.commands.inspect import cmd_iostat, cmd_settings, cmd_xfs
+from iowarden.daemon.commands.inspect import cmd_settings, cmd_xfs
 from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
 from iowarden.daemon.commands.tables import dumps, print_lines as _print, table
 
@@ -123,8 +123,6 @@ def _print_probe(r) -> None:
           j["read_bw_bytes"] / mib, j["write_bw_bytes"] / mib, _ms(j["clat_p50_seconds"]),
           _ms(j["clat_p99_seconds"]), _ms(j["clat_p999_seconds"]), _ms(j["clat_p9999_seconds"])]]))
 
-
-# ---- iostat ---------------------------------------------------------------------------------
 
 def cmd_run(args) -> int:
     from iowarden.daemon.runtime import main as run_main
@@ -281,15 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true", help="one JSON object per probe")
     pr.set_defaults(func=cmd_probe)
 
-    io = sub.add_parser("iostat", help="iostat -x from /proc/diskstats")
-    io.add_argument("-d", "--device", action="append", help="device name or glob (repeatable)")
-    io.add_argument("-p", "--partitions", action="store_true", help="include partitions")
-    io.add_argument("-y", dest="omit_first", action="store_true", help="omit the since-boot report")
-    io.add_argument("--json", action="store_true", help="one JSON object per device per interval, one per line")
-    io.add_argument("interval", nargs="?", type=positive_seconds,
-                    help="seconds between reports (none: one since-boot report)")
-    io.add_argument("count", nargs="?", type=positive_int, help="number of reports (none: until interrupted)")
-    io.set_defaults(func=cmd_iostat)
+    from iowarden.daemon.commands.iostat import add_parser as add_iostat
+    add_iostat(sub)
 
     x = sub.add_parser("xfs", help="XFS fragmentation and free-space report")
     x.add_argument("mounts", nargs="*", help="XFS mount points (none: every mounted XFS)")

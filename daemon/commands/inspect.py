@@ -1,85 +1,14 @@
-"""`iowarden iostat`, `xfs` and `settings`: what the daemon samples, shown once or every few seconds."""
+"""`iowarden xfs` and `settings`: what the daemon samples, shown once or every few seconds."""
 from __future__ import annotations
-
-
-import fnmatch
-import json
 
 import os
 import stat
 
-import time
-from iowarden.probes import blockqueue, cpupower, diskstats, xfs
+from iowarden.probes import blockqueue, cpupower, xfs
 from iowarden.probes.common import Roots, printable
 
-
 from iowarden.daemon.commands.tables import dumps, table
-
 from iowarden.daemon.commands.tables import print_lines as _print
-
-
-def _uptime_seconds(roots: Roots) -> float:
-    return float((roots.proc / "uptime").read_text().split()[0])
-
-
-def _select(sample: diskstats.DiskSample, args, roots: Roots) -> list[str]:
-    names = []
-    for name, c in sample.counters.items():
-        if args.device:
-            if any(fnmatch.fnmatch(name, pat) for pat in args.device):
-                names.append(name)
-            continue
-        if not args.partitions and diskstats.is_partition(name, roots):
-            continue
-        # like sysstat: a device that has never done I/O is not shown unless asked for
-        if c.reads or c.writes or c.discards or c.flushes:
-            names.append(name)
-    return names
-
-
-def _emit_rates(rates: dict, names: list[str], args, stamp: float) -> None:
-    rows = [rates[n] for n in names if n in rates]
-    if args.json:
-        for r in rows:
-            obj = {"timestamp": round(stamp, 3), **r.as_sysstat()}
-            _print(json.dumps(obj))
-        return
-    keys = ["r/s", "rkB/s", "rrqm/s", "%rrqm", "r_await", "rareq-sz", "w/s", "wkB/s", "wrqm/s", "%wrqm",
-            "w_await", "wareq-sz", "d/s", "dkB/s", "d_await", "f/s", "f_await", "aqu-sz", "%util"]
-    out = []
-    for r in rows:
-        s = r.as_sysstat()
-        s["%rrqm"], s["%wrqm"], s["%util"] = s["rrqm"], s["wrqm"], s["util"]
-        out.append([r.name] + [s[k] for k in keys])
-    _print(table(["Device"] + keys, out) + "\n")
-
-
-def cmd_iostat(args) -> int:
-    roots = Roots()
-    prev = diskstats.read(roots)
-    names = _select(prev, args, roots)
-    if args.device and not names:
-        raise SystemExit(f"iowarden iostat: no device matches {' '.join(args.device)}")
-    count = args.count   # the number of reports, the first one included (sysstat's "count")
-    if args.interval is None or not args.omit_first:
-        # The first report covers the time since boot, as iostat's does.
-        zero = diskstats.DiskSample(prev.monotonic_seconds - _uptime_seconds(roots),
-                                    {n: diskstats.DiskCounters(c.major, c.minor, n) for n, c in prev.counters.items()})
-        _emit_rates(diskstats.rates_between(zero, prev), names, args, time.time())
-        if count is not None:
-            count -= 1
-    if args.interval is None:
-        return 0
-    next_tick = time.monotonic() + args.interval
-    while count is None or count > 0:
-        time.sleep(max(0.0, next_tick - time.monotonic()))
-        next_tick += args.interval
-        cur = diskstats.read(roots)
-        _emit_rates(diskstats.rates_between(prev, cur), names, args, time.time())
-        prev = cur
-        if count is not None:
-            count -= 1
-    return 0
 
 
 # ---- xfs ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The commands end to end, as a user runs them, on a real loop-mounted XFS filesystem."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -69,15 +70,38 @@ def test_probe_with_a_users_job_file(shared_loop_xfs, tmp_path):
     assert out[0]["ok"] and out[0]["write_iops"] > 0
 
 
-def test_iostat_json_lines_and_table(shared_loop_xfs):
-    lines = iowarden("iostat", "-y", "--json", "-d", shared_loop_xfs.name, "0.3", "2").stdout.splitlines()
+def test_iostat_json_lines(shared_loop_xfs):
+    lines = iowarden("iostat", "-y", "--json", shared_loop_xfs.name, "0.3", "2").stdout.splitlines()
     rows = [json.loads(line) for line in lines]
     assert len(rows) == 2 and all(r["disk_device"] == shared_loop_xfs.name for r in rows)
     assert {"r/s", "rkB/s", "r_await", "aqu-sz", "util", "timestamp"} <= set(rows[0])
-    table = iowarden("iostat").stdout
-    assert table.startswith("Device") and shared_loop_xfs.name in table and "%util" in table
     r = iowarden("iostat", "-d", "nosuchdisk", check=False)
     assert r.returncode != 0 and "no device matches" in r.stderr
+
+
+def _column_ends(line: str) -> list[int]:
+    return [m.end() for m in re.finditer(r"\S+", line)]
+
+
+@pytest.mark.parametrize("flags", [["-x", "DEV"], ["-x", "-d", "DEV"], ["-c"]])
+def test_iostat_text_is_laid_out_as_sysstats(shared_loop_xfs, flags):
+    """The since-boot report of `iostat -x DEV` and ours, side by side: the same lines, blank lines and
+    headers, every value ending in the same column, and the values themselves close (both are since boot)."""
+    flags = [shared_loop_xfs.name if f == "DEV" else f for f in flags]
+    ref = subprocess.run(["iostat", *flags], capture_output=True, text=True, check=True,
+                         env={**os.environ, "LC_ALL": "C", "S_COLORS": "never"}).stdout.split("\n")
+    ours = iowarden("iostat", *flags).stdout.split("\n")
+    assert len(ours) == len(ref), (ref, ours)
+    for theirs, mine in zip(ref, ours):
+        if not theirs.strip() or theirs.startswith(("Linux", "avg-cpu:", "Device")):
+            assert mine == theirs
+            continue
+        assert _column_ends(mine) == _column_ends(theirs), f"\n{theirs}\n{mine}"
+        a, b = theirs.split(), mine.split()
+        assert a[0] == b[0] or a[0].replace(".", "").isdigit()
+        for x, y in zip(a, b):
+            if x.replace(".", "").isdigit():
+                assert abs(float(x) - float(y)) <= max(0.6, 0.02 * float(x)), f"\n{theirs}\n{mine}"
 
 
 def test_settings_json(shared_loop_xfs):
