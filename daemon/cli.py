@@ -24,7 +24,7 @@ from iowarden.daemon.sources.discovery import targets_now
 from iowarden.daemon.core.state import StateDamaged, StateUnavailable
 from iowarden.daemon.commands.inspect import cmd_settings, cmd_xfs
 from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
-from iowarden.daemon.commands.tables import dumps, print_lines as _print, table
+from iowarden.daemon.commands.tables import dumps, human_bytes, latency_columns, print_lines as _print, table
 
 EX_NOPERM = 77
 
@@ -96,32 +96,45 @@ def cmd_probe(args) -> int:
             raise SystemExit(f"iowarden: nothing to probe: no target/profile matches in {args.config}")
     else:
         raise SystemExit("iowarden probe: give -c CONFIG or --path DIR_OR_DEVICE")
+    for _target, _path, profile, _sizes in plan:
+        _say_if_capped(profile, limits)
     results = []
     for target, path, profile, sizes in plan:
+        if not args.json and sys.stderr.isatty():
+            print(f"probing {target} with {profile.name} ...", file=sys.stderr)
         results.append(run_probe(target, path, profile, limits, keep_sizes=sizes))
-        if not args.json:
-            _print_probe(results[-1])
     if args.json:
         _print(dumps([r.to_json() for r in results]))
-    return 0 if all(r.ok for r in results) else 1
+    else:
+        _print(probe_table(results))
+    failed = [r for r in results if not r.ok]
+    if failed and all(r.needs_root for r in failed):
+        return EX_NOPERM   # nothing failed but for want of root: the documented 77
+    return 1 if failed else 0
 
 
-def _ms(seconds):
-    return None if seconds is None else seconds * 1000
+def _say_if_capped(profile: ProbeProfile, limits: ProbeLimits) -> None:
+    """A limit that changes what was asked is said, not applied in silence."""
+    asked = profile.effective_size_bytes()
+    if asked > limits.max_size_bytes:
+        print(f"iowarden probe: {profile.name}: a probe file of {human_bytes(asked)} is over the limit of "
+              f"{human_bytes(limits.max_size_bytes)} (max_probe_size); probing with {human_bytes(limits.max_size_bytes)}",
+              file=sys.stderr)
 
 
-def _print_probe(r) -> None:
-    j = r.to_json()
-    if not r.ok:
-        _print(f"{r.target} {r.profile}: FAILED: {r.error}")
-        return
+def probe_table(results) -> str:
+    """One table for every probe: a unit per column, latencies in fio's unit and precision."""
+    done = [r.to_json() for r in results if r.ok]
     mib = 1024 * 1024
-    _print(table(
-        ["target", "profile", "device", "r IOPS", "w IOPS", "r MiB/s", "w MiB/s",
-         "p50 ms", "p99 ms", "p99.9 ms", "p99.99 ms"],
-        [[r.target, r.profile, r.device or "-", round(j["read_iops"]), round(j["write_iops"]),
-          j["read_bw_bytes"] / mib, j["write_bw_bytes"] / mib, _ms(j["clat_p50_seconds"]),
-          _ms(j["clat_p99_seconds"]), _ms(j["clat_p999_seconds"]), _ms(j["clat_p9999_seconds"])]]))
+    lat_keys = {"p50": "clat_p50_seconds", "p99": "clat_p99_seconds", "p99.9": "clat_p999_seconds",
+                "p99.99": "clat_p9999_seconds"}
+    lat_headers, lat_rows = latency_columns({name: [j[key] for j in done] for name, key in lat_keys.items()})
+    rows = [[j["target"], j["profile"], j["device"] or "-", round(j["read_iops"]), round(j["write_iops"]),
+             f"{j['read_bw_bytes'] / mib:.1f}", f"{j['write_bw_bytes'] / mib:.1f}", *lat]
+            for j, lat in zip(done, lat_rows or [[]] * len(done))]
+    lines = [table(["target", "profile", "device", "r IOPS", "w IOPS", "r MiB/s", "w MiB/s", *lat_headers], rows)]
+    lines += [f"{r.target} {r.profile}: FAILED: {r.error}" for r in results if not r.ok]
+    return "\n".join(lines) if done else "\n".join(lines[1:])
 
 
 def cmd_run(args) -> int:
@@ -276,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="refuse to lay out a probe file that would leave less free space")
     pr.add_argument("--min-free-ratio", type=float, default=ProbeLimits.min_free_ratio,
                     help="... or a smaller share of the filesystem free")
-    pr.add_argument("--json", action="store_true", help="one JSON object per probe")
+    pr.add_argument("--json", action="store_true", help="a JSON array, one object per probe, printed when all have run")
     pr.set_defaults(func=cmd_probe)
 
     from iowarden.daemon.commands.iostat import add_parser as add_iostat

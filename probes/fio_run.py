@@ -61,6 +61,7 @@ class ProbeResult:
     ramp_seconds: float = 0.0  # the profile's warm-up: I/O fio issues and leaves out of its report
     foreign_util_percent: float | None = None  # the device's %util from other work just before the probe
     argv: list[str] = field(default_factory=list)
+    needs_root: bool = False   # failed on a permission that root would have had (the CLI's exit 77)
 
     def _dir(self, name: str):
         return self.report.directions.get(name) if self.report else None
@@ -382,6 +383,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         try:
             st = os.stat(path)
         except OSError as exc:
+            result.needs_root = bool(_root_hint(exc))
             raise ProbeRefused(f"target {path}: {exc.strerror}{_root_hint(exc)}") from None
         size = min(profile.effective_size_bytes(), limits.max_size_bytes)
         problem = profile.buffer_problem(limits.max_buffer_bytes)
@@ -423,6 +425,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         result.error = f"invalid profile: {exc}"
     except OSError as exc:
         result.error = f"{exc.filename or path}: {exc.strerror or exc}{_root_hint(exc)}"
+        result.needs_root = bool(_root_hint(exc))
     finally:
         if dir_fd is not None:
             os.close(dir_fd)

@@ -18,7 +18,7 @@ from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
 
 from iowarden.daemon.commands import characterize as ch
 from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
-from iowarden.daemon.commands.tables import human_seconds, table
+from iowarden.daemon.commands.tables import latency_columns, table
 
 BUSY_UTIL_PERCENT = 20.0
 
@@ -100,11 +100,14 @@ def render_tables(points: list[ch.Point], found: dict) -> str:
                 "bs": "block size (random read, QD 16)", "jobs": "jobs (4k random read, QD 8 each)",
                 "mix": "read share (4k random, QD 16)",
                 "working-set": "working set (4k random read, QD 16)"}[sweep]
+        lat_headers, lat_rows = latency_columns({
+            "mean": [p.mean_latency_seconds if p.ok else None for p in pts],
+            "p99": [p.p99_seconds if p.ok else None for p in pts],
+            "p99.9": [p.p999_seconds if p.ok else None for p in pts]})
         rows = [[ch.Step(sweep, p.value, None).label if sweep != "mix" else f"{p.value}%",
-                 f"{p.iops:,.0f}" if p.ok else "FAILED", f"{p.bw_bytes / 1048576:,.1f}" if p.ok else p.error,
-                 human_seconds(p.mean_latency_seconds), human_seconds(p.p99_seconds),
-                 human_seconds(p.p999_seconds)] for p in pts]
-        parts.append(head + "\n" + table(["step", "IOPS", "MiB/s", "mean", "p99", "p99.9"], rows))
+                 f"{p.iops:.0f}" if p.ok else "FAILED", f"{p.bw_bytes / 1048576:.1f}" if p.ok else p.error, *lat]
+                for p, lat in zip(pts, lat_rows)]
+        parts.append(head + "\n" + table(["step", "IOPS", "MiB/s", *lat_headers], rows))
     if "qd" in found and found["qd"]["saturation_iops"]:
         parts.append(f"knee at queue depth {found['qd']['knee_depth']}; saturation {found['qd']['saturation_iops']:,.0f}"
                      " IOPS")
@@ -165,7 +168,7 @@ def cmd_compare(args) -> int:
     print(f"A: {args.compare[0]} ({docs[0].get('path')})\nB: {args.compare[1]} ({docs[1].get('path')})")
     print(table(["sweep", "step", "A IOPS", "B IOPS", "change"],
                 [[sw, ch._size(v) if sw in ("bs", "working-set") else v,
-                  f"{x:,.0f}" if x is not None else "-", f"{y:,.0f}" if y is not None else "-",
+                  f"{x:.0f}" if x is not None else "-", f"{y:.0f}" if y is not None else "-",
                   f"{c:+.1%}" if c is not None else "-"] for sw, v, x, y, c in rows]))
     return 0
 

@@ -78,9 +78,14 @@ def cmd_settings(args) -> int:
                   "max_sectors_kb", "rotational", "write_cache", "md"], rows))
     _print("")
     qos = power.pm_qos_cpu_dma_latency_usec
+    if qos is None:
+        qos_text = "absent"
+    elif power.c_states_limited:
+        qos_text = f"{qos} us requested (C-states limited)"
+    else:
+        qos_text = "no request"   # the kernel's default, 2000 s, means nobody asked for a limit
     _print(f"cpuidle: driver={power.idle_driver or '-'} governor={power.idle_governor or '-'}; "
-           f"PM QoS cpu_dma_latency={'-' if qos is None else qos} us"
-           f"{' (C-states limited)' if power.c_states_limited else ''}")
+           f"PM QoS cpu_dma_latency: {qos_text}")
     govs = sorted(set(power.cpufreq_governors.values()))
     _print(f"cpufreq governor: {', '.join(govs) if govs else 'absent'}; intel_pstate: "
            f"{power.intel_pstate.get('status') if power.intel_pstate else 'absent'}")

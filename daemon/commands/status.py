@@ -19,7 +19,7 @@ from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.outputs.prometheus import BAND_SPREADS
 from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
 from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
-from iowarden.daemon.commands.tables import human_metric, human_seconds
+from iowarden.daemon.commands.tables import human_metric, human_seconds, latency_columns, metric_label
 from iowarden.daemon.probing.scheduler import Budget
 from iowarden.daemon.core.state import State
 
@@ -88,10 +88,11 @@ def _p(text, max_chars: int = 120) -> str:
 
 def render(st: dict, table) -> str:
     out = []
-    out.append(table(["target", "profile", "device", "last probe", "ok", "r IOPS", "w IOPS", "clat p99"],
+    lat_headers, lat_rows = latency_columns({"p99": [p["clat_p99_seconds"] for p in st["probes"]]})
+    out.append(table(["target", "profile", "device", "last probe", "ok", "r IOPS", "w IOPS", *lat_headers],
                      [[p["target"], p["profile"], p["device"], time.strftime("%H:%M:%S", time.localtime(
-                         p["started_at"])), p["ok"], round(p["read_iops"]), round(p["write_iops"]),
-                       human_seconds(p["clat_p99_seconds"])] for p in st["probes"]]))
+                         p["started_at"])), p["ok"], round(p["read_iops"]), round(p["write_iops"]), *lat]
+                      for p, lat in zip(st["probes"], lat_rows)]))
     out.append("")
 
     def normal(b):
@@ -100,7 +101,7 @@ def render(st: dict, table) -> str:
         return (f"{human_metric(b['metric'], b['baseline'])} "
                 f"({human_metric(b['metric'], b['band_lower'])} .. {human_metric(b['metric'], b['band_upper'])})")
     out.append(table(["volume", "profile", "metric", "last", "normal (band)", "alerting"],
-                     [[b["identity"], b["profile"], b["metric"], human_metric(b["metric"], b["last"]), normal(b),
+                     [[b["identity"], b["profile"], metric_label(b["metric"]), human_metric(b["metric"], b["last"]), normal(b),
                        b["alerting"]] for b in st["baselines"]]))
     out.append("")
     if st.get("passive"):
@@ -155,7 +156,7 @@ def baseline_command(cfg: Config, action: str, target: str | None, profile: str 
     state = open_state(cfg)
     try:
         if action == "show":
-            return "\n".join(f"{_p(b['identity'])} {_p(b['profile'])} {b['metric']}: "
+            return "\n".join(f"{_p(b['identity'])} {_p(b['profile'])} {metric_label(b['metric'])}: "
                              + (f"learning ({b['samples']} of {b['warmup']} probes)" if b["learning"] else
                                 f"{human_metric(b['metric'], b['baseline'])} over {b['samples']} probes")
                              + ", learned since "

@@ -35,14 +35,62 @@ def human_seconds(seconds: float | None) -> str | None:
     return f"{seconds:.3g} s"
 
 
+def human_bytes(n: int) -> str:
+    """A size in binary units, as fio and the config write them: 512 B, 256 MiB, 1 GiB, 1.5 TiB."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
+
+
+def latency_unit(values_seconds: Iterable[float | None]) -> tuple[str, float]:
+    """The unit of one latency column, chosen from all its values as fio chooses it for its
+    percentiles (stat.c, show_clat_percentiles): msec when the smallest is over 2 ms and the
+    largest over 100 ms, usec when over 2 µs and 100 µs, else nsec. Values then print as whole
+    numbers of that unit, fio's precision."""
+    ns = [v * 1e9 for v in values_seconds if v is not None and math.isfinite(v)]
+    if ns and min(ns) > 2_000_000 and max(ns) > 99_999_999:
+        return "msec", 1e-3
+    if not ns or (min(ns) > 2_000 and max(ns) > 99_999):
+        return "usec", 1e-6
+    return "nsec", 1e-9
+
+
+def latency_columns(columns: dict[str, list[float | None]]) -> tuple[list[str], list[list[int | None]]]:
+    """Headers ("p99 usec") and whole-number cells for a table's latency columns. They share one
+    unit, chosen from all their values, as fio's percentile list does: a row reads across
+    without a change of scale."""
+    unit, scale = latency_unit(v for values in columns.values() for v in values)
+    cells = [[None if v is None or not math.isfinite(v) else round(v / scale) for v in values]
+             for values in columns.values()]
+    return [f"{name} {unit}" for name in columns], [list(row) for row in zip(*cells)]
+
+
+METRIC_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "read_bw_bytes": "read bandwidth",
+                 "write_bw_bytes": "write bandwidth"}
+
+
+def metric_label(metric: str) -> str:
+    """A probe metric's name for people, without the unit its key carries (clat_p99_seconds: p99 latency)."""
+    if metric in METRIC_LABELS:
+        return METRIC_LABELS[metric]
+    if metric.startswith("clat_p") and metric.endswith("_seconds"):
+        digits = metric[len("clat_p"):-len("_seconds")]
+        return f"p{digits[:2]}{'.' + digits[2:] if len(digits) > 2 else ''} latency"
+    return metric
+
+
 def human_metric(metric: str, value: float | None) -> str | None:
-    """A probe metric in its unit: IOPS, MiB/s, or a latency."""
+    """A probe metric in its unit: IOPS, MiB/s, or a latency. No thousands separators: tables
+    print numbers plain, as fio and iostat do."""
     if value is None or not math.isfinite(value):
         return None
     if metric.endswith("_iops"):
-        return f"{value:,.0f} IOPS"
+        return f"{value:.0f} IOPS"
     if metric.endswith("_bw_bytes"):
-        return f"{value / (1 << 20):,.1f} MiB/s"
+        return f"{value / (1 << 20):.1f} MiB/s"
     if metric.endswith("_seconds"):
         return human_seconds(value)
     return f"{value:.6g}"
