@@ -87,8 +87,13 @@ def findings(points: list[ch.Point]) -> dict:
         out["working-set"] = {"cache_knee_bytes": ch.cache_knee(ws)}
     bs = [p for p in points if p.sweep == "bs"]
     if bs:
-        out["bs"] = {"bandwidth_bound_from_bytes": ch.bandwidth_bound_from(bs),
-                     "best_bw_bytes": max((p.bw_bytes for p in bs if p.ok), default=None)}
+        bound = ch.bandwidth_bound_from(bs)
+        ok = [p for p in bs if p.ok]
+        best = max(ok, key=lambda p: p.bw_bytes, default=None)
+        out["bs"] = {"bandwidth_bound_from_bytes": bound,
+                     "bound_bw_bytes": next((p.bw_bytes for p in ok if p.value == bound), None),
+                     "best_bw_bytes": best.bw_bytes if best else None,
+                     "best_bw_block_bytes": best.value if best else None}
     return out
 
 
@@ -112,8 +117,12 @@ def render_tables(points: list[ch.Point], found: dict) -> str:
         parts.append(f"knee at queue depth {found['qd']['knee_depth']}; saturation {found['qd']['saturation_iops']:,.0f}"
                      " IOPS")
     if "bs" in found and found["bs"]["bandwidth_bound_from_bytes"]:
-        parts.append(f"bandwidth-bound from {ch._size(found['bs']['bandwidth_bound_from_bytes'])} blocks "
-                     f"({found['bs']['best_bw_bytes'] / 1048576:,.1f} MiB/s); IOPS-bound below")
+        b = found["bs"]
+        # the figure quoted is the one at the block size named; the best, when elsewhere, is said as such
+        best = (f"; {b['best_bw_bytes'] / 1048576:,.1f} MiB/s at most, at {ch._size(b['best_bw_block_bytes'])}"
+                if b.get("best_bw_block_bytes") not in (None, b["bandwidth_bound_from_bytes"]) else "")
+        parts.append(f"bandwidth-bound from {ch._size(b['bandwidth_bound_from_bytes'])} blocks "
+                     f"({b['bound_bw_bytes'] / 1048576:,.1f} MiB/s there{best}); IOPS-bound below")
     if "working-set" in found:
         k = found["working-set"]["cache_knee_bytes"]
         parts.append(f"cache knee: IOPS fall past a {ch._size(k)} working set" if k else
@@ -173,6 +182,55 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _earlier_run(out_dir: str | None) -> str | None:
+    """What an earlier run left in --out, said in a few words; None when there is nothing to overwrite."""
+    if not out_dir:
+        return None
+    path = os.path.join(out_dir, "characterize.json")
+    try:
+        with open(path) as f:
+            started = json.load(f).get("started_at")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        return f"{path}, unreadable"
+    return f"{path} of {time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}" if started else path
+
+
+def run_parameters(args, kept: list, results: list, size: int, budget_bytes: int) -> dict:
+    """How the run was made, so a reader of characterize.json can compare two runs or repeat one."""
+    from iowarden.daemon.cli import version_text
+    engines = sorted({s.profile.ioengine for s in kept})
+    finished = time.time()
+    return {
+        "iowarden": version_text(), "fio_version": next((r.report.fio_version for r in results if r.report), None),
+        "host": os.uname().nodename, "kernel": os.uname().release,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(results[0].started_at)) if results else None,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(finished)),
+        "ioengine": engines[0] if len(engines) == 1 else engines,
+        "direct": not args.buffered, "file_size_bytes": size, "step_seconds": args.step_seconds,
+        "ramp_seconds": args.ramp_seconds, "budget_seconds": args.budget_seconds, "budget_bytes": budget_bytes,
+        "writes": args.writes, "max_working_set": args.max_working_set,
+    }
+
+
+def _probe_files_notice(path: str, remove: bool) -> str:
+    """Say what the run left on the volume (a 1 GiB file is not left in silence), or remove it with --cleanup."""
+    from iowarden.daemon.commands.tables import human_bytes
+    from iowarden.probes.fio_run import PROBE_DIR_NAME, remove_probe_dir
+    probe_dir = os.path.join(path, PROBE_DIR_NAME)
+    try:
+        files = [e for e in os.scandir(probe_dir) if e.is_file(follow_symlinks=False)]
+        total = sum(e.stat(follow_symlinks=False).st_size for e in files)
+    except OSError:
+        return f"no probe files left in {probe_dir}"
+    if remove:
+        removed = remove_probe_dir(path)
+        return f"removed the probe files ({human_bytes(total)}): {', '.join(removed) or 'none'}"
+    return (f"probe files left in {probe_dir}: {len(files)} files, {human_bytes(total)}, so that the next run "
+            "need not lay them out again; --cleanup removes them at the end of a run")
+
+
 def cmd_characterize(args) -> int:
     if args.compare:
         return cmd_compare(args)
@@ -187,6 +245,11 @@ def cmd_characterize(args) -> int:
     if raw and args.writes:
         print(f"iowarden characterize: {args.path} is a block device: iowarden never writes to a raw device; "
               "give a directory on its filesystem for write sweeps", file=sys.stderr)
+        return 2
+    earlier = _earlier_run(args.out)
+    if earlier and not args.overwrite:
+        print(f"iowarden characterize: {args.out} already holds a run ({earlier}): give another --out, or "
+              "--overwrite to replace it", file=sys.stderr)
         return 2
     sweeps = [s.strip() for s in args.sweep.split(",") if s.strip()]
     bad = [s for s in sweeps if s not in ch.SWEEPS]
@@ -294,7 +357,8 @@ def cmd_characterize(args) -> int:
         print("\r", end="", file=sys.stderr)
     found = findings(points)
     doc = {"path": args.path, "device": dev, "started_at": results[0].started_at if results else None,
-           "sweeps": sweeps, "points": [p.__dict__ for p in points], "findings": found, "complete": not interrupted}
+           "sweeps": sweeps, "run": run_parameters(args, kept, results, size, budget_bytes),
+           "points": [p.__dict__ for p in points], "findings": found, "complete": not interrupted}
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "characterize.json"), "w") as f:
@@ -308,6 +372,8 @@ def cmd_characterize(args) -> int:
         else:
             say("no plots: they need matplotlib (for the .deb or .rpm, the distro's python3-matplotlib; for a pip "
                 "install, pip install 'iowarden[plots]')")
+    if not raw:
+        say(_probe_files_notice(args.path, args.cleanup))
     if args.config and not interrupted and found.get("qd", {}).get("saturation_iops"):
         say(store_capability(args.config, dev, roots, doc))
     if args.json:
@@ -342,6 +408,10 @@ def add_parser(sub, positive_seconds) -> None:
     c.add_argument("--min-free-ratio", type=float, default=0.10, help="... nor a smaller share of the filesystem")
     c.add_argument("--force", action="store_true", help="run on a busy device")
     c.add_argument("--dry-run", action="store_true", help="print the plan and its cost only")
-    c.add_argument("--out", help="write characterize.json and characterize.txt here")
+    c.add_argument("--out", help="write characterize.json, characterize.txt and the plots here (a directory "
+                   "that holds an earlier run is refused)")
+    c.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
+    c.add_argument("--cleanup", action="store_true", help="remove the probe files at the end of the run (by "
+                   "default they stay, and the run says where and how large)")
     c.add_argument("--json", action="store_true", help="every point and the findings as one JSON object")
     c.set_defaults(func=cmd_characterize)

@@ -1,8 +1,9 @@
 """Plots of a characterisation, by matplotlib (an optional extra: `pip install 'iowarden[plots]'`).
 
-One PNG per sweep, drawn to be read at a glance: IOPS and p99 against queue depth with the
-knee marked; MiB/s and IOPS against block size with the turn to bandwidth-bound; IOPS against
-working-set size (log scale) with the cache knee; and for --compare, both runs' IOPS per sweep.
+One PNG per sweep, drawn to be read at a glance and alike: IOPS on the left axis in blue in every
+plot, the sweep's second measure on the right (p99 against queue depth, MiB/s against block size),
+the finding as a dotted line (the knee, the turn to bandwidth-bound, the cache knee), and a legend
+naming all three; for --compare, both runs' IOPS per sweep.
 """
 from __future__ import annotations
 
@@ -26,77 +27,64 @@ def _pyplot():
     return plt
 
 
+IOPS_COLOUR = "tab:blue"
+# Per sweep: the x axis's label and scale, what goes on the right axis (label, colour, value of a
+# point) and the finding marked with a line. IOPS are always on the left, in blue, in every plot.
+_SWEEPS = {
+    "qd": dict(x_label="queue depth (4k random read)", x=lambda p: p.value,
+               right=("p99 latency (ms)", "tab:red", lambda p: (p.p99_seconds or 0) * 1000),
+               marker=lambda found: ((found.get("qd") or {}).get("knee_depth"), lambda v: f"knee: QD {v}", 1)),
+    "bs": dict(x_label="block size (KiB), random read QD 16", x=lambda p: p.value / 1024,
+               right=("bandwidth (MiB/s)", "tab:green", lambda p: p.bw_bytes / 2 ** 20),
+               marker=lambda found: ((found.get("bs") or {}).get("bandwidth_bound_from_bytes"),
+                                     lambda v: f"bandwidth-bound from {ch._size(v)}", 1024)),
+    "working-set": dict(x_label="working set (MiB), 4k random read QD 16", x=lambda p: p.value / 2 ** 20, y_log=True,
+                        marker=lambda found: ((found.get("working-set") or {}).get("cache_knee_bytes"),
+                                              lambda v: f"cache knee: {ch._size(v)}", 2 ** 20)),
+    "jobs": dict(x_label="jobs (4k random read, QD 8 each)", x=lambda p: p.value),
+    "mix": dict(x_label="read share (%), 4k random QD 16", x=lambda p: p.value, x_log=False),
+    "qd-write": dict(x_label="queue depth (4k random write)", x=lambda p: p.value,
+                     right=("p99 latency (ms)", "tab:red", lambda p: (p.p99_seconds or 0) * 1000)),
+}
+
+
 def write_plots(points: list[ch.Point], found: dict, out_dir: str, title: str) -> list[str]:
+    """One PNG (and SVG) per sweep measured, in the order of _SWEEPS."""
     plt = _pyplot()
     written = []
-    by = {}
-    for p in points:
-        if p.ok:
-            by.setdefault(p.sweep, []).append(p)
-    if "qd" in by:
-        pts = sorted(by["qd"], key=lambda p: p.value)
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        ax.plot([p.value for p in pts], [p.iops for p in pts], "o-", color="tab:blue", label="IOPS")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("queue depth (4k random read)")
-        ax.set_ylabel("IOPS", color="tab:blue")
-        ax.set_ylim(bottom=0)
-        ax2 = ax.twinx()
-        ax2.plot([p.value for p in pts], [(p.p99_seconds or 0) * 1000 for p in pts], "s--", color="tab:red",
-                 label="p99")
-        ax2.set_ylabel("p99 latency (ms)", color="tab:red")
-        ax2.set_ylim(bottom=0)
-        knee = found.get("qd", {}).get("knee_depth")
-        if knee:
-            ax.axvline(knee, color="gray", linestyle=":")
-            ax.annotate(f"knee: QD {knee}", (knee, max(p.iops for p in pts) * 0.5), rotation=90, va="center",
-                        ha="right", color="gray")
-        ax.set_title(f"{title}: queue depth")
-        written.append(_save(fig, plt, out_dir, "qd.png"))
-    if "bs" in by:
-        pts = sorted(by["bs"], key=lambda p: p.value)
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        ax.plot([p.value / 1024 for p in pts], [p.bw_bytes / 2 ** 20 for p in pts], "o-", color="tab:green")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("block size (KiB), random read QD 16")
-        ax.set_ylabel("MiB/s", color="tab:green")
-        ax.set_ylim(bottom=0)
-        ax2 = ax.twinx()
-        ax2.plot([p.value / 1024 for p in pts], [p.iops for p in pts], "s--", color="tab:blue")
-        ax2.set_ylabel("IOPS", color="tab:blue")
-        ax2.set_ylim(bottom=0)
-        turn = found.get("bs", {}).get("bandwidth_bound_from_bytes")
-        if turn:
-            ax.axvline(turn / 1024, color="gray", linestyle=":")
-            ax.annotate(f"bandwidth-bound from {ch._size(turn)}", (turn / 1024, 0), rotation=90, va="bottom",
-                        ha="right", color="gray")
-        ax.set_title(f"{title}: block size")
-        written.append(_save(fig, plt, out_dir, "bs.png"))
-    if "working-set" in by:
-        pts = sorted(by["working-set"], key=lambda p: p.value)
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        ax.plot([p.value / 2 ** 20 for p in pts], [p.iops for p in pts], "o-", color="tab:purple")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("working set (MiB), 4k random read QD 16")
-        ax.set_ylabel("IOPS")
-        knee = found.get("working-set", {}).get("cache_knee_bytes")
-        if knee:
-            ax.axvline(knee / 2 ** 20, color="gray", linestyle=":")
-            ax.annotate(f"cache knee: {ch._size(knee)}", (knee / 2 ** 20, min(p.iops for p in pts)), rotation=90,
-                        va="bottom", ha="right", color="gray")
-        ax.set_title(f"{title}: working set")
-        written.append(_save(fig, plt, out_dir, "working-set.png"))
-    for sweep in ("jobs", "mix", "qd-write"):
-        if sweep in by:
-            pts = sorted(by[sweep], key=lambda p: p.value)
-            fig, ax = plt.subplots(figsize=(7, 4.2))
-            ax.plot([p.value for p in pts], [p.iops for p in pts], "o-")
-            ax.set_xlabel({"jobs": "jobs (QD 8 each)", "mix": "read share (%)", "qd-write": "queue depth (4k random write)"}[sweep])
-            ax.set_ylabel("IOPS")
-            ax.set_title(f"{title}: {sweep}")
+    for sweep, spec in _SWEEPS.items():
+        pts = sorted((p for p in points if p.ok and p.sweep == sweep), key=lambda p: p.value)
+        if pts:
+            fig = _sweep_figure(plt, pts, found, f"{title}: {sweep}", **spec)
             written.append(_save(fig, plt, out_dir, f"{sweep}.png"))
     return written
+
+
+def _sweep_figure(plt, pts, found, title, x_label, x, right=None, marker=None, x_log=True, y_log=False):
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = [x(p) for p in pts]
+    lines = ax.plot(xs, [p.iops for p in pts], "o-", color=IOPS_COLOUR, label="IOPS")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("IOPS", color=IOPS_COLOUR)
+    if x_log:
+        ax.set_xscale("log", base=2)
+    if y_log:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    if right:
+        label, colour, value = right
+        ax2 = ax.twinx()
+        lines += ax2.plot(xs, [value(p) for p in pts], "s--", color=colour, label=label)
+        ax2.set_ylabel(label, color=colour)
+        ax2.set_ylim(bottom=0)
+    if marker:
+        at, text, unit = marker(found)
+        if at:
+            lines.append(ax.axvline(at / unit, color="gray", linestyle=":", label=text(at)))
+    ax.legend(lines, [line.get_label() for line in lines], loc="best", fontsize="small")
+    ax.set_title(title)
+    return fig
 
 
 def write_compare_plot(rows, names: tuple[str, str], out_path: str) -> str:

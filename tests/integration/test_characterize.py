@@ -40,6 +40,12 @@ def test_queue_depth_sweep_finds_the_provisioned_iops_and_the_knee(direct_loop_x
     with cap("read_iops_device", direct_loop_xfs.major_minor, iops_cap):
         doc, plan = characterize(direct_loop_xfs.mountpoint, "--sweep", "qd", "-c", str(cfg))
     assert "plan: 7 probes" in plan
+    # how the run was made, to compare or repeat it; and what it left on the volume, said
+    run = doc["run"]
+    assert run["ioengine"] == "libaio" and run["direct"] is True and run["file_size_bytes"] == 128 << 20
+    assert run["step_seconds"] == 2 and run["fio_version"].startswith("fio-") and run["host"] == os.uname().nodename
+    assert run["started"] <= run["finished"] and run["iowarden"].startswith("iowarden ")
+    assert f"probe files left in {direct_loop_xfs.mountpoint}/.iowarden: 1 files, 128 MiB" in plan, plan
     found = doc["findings"]["qd"]
     points = {p["value"]: p for p in doc["points"]}
     print({q: round(p["iops"]) for q, p in points.items()}, found)
@@ -71,6 +77,9 @@ def test_block_size_sweep_turns_bandwidth_bound_where_the_caps_predict(direct_lo
     print({p["value"]: round(p["bw_bytes"] / 1048576, 1) for p in doc["points"]}, found)
     assert found["bandwidth_bound_from_bytes"] == predicted
     assert abs(found["best_bw_bytes"] - bps_cap) <= 0.1 * bps_cap
+    # the headline quotes the figure at the block size it names (on main: the best one, measured elsewhere)
+    at_bound = next(p["bw_bytes"] for p in doc["points"] if p["value"] == predicted)
+    assert found["bound_bw_bytes"] == at_bound
 
 
 @contextmanager
@@ -113,6 +122,12 @@ def test_working_set_sweep_finds_a_page_cache_of_known_size(direct_loop_xfs, tmp
     assert json.loads((out / "characterize.json").read_text())["findings"] == doc["findings"]
     assert "cache knee: IOPS fall past a" in (out / "characterize.txt").read_text()
     assert (out / "working-set.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a second run into the same directory is refused before it measures anything, not written over the first
+    again = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
+                            str(direct_loop_xfs.mountpoint), "--sweep", "qd", "--out", str(out)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "already holds a run" in again.stderr and "--overwrite" in again.stderr
+    assert json.loads((out / "characterize.json").read_text())["findings"] == doc["findings"]
 
 
 def test_dry_run_prints_the_plan_and_runs_nothing(direct_loop_xfs):

@@ -107,17 +107,36 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
              "working-set": {"cache_knee_bytes": 128 << 20}}
     made = cp.write_plots(pts, found, str(tmp_path), "test volume")
     assert [p.rsplit("/", 1)[1] for p in made] == ["qd.png", "bs.png", "working-set.png"]
-    colours = {"qd.png": (0x1f, 0x77, 0xb4), "bs.png": (0x2c, 0xa0, 0x2c), "working-set.png": (0x94, 0x67, 0xbd)}
+    blue, red, green = (0x1f, 0x77, 0xb4), (0xd6, 0x27, 0x28), (0x2c, 0xa0, 0x2c)
+    colours = {"qd.png": (blue, red), "bs.png": (blue, green), "working-set.png": (blue,)}
     for path in made:
         img = imread(path)
         assert img.shape[:2] == (462, 770)                     # 7 x 4.2 inches at 110 dpi
         rgb = (img[:, :, :3] * 255).round().astype(int)
-        want = np.array(colours[path.rsplit("/", 1)[1]])
-        assert (np.abs(rgb - want).sum(axis=2) < 10).sum() > 500, path   # the series is drawn, not just axes
+        for want in colours[path.rsplit("/", 1)[1]]:          # IOPS in blue in every plot, and the second measure
+            assert (np.abs(rgb - np.array(want)).sum(axis=2) < 10).sum() > 300, (path, want)
     assert (tmp_path / "qd.svg").read_text().lstrip().startswith("<?xml")
     rows = ch.compare([p.__dict__ for p in pts], [{**p.__dict__, "iops": p.iops * 2} for p in pts])
     compare = cp.write_compare_plot(rows, ("a.json", "b.json"), str(tmp_path / "compare.png"))
     assert imread(compare).shape[0] > 462 * 2                 # one panel per sweep
+
+
+def test_every_plot_has_iops_on_the_left_and_a_legend_naming_its_lines():
+    """On main IOPS moved between the left and right axes from one plot to the next, and no plot had a legend."""
+    from iowarden.daemon.commands import characterize_plots as cp
+    plt = cp._pyplot()
+    pts = [ch.Point("bs", b, 1000.0, 1000.0 * b, 1e-3, 2e-3, 3e-3) for b in ch.BS_STEPS]
+    found = {"bs": {"bandwidth_bound_from_bytes": 16384}}
+    for sweep, spec in cp._SWEEPS.items():
+        fig = cp._sweep_figure(plt, [ch.Point(sweep, p.value, p.iops, p.bw_bytes, p.mean_latency_seconds,
+                                              p.p99_seconds, p.p999_seconds) for p in pts], found, sweep, **spec)
+        left = fig.axes[0]
+        assert left.get_ylabel() == "IOPS" and left.lines[0].get_label() == "IOPS"
+        legend = [t.get_text() for t in left.get_legend().get_texts()]
+        assert legend[0] == "IOPS" and len(legend) == len(fig.axes) + (sweep == "bs"), (sweep, legend)
+        if sweep == "bs":
+            assert legend[1:] == ["bandwidth (MiB/s)", "bandwidth-bound from 16k"]
+        plt.close(fig)
 
 
 def test_a_capped_write_step_stops_at_its_bytes_whatever_its_runtime():
@@ -136,3 +155,16 @@ def test_a_step_starts_only_if_it_ends_within_the_time_budget_by_the_clock():
     step = ch.plan(["qd"], 2 ** 30, 3.0, 1.0, writes=False)[0]   # 1 s ramp + 3 s + 0.5 s to start fio
     assert ch.step_fits(0.0, step, 4.5) and ch.step_fits(5.5, step, 10.0)
     assert not ch.step_fits(5.6, step, 10.0)   # the estimate fits the plan, the clock says otherwise
+
+
+def test_the_headline_quotes_the_figure_of_the_block_size_it_names():
+    """On main: "bandwidth-bound from 128k blocks (4,103.9 MiB/s)", the 256k figure."""
+    from iowarden.daemon.commands.characterize_cmd import findings, render_tables
+    mib = 1 << 20
+    bw = {4096: 400, 16384: 1500, 65536: 3000, 131072: 3900, 262144: 4103.9, 1 << 20: 4000}
+    pts = [ch.Point("bs", b, v * mib / b, v * mib, 1e-3, 2e-3, 3e-3) for b, v in bw.items()]
+    found = findings(pts)
+    assert found["bs"]["bandwidth_bound_from_bytes"] == 131072 and found["bs"]["best_bw_block_bytes"] == 262144
+    text = render_tables(pts, found)
+    assert "bandwidth-bound from 128k blocks (3,900.0 MiB/s there; 4,103.9 MiB/s at most, at 256k)" in text, text
+    assert "p99 usec" in text and "2000" in text   # latency columns in one unit, fio's
