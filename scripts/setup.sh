@@ -10,7 +10,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 77
 fi
 
-packages=(fio xfsprogs util-linux libsystemd-dev pkg-config gcc python3-venv python3-dev)
+packages=(fio xfsprogs util-linux libsystemd-dev pkg-config gcc python3-venv python3-dev
+          bpftrace)   # the block-layer tracer ([tracer]); the daemon runs without it
 if [ "${1:-}" = "--test" ]; then
     packages+=(sysstat ioping e2fsprogs prometheus prometheus-alertmanager victoria-metrics openssl debootstrap rpm systemd groff-base
                iproute2    # the fleet test's hosts: network namespaces and veth

@@ -19,5 +19,6 @@ from __future__ import annotations
 
 from iowarden.daemon.sources.smart import SPEC as SMART
 from iowarden.daemon.sources.spec import SourceSpec
+from iowarden.daemon.sources.tracer import SPEC as TRACER
 
-SOURCES: tuple[SourceSpec, ...] = (SMART,)
+SOURCES: tuple[SourceSpec, ...] = (SMART, TRACER)

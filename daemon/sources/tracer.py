@@ -1,0 +1,401 @@
+"""Where the time of real I/O goes: per disk, direction and stage (queue, device, total), from eBPF.
+
+A registered source (sources/registry.py). Its reader keeps one bpftrace process running (the program is
+probes/blocktrace.py), reads the cumulative counts it prints every window, and hands the core one
+immutable TraceReading: the counts since the daemon started (Prometheus histograms) and the last
+window's (tail latency, and the cause: device or kernel queue).
+
+Why bpftrace: it is packaged by every distribution iowarden ships for (Debian, Ubuntu, RHEL, SUSE),
+compiles against the running kernel's BTF or headers at start, and its JSON output is a stable, parseable
+interface; BCC needs kernel headers and a Python binding per distribution, libbpf a compiled object
+per kernel or CO-RE tooling at build time. The cost is a process of some 100 MB and a second or two of
+compilation at each start. The daemon works without it: the reading then says the tracer is off and why.
+
+Bounds: one line of output at most MAX_LINE_BYTES; a process that prints nothing for three windows is
+killed and started again; restarts back off from 30 s to 10 min. The program samples requests on a
+disk faster than max_timed_iops (one in N by a hash of the sector) and re-plans N when a disk's rate
+moves by a factor of four, at most every replan_seconds.
+"""
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+from iowarden.probes import blocktrace, diskstats
+from iowarden.probes.blockqueue import identity_of
+from iowarden.probes.common import Roots
+
+from iowarden.daemon.config_schema import Key
+from iowarden.daemon.sources.spec import SourceSpec
+
+log = logging.getLogger("iowarden")
+
+# Octave buckets of nanoseconds, 2^12 ns (4.1 µs) to 2^35 ns (34 s): the program's quarter-octave counts
+# add up into them exactly, as both are powers of two of the same unit.
+TRACE_BUCKETS_SECONDS = tuple(2 ** k / 1e9 for k in range(12, 36))
+NOT_TRACED = ("ram*", "zram*")
+RESTART_BACKOFF_SECONDS = (30.0, 60.0, 120.0, 300.0, 600.0)
+MIN_TAIL_SAMPLES = 200      # timed I/Os in a window before its p99 is quoted as a cause
+
+CONFIG = {
+    "enabled": Key("bool", True, "Trace the block layer with bpftrace (when installed): latency of real I/O per "
+                   "disk, split into time in the kernel's queue and time in the device."),
+    "interval_seconds": Key("float", 15.0, "The window: how often the counts are read, and what the tail "
+                            "latency of `status` and of a cause covers.", minimum=1.0, maximum=600.0),
+    "bpftrace_path": Key("str", "bpftrace", "The bpftrace binary."),
+    "devices": Key("strlist", [], "Glob patterns of kernel names to trace (empty: every request-based disk but "
+                   "RAM disks and unattached loop devices)."),
+    "max_timed_iops": Key("float", 2000.0, "Above this rate, a disk's requests are sampled (one in N, by a hash "
+                          "of the sector) so that about this many per second are timed: the tracer's cost stays "
+                          "bounded at any IOPS.", minimum=10.0, maximum=1e7),
+    "replan_seconds": Key("float", 600.0, "At most this often the program is restarted to follow a disk's rate.",
+                          minimum=60.0, maximum=86400.0),
+}
+
+
+@dataclass(frozen=True)
+class TraceReading:
+    unix_time: float
+    up: bool
+    reason: str | None                                   # why it is off (or what went wrong last)
+    window_seconds: float
+    sampled_share: MappingProxyType                      # kernel name -> share of requests timed
+    total: MappingProxyType                              # (name, direction, stage) -> StageHistogram
+    sums_seconds: MappingProxyType                       # the same keys -> summed latency (approximate)
+    window: MappingProxyType                             # the same keys -> this window's StageHistogram
+
+
+def traceable_disks(roots: Roots, globs: list[str]) -> dict[str, int]:
+    """Request-based disks (they have /sys/block/X/mq) by kernel name -> dev_t."""
+    out = {}
+    base = roots.sys / "block"
+    for entry in sorted(os.listdir(base)) if base.is_dir() else []:
+        if globs:
+            if not any(fnmatch.fnmatch(entry, g) for g in globs):
+                continue
+        elif any(fnmatch.fnmatch(entry, g) for g in NOT_TRACED) or (
+                entry.startswith("loop") and not diskstats.loop_attached(entry, roots)):
+            continue
+        if not (base / entry / "mq").is_dir():
+            continue   # bio-based (dm, md): its members are traced
+        try:
+            major, minor = (int(x) for x in (base / entry / "dev").read_text().split(":"))
+        except (OSError, ValueError):
+            continue
+        out[entry] = blocktrace.dev_t(major, minor)
+    return out
+
+
+def skip_for(iops: float, max_timed_iops: float) -> int:
+    """How many of SAMPLE_SCALE hash values to skip so that about max_timed_iops are timed."""
+    if iops <= max_timed_iops:
+        return 0
+    keep = max(1, math.ceil(blocktrace.SAMPLE_SCALE * max_timed_iops / iops))
+    return blocktrace.SAMPLE_SCALE - keep
+
+
+def needs_replan(current: dict[str, int], wanted: dict[str, int]) -> bool:
+    """A disk came or went, or its kept share moved by a factor of four."""
+    if current.keys() != wanted.keys():
+        return True
+    scale = blocktrace.SAMPLE_SCALE
+    for name, skip in wanted.items():
+        a, b = scale - current[name], scale - skip
+        if max(a, b) >= 4 * min(a, b):
+            return True
+    return False
+
+
+@dataclass
+class _Tracer:
+    """The reader's own state, touched by the source's thread only."""
+    section: object
+    roots: Roots
+    proc: subprocess.Popen | None = None
+    out_buf: bytes = b""
+    err_tail: bytes = b""
+    plan: dict = field(default_factory=dict)             # name -> skip
+    names: dict = field(default_factory=dict)            # dev_t -> name
+    started_at: float = 0.0
+    last_line_at: float = 0.0
+    failures: int = 0
+    next_start_at: float = 0.0
+    reason: str | None = None
+    base: dict = field(default_factory=dict)             # counts of earlier processes, added on
+    base_sums: dict = field(default_factory=dict)
+    current: dict = field(default_factory=dict)          # the running process's last counts
+    current_sums: dict = field(default_factory=dict)
+    previous_total: dict = field(default_factory=dict)   # the last reading's totals (for the window)
+    rates_prev: diskstats.DiskSample | None = None
+
+    def read(self) -> TraceReading:
+        now = time.monotonic()
+        iops = self._iops()
+        binary = shutil.which(self.section.bpftrace_path)
+        if binary is None:
+            return self._off(f"{self.section.bpftrace_path} is not installed (apt install bpftrace)")
+        if not (self.roots.sys / "kernel" / "tracing" / "events" / "block").is_dir():
+            self._mount_tracefs()
+        disks = traceable_disks(self.roots, self.section.devices)
+        wanted = {n: skip_for(iops.get(n, 0.0), self.section.max_timed_iops) for n in disks}
+        if self.proc is not None and self.proc.poll() is None:
+            replan_due = now - self.started_at >= self.section.replan_seconds or self.plan.keys() != wanted.keys()
+            if replan_due and needs_replan(self.plan, wanted):
+                self._stop("re-planned")
+            elif now - self.last_line_at > 3 * self.section.interval_seconds + 10:
+                self._stop("printed nothing for three windows")
+                self.reason = "bpftrace printed nothing for three windows; started again"
+        if self.proc is not None and self.proc.poll() is not None:
+            self._exited()
+        if self.proc is None and now >= self.next_start_at and disks:
+            self._start(binary, disks, wanted)
+        if self.proc is not None:
+            self._drain()
+        return self._reading()
+
+    # ---- the process ----
+
+    def _start(self, binary: str, disks: dict[str, int], wanted: dict[str, int]) -> None:
+        text = blocktrace.program({disks[n]: s for n, s in wanted.items()}, self.section.interval_seconds)
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
+               "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)}
+        try:
+            self.proc = subprocess.Popen([binary, "-f", "json", "-e", text], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                         start_new_session=True)
+        except OSError as exc:
+            self._failed(f"cannot start {binary}: {exc.strerror or exc}")
+            return
+        for stream in (self.proc.stdout, self.proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+        self.plan, self.names = dict(wanted), {v: k for k, v in disks.items()}
+        self.started_at = self.last_line_at = time.monotonic()
+        self.out_buf, self.err_tail = b"", b""
+        log.info("tracer: bpftrace started on %d disks (%s)", len(disks),
+                 ", ".join(f"{n}{'' if not s else f' 1 in {blocktrace.SAMPLE_SCALE / (blocktrace.SAMPLE_SCALE - s):.0f}'}"
+                           for n, s in sorted(wanted.items())))
+
+    def _stop(self, why: str) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, 15)
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+        self._drain()
+        self._retire()
+        log.info("tracer: bpftrace stopped: %s", why)
+
+    def stop(self) -> None:
+        self._stop("the daemon stops")
+
+    def _retire(self) -> None:
+        """The process is gone: what it counted becomes the base the next one adds to."""
+        for key, hist in self.current.items():
+            self.base[key] = _add(self.base.get(key), hist)
+            self.base_sums[key] = self.base_sums.get(key, 0.0) + self.current_sums.get(key, 0.0)
+        self.current, self.current_sums = {}, {}
+        for stream in (self.proc.stdout, self.proc.stderr):
+            stream.close()
+        self.proc = None
+
+    def _exited(self) -> None:
+        self._drain()
+        code = self.proc.returncode
+        tail = self.err_tail.decode("utf-8", "replace")
+        lines = [x for x in tail.splitlines() if "ERROR" in x and "RLIMIT_MEMLOCK" not in x]
+        self._retire()
+        self._failed(f"bpftrace exited with {code}: {(lines[-1] if lines else tail.strip()[-300:]) or 'no message'}")
+
+    def _failed(self, reason: str) -> None:
+        delay = RESTART_BACKOFF_SECONDS[min(self.failures, len(RESTART_BACKOFF_SECONDS) - 1)]
+        self.failures += 1
+        self.next_start_at = time.monotonic() + delay
+        if reason != self.reason:
+            log.warning("tracer: %s; trying again in %.0f s", reason, delay)
+        self.reason = reason
+
+    def _drain(self) -> None:
+        """Everything bpftrace has printed since the last read, without blocking."""
+        self.err_tail = (self.err_tail + _read_available(self.proc.stderr, 1 << 16))[-4096:]
+        self.out_buf += _read_available(self.proc.stdout, 4 * blocktrace.MAX_LINE_BYTES)
+        *lines, self.out_buf = self.out_buf.split(b"\n")
+        if len(self.out_buf) > blocktrace.MAX_LINE_BYTES:
+            self.out_buf = b""
+            self._stop("a line over the bound")
+            self._failed(f"bpftrace printed a line over {blocktrace.MAX_LINE_BYTES} bytes")
+            return
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                parsed = blocktrace.parse_message(line.decode("utf-8", "replace"))
+            except ValueError as exc:
+                log.warning("tracer: %s", exc)
+                continue
+            if parsed is None:
+                continue
+            kind, values = parsed
+            named = {(self.names.get(dev, str(dev)), d, s): v for (dev, d, s), v in values.items()}
+            if kind == "counts":
+                self.current = named
+            else:
+                self.current_sums = named
+            self.last_line_at = time.monotonic()
+            self.failures, self.reason = 0, None
+
+    def _mount_tracefs(self) -> None:
+        if str(self.roots.sys) != "/sys":
+            return   # a test's fake tree: nothing to mount
+        r = subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], capture_output=True,
+                           text=True, timeout=10)
+        if r.returncode:
+            log.info("tracer: tracefs is not mounted and mounting it failed: %s", r.stderr.strip()[:200])
+
+    def _iops(self) -> dict[str, float]:
+        cur = diskstats.read(self.roots)
+        prev, self.rates_prev = self.rates_prev, cur
+        if prev is None:
+            return {}
+        return {n: r.reads_per_second + r.writes_per_second for n, r in diskstats.rates_between(prev, cur).items()}
+
+    # ---- the reading ----
+
+    def _off(self, reason: str) -> TraceReading:
+        if reason != self.reason:
+            log.info("tracer: off: %s", reason)
+        self.reason = reason
+        return self._reading()
+
+    def _reading(self) -> TraceReading:
+        keys = self.base.keys() | self.current.keys()
+        total = {k: _add(self.base.get(k), self.current.get(k)) for k in keys}
+        sums = {k: self.base_sums.get(k, 0.0) + self.current_sums.get(k, 0.0) for k in keys}
+        window = {k: h.minus(self.previous_total.get(k)) for k, h in total.items()}
+        self.previous_total = total
+        share = {n: (blocktrace.SAMPLE_SCALE - s) / blocktrace.SAMPLE_SCALE for n, s in self.plan.items()}
+        up = self.proc is not None and self.proc.poll() is None
+        return TraceReading(time.time(), up, None if up else (self.reason or "not started yet"),
+                            self.section.interval_seconds, MappingProxyType(share if up else {}),
+                            MappingProxyType(total), MappingProxyType(sums), MappingProxyType(window))
+
+
+def _add(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | None) -> blocktrace.StageHistogram:
+    if a is None or b is None:
+        return a or b or blocktrace.StageHistogram(())
+    merged = dict(a.counts)
+    for i, c in b.counts:
+        merged[i] = merged.get(i, 0) + c
+    return blocktrace.StageHistogram(tuple(sorted(merged.items())))
+
+
+def _read_available(stream, limit: int) -> bytes:
+    chunks, got = [], 0
+    while got < limit:
+        try:
+            chunk = os.read(stream.fileno(), min(1 << 16, limit - got))
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def start(section, roots: Roots):
+    tracer = _Tracer(section, roots)
+    return tracer.read
+
+
+# ---- /metrics ----------------------------------------------------------------------------------
+
+def octave_buckets(h: blocktrace.StageHistogram) -> list[tuple[str, int]]:
+    """Cumulative counts on TRACE_BUCKETS_SECONDS (exact: every fine bucket lies inside one octave)."""
+    out, running, counts, i = [], 0, list(h.counts), 0
+    for le in TRACE_BUCKETS_SECONDS:
+        le_ns = le * 1e9
+        while i < len(counts) and blocktrace.bucket_upper_ns(counts[i][0]) <= le_ns * (1 + 1e-9):
+            running += counts[i][1]
+            i += 1
+        out.append((repr(le), running))
+    out.append(("+Inf", h.total))
+    return out
+
+
+def families(r: TraceReading | None, snap):
+    up = GaugeMetricFamily("iowarden_tracer_up", "1 while the block-layer tracer (bpftrace) runs; 0 when it is "
+                           "off (iowarden_tracer_off_reason says why)")
+    why = GaugeMetricFamily("iowarden_tracer_off_reason", "Why the tracer is off (value 1)", labels=["reason"])
+    if r is None:
+        up.add_metric([], 0)
+        why.add_metric(["no reading yet, or [tracer] enabled = false"], 1)
+        yield from (up, why)
+        return
+    up.add_metric([], 1 if r.up else 0)
+    if not r.up:
+        why.add_metric([r.reason or "unknown"], 1)
+    labels = ["device", "volume", "direction", "stage"]
+    hist = HistogramMetricFamily("iowarden_io_latency_seconds", "Latency of the timed requests of real I/O, per "
+                                 "disk, direction and stage (queue: submission to issue; device: issue to "
+                                 "completion; total), since the daemon started", labels=labels)
+    last = GaugeMetricFamily("iowarden_io_latency_last_window_seconds", "Latency percentiles (50, 99, 99.9) of the "
+                             "last window's timed requests", labels=labels + ["percentile"])
+    share = GaugeMetricFamily("iowarden_io_latency_timed_ratio", "The share of a disk's requests that are timed "
+                              "(sampled by a hash of the sector above [tracer] max_timed_iops)", labels=["device"])
+    for (name, direction, stage), h in sorted(r.total.items()):
+        lv = [name, identity_of(name, snap.devices), direction, stage]
+        hist.add_metric(lv, octave_buckets(h), r.sums_seconds.get((name, direction, stage), 0.0))
+        w = r.window.get((name, direction, stage))
+        if w is not None and w.total:
+            for pct in ("50", "99", "99.9"):
+                last.add_metric(lv + [pct], w.quantile_seconds(float(pct) / 100))
+    for name, s in sorted(r.sampled_share.items()):
+        share.add_metric([name], s)
+    yield from (up, why, hist, last, share)
+
+
+# ---- causes ------------------------------------------------------------------------------------
+
+def where_the_time_goes(r: TraceReading, disk: str, direction: str) -> str | None:
+    """"p99 read 180 ms, 97 % of it in the device", from the last window, or None with too few I/Os."""
+    total = r.window.get((disk, direction, "total"))
+    device = r.window.get((disk, direction, "device"))
+    if total is None or device is None or total.total < MIN_TAIL_SAMPLES:
+        return None
+    p99, dev99 = total.quantile_seconds(0.99), device.quantile_seconds(0.99)
+    if not p99:
+        return None
+    in_device = min(1.0, dev99 / p99)
+    from iowarden.daemon.commands.tables import human_seconds
+    where = ("the device" if in_device >= 0.8 else
+             "the kernel's queue in front of the device (I/O scheduler, nr_requests, writeback throttling)"
+             if in_device <= 0.5 else "both the device and the kernel's queue")
+    return (f"{disk}: p99 {direction} {human_seconds(p99)} over the last {r.window_seconds:.0f} s, "
+            f"{in_device:.0%} of it in the device: the time goes to {where}")
+
+
+def causes(r: TraceReading | None, disks: set[str]) -> list[str]:
+    if r is None or not r.up:
+        return []
+    return [text for disk in sorted(disks) for direction in blocktrace.DIRECTIONS
+            if (text := where_the_time_goes(r, disk, direction))]
+
+
+SPEC = SourceSpec("tracer", CONFIG, start,
+                  # one read drains a pipe and may stop and start bpftrace (5 s to stop, its start returns at once)
+                  deadline_seconds=lambda c: 30.0,
+                  families=families, causes=causes)

@@ -1,0 +1,80 @@
+"""The block-layer tracer on real devices: its latencies against fio's, and where it says the time goes.
+
+The volume under test is a loop device whose image lives on another loop XFS (a stacked volume): a blkio
+throttle on the inner device slows the outer one below its own block layer, as a cloud volume's
+provisioned limit does, so the outer disk's *device* time is what grows.
+"""
+import json
+import subprocess
+import time
+import types
+
+import pytest
+
+from iowarden.daemon.sources import tracer
+from iowarden.probes.common import Roots
+from tests.conftest import LoopXfs
+from tests.integration.helpers import blkio_cap
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]   # bpftrace: scripts/setup.sh installs it
+
+WINDOW_SECONDS = 2.0
+
+
+@pytest.fixture(scope="module")
+def stacked(direct_loop_xfs):
+    outer = LoopXfs("512M", direct_io=True, image_dir=direct_loop_xfs.mountpoint)
+    yield direct_loop_xfs, outer
+    outer.close()
+
+
+def _section(name):
+    sec = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
+    sec.interval_seconds, sec.devices = WINDOW_SECONDS, [name]
+    return sec
+
+
+def _fio(path, *args, runtime=8):
+    r = subprocess.run(["fio", "--name=t", f"--filename={path}/tracer.dat", "--size=128m", "--rw=randread",
+                        "--bs=4k", "--ioengine=libaio", "--direct=1", f"--runtime={runtime}", "--time_based",
+                        "--output-format=json", *args], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(r.stdout)["jobs"][0]["read"]
+
+
+def _traced(outer, *fio_args):
+    """fio on the outer volume with the tracer running: (fio's read stats, the tracer's last reading)."""
+    read = tracer.start(_section(outer.name), Roots())
+    first = read()
+    assert first.up, first.reason
+    _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--size=128m", "--rw=read", "--bs=1m")  # lay out
+    time.sleep(WINDOW_SECONDS + 0.5)
+    before = read()
+    fio = _fio(outer.mountpoint, *fio_args)
+    time.sleep(WINDOW_SECONDS + 0.5)
+    after = read()
+    return fio, before, after, read
+
+
+def _window(before, after, key):
+    return after.total[key].minus(before.total.get(key))
+
+
+def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
+    inner, outer = stacked
+    with blkio_cap("read_iops_device", inner.major_minor, 200):
+        fio, before, after, read = _traced(outer, "--iodepth=1")
+    key = (outer.name, "read", "total")
+    h = _window(before, after, key)
+    fio_p = {q: fio["clat_ns"]["percentile"][f"{q:.6f}"] / 1e9 for q in (50.0, 99.0)}
+    ours = {50.0: h.quantile_seconds(0.5), 99.0: h.quantile_seconds(0.99)}
+    print(f"I/Os fio {fio['total_ios']} traced {h.total}; p50 fio {fio_p[50.0] * 1e3:.3f} ms traced "
+          f"{ours[50.0] * 1e3:.3f} ms; p99 fio {fio_p[99.0] * 1e3:.3f} ms traced {ours[99.0] * 1e3:.3f} ms")
+    assert abs(h.total - fio["total_ios"]) <= 0.02 * fio["total_ios"] + 5   # every request timed (no sampling)
+    assert abs(ours[50.0] - fio_p[50.0]) <= 0.10 * fio_p[50.0]
+    assert abs(ours[99.0] - fio_p[99.0]) <= 0.20 * fio_p[99.0]
+    # the time is below the block layer: the cause says the device
+    window = types.SimpleNamespace(**{**after.__dict__})
+    window.window = {k: after.total[k].minus(before.total.get(k)) for k in after.total}
+    said = tracer.where_the_time_goes(window, outer.name, "read")
+    print(said)
+    assert said and "in the device: the time goes to the device" in said

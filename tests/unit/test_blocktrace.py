@@ -1,0 +1,148 @@
+"""The tracer's program, its output and its policy (sampling, re-planning, where the time goes): no root, no bpftrace."""
+import json
+import types
+
+import pytest
+
+from iowarden.daemon.sources import tracer
+from iowarden.probes import blocktrace as bt
+from iowarden.probes.common import ParseError, Roots
+
+
+@pytest.mark.parametrize("ns", [1, 2, 3, 4, 5, 7, 8, 100, 1023, 1024, 1500, 65_000, 999_999, 10**9, 2**40 + 7])
+def test_each_value_falls_in_its_bucket_and_buckets_are_a_quarter_octave(ns):
+    i = bt.bucket_of_ns(ns)
+    assert bt.bucket_lower_ns(i) <= ns < bt.bucket_upper_ns(i)
+    if ns >= 4:
+        assert bt.bucket_upper_ns(i) / bt.bucket_lower_ns(i) <= 1.25 + 1e-9
+
+
+def test_the_program_traces_only_the_disks_named_with_their_sampling():
+    text = bt.program({bt.dev_t(8, 0): 0, bt.dev_t(259, 1): 960}, 15.0)
+    assert "@skip[8388608] = 1;" in text and f"@skip[{259 << 20 | 1}] = 961;" in text and "@skip[0] = 1;" in text
+    assert "interval:ms:15000 { print(@lat); print(@ns); }" in text
+    for tp in ("block_bio_queue", "block_bio_backmerge", "block_rq_issue", "block_rq_complete"):
+        assert f"tracepoint:block:{tp} " in text
+    assert "printf" not in text   # nothing per I/O leaves the kernel
+
+
+def _line(name, entries):
+    return json.dumps({"type": "map", "data": {name: entries}})
+
+
+def test_parse_reads_counts_and_sums_and_passes_other_messages():
+    kind, counts = bt.parse_message(_line("@lat", {"8388608,0,2,68": 5, "8388608,0,2,70": 3, "8388608,1,1,40": 2}))
+    assert kind == "counts"
+    h = counts[(8388608, "read", "total")]
+    assert h.counts == ((68, 5), (70, 3)) and h.total == 8
+    assert counts[(8388608, "write", "device")].total == 2
+    kind, sums = bt.parse_message(_line("@ns", {"8388608,0,2": 2_500_000}))
+    assert kind == "sums" and sums[(8388608, "read", "total")] == pytest.approx(0.0025)
+    assert bt.parse_message('{"type": "attached_probes", "data": {"probes": 5}}') is None
+
+
+@pytest.mark.parametrize("line", ["not json", _line("@lat", {"1,2,0,5": 1}), _line("@lat", {"1,0,0": 1}),
+                                  _line("@lat", {"1,0,0,999": 1}), _line("@lat", {"1,0,0,5": -1}),
+                                  _line("@lat", ["a"]), _line("@ns", {"x,0,0": 1})])
+def test_a_line_that_is_not_the_programs_is_a_parse_error(line):
+    with pytest.raises(ParseError):
+        bt.parse_message(line)
+
+
+def test_quantiles_interpolate_inside_a_bucket_and_windows_subtract():
+    b = bt.bucket_of_ns(1_000_000)   # 1 ms
+    h = bt.StageHistogram(((b, 99), (bt.bucket_of_ns(100_000_000), 1)))
+    lo, hi = bt.bucket_lower_ns(b) / 1e9, bt.bucket_upper_ns(b) / 1e9
+    assert lo <= h.quantile_seconds(0.5) <= hi
+    assert h.quantile_seconds(0.999) > 0.09
+    later = bt.StageHistogram(((b, 150), (bt.bucket_of_ns(100_000_000), 1)))
+    assert later.minus(h).counts == ((b, 51),)
+    restarted = bt.StageHistogram(((b, 10),))
+    assert restarted.minus(h) is restarted      # a count that went down: a new process, all of it new
+    assert bt.StageHistogram(()).quantile_seconds(0.99) is None
+
+
+def test_sampling_keeps_about_the_configured_rate_and_replans_only_on_a_fourfold_change():
+    assert tracer.skip_for(1500, 2000) == 0
+    skip = tracer.skip_for(200_000, 2000)
+    assert (bt.SAMPLE_SCALE - skip) / bt.SAMPLE_SCALE * 200_000 == pytest.approx(2000, rel=0.25)
+    assert not tracer.needs_replan({"sda": skip}, {"sda": tracer.skip_for(300_000, 2000)})
+    assert tracer.needs_replan({"sda": skip}, {"sda": tracer.skip_for(2_000_000, 2000)})
+    assert tracer.needs_replan({"sda": 0}, {"sda": 0, "sdb": 0})
+
+
+def test_octave_buckets_add_the_fine_counts_up_exactly():
+    h = bt.StageHistogram(((bt.bucket_of_ns(5_000), 2), (bt.bucket_of_ns(7_900), 3), (bt.bucket_of_ns(9_000), 4)))
+    buckets = dict(tracer.octave_buckets(h))
+    assert buckets[repr(2 ** 13 / 1e9)] == 5 and buckets[repr(2 ** 14 / 1e9)] == 9 and buckets["+Inf"] == 9
+    assert buckets[repr(2 ** 12 / 1e9)] == 0
+
+
+def _reading(device_ms, queue_ms, n=1000):
+    def hist(ms):
+        return bt.StageHistogram(((bt.bucket_of_ns(int(ms * 1e6)), n),))
+    window = {("sdb", "read", "device"): hist(device_ms), ("sdb", "read", "queue"): hist(queue_ms),
+              ("sdb", "read", "total"): hist(device_ms + queue_ms)}
+    return tracer.TraceReading(0.0, True, None, 15.0, {}, window, {}, window)
+
+
+def test_the_cause_says_where_the_tail_is():
+    said = tracer.causes(_reading(180, 2), {"sdb"})
+    assert len(said) == 1 and said[0].startswith("sdb: p99 read ") and " ms over the last 15 s" in said[0] and "in the device: the time goes to the device" in said[0]
+    said = tracer.causes(_reading(1, 40), {"sdb"})[0]
+    assert "the kernel's queue in front of the device" in said
+    assert tracer.causes(_reading(180, 2, n=20), {"sdb"}) == []   # too few I/Os in the window to quote a p99
+    assert tracer.causes(_reading(180, 2), {"sdc"}) == []
+
+
+def test_without_bpftrace_the_reading_says_the_tracer_is_off_and_why(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "diskstats").write_text("")
+    section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
+    section.bpftrace_path = str(tmp_path / "no-bpftrace")
+    read = tracer.start(section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev"))
+    r = read()
+    assert not r.up and "is not installed" in r.reason
+    snap = types.SimpleNamespace(devices={})
+    fams = {f.name: f for f in tracer.families(r, snap)}
+    assert fams["iowarden_tracer_up"].samples[0].value == 0
+    assert "is not installed" in fams["iowarden_tracer_off_reason"].samples[0].labels["reason"]
+
+
+def test_only_request_based_disks_are_traced(tmp_path):
+    sys_block = tmp_path / "sys" / "block"
+    for name, dev, mq in (("sda", "8:0", True), ("dm-0", "253:0", False), ("zram0", "252:0", True),
+                          ("loop0", "7:0", True), ("loop1", "7:1", True)):
+        d = sys_block / name
+        d.mkdir(parents=True)
+        (d / "dev").write_text(dev + "\n")
+        if mq:
+            (d / "mq").mkdir()
+    (sys_block / "loop1" / "loop").mkdir()
+    (sys_block / "loop1" / "loop" / "backing_file").write_text("/img\n")
+    roots = Roots(sys=tmp_path / "sys")
+    assert tracer.traceable_disks(roots, []) == {"loop1": bt.dev_t(7, 1), "sda": bt.dev_t(8, 0)}
+    assert tracer.traceable_disks(roots, ["zram*"]) == {"zram0": bt.dev_t(252, 0)}
+
+
+def test_the_histograms_pass_promtool_and_the_naming_check():
+    import subprocess
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tests.unit.test_exporter import family_problems
+    r = _reading(2, 0.01)
+    r = tracer.TraceReading(0.0, True, None, 15.0, {"sdb": 0.25}, r.total, {("sdb", "read", "total"): 2.0}, r.window)
+
+    class One:
+        def collect(self):
+            return tracer.families(r, types.SimpleNamespace(devices={}))
+    reg = CollectorRegistry()
+    reg.register(One())
+    text = generate_latest(reg).decode()
+    p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), p.stdout + p.stderr
+    assert 'iowarden_io_latency_seconds_bucket{device="sdb",direction="read",le="+Inf",stage="total",volume="kernel:sdb"} 1000.0' in text
+    assert 'iowarden_io_latency_timed_ratio{device="sdb"} 0.25' in text
+    for fam in tracer.families(r, types.SimpleNamespace(devices={})):
+        assert family_problems(fam.name, fam.type, fam.documentation) == [], fam.name
