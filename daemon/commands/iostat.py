@@ -81,6 +81,9 @@ def add_parser(sub) -> None:
     io.add_argument("-y", dest="omit_first", action="store_true", help="omit the since-boot report")
     io.add_argument("--json", action="store_true", help="one JSON object per device per interval, one per line "
                     "(sysstat's keys; no CPU report)")
+    io.add_argument("--latency", action="store_true", help="instead: the latency of real I/O per disk, direction "
+                    "and stage (queue, device, total) from the block layer's tracepoints (bpftrace), every "
+                    "INTERVAL seconds (default 5), COUNT times (default 1), as bcc's biolatency")
     io.set_defaults(func=cmd_iostat, devices=[], interval=None, count=None)
 
 
@@ -147,6 +150,9 @@ class _Reporter:
 
 
 def cmd_iostat(args) -> int:
+    if args.latency:
+        from iowarden.daemon.commands.iolatency import cmd_latency
+        return cmd_latency(args)
     roots = Roots()
     prev, prev_cpu = diskstats.read(roots), cpustat.read(roots)
     patterns = list(args.devices) + list(args.device_globs)

@@ -5,6 +5,9 @@ throttle on the inner device slows the outer one below its own block layer, as a
 provisioned limit does, so the outer disk's *device* time is what grows.
 """
 import json
+import os
+import signal
+import sys
 import subprocess
 import time
 import types
@@ -78,3 +81,22 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
     said = tracer.where_the_time_goes(window, outer.name, "read")
     print(said)
     assert said and "in the device: the time goes to the device" in said
+
+
+def test_iostat_latency_prints_each_stage_as_biolatency_would(stacked):
+    _, outer = stacked
+    load = subprocess.Popen(["fio", "--name=t", f"--filename={outer.mountpoint}/tracer.dat", "--size=128m",
+                             "--rw=randread", "--bs=4k", "--ioengine=libaio", "--direct=1", "--iodepth=4",
+                             "--runtime=60", "--time_based", "--output=/dev/null"], start_new_session=True)
+    try:
+        r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "iostat", "--latency", "--json",
+                            outer.name, "2", "2"], capture_output=True, text=True, timeout=180)
+    finally:
+        os.killpg(load.pid, signal.SIGTERM)
+        load.wait()
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    mine = {(x["direction"], x["stage"]) for x in rows if x["device"] == outer.name and x["ios"] > 0}
+    assert {("read", "queue"), ("read", "device"), ("read", "total")} <= mine, rows
+    total = [x for x in rows if x["device"] == outer.name and x["stage"] == "total"][-1]
+    assert 0 < total["p50_seconds"] <= total["p99_seconds"] <= total["p99.9_seconds"] < 5

@@ -1,0 +1,96 @@
+"""`iowarden iostat --latency`: where the time of real I/O goes, for a few seconds, as bcc's biolatency.
+
+The daemon's tracer program (probes/blocktrace.py) run once in the foreground: every INTERVAL seconds a
+table per disk, direction and stage (queue: submission to issue; device: issue to completion; total),
+with the I/Os timed and their p50, p99 and p99.9 in one unit, and with --json one object per row.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from iowarden.probes import blocktrace
+from iowarden.probes.common import ParseError, Roots
+
+from iowarden.daemon.commands.tables import latency_columns, print_lines as _print, table
+from iowarden.daemon.sources.tracer import traceable_disks
+
+COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)
+
+
+def cmd_latency(args) -> int:
+    binary = shutil.which("bpftrace")
+    if binary is None:
+        raise SystemExit("iowarden iostat --latency: bpftrace is not installed (apt install bpftrace)")
+    roots = Roots()
+    disks = traceable_disks(roots, list(args.devices) + list(args.device_globs))
+    if not disks:
+        raise SystemExit("iowarden iostat --latency: no request-based disk matches "
+                         + (" ".join(args.devices + args.device_globs) or "(none on this host)"))
+    interval = args.interval or 5.0
+    count = args.count or 1
+    names = {dev: name for name, dev in disks.items()}
+    text = blocktrace.program({dev: 0 for dev in disks.values()}, interval)
+    proc = subprocess.Popen([binary, "-f", "json", "-e", text], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)})
+    previous: dict = {}
+    deadline = time.monotonic() + COMPILE_SECONDS + interval * (count + 1)
+    try:
+        if not args.json:
+            print(f"tracing {', '.join(sorted(disks))} every {interval:g} s ... Ctrl-C to stop", file=sys.stderr)
+        counts = None
+        for line in proc.stdout:
+            if len(line) > blocktrace.MAX_LINE_BYTES or time.monotonic() > deadline:
+                raise SystemExit("iowarden iostat --latency: bpftrace's output is over its bounds")
+            try:
+                parsed = blocktrace.parse_message(line)
+            except ParseError as exc:
+                raise SystemExit(f"iowarden iostat --latency: {exc}") from None
+            if parsed is None:
+                continue
+            kind, values = parsed
+            if kind == "counts":
+                counts = values
+                continue
+            window = {k: h.minus(previous.get(k)) for k, h in (counts or {}).items()}
+            previous = counts or {}
+            _report(window, names, args.json)
+            count -= 1
+            if count <= 0:
+                return 0
+        err = proc.stderr.read()[-2000:]
+        lines = [x for x in err.splitlines() if "ERROR" in x and "RLIMIT_MEMLOCK" not in x]
+        raise SystemExit(f"iowarden iostat --latency: bpftrace exited with {proc.wait()}: "
+                         f"{(lines[-1] if lines else err.strip()[-300:]) or 'no message'}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _report(window: dict, names: dict, as_json: bool) -> None:
+    rows = sorted(((names.get(dev, str(dev)), d, s, h) for (dev, d, s), h in window.items() if h.total),
+                  key=lambda r: (r[0], r[1], blocktrace.STAGES.index(r[2])))
+    if as_json:
+        for name, d, s, h in rows:
+            _print(json.dumps({"timestamp": round(time.time(), 3), "device": name, "direction": d, "stage": s,
+                               "ios": h.total, **{f"p{p}_seconds": h.quantile_seconds(float(p) / 100)
+                                                  for p in ("50", "99", "99.9")}}))
+        return
+    if not rows:
+        _print(time.strftime("%H:%M:%S") + "  no I/O on the traced disks\n")
+        return
+    headers, lat = latency_columns({p: [h.quantile_seconds(float(p.lstrip("p")) / 100) for *_, h in rows]
+                                    for p in ("p50", "p99", "p99.9")})
+    _print(time.strftime("%H:%M:%S") + "\n" + table(["device", "dir", "stage", "I/Os", *headers],
+                                                    [[n, d, s, h.total, *v] for (n, d, s, h), v in zip(rows, lat)]) + "\n")
