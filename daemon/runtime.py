@@ -176,10 +176,12 @@ class Daemon:
         # three tools in a step, each bounded by the timeout
         self.registry.add("xfs", c.section("xfs").interval_seconds, 3 * c.section("xfs").timeout_seconds + 10,
                           self.xfs.step)
+        self.source_readers: list = []
         for spec in SOURCES:   # the registered sources (sources/registry.py): read on their thread, posted
             section = c.section(spec.name)
             if section.enabled:
                 read = spec.start(section, roots)
+                self.source_readers.append((spec.name, read))
                 self.registry.add(spec.name, section.interval_seconds, spec.deadline_seconds(section),
                                   lambda name=spec.name, read=read: post(SourceRead(name, read())))
         # the database is written on the core only: these parts just say when
@@ -334,6 +336,9 @@ class Daemon:
         # every step runs whatever the one before it did: a stop always closes everything
         _stop_step("probes", lambda: self.scheduler.stop(STOP_TIMEOUT_SECONDS))
         _stop_step("parts", lambda: self.registry.join(0.5))
+        for name, read in self.source_readers:   # a source with a process of its own (the tracer) stops it
+            if hasattr(read, "stop"):
+                _stop_step(name, read.stop)
         if self.passive is not None:   # the curves learned since the last save, written by the core
             _stop_step("passive curves", lambda: self.core.post(self.passive.final_event()))
         _stop_step("core", lambda: self.core.stop(1.0))   # the results of the probes just stopped reach the database

@@ -6,7 +6,8 @@ of that value, called where the daemon needs it:
 
 - `config`: its section of the configuration (every source has `enabled` and `interval_seconds`);
 - `start(section, roots)`: builds the reader; the runtime makes it a supervised part
-  (cadence `interval_seconds`, deadline `deadline_seconds(section)`), posting what it returns;
+  (cadence `interval_seconds`, deadline `deadline_seconds(section)`), posting what it returns; a
+  reader with a `stop` attribute (one that keeps a process running) is stopped with the daemon;
 - `families(value, snapshot)`: its section of /metrics;
 - `causes(value, disks)`: sentences for an alert on a volume over those kernel disks (its likely causes).
 

@@ -318,7 +318,11 @@ def _read_available(stream, limit: int) -> bytes:
 
 def start(section, roots: Roots):
     tracer = _Tracer(section, roots)
-    return tracer.read
+
+    def read() -> TraceReading:
+        return tracer.read()
+    read.stop = tracer.stop   # the runtime stops bpftrace with the daemon (sources/registry.py)
+    return read
 
 
 # ---- /metrics ----------------------------------------------------------------------------------

@@ -17,8 +17,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None, prom_extra="", address="127.0.0.1"):
+def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None, prom_extra="", address="127.0.0.1",
+                tracer=False):
+    """A daemon's configuration for a test. The tracer (bpftrace: a second or two of compiling and some
+    100 MB per daemon) is off unless the test is about it: tests/integration/test_tracer.py and a few
+    daemons started from their own text run with it."""
     return f"""
+[tracer]
+enabled = {str(tracer).lower()}
+interval_seconds = 2.0
 [prometheus]
 listen_address = "{address}:{port or free_port()}"
 {prom_extra}

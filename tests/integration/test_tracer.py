@@ -11,13 +11,14 @@ import sys
 import subprocess
 import time
 import types
+import urllib.request
 
 import pytest
 
 from iowarden.daemon.sources import tracer
 from iowarden.probes.common import Roots
 from tests.conftest import LoopXfs
-from tests.integration.helpers import blkio_cap
+from tests.integration.helpers import blkio_cap, config_text, free_port, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]   # bpftrace: scripts/setup.sh installs it
 
@@ -100,3 +101,29 @@ def test_iostat_latency_prints_each_stage_as_biolatency_would(stacked):
     assert {("read", "queue"), ("read", "device"), ("read", "total")} <= mine, rows
     total = [x for x in rows if x["device"] == outer.name and x["stage"] == "total"][-1]
     assert 0 < total["p50_seconds"] <= total["p99_seconds"] <= total["p99.9_seconds"] < 5
+
+
+def _children_named(pid: int, word: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", word], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stacked, tmp_path, daemon_factory):
+    _, outer = stacked
+    port = free_port()
+    d = daemon_factory(config_text(outer.mountpoint, tmp_path / "state", interval=1.0, port=port, tracer=True))
+    d.wait_message("READY=1")
+
+    def scraped():
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        want = (f'iowarden_io_latency_seconds_count{{device="{outer.name}",direction="read",stage="device"')
+        return text if "iowarden_tracer_up 1.0" in text and want in text else None
+    text = wait_for(scraped, timeout=90, what="the tracer's histograms on /metrics")
+    count = next(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith(f'iowarden_io_latency_seconds_count{{device="{outer.name}",direction="read",stage="total"'))
+    assert count > 0   # the daemon's own probes, timed in the block layer
+    assert f'iowarden_io_latency_timed_ratio{{device="{outer.name}"}} 1.0' in text
+    tracers = _children_named(d.proc.pid, "bpftrace")
+    assert len(tracers) == 1
+    d.close()
+    assert not os.path.exists(f"/proc/{tracers[0]}"), "bpftrace outlived the daemon"
