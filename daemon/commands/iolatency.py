@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from iowarden.probes import blocktrace
@@ -41,6 +42,10 @@ def cmd_latency(args) -> int:
                             env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)})
     previous: dict = {}
     deadline = time.monotonic() + COMPILE_SECONDS + interval * (count + 1)
+    # a bpftrace that prints nothing (stuck compiling) is killed, which ends the loop below
+    watchdog = threading.Timer(deadline - time.monotonic(), lambda: _kill(proc))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         if not args.json:
             print(f"tracing {', '.join(sorted(disks))} every {interval:g} s ... Ctrl-C to stop", file=sys.stderr)
@@ -69,13 +74,21 @@ def cmd_latency(args) -> int:
         raise SystemExit(f"iowarden iostat --latency: bpftrace exited with {proc.wait()}: "
                          f"{(lines[-1] if lines else err.strip()[-300:]) or 'no message'}")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        watchdog.cancel()
+        _kill(proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
 
 
 def _report(window: dict, names: dict, as_json: bool) -> None:
