@@ -39,7 +39,7 @@ from iowarden.daemon.sources.spec import SourceSpec
 
 log = logging.getLogger("iowarden")
 
-# Octave buckets of nanoseconds, 2^12 ns (4.1 µs) to 2^35 ns (34 s): the program's quarter-octave counts
+# Octave buckets of nanoseconds, 2^12 ns (4.1 µs) to 2^35 ns (34 s): the program's eighth-octave counts
 # add up into them exactly, as both are powers of two of the same unit.
 TRACE_BUCKETS_SECONDS = tuple(2 ** k / 1e9 for k in range(12, 36))
 NOT_TRACED = ("ram*", "zram*")

@@ -10,11 +10,11 @@ from iowarden.probes.common import ParseError, Roots
 
 
 @pytest.mark.parametrize("ns", [1, 2, 3, 4, 5, 7, 8, 100, 1023, 1024, 1500, 65_000, 999_999, 10**9, 2**40 + 7])
-def test_each_value_falls_in_its_bucket_and_buckets_are_a_quarter_octave(ns):
+def test_each_value_falls_in_its_bucket_and_buckets_are_an_eighth_of_an_octave(ns):
     i = bt.bucket_of_ns(ns)
     assert bt.bucket_lower_ns(i) <= ns < bt.bucket_upper_ns(i)
-    if ns >= 4:
-        assert bt.bucket_upper_ns(i) / bt.bucket_lower_ns(i) <= 1.25 + 1e-9
+    if ns >= 8:
+        assert bt.bucket_upper_ns(i) / bt.bucket_lower_ns(i) <= 1.125 + 1e-9
 
 
 def test_the_program_traces_only_the_disks_named_with_their_sampling():
