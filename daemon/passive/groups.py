@@ -64,7 +64,10 @@ class GroupRules:
                 if m not in scores or score[0] > scores[m][0]:
                     scores[m] = score
         self.evidence.add(group, {m: score[0] for m, score in scores.items()})
-        pair = len(group) < self.evidence.p.min_members
+        # a pair is two drives carrying traffic: a third member that is idle gives no median to judge by,
+        # and the group rules' patience (severe_group_windows) would hold back the slow one of the two
+        carrying = sum(1 for m in members if evidence[m])
+        pair = min(len(group), carrying) < self.evidence.p.min_members
         log_severe = math.log(self.p.severe_ratio)
         for m, score in scores.items():
             d = self._dev(m)

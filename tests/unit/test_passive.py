@@ -1,4 +1,5 @@
 """The passive detector's policy on synthetic windows: no clock, no root, no devices."""
+import dataclasses
 import json
 
 import pytest
@@ -90,6 +91,23 @@ def test_the_slow_member_of_an_array_is_named_and_its_peers_not():
     assert [(t.kind, t.device) for t in raised if t.kind == "peers"] == [("peers", "sdc")]
     t = next(t for t in raised if t.kind == "peers")
     assert t.evidence["peers"] == ["sda", "sdb", "sdd"] and t.evidence["ratio"] >= 2
+
+
+def test_of_three_alike_disks_with_one_idle_the_slow_one_of_the_two_busy_is_named_as_in_a_pair():
+    """Two busy disks and an idle third of the same model: the third gives no median, so the pair's rule
+    judges the two (the group's 40-window patience held the slow one back past a test's 150 s in CI)."""
+    p = PassiveParams()
+    idle = Window("sdc", 0, 15.0, {"read": Flow(0.0, 0.0, 0.0)}, 0.0, 0.0)
+
+    def batches():
+        for i, batch in enumerate(pt.peer_trace(13, 200, members=2, slow={1: 6.0}, slow_from=100)):
+            yield batch + [dataclasses.replace(idle, end=batch[0].end)]
+
+    _, events = run(batches(), groups=[("sda", "sdb", "sdc")])
+    raised = [(i, t) for i, t in events if t.state == "raised" and t.kind == "peers"]
+    assert [t.device for _, t in raised] == ["sdb"], raised
+    assert raised[0][0] < 100 + p.severe_windows + 3, raised[0][0] - 100
+    assert raised[0][1].evidence["peers"] == ["sda", "sdc"]
 
 
 def test_every_member_slowing_together_is_said_to_be_the_array_not_a_member():
