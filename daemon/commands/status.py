@@ -17,8 +17,7 @@ from iowarden.probes.common import Roots, printable
 from iowarden.daemon.config import Config
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.outputs.prometheus import BAND_SPREADS
-from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
-from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
+from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE, NOT_PROBE_PROFILES, PASSIVE_PROFILE, SOURCE_PROFILE
 from iowarden.daemon.commands.tables import human_metric, human_seconds, latency_columns, metric_label
 from iowarden.daemon.probing.scheduler import Budget
 from iowarden.daemon.core.state import State
@@ -35,7 +34,7 @@ def baseline_rows(state: State, params: DetectorParams = DetectorParams()) -> li
     """Each baseline as the detector sees it: None (and `learning`) until warm-up is done."""
     rows = []
     for identity, profile, metric, learned_at, st in state.load_baselines():
-        if profile in (PASSIVE_PROFILE, CAPABILITY_PROFILE):
+        if profile in NOT_PROBE_PROFILES:
             continue
         det = Detector.from_state(st, params)
         base = det.baseline()
@@ -76,6 +75,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             "capability": {i: st for i, p, m, at, st in state.load_baselines() if p == CAPABILITY_PROFILE},
             "passive": sorted(({"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
                                if p == PASSIVE_PROFILE and m == "view"), key=lambda v: v["device"]),
+            "sources": {i: {"at": at, **st} for i, p, m, at, st in state.load_baselines() if p == SOURCE_PROFILE},
         }
     finally:
         state.close()
@@ -106,6 +106,10 @@ def render(st: dict, table) -> str:
     out.append("")
     if st.get("passive"):
         out.append(render_passive(st["passive"], table))
+        out.append("")
+    tracer = (st.get("sources") or {}).get("tracer")
+    if tracer:
+        out.append(render_tail(tracer, table))
         out.append("")
     for identity, cap in sorted((st.get("capability") or {}).items()):
         bw = f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap.get("bandwidth_bytes") else ""
@@ -150,6 +154,24 @@ def render_passive(views: list[dict], table) -> str:
                  [[v["device"], v["identity"], direction(v, "read"), direction(v, "write"),
                    f"{v['peer_ratio']:.2f}x" if v["peer_ratio"] is not None else "-", verdict(v),
                    time.strftime("%H:%M:%S", time.localtime(v["at"]))] for v in views])
+
+
+def render_tail(t: dict, table) -> str:
+    """Where the time of real I/O went in the tracer's last window: per disk and direction, the tail of
+    the timed requests and how much of their p99 the device itself took."""
+    as_of = time.strftime("%H:%M:%S", time.localtime(t["at"]))
+    if not t.get("up"):
+        return f"where the time goes: the tracer is off ({_p(t.get('reason') or 'no reason given')}), as of {as_of}"
+    rows = [r for r in t.get("rows", ()) if r.get("timed")]
+    if not rows:
+        return f"where the time goes: no request timed in the last {t['window_seconds']:.0f} s, as of {as_of}"
+    headers, cells = latency_columns({k: [r.get(f"{k}_seconds") for r in rows] for k in ("p50", "p99", "p999")})
+    headers = [h.replace("p999", "p99.9") for h in headers]
+    return (f"where the time goes (real I/O, the last {t['window_seconds']:.0f} s, as of {as_of}):\n" +
+            table(["device", "direction", "timed", *headers, "p99 in device"],
+                  [[_p(r["device"]), r["direction"], r["timed"], *lat,
+                    f"{r['in_device_p99']:.0%}" if r.get("in_device_p99") is not None else "-"]
+                   for r, lat in zip(rows, cells)]))
 
 
 def baseline_command(cfg: Config, action: str, target: str | None, profile: str | None) -> str:

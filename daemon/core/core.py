@@ -32,6 +32,7 @@ from iowarden.daemon.sources.registry import SOURCES
 
 log = logging.getLogger("iowarden")
 _STOP = object()
+SUMMARY_SECONDS = 15.0   # a source's summary for `status` is saved at most this often (a write to the database)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Core:
         self.readers, self.influx, self.clock = readers, influx, clock
         self.retention_seconds = retention_seconds
         self.sources = sources
+        self._summary_saved: dict[str, float] = {}   # source -> when its summary was last saved (monotonic)
         self.known = knowledge.Knowledge(last_settings=state.load_settings(),
                                          recent_drift=state.drift_events()[-knowledge.RECENT_DRIFT:])
         self._events: queue.SimpleQueue = queue.SimpleQueue()
@@ -166,6 +168,12 @@ class Core:
 
     def _on_source(self, e: SourceRead) -> None:
         self.known.sources[e.source] = e.value
+        spec = next((s for s in self.sources if s.name == e.source), None)
+        now = self.clock()
+        last = self._summary_saved.get(e.source)
+        if spec is not None and spec.summary is not None and (last is None or now - last >= SUMMARY_SECONDS):
+            self._summary_saved[e.source] = now
+            self.state.save_baseline(e.source, knowledge.SOURCE_PROFILE, "summary", time.time(), spec.summary(e.value))
 
     def _on_targets(self, e: TargetsChanged) -> None:
         self.known.targets = e.targets

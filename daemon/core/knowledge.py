@@ -22,10 +22,10 @@ from iowarden.daemon.probing.scheduler import result_summary
 from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.verdicts.causes import Evidence, likely_causes
-from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
+from iowarden.daemon.verdicts.health import PASSIVE_PROFILE, SOURCE_PROFILE
 
 log = logging.getLogger("iowarden")
-__all__ = ["Knowledge", "apply_result", "apply_settings", "PASSIVE_PROFILE"]
+__all__ = ["Knowledge", "apply_result", "apply_settings", "PASSIVE_PROFILE", "SOURCE_PROFILE"]
 
 RECENT_DRIFT = 1000          # drift events kept for causes (a baseline's window of history)
 SAMPLES_KEPT = 130           # two minutes of 1 Hz samples: what a disk did during a probe that just ended

@@ -13,3 +13,6 @@ class SourceSpec:
     deadline_seconds: Callable[[dict], float]              # how long one read may take before it is stuck
     families: Callable[[object, Any], Iterable]            # (value, Snapshot) -> metric families
     causes: Callable[[object, set], list[str]]             # (value, kernel disks) -> likely causes
+    # (value) -> a JSON-able summary the core saves (at most every SUMMARY_SECONDS) for `iowarden status`,
+    # a process of its own that reads the database; None: the source shows nothing there
+    summary: Callable[[object], dict] | None = None

@@ -399,7 +399,24 @@ def causes(r: TraceReading | None, disks: set[str]) -> list[str]:
             if (text := where_the_time_goes(r, disk, direction))]
 
 
+def summary(r: TraceReading) -> dict:
+    """For `iowarden status`: per disk and direction, the last window's tail and its share in the device."""
+    rows = []
+    for (disk, direction, stage), total in sorted(r.window.items()):
+        if stage != "total" or not total.total:
+            continue
+        device = r.window.get((disk, direction, "device"))
+        p99, dev99 = total.quantile_seconds(0.99), device.quantile_seconds(0.99) if device else None
+        rows.append({"device": disk, "direction": direction, "timed": total.total,
+                     "p50_seconds": total.quantile_seconds(0.5), "p99_seconds": p99,
+                     "p999_seconds": total.quantile_seconds(0.999),
+                     "in_device_p99": min(1.0, dev99 / p99) if p99 and dev99 is not None else None,
+                     "sampled_share": r.sampled_share.get(disk)})
+    return {"up": r.up, "reason": r.reason, "window_seconds": r.window_seconds, "unix_time": r.unix_time,
+            "rows": rows}
+
+
 SPEC = SourceSpec("tracer", CONFIG, start,
                   # one read drains a pipe and may stop and start bpftrace (5 s to stop, its start returns at once)
                   deadline_seconds=lambda c: 30.0,
-                  families=families, causes=causes)
+                  families=families, causes=causes, summary=summary)

@@ -23,6 +23,8 @@ log = logging.getLogger("iowarden")
 FAILURES_BEFORE_ALERT = 2
 PASSIVE_PROFILE = "passive"
 CAPABILITY_PROFILE = "capability"
+SOURCE_PROFILE = "source"        # a registered source's last summary, for `status` (sources/spec.py)
+NOT_PROBE_PROFILES = (PASSIVE_PROFILE, CAPABILITY_PROFILE, SOURCE_PROFILE)
 CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
 CONTENDED_RECOVERED = 0.75
 
@@ -76,8 +78,8 @@ class Health:
         # filesystem is no longer mounted must not be probed on the disk beneath it
         self.pins: dict[str, str] = state.pins()
         for identity, profile, metric, learned_at, st in state.load_baselines():
-            if profile in (PASSIVE_PROFILE, CAPABILITY_PROFILE):
-                continue   # the passive detector's curves (passive_part), characterize's capability
+            if profile in NOT_PROBE_PROFILES:
+                continue   # the passive detector's curves (passive_part), characterize's capability, sources
             self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
             self.learned_at[(identity, profile, metric)] = learned_at
         for a in state.alerts(open_only=True):

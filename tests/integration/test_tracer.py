@@ -127,6 +127,15 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
                  if line.startswith(f'iowarden_io_latency_seconds_count{{device="{outer.name}",direction="read",stage="total"'))
     assert count > 0   # the daemon's own probes, timed in the block layer
     assert f'iowarden_io_latency_timed_ratio{{device="{outer.name}"}} 1.0' in text
+
+    def status():   # `status` (its own process, reading the database) shows the tail of the last window
+        out = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "status", "-c", str(d.cfg)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split() for line in out.stdout.splitlines() if line.startswith(outer.name + " ")]
+        return out.stdout if "where the time goes (real I/O" in out.stdout and \
+            any(r[1] == "read" and int(r[2]) > 0 and r[-1].endswith("%") for r in rows) else None
+    wait_for(status, timeout=60, what="the tracer's tail in `iowarden status`")
     tracers = _children_named(d.proc.pid, "bpftrace")
     assert len(tracers) == 1
     d.close()

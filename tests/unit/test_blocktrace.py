@@ -148,3 +148,31 @@ def test_the_histograms_pass_promtool_and_the_naming_check():
     assert 'iowarden_io_latency_timed_ratio{device="sdb"} 0.25' in text
     for fam in tracer.families(r, types.SimpleNamespace(devices={})):
         assert family_problems(fam.name, fam.type, fam.documentation) == [], fam.name
+
+
+def test_status_shows_the_last_windows_tail_saved_by_the_core_at_most_every_15_s(tmp_path):
+    from iowarden.daemon.commands.status import render_tail
+    from iowarden.daemon.commands.tables import table
+    from iowarden.daemon.core.core import Core
+    from iowarden.daemon.core.events import SourceRead
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.verdicts.health import SOURCE_PROFILE, Health
+
+    now = [100.0]
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "test", clock=lambda: now[0])
+    core.run_batch([SourceRead("tracer", _reading(180, 2))])
+    now[0] += 5
+    core.run_batch([SourceRead("tracer", _reading(1, 40))])    # within 15 s of the last save: not written
+    saved = [s for i, p, m, at, s in st.load_baselines() if p == SOURCE_PROFILE and i == "tracer"]
+    assert len(saved) == 1 and saved[0]["rows"][0]["in_device_p99"] > 0.95
+    now[0] += 15
+    core.run_batch([SourceRead("tracer", _reading(1, 40))])
+    (saved,) = [{"at": at, **s} for i, p, m, at, s in st.load_baselines() if p == SOURCE_PROFILE]
+    out = render_tail(saved, table)
+    row = next(line for line in out.splitlines() if line.startswith("sdb"))
+    assert "the last 15 s" in out and "p99.9 usec" in out and "p99 in device" in out, out
+    assert row.split()[1:3] == ["read", "1000"] and row.split()[-1] in ("2%", "3%"), row   # the queue took the tail
+    off = render_tail({"at": 0.0, "up": False, "reason": "bpftrace is not installed", "rows": []}, table)
+    assert "the tracer is off (bpftrace is not installed)" in off
+    st.close()
