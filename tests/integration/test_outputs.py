@@ -60,11 +60,14 @@ def _substitute(expr: str) -> str:
 
 def test_prometheus_scrapes_iowarden_and_every_dashboard_query_runs(loop_xfs, tmp_path, daemon_factory, cleanup):
     port = free_port()
+    # the tracer on: the dashboard's row of real I/O by stage must have data too
     d = daemon_factory(config_text(loop_xfs.mountpoint, tmp_path / "state", interval=1.0, port=port,
-                                   extra="[budget]\ndevice_time_ratio = 1.0\n"))
+                                   extra="[budget]\ndevice_time_ratio = 1.0\n", tracer=True))
     d.wait_message("READY=1")
     prom, pport = servers.prometheus(tmp_path, port)
     cleanup(prom)
+    wait_for(lambda: servers.query(pport, 'changes(iowarden_io_latency_seconds_count{stage="total"}[1m]) > 0')
+             ["data"]["result"], timeout=90, what="the tracer's histograms moving in Prometheus")
     wait_for(lambda: servers.query(pport, 'iowarden_probe_latency_seconds_bucket{profile="rr"}')["data"]["result"],
              timeout=60, what="the probe histogram in Prometheus")
     wait_for(lambda: servers.query(pport, "iowarden_disk_io_time_seconds_total")["data"]["result"],

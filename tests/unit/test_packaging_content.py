@@ -60,6 +60,11 @@ def test_dashboard_structure():
     exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
     assert any("iowarden_baseline_band_lower_iops" in e for e in exprs)      # IOPS against the baseline band
     assert any("histogram_quantile" in e for e in exprs)
+    # a heatmap of cumulative buckets is drawn per bucket only when its query is formatted as one (Grafana
+    # de-accumulates `le` then); the tracer's real I/O has one beside the probes'
+    heatmaps = [t for p in doc["panels"] if p["type"] == "heatmap" for t in p["targets"]]
+    assert heatmaps and all(t.get("format") == "heatmap" and "_bucket" in t["expr"] for t in heatmaps)
+    assert any("iowarden_io_latency_seconds_bucket" in t["expr"] for t in heatmaps)
     assert {a["name"] for a in doc["annotations"]["list"]} == {"settings drift", "iowarden alerts"}
 
 
@@ -96,8 +101,8 @@ def unit_of_query(expr: str) -> str:
     """The Grafana unit a query's values are in, from the metric it reads and what is done to it."""
     import re
     e = expr.replace(" ", "")
-    if e.startswith("histogram_quantile(") or e.startswith("sumby(le)(increase(iowarden_probe_latency"):
-        return "s"
+    if e.startswith("histogram_quantile(") or re.match(r"sumby\(le\)\(increase\(iowarden_\w+_seconds_bucket", e):
+        return "s"                                       # a quantile; a heatmap's axis is the buckets' seconds
     if re.match(r"rate\(iowarden_disk_\w+_time_seconds_total.*\)/rate\(iowarden_disk_\w+_completed_total", e):
         return "s"                                       # r_await, w_await
     if e.startswith("rate(iowarden_disk_io_time_seconds_total"):
