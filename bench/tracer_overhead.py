@@ -1,17 +1,25 @@
 """What the block-layer tracer costs per I/O, and so at 200k IOPS, side by side with fio alone.
 
 A loop device over an image in /dev/shm (its reads are page-cache copies: the fastest device this
-machine has) takes fio's 4k random reads at QD32 for RUN_SECONDS, three times: without the tracer,
-with it timing every request, and with it sampling as the daemon does (max_timed_iops = 2000). The
-cost is the kernel's own account of the tracer's BPF programs (kernel.bpf_stats_enabled: run_time_ns
-of every program bpftrace loaded, from /proc/PID/fdinfo), so other work on the machine does not blur
-it; the bpftrace process's own CPU (reading its maps once per window) is shown beside it.
+machine has) takes fio's 4k random reads. Two measurements:
+
+1. The programs: at QD32 for RUN_SECONDS, three times: without the tracer, with it timing every
+   request, and with it sampling as the daemon does (max_timed_iops = 2000). The cost is the kernel's
+   own account of the tracer's BPF programs (kernel.bpf_stats_enabled: run_time_ns of every program
+   bpftrace loaded, from /proc/PID/fdinfo), so other work on the machine does not blur it; the
+   bpftrace process's own CPU (reading its maps once per window) is shown beside it. It leaves out
+   what the tracepoint itself costs before the program runs (the kernel fills the event's record).
+2. Everything: at a fixed rate (FIXED_IOPS) the machine's busy CPU time (/proc/stat, all CPUs) per
+   I/O, without the tracer, with three programs attached that only filter (another disk: what any
+   tracepoint-based tracer costs at the least), and with the sampled tracer; interleaved for
+   ROUNDS rounds, medians shown. Other work on the machine blurs this one: run it on a quiet machine.
 
 Run as root: .venv/bin/python bench/tracer_overhead.py
 """
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,6 +30,12 @@ from iowarden.probes import blocktrace
 
 RUN_SECONDS = 10
 AT_IOPS = 200_000
+FIXED_IOPS = 20_000
+FIXED_SECONDS = 8
+ROUNDS = 5
+# the three tracepoints the tracer uses, each with a filter that matches no disk: the floor of the mechanism
+FILTER_ONLY = "\n".join(f"tracepoint:block:{tp} / args->dev == 1 / {{ @n = count(); }}"
+                        for tp in ("block_bio_queue", "block_rq_issue", "block_rq_complete"))
 
 
 def fio(device: str) -> float:
@@ -29,6 +43,37 @@ def fio(device: str) -> float:
                           "--ioengine=libaio", "--direct=1", "--runtime", str(RUN_SECONDS), "--time_based",
                           "--output-format=json"], capture_output=True, text=True, check=True).stdout
     return json.loads(out)["jobs"][0]["read"]["iops"]
+
+
+def busy_cpu_seconds() -> float:
+    """All CPUs' busy time since boot (/proc/stat: everything but idle and iowait)."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def at_fixed_rate(device: str) -> tuple[float, float]:
+    """(I/Os done, busy CPU seconds of the machine) for FIXED_SECONDS of reads at FIXED_IOPS."""
+    cpu0 = busy_cpu_seconds()
+    out = subprocess.run(["fio", "--name=b", f"--filename={device}", "--rw=randread", "--bs=4k", "--iodepth=8",
+                          "--ioengine=libaio", "--direct=1", "--runtime", str(FIXED_SECONDS), "--time_based",
+                          f"--rate_iops={FIXED_IOPS}", "--output-format=json"],
+                         capture_output=True, text=True, check=True).stdout
+    cpu = busy_cpu_seconds() - cpu0
+    return json.loads(out)["jobs"][0]["read"]["total_ios"], cpu
+
+
+def with_program(text: str, fn):
+    """fn() while bpftrace runs `text`, attached."""
+    proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", text], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in proc.stdout:
+            if '"attached_probes"' in line:
+                break
+        return fn()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def bpf_run_time_ns(pid: int) -> tuple[int, int]:
@@ -97,6 +142,27 @@ def main() -> None:
               "sampling, the program still runs on every request (the hash decides), but maps are touched only "
               f"for the kept share ({blocktrace.SAMPLE_SCALE - skip_for(AT_IOPS, 2000.0)} in "
               f"{blocktrace.SAMPLE_SCALE} at 200k IOPS).")
+        print(f"\nthe whole cost at a fixed {FIXED_IOPS:,} IOPS (4k random reads QD8, {FIXED_SECONDS} s a run, "
+              f"{ROUNDS} rounds interleaved, medians; the machine's busy CPU per I/O)")
+        with open(stats, "w") as f:
+            f.write(before)   # the run-time accounting adds two clock reads per program run: off here
+        sampled_text = blocktrace.program({dev: skip_for(AT_IOPS, 2000.0)}, 5.0)
+        modes = {"fio alone": lambda: at_fixed_rate(loop),
+                 "3 tracepoints, filter only": lambda: with_program(FILTER_ONLY, lambda: at_fixed_rate(loop)),
+                 "tracer, sampled": lambda: with_program(sampled_text, lambda: at_fixed_rate(loop))}
+        per_io: dict[str, list[float]] = {m: [] for m in modes}
+        for _ in range(ROUNDS):
+            for mode, run in modes.items():
+                ios, cpu = run()
+                per_io[mode].append(cpu / ios * 1e9)
+        base = statistics.median(per_io["fio alone"])
+        print(f"{'run':<34}{'CPU ns/I/O':>12}{'extra ns/I/O':>14}{'cores at 200k IOPS':>20}{'spread ns':>12}")
+        for mode, values in per_io.items():
+            med = statistics.median(values)
+            extra = med - base
+            print(f"{mode:<34}{med:>12.0f}{extra if mode != 'fio alone' else 0:>14.0f}"
+                  f"{max(0.0, extra) * AT_IOPS / 1e9 if mode != 'fio alone' else 0:>20.4f}"
+                  f"{max(values) - min(values):>12.0f}")
     finally:
         with open(stats, "w") as f:
             f.write(before)

@@ -12,6 +12,8 @@ import subprocess
 import time
 import types
 import urllib.request
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -48,15 +50,17 @@ def _fio(path, *args, runtime=8):
 def _traced(outer, *fio_args):
     """fio on the outer volume with the tracer running: (fio's read stats, the tracer's last reading)."""
     read = tracer.start(_section(outer.name), Roots())
-    first = read()
-    assert first.up, first.reason
-    _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--size=128m", "--rw=read", "--bs=1m")  # lay out
-    time.sleep(WINDOW_SECONDS + 0.5)
-    before = read()
-    fio = _fio(outer.mountpoint, *fio_args)
-    time.sleep(WINDOW_SECONDS + 0.5)
-    after = read()
-    return fio, before, after, read
+    try:
+        first = read()
+        assert first.up, first.reason
+        _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--size=128m", "--rw=read", "--bs=1m")  # lay out
+        time.sleep(WINDOW_SECONDS + 0.5)
+        before = read()
+        fio = _fio(outer.mountpoint, *fio_args)
+        time.sleep(WINDOW_SECONDS + 0.5)
+        return fio, before, read()
+    finally:
+        read.stop()   # its bpftrace, by the reader that started it
 
 
 def _window(before, after, key):
@@ -70,7 +74,7 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
     fio's libaio clock starts when io_submit has returned, the bio was queued inside it."""
     inner, outer = stacked
     with blkio_cap("read_bps_device", inner.major_minor, 32 << 20):
-        fio, before, after, read = _traced(outer, "--iodepth=1", "--bs=128k")
+        fio, before, after = _traced(outer, "--iodepth=1", "--bs=128k")
     key = (outer.name, "read", "total")
     h = _window(before, after, key)
     fio_p = {q: fio["clat_ns"]["percentile"][f"{q:.6f}"] / 1e9 for q in (50.0, 99.0)}
@@ -140,3 +144,60 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
     assert len(tracers) == 1
     d.close()
     assert not os.path.exists(f"/proc/{tracers[0]}"), "bpftrace outlived the daemon"
+
+
+@contextmanager
+def queue_settings(name: str, **values):
+    """Set /sys/block/NAME/queue/KEY for the block; put back what was there, by the device's name."""
+    base = f"/sys/block/{name}/queue"
+    before = {k: open(f"{base}/{k}").read().split("[")[-1].split("]")[0].strip() for k in values}
+    try:
+        for k, v in values.items():
+            with open(f"{base}/{k}", "w") as f:
+                f.write(str(v))
+        yield
+    finally:
+        for k in reversed(list(values)):
+            with open(f"{base}/{k}", "w") as f:
+                f.write(before[k])
+
+
+def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_device_time_flat(stacked):
+    """The outer loop device takes 128 requests at a time (loop's hw_queue_depth) and serves them at the
+    pace of the inner one, held to 4,000 reads a second; mq-deadline with nr_requests 1024 holds the rest,
+    as a SATA disk's 32 NCQ slots behind a deep scheduler queue do. At QD128 every request is in the
+    device at once; at QD1024 the device holds the same 128 (its time stays flat) and the rest wait in
+    the scheduler: the tail is the kernel's queue, and the cause says so. (A device that is the CPU, a
+    loop over the page cache, shows nothing alike: fio and the loop worker share two cores.)"""
+    inner, outer = stacked
+    name = outer.name
+    windows, iops = {}, {}
+    with ExitStack() as stack:
+        stack.enter_context(queue_settings(name, scheduler="mq-deadline", nr_requests=1024))
+        read = tracer.start(_section(name), Roots())
+        stack.callback(read.stop)
+        assert read().up
+        _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--rw=read", "--bs=1m")   # lay out
+        stack.enter_context(blkio_cap("read_iops_device", inner.major_minor, 4000))
+        for depth in (128, 1024):
+            time.sleep(WINDOW_SECONDS + 0.5)
+            before = read()
+            iops[depth] = _fio(outer.mountpoint, f"--iodepth={depth}", "--iodepth_batch_submit=64", runtime=6)["iops"]
+            time.sleep(WINDOW_SECONDS + 0.5)
+            after = read()
+            window = types.SimpleNamespace(**{**after.__dict__})
+            window.window = {k: after.total[k].minus(before.total.get(k)) for k in after.total}
+            windows[depth] = window
+
+    def p99(depth, stage):
+        return windows[depth].window[(name, "read", stage)].quantile_seconds(0.99)
+    shallow, deep = (tracer.where_the_time_goes(windows[d], name, "read") for d in (128, 1024))
+    print(f"QD128: queue p99 {p99(128, 'queue') * 1e3:.3f} ms, device p99 {p99(128, 'device') * 1e3:.3f} ms; "
+          f"QD1024: queue p99 {p99(1024, 'queue') * 1e3:.3f} ms, device p99 {p99(1024, 'device') * 1e3:.3f} ms")
+    print(shallow, deep, sep="\n")
+    print({d: (round(iops[d]), {st: round(windows[d].window[(name, "read", st)].quantile_seconds(0.5) * 1e3, 3)
+                                for st in ("queue", "device", "total")}) for d in iops})
+    assert 1 / 1.5 <= p99(1024, "device") / p99(128, "device") <= 1.5   # device time flat
+    assert p99(1024, "queue") >= 4 * max(p99(128, "queue"), p99(128, "device") / 4)   # the queue grew
+    assert "the time goes to the kernel's queue in front of the device" in deep, deep
+    assert "the kernel's queue in front" not in shallow, shallow
