@@ -10,7 +10,7 @@ of that value, called where the daemon needs it:
   reader with a `stop` attribute (one that keeps a process running) is stopped with the daemon;
 - `families(value, snapshot)`: its section of /metrics;
 - `causes(value, disks)`: sentences for an alert on a volume over those kernel disks (its likely causes);
-- `summary(value)` (optional): what `iowarden status` shows of it, saved by the core at most once a minute.
+- `summary(value)` (optional): what `iowarden status` shows of it, saved by the core at most every 15 s.
 
 Adding a source is one module that defines a spec, one line in SOURCES, its fixture and its tests.
 The built-in sources that came before the seam (the diskstats sampler, the settings poller, the XFS
