@@ -30,7 +30,7 @@ from iowarden.probes import blocktrace
 
 RUN_SECONDS = 10
 AT_IOPS = 200_000
-FIXED_IOPS = 20_000
+FIXED_IOPS = 100_000
 FIXED_SECONDS = 8
 ROUNDS = 5
 # the three tracepoints the tracer uses, each with a filter that matches no disk: the floor of the mechanism
