@@ -63,6 +63,13 @@ def _traced(outer, *fio_args):
         read.stop()   # its bpftrace, by the reader that started it
 
 
+def _reading_between(before, after):
+    """`after` with its window replaced by what was added since `before` (what a cause is built from)."""
+    window = types.SimpleNamespace(**{**after.__dict__})
+    window.window = {k: after.total[k].minus(before.total.get(k)) for k in after.total}
+    return window
+
+
 def _window(before, after, key):
     return after.total[key].minus(before.total.get(key))
 
@@ -85,9 +92,7 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
     assert abs(ours[50.0] - fio_p[50.0]) <= 0.10 * fio_p[50.0]
     assert abs(ours[99.0] - fio_p[99.0]) <= 0.20 * fio_p[99.0]
     # the time is below the block layer: the cause says the device
-    window = types.SimpleNamespace(**{**after.__dict__})
-    window.window = {k: after.total[k].minus(before.total.get(k)) for k in after.total}
-    said = tracer.where_the_time_goes(window, outer.name, "read")
+    said = tracer.where_the_time_goes(_reading_between(before, after), outer.name, "read")
     print(said)
     assert said and "in the device: the time goes to the device" in said
 
@@ -184,10 +189,7 @@ def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_d
             before = read()
             iops[depth] = _fio(outer.mountpoint, f"--iodepth={depth}", "--iodepth_batch_submit=64", runtime=6)["iops"]
             time.sleep(WINDOW_SECONDS + 0.5)
-            after = read()
-            window = types.SimpleNamespace(**{**after.__dict__})
-            window.window = {k: after.total[k].minus(before.total.get(k)) for k in after.total}
-            windows[depth] = window
+            windows[depth] = _reading_between(before, read())
 
     def p99(depth, stage):
         return windows[depth].window[(name, "read", stage)].quantile_seconds(0.99)
