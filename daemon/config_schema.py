@@ -148,6 +148,13 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "evidence_threshold": Key("float", 8.8, "... and the accumulated strays past the allowance that name it "
                                                 "(SlowMember). bench/passive_perseus.py tunes both.",
                                   minimum=1.0, maximum=1000.0),
+        "tail_ratio": Key("float", 4.0, "With the tracer on: a member whose p99.9 of real I/O is this many times its "
+                                        "peers' median p99.9 in three blocks in a row is slow on its tail "
+                                        "(SlowMember), however little its mean moved ...", minimum=1.5, maximum=1000.0),
+        "tail_block_seconds": Key("float", 60.0, "The tail is judged per block of this many seconds (of whole "
+                                                 "windows).", minimum=10.0, maximum=3600.0),
+        "tail_floor_ms": Key("float", 20.0, "... and at least this many milliseconds above it (fast flash's tail "
+                                            "wanders by milliseconds).", minimum=0.0, maximum=100000.0),
         "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2, maximum=10000),
         "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
                         minimum=0.0, maximum=10000.0),

@@ -15,6 +15,7 @@ packages=(fio xfsprogs util-linux libsystemd-dev pkg-config gcc python3-venv pyt
 if [ "${1:-}" = "--test" ]; then
     packages+=(sysstat ioping e2fsprogs prometheus prometheus-alertmanager victoria-metrics openssl debootstrap rpm systemd groff-base
                iproute2    # the fleet test's hosts: network namespaces and veth
+               libfuse3-3  # the tail test's disk with a weak region (tests/integration/weakfuse.py)
                lintian rpmlint binutils)   # the packages' checks; strip
 fi
 missing=()

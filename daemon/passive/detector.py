@@ -36,6 +36,7 @@ from collections import deque
 
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
+from iowarden.daemon.passive.tail import TailEvidence
 
 from iowarden.daemon.passive.groups import GroupRules
 # the values it takes and gives, importable from here as before the split
@@ -51,6 +52,7 @@ class PassiveDetector(GroupRules):
         self.devices: dict[str, _Device] = {}
         self.capability: dict[str, tuple] = {}   # device -> (IOPS, bytes/s) a characterisation measured
         self.evidence = PeerEvidence(params.evidence(), record_blocks)
+        self.tail = TailEvidence(params.tail())
         self.group_slow: dict[tuple, deque] = {}   # group -> this past hour: was the members' median acutely slow
         self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
         for (device, direction, unit), st in (curves or {}).items():
@@ -91,7 +93,9 @@ class PassiveDetector(GroupRules):
             members = [m for m in group if m in by_device]
             if len(members) >= 2:
                 out += self._judge_peers(tuple(group), members, evidence)
+                out += self._judge_tail(tuple(group), [by_device[m] for m in members])
         self.evidence.forget_groups_but(tuple(g) for g in groups)
+        self.tail.forget_groups_but(tuple(g) for g in groups)
         out += self._together(groups)
         if windows:
             now = max(w.end for w in windows)
@@ -132,6 +136,7 @@ class PassiveDetector(GroupRules):
             out = [self._clear(device, d, kind, "the device is gone") for kind in list(d.flagged)]
             d.self_ring.clear(), d.self_log.clear(), d.peer_log.clear(), d.peer_excess.clear()
             d.peer_recent.clear(), d.sat_ring.clear()
+        self.tail.forget(device)
         return out
 
     # -- self ---------------------------------------------------------------------------------
@@ -266,7 +271,9 @@ class PassiveDetector(GroupRules):
     # -- transitions and views ----------------------------------------------------------------
     def _raise(self, device, d, kind, ev, summary) -> Transition:
         ratio = ev.get("ratio", 0)
-        severity = "critical" if kind != "saturation" and ratio >= self.p.severe_ratio else "warning"
+        # a tail out of line with the mean in line is an early sign, not yet a slow drive: a warning
+        severity = "critical" if kind != "saturation" and ev.get("rule") != "tail" and ratio >= self.p.severe_ratio \
+            else "warning"
         ev = {**ev, "summary": summary}
         d.flagged[kind] = ev
         return Transition(kind, device, "raised", severity, summary, dict(ev))
@@ -292,9 +299,11 @@ class PassiveDetector(GroupRules):
             if cap[1]:
                 ratio["bandwidth"] = d.last_total[1] / cap[1]
             e = self.evidence.members.get(name)
+            t = self.tail.members.get(name)
             out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
                                   tuple(sorted(d.flagged)), cap, ratio, dataclasses.replace(e) if e else None,
-                                  self.evidence.p.threshold if e else None, self.p.self_ratio))
+                                  self.evidence.p.threshold if e else None, self.p.self_ratio,
+                                  dataclasses.replace(t) if t is not None and t.tail_ms is not None else None))
         return tuple(out)
 
     def curves_state(self) -> dict:

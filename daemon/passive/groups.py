@@ -99,8 +99,37 @@ class GroupRules:
                 e = self.evidence.members.get(m)
                 if rule == "evidence" and (e is None or e.score <= 0.0):
                     out.append(self._clear(m, d, "peers", "its evidence against its peers drained: in line for hours"))
-                elif rule != "evidence" and not named and med_log < math.log(self.p.peer_clear_ratio):
+                elif rule not in ("evidence", "tail") and not named and med_log < math.log(self.p.peer_clear_ratio):
                     out.append(self._clear(m, d, "peers", "back in line with its peers"))
+        return out
+
+    def _judge_tail(self, group: tuple, windows: list) -> list[Transition]:
+        """A member whose p99.9 of real I/O left its peers' (passive/tail.py): raised as SlowMember, with the
+        tail and the mean side by side, since the mean is what did not move."""
+        tails = {w.device: w.tails for w in windows if w.tails}
+        means = {w.device: {d: (f.await_ms, f.iops * w.seconds) for d, f in w.flows.items() if f.iops}
+                 for w in windows}
+        judged = self.tail.add(group, tails, means)
+        out = []
+        for m, t in judged.items():
+            d = self._dev(m)
+            peers = sorted(x for x in group if x != m)
+            flagged = d.flagged.get("peers")
+            if flagged is None and self.tail.named(m):
+                ev = {"rule": "tail", "direction": t.direction, "tail_ms": round(t.tail_ms, 3),
+                      "peers_tail_ms": round(t.peers_tail_ms, 3), "ratio": round(t.ratio, 2),
+                      "mean_ratio": None if t.mean_ratio is None else round(t.mean_ratio, 2), "peers": peers,
+                      "blocks": t.out_streak, "block_seconds": round(self.p.window_seconds * self.tail.p.block_windows)}
+                mean = "" if t.mean_ratio is None else f", while its mean is {t.mean_ratio:.2f}x theirs"
+                summary = (f"{m} is slow on its tail: p99.9 {t.direction} {t.tail_ms:.1f} ms against "
+                           f"{t.peers_tail_ms:.1f} ms of its peers {', '.join(peers)}, in {t.out_streak} blocks of "
+                           f"{ev['block_seconds']} s in a row{mean}: a few of its I/Os are very slow (a weak "
+                           f"region, retries, a path that stalls)")
+                out.append(self._raise(m, d, "peers", ev, summary))
+            elif flagged is not None and flagged.get("rule") == "tail":
+                why = self.tail.cleared(m)
+                if why:
+                    out.append(self._clear(m, d, "peers", why))
         return out
 
     def _evidence_ev(self, m: str, peers: list[str], excess_ms: float) -> dict:

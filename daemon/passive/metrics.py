@@ -16,6 +16,9 @@ def passive_families(s):
                                 "holds", labels=labels + ["direction"])
     peer = GaugeMetricFamily("iowarden_passive_peer_ratio", "Latency over the peers' median at comparable load "
                              "(median of recent windows)", labels=labels)
+    tail = GaugeMetricFamily("iowarden_passive_tail_ratio", "With the tracer on: the p99.9 of real I/O over its "
+                             "peers' median p99.9 in the last one-minute block (the worse direction); "
+                             "SlowMember at [passive] tail_ratio for three blocks in a row", labels=labels + ["direction"])
     state = GaugeMetricFamily("iowarden_passive_state", "1 while the passive detector holds this kind of "
                               "verdict open on the device (self, peers, saturation)", labels=labels + ["kind"])
     cap_iops = GaugeMetricFamily("iowarden_passive_capability_iops", "Saturation IOPS `iowarden characterize` "
@@ -54,10 +57,12 @@ def passive_families(s):
             learned.add_metric(lab + [direction], n)
         if v.peer_ratio is not None:
             peer.add_metric(lab, v.peer_ratio)
+        if v.tail is not None and v.tail.ratio is not None:
+            tail.add_metric(lab + [v.tail.direction], v.tail.ratio)
         for kind in KINDS:
             state.add_metric(lab + [kind], 1 if kind in v.flagged else 0)
     if threshold is not None:
         evidence_threshold.add_metric([], threshold)
     if slow_ratio is not None:
         slow_at.add_metric([], slow_ratio)
-    yield from (ratio, expected, learned, peer, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw, load)
+    yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw, load)

@@ -63,9 +63,11 @@ class PassiveWatch:
     nothing: what it learned goes to the core to be saved (every SAVE_EVERY_WINDOWS windows, on a verdict,
     and at the stop)."""
 
-    def __init__(self, params: PassiveParams, sampler, devices_fn, state, post):
+    def __init__(self, params: PassiveParams, sampler, devices_fn, state, post, trace_fn=None):
         self.params = params
         self.sampler = sampler
+        self.trace_fn = trace_fn              # the tracer's latest TraceReading (or None): the tails of real I/O
+        self._trace_before: dict = {}         # (kernel name, direction) -> its cumulative histogram at the last step
         self.devices_fn = devices_fn          # kernel name -> BlockDevice (the settings poller's view)
         self.state = state                    # read only: the saved curves at the start, characterize's capability
         self.post = post                      # a PassiveJudged event to the core
@@ -106,7 +108,8 @@ class PassiveWatch:
         ident = {n: identity_of(n, devices) for n in judged}
         now = time.time()
         rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if n in reading.sampled and n in ident}
-        windows = [Window.from_rates(ident[n], now, r) for n, r in rates.items()]
+        tails = self._tails()
+        windows = [Window.from_rates(ident[n], now, r, tails.get(n)) for n, r in rates.items()]
         stacked = stacked_members(devices)
         groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices, stacked)]
         name_of = {ident[n]: n for n in rates}
@@ -122,6 +125,25 @@ class PassiveWatch:
         self._windows += 1
         due = self._windows >= SAVE_EVERY_WINDOWS or transitions   # `status` sees a new verdict at once
         self.post(PassiveJudged(tuple(transitions), self.views, self._saves() if due else ()))
+
+    def _tails(self) -> dict[str, dict]:
+        """Per kernel name, direction -> the tracer's histogram of total latency since the last step."""
+        reading = self.trace_fn() if self.trace_fn is not None else None
+        if reading is None or not reading.up:
+            self._trace_before = {}
+            return {}
+        out: dict[str, dict] = {}
+        now = {}
+        for (name, direction, stage), h in reading.total.items():
+            if stage != "total":
+                continue
+            now[(name, direction)] = h
+            if (name, direction) in self._trace_before:   # the first step only sets the start
+                since = h.minus(self._trace_before[(name, direction)])
+                if since.counts:
+                    out.setdefault(name, {})[direction] = since
+        self._trace_before = now
+        return out
 
     def _load_capability(self) -> None:
         """What `iowarden characterize -c` measured, per identity (it may run while the daemon does)."""
@@ -145,7 +167,9 @@ class PassiveWatch:
         out += [(ident, "view", {
             "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
             "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
-            "flagged": list(v.flagged)}) for name, ident, v in self.views]
+            "flagged": list(v.flagged),
+            "tail": None if v.tail is None else {"direction": v.tail.direction, "tail_ms": v.tail.tail_ms,
+                                                 "peers_tail_ms": v.tail.peers_tail_ms}}) for name, ident, v in self.views]
         return tuple(out)
 
 

@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from iowarden.daemon.passive.evidence import EvidenceParams
+from iowarden.daemon.passive.tail import TailParams
 
 
 DIRECTIONS = ("read", "write")
@@ -55,25 +56,35 @@ class PassiveParams:
     evidence_allowance: float = 4.0
     evidence_threshold: float = 8.8
     evidence_scale_floor: float = 0.02
+    # a drive slow on its tail against its peers' (passive/tail.py; needs the tracer)
+    tail_block_seconds: float = 60.0
+    tail_block_windows: int = 4          # derived: tail_block_seconds of windows
+    tail_ratio: float = 4.0
+    tail_floor_ms: float = 20.0
 
     @classmethod
     def from_config(cls, section) -> "PassiveParams":
         return cls(**{key: getattr(section, key) for key in PASSIVE_KEYS},
                    # derived: an hour of windows, whatever their length
-                   evidence_block_windows=max(4, round(3600.0 / section.window_seconds)))
+                   evidence_block_windows=max(4, round(3600.0 / section.window_seconds)),
+                   tail_block_windows=max(1, round(section.tail_block_seconds / section.window_seconds)))
 
     def evidence(self) -> EvidenceParams:
         return EvidenceParams(block_windows=self.evidence_block_windows, allowance=self.evidence_allowance,
                               threshold=self.evidence_threshold, scale_floor=self.evidence_scale_floor)
 
+    def tail(self) -> TailParams:
+        return TailParams(block_windows=self.tail_block_windows, ratio=self.tail_ratio, floor_ms=self.tail_floor_ms)
+
 
 # The [passive] keys an operator may tune (same names as the fields), each with its range in the schema.
 PASSIVE_KEYS = ("window_seconds", "self_ratio", "peer_ratio", "peer_windows", "saturation_windows", "floor_ms",
-                "evidence_allowance", "evidence_threshold")
+                "evidence_allowance", "evidence_threshold", "tail_ratio", "tail_floor_ms",
+                "tail_block_seconds")
 # Derived from a key: evidence_block_windows (an hour of windows). Internal: everything else, tuned on the
 # Perseus development hosts and shown leave-one-cluster-out (bench/passive_perseus.py, docs/detector.md);
 # a change moves the figures there, so they are not an operator's knob.
-PASSIVE_DERIVED = frozenset({"evidence_block_windows"})
+PASSIVE_DERIVED = frozenset({"evidence_block_windows", "tail_block_windows"})
 
 
 @dataclass(frozen=True)
@@ -101,13 +112,14 @@ class Window:
     flows: dict                       # direction -> Flow (directions with a rate and an await)
     queue_size: float | None = None   # iostat aqu-sz
     util_percent: float | None = None
+    tails: dict = field(default_factory=dict)   # direction -> the tracer's StageHistogram of total latency
 
     @classmethod
-    def from_rates(cls, device: str, end: float, r) -> "Window":
-        """From a diskstats.DiskRates over the window."""
+    def from_rates(cls, device: str, end: float, r, tails: dict | None = None) -> "Window":
+        """From a diskstats.DiskRates over the window (and the tracer's histograms of it, when on)."""
         flows = {"read": Flow(r.reads_per_second, r.read_kib_per_second, r.read_await_ms),
                  "write": Flow(r.writes_per_second, r.write_kib_per_second, r.write_await_ms)}
-        return cls(device, end, r.interval_seconds, flows, r.queue_size, r.util_percent)
+        return cls(device, end, r.interval_seconds, flows, r.queue_size, r.util_percent, tails or {})
 
 
 @dataclass(frozen=True)
@@ -139,6 +151,7 @@ class DeviceView:
     evidence: object = None        # passive_evidence.MemberEvidence (a copy) in a group of three or more
     evidence_threshold: float | None = None
     self_ratio: float | None = None   # the configured ratio a window is slow at ([passive] self_ratio)
+    tail: object = None            # passive_tail.MemberTail (a copy): its p99.9 against its peers', last block
 
 
 @dataclass

@@ -1,0 +1,117 @@
+"""A drive slow on its tail, on real devices: two loop devices of one size (peers), each over an image
+that a FUSE process serves (tests/integration/weakfuse.py), every read 2 ms; one of them has a weak
+region (one 4 KiB block in 500 takes 100 ms more). Both carry the same random reads. The tracer times
+the loop devices' requests (the delay is below their block layer, in the device time); the passive
+detector names the weak one SlowMember on its p99.9 while its mean moves a few per cent.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LoopXfs
+from tests.integration.helpers import config_text, free_port, wait_for
+from tests.integration.test_passive import metric, passive_alerts, scrape
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+WEAKFUSE = Path(__file__).with_name("weakfuse.py")
+# a size no other test's loop device has: the two images are each other's only peer
+SIZE = (200 << 20) + 12288
+
+
+@contextmanager
+def weak_disks(where: Path):
+    """(healthy, weak) loop devices over the FUSE images; the loops, the mount and the server go on exit."""
+    mnt = where / "weakfuse"
+    mnt.mkdir()
+    server = subprocess.Popen([sys.executable, str(WEAKFUSE), str(mnt), str(SIZE), "healthy.img", "slow.weak"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    loops = []
+    try:
+        wait_for(lambda: (mnt / "slow.weak").exists() or server.poll() is not None, timeout=30, what="the FUSE mount")
+        assert server.poll() is None, server.stdout.read().decode(errors="replace")[-2000:]
+        for name in ("healthy.img", "slow.weak"):
+            # direct I/O: the loop device passes its reads on concurrently (buffered, its worker reads one at a time)
+            loops.append(subprocess.run(["losetup", "--find", "--show", "--read-only", "--direct-io=on", str(mnt / name)],
+                                        check=True, capture_output=True, text=True).stdout.strip())
+        yield tuple(p.rsplit("/", 1)[-1] for p in loops)
+    finally:
+        for dev in loops:
+            subprocess.run(["losetup", "-d", dev], check=False)
+        subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@contextmanager
+def readers(devices, rate_iops: int, seconds: int):
+    """fio reading each device at random, read-only (it refuses any write), QD4 at a fixed rate."""
+    procs = [subprocess.Popen(["fio", "--name=app", f"--filename=/dev/{dev}", "--readonly", "--rw=randread",
+                               "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=4", f"--rate_iops={rate_iops}",
+                               "--time_based", f"--runtime={seconds}", "--output=/dev/null"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             for dev in devices]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def test_a_drive_with_a_weak_region_is_named_on_its_tail_while_its_mean_moves_little(tmp_path, daemon_factory):
+    port = free_port()
+    target = LoopXfs("512M")   # the daemon's probe target (probed once an hour: the tail is the subject here)
+    try:
+        _weak_region_named(tmp_path, daemon_factory, port, target)
+    finally:
+        target.close()
+
+
+def _weak_region_named(tmp_path, daemon_factory, port, target):
+    with weak_disks(tmp_path) as (healthy, weak):
+        extra = """
+[passive]
+window_seconds = 5.0
+tail_block_seconds = 20.0
+"""
+        text = config_text(target.mountpoint, tmp_path / "state", interval=3600.0, port=port, tracer=True, extra=extra)
+        text = text.replace("[tracer]\n", f'[tracer]\ndevices = ["{healthy}", "{weak}"]\n', 1)
+        d = daemon_factory(text)
+        d.wait_message("READY=1")
+        with readers((healthy, weak), rate_iops=400, seconds=400):
+            t0 = time.monotonic()
+            found = wait_for(lambda: [a for a in passive_alerts(scrape(port)) if a[0] == "SlowMember"],
+                             timeout=240, what=f"SlowMember for {weak} on its tail")
+            took = time.monotonic() - t0
+            metrics = scrape(port)
+        assert found == [("SlowMember", weak)], found
+        assert metric(metrics, "iowarden_passive_state", device=healthy, kind="peers") == 0
+        assert metric(metrics, "iowarden_passive_tail_ratio", device=weak, direction="read") >= 4
+        assert metric(metrics, "iowarden_passive_tail_ratio", device=healthy, direction="read") < 1
+        line = next(x for x in d.output().splitlines() if "ALERT SlowMember" in x)
+        assert "slow on its tail" in line and healthy in line, line
+        tail = re.search(r"p99\.9 read ([\d.]+) ms against ([\d.]+) ms of its peers .* while its mean is ([\d.]+)x", line)
+        assert tail, line
+        tail_ms, peers_ms, mean_ratio = (float(x) for x in tail.groups())
+        # a hundred milliseconds on the weak blocks; the mean, which is all diskstats has, moved less than 20 %
+        assert tail_ms >= 80 and peers_ms < 40, line
+        assert mean_ratio < 1.2, line
+        # what the mean-based peer comparison made of the same windows: nothing to page on
+        assert metric(metrics, "iowarden_passive_peer_ratio", device=weak) < 1.5
+        print(f"SlowMember {weak} after {took:.0f} s: {line}")
