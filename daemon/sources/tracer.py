@@ -14,7 +14,9 @@ compilation at each start. The daemon works without it: the reading then says th
 Bounds: one line of output at most MAX_LINE_BYTES; a process that prints nothing for three windows is
 killed and started again; restarts back off from 30 s to 10 min. The program samples requests on a
 disk faster than max_timed_iops (one in N by a hash of the sector) and re-plans N when a disk's rate
-moves by a factor of four, at most every replan_seconds.
+moves by a factor of four, at most every replan_seconds. Sampling bounds the programs' own time, not the
+tracepoints' (about 1.8 us per request here, timed or not): above max_cpu_cores' worth of the host's
+I/O rate the tracer pauses (over_budget).
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ log = logging.getLogger("iowarden")
 TRACE_BUCKETS_SECONDS = tuple(2 ** k / 1e9 for k in range(12, 36))
 NOT_TRACED = ("ram*", "zram*")
 RESTART_BACKOFF_SECONDS = (30.0, 60.0, 120.0, 300.0, 600.0)
+COMPILE_GRACE_SECONDS = 300.0  # before its first line bpftrace compiles: minutes on a slow (emulated) CPU
+PAUSE_MIN_SECONDS = 60.0    # a paused tracer stays off at least this long (each start compiles for seconds)
+PAUSED = "paused: the host's I/O rate would take the tracepoints over [tracer] max_cpu_cores"
 MIN_TAIL_SAMPLES = 200      # timed I/Os in a window before its p99 is quoted as a cause
 
 CONFIG = {
@@ -55,8 +60,17 @@ CONFIG = {
     "devices": Key("strlist", [], "Glob patterns of kernel names to trace (empty: every request-based disk but "
                    "RAM disks and unattached loop devices)."),
     "max_timed_iops": Key("float", 2000.0, "Above this rate, a disk's requests are sampled (one in N, by a hash "
-                          "of the sector) so that about this many per second are timed: the tracer's cost stays "
-                          "bounded at any IOPS.", minimum=10.0, maximum=1e7),
+                          "of the sector) so that about this many per second are timed: the programs' own time "
+                          "stays bounded (what the tracepoints cost is bounded by max_cpu_cores).",
+                          minimum=10.0, maximum=1e7),
+    "max_cpu_cores": Key("float", 0.05, "The tracer's CPU budget. The kernel's tracepoints cost about "
+                         "cost_per_io_ns on every request of every disk, timed or not; when the host's I/O rate "
+                         "would take them over this share of a core the tracer pauses (for at least a minute, "
+                         "until the cost is below half of it). 0.05 pauses above some 28,000 IOPS.",
+                         minimum=0.001, maximum=64.0),
+    "cost_per_io_ns": Key("float", 1800.0, "What the tracer costs per request, before sampling saves anything "
+                          "(bench/tracer_overhead.py measures it: about 1.8 us on a 2-core VM).",
+                          minimum=10.0, maximum=1e6),
     "replan_seconds": Key("float", 600.0, "At most this often the program is restarted to follow a disk's rate.",
                           minimum=60.0, maximum=86400.0),
 }
@@ -103,6 +117,15 @@ def skip_for(iops: float, max_timed_iops: float) -> int:
     return blocktrace.SAMPLE_SCALE - keep
 
 
+def over_budget(host_iops: float, paused: bool, section) -> bool:
+    """Whether the tracer must be off. The tracepoints cost about cost_per_io_ns on every request of every
+    disk before the program decides anything (sampling saves only the program's own time), so the only
+    bound on that cost is to detach: above max_cpu_cores it pauses, and it resumes below half of it, so a
+    rate near the line does not start and stop it every window."""
+    cores = host_iops * section.cost_per_io_ns / 1e9
+    return cores > (section.max_cpu_cores / 2 if paused else section.max_cpu_cores)
+
+
 def needs_replan(current: dict[str, int], wanted: dict[str, int]) -> bool:
     """A disk came or went, or its kept share moved by a factor of four."""
     if current.keys() != wanted.keys():
@@ -136,6 +159,8 @@ class _Tracer:
     current_sums: dict = field(default_factory=dict)
     previous_total: dict = field(default_factory=dict)   # the last reading's totals (for the window)
     rates_prev: diskstats.DiskSample | None = None
+    paused: bool = False
+    heard: bool = False                                  # the running process has printed a line
 
     def read(self) -> TraceReading:
         now = time.monotonic()
@@ -145,13 +170,18 @@ class _Tracer:
             return self._off(f"{self.section.bpftrace_path} is not installed (apt install bpftrace)")
         if not (self.roots.sys / "kernel" / "tracing" / "events" / "block").is_dir():
             self._mount_tracefs()
+        if self._paused(now, iops):
+            return self._reading()
         disks = traceable_disks(self.roots, self.section.devices)
         wanted = {n: skip_for(iops.get(n, 0.0), self.section.max_timed_iops) for n in disks}
+        if self.proc is not None and self.proc.poll() is None:
+            self._drain()   # what it printed while the reader was away counts before its silence is judged
         if self.proc is not None and self.proc.poll() is None:
             replan_due = now - self.started_at >= self.section.replan_seconds or self.plan.keys() != wanted.keys()
             if replan_due and needs_replan(self.plan, wanted):
                 self._stop("re-planned")
-            elif now - self.last_line_at > 3 * self.section.interval_seconds + 10:
+            elif now - self.last_line_at > 3 * self.section.interval_seconds + 10 + (
+                    0 if self.heard else COMPILE_GRACE_SECONDS):
                 self._stop("printed nothing for three windows")
                 self.reason = "bpftrace printed nothing for three windows; started again"
         if self.proc is not None and self.proc.poll() is not None:
@@ -161,6 +191,26 @@ class _Tracer:
         if self.proc is not None:
             self._drain()
         return self._reading()
+
+    def _paused(self, now: float, iops: dict[str, float]) -> bool:
+        whole = os.listdir(self.roots.sys / "block") if (self.roots.sys / "block").is_dir() else []
+        host_iops = sum(iops.get(n, 0.0) for n in whole)   # partitions are their disk's requests again
+        if over_budget(host_iops, self.paused, self.section):
+            if not self.paused:
+                self._stop("over its CPU budget")
+                self.paused, self.next_start_at = True, now + PAUSE_MIN_SECONDS
+                log.warning("tracer: paused: the host does %.0f I/O per second; at %.0f ns each the tracepoints "
+                            "would cost %.2f cores, over [tracer] max_cpu_cores = %g", host_iops,
+                            self.section.cost_per_io_ns, host_iops * self.section.cost_per_io_ns / 1e9,
+                            self.section.max_cpu_cores)
+            self.reason = PAUSED
+            return True
+        if self.paused and now < self.next_start_at:
+            return True
+        if self.paused:
+            self.paused, self.reason = False, None
+            log.info("tracer: resumed: the host does %.0f I/O per second", host_iops)
+        return False
 
     # ---- the process ----
 
@@ -179,7 +229,7 @@ class _Tracer:
             os.set_blocking(stream.fileno(), False)
         self.plan, self.names = dict(wanted), {v: k for k, v in disks.items()}
         self.started_at = self.last_line_at = time.monotonic()
-        self.out_buf, self.err_tail = b"", b""
+        self.out_buf, self.err_tail, self.heard = b"", b"", False
         log.info("tracer: bpftrace started on %d disks (%s)", len(disks),
                  ", ".join(f"{n}{'' if not s else f' 1 in {blocktrace.SAMPLE_SCALE / (blocktrace.SAMPLE_SCALE - s):.0f}'}"
                            for n, s in sorted(wanted.items())))
@@ -233,6 +283,8 @@ class _Tracer:
         self.err_tail = (self.err_tail + _read_available(self.proc.stderr, 1 << 16))[-4096:]
         self.out_buf += _read_available(self.proc.stdout, 4 * blocktrace.MAX_LINE_BYTES)
         *lines, self.out_buf = self.out_buf.split(b"\n")
+        if not self.heard and any(x.strip() for x in lines):   # "attached_probes": it has compiled, and
+            self.heard, self.last_line_at = True, time.monotonic()   # its silence is counted from now
         if len(self.out_buf) > blocktrace.MAX_LINE_BYTES:
             self.out_buf = b""
             self._stop("a line over the bound")
