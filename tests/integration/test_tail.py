@@ -45,7 +45,14 @@ def weak_disks(where: Path):
     finally:
         for dev in loops:
             subprocess.run(["losetup", "-d", dev], check=False)
-        subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
+        # a detached loop lets go of its image a moment later: umount until it can, then lazily (never
+        # a mount left behind whose server is gone)
+        for _ in range(40):
+            if subprocess.run(["umount", str(mnt)], check=False, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        else:
+            subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
         try:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:

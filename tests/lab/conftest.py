@@ -78,6 +78,11 @@ device_time_ratio = 1.0
 interval_seconds = 2.0
 [smart]
 interval_seconds = 60.0
+[tracer]
+# bpftrace compiles for a minute or more under TCG at each restart (longer the more disks it filters):
+# only the tracer's own scenario runs it, on the disks it names
+enabled = {tracer}
+devices = {tracer_devices}
 [passive]
 window_seconds = 2.0
 [scheduling]
@@ -113,11 +118,12 @@ class Lab:
         self.guest = guest
 
     def configure(self, targets: dict[str, float], paths: dict[str, str] | None = None,
-                  profiles: dict[str, str] | None = None) -> None:
+                  profiles: dict[str, str] | None = None, traced: tuple[str, ...] = ()) -> None:
         """Write the daemon's configuration (target -> probe interval in seconds; its path is
-        /srv/TARGET unless paths names another, its profile rr unless profiles does) and restart it."""
+        /srv/TARGET unless paths names another, its profile rr unless profiles does; the tracer on the
+        disks `traced` names, off without) and restart it."""
         paths, profiles = paths or {}, profiles or {}
-        text = CONFIG.format(targets="".join(
+        text = CONFIG.format(tracer=str(bool(traced)).lower(), tracer_devices=json.dumps(list(traced)), targets="".join(
             TARGET.format(name=n, interval=i, path=paths.get(n, f"/srv/{n}"), profile=profiles.get(n, "rr"))
             for n, i in targets.items()))
         self.guest.write("/etc/iowarden/config.toml", text)

@@ -1,0 +1,117 @@
+"""Where the time goes, on a real kernel's virtio and NVMe disks (the guest's Debian kernel, bpftrace from
+its archive): the tracer's per-I/O percentiles against fio's for the same job; bfq holding reads behind a
+sequential writer names the kernel's queue with the device's time flat; a QEMU throttle on the NVMe disk
+(below the guest's block layer) names the device. The guest runs tests/lab/guest_trace.py (the installed
+package's own tracer source around fio) with the daemon stopped, so its probes do not share the disks;
+then the daemon itself runs the tracer under its systemd unit (CAP_BPF, the bpf system call)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tests.integration.helpers import wait_for
+
+from .scrape import samples, value
+
+OUT = "/root/lab-trace.jsonl"
+FLAG = "/root/lab-trace.throttled"
+THROTTLE_IOPS = 150
+
+
+def _run_in_guest(lab, steps: list[dict], on_wait) -> dict[str, dict]:
+    """Start guest_trace.py as a transient unit; poll its output; call on_wait(label) when it asks."""
+    g = lab.guest
+    g.write("/root/guest_trace.py", (Path(__file__).parent / "guest_trace.py").read_text())
+    g.run(["rm", "-f", OUT, FLAG])
+    g.run(["systemd-run", "--unit=lab-trace", "--collect", "/usr/lib/iowarden/venv/bin/python",
+           "/root/guest_trace.py", json.dumps(steps), OUT])
+    results, handled = {}, set()
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        lines = [json.loads(x) for x in g.run(["sh", "-c", f"cat {OUT} 2>/dev/null || true"]).splitlines() if x]
+        for line in lines:
+            if "error" in line:
+                raise AssertionError(f"the guest's tracer run failed: {line['error']}\n{line.get('trace')}")
+            if "waiting" in line and line["waiting"] not in handled:
+                handled.add(line["waiting"])
+                on_wait(line["waiting"])
+                g.run(["touch", FLAG])
+            if "job" in line:
+                results[line["job"]] = line
+            if "armed_after_seconds" in line:
+                results["armed"] = line
+        if any(x.get("done") for x in lines):
+            return results
+        time.sleep(5)
+    g.run(["systemctl", "stop", "lab-trace"], check=False)
+    raise AssertionError(f"the guest's tracer run did not finish in 30 min; got {sorted(results)}")
+
+
+def _agree(r: dict, p50_tolerance=0.10, p99_tolerance=0.20) -> None:
+    fio, total = r["fio"], r["tracer"]["total"]
+    assert total["n"] >= 0.95 * r["fio_ios"], r   # every read of the job timed (no sampling at this rate)
+    assert abs(total["p50"] / fio["p50"] - 1) <= p50_tolerance, r
+    assert abs(total["p99"] / fio["p99"] - 1) <= p99_tolerance, r
+
+
+def test_tracer_agrees_with_fio_on_virtio_and_nvme_names_bfqs_queue_and_a_throttled_device(lab):
+    g = lab.guest
+    vd, nv = lab.dev("virtio-lab-cc"), lab.dev("nvme-QEMU_NVMe_Ctrl_LABNVME1")
+    steps = [
+        {"job": "virtio", "disk": vd, "file": "/srv/single/trace.dat"},
+        {"job": "nvme", "disk": nv, "file": "/srv/nvme/trace.dat"},
+        {"job": "bfq alone", "disk": vd, "file": "/srv/single/trace.dat", "queue": {"scheduler": "bfq"}},
+        {"job": "bfq with a writer", "disk": vd, "file": "/srv/single/trace.dat", "queue": {"scheduler": "bfq"},
+         "writer": ["--iodepth=32"]},
+        {"wait": "throttle nvme", "flag": FLAG},
+        {"job": "nvme throttled", "disk": nv, "file": "/srv/nvme/trace.dat"},
+    ]
+    g.run(["systemctl", "stop", "iowarden"], timeout=120)
+    try:
+        results = _run_in_guest(lab, steps, lambda _: g.throttle("nv1", THROTTLE_IOPS))
+    finally:
+        g.throttle("nv1", 0)
+    for r in results.values():
+        print(json.dumps(r))
+
+    # 1. the same job seen by fio and by the tracer, on virtio and on NVMe
+    _agree(results["virtio"])
+    _agree(results["nvme"])
+    _agree(results["nvme throttled"])
+
+    # 2. bfq serves the writer's queue in slices and the reads wait in the scheduler: the queue stage holds
+    # the tail, the device's time stays where it was alone, and the cause names the kernel's queue
+    alone, crowded = results["bfq alone"]["tracer"], results["bfq with a writer"]["tracer"]
+    assert crowded["total"]["p99"] >= 5 * alone["total"]["p99"], (alone, crowded)
+    assert crowded["device"]["p99"] <= 2 * alone["device"]["p99"], (alone, crowded)   # flat, for TCG
+    assert crowded["queue"]["p99"] >= 10 * crowded["device"]["p99"], crowded
+    assert "the time goes to the kernel's queue in front of the device" in results["bfq with a writer"]["cause"]
+    assert "the time goes to the device" in results["bfq alone"]["cause"]
+
+    # 3. QEMU's throttle is below the guest's block layer: the reads' time grows in the device, and it says so
+    free, held = results["nvme"]["tracer"], results["nvme throttled"]["tracer"]
+    assert held["total"]["p50"] >= 3 * free["total"]["p50"], (free, held)
+    assert held["device"]["p99"] >= 0.8 * held["total"]["p99"], held
+    assert "the time goes to the device" in results["nvme throttled"]["cause"]
+    assert results["nvme throttled"]["iops"] <= 1.1 * THROTTLE_IOPS
+
+
+def test_the_daemon_runs_the_tracer_under_its_systemd_unit(lab):
+    """The unit's capabilities and system-call filter let bpftrace load its programs: the daemon exports
+    the histograms of its own probes' reads on the NVMe disk."""
+    nv = lab.dev("nvme-QEMU_NVMe_Ctrl_LABNVME1")
+    lab.configure({"nvme": 5.0}, traced=(nv,))
+
+    def timed():
+        text = lab.metrics()
+        seen = value(text, "iowarden_tracer_up") == 1 and [
+            v for _, v in samples(text, "iowarden_io_latency_seconds_count", device=nv, stage="total") if v > 0]
+        if not seen:
+            time.sleep(5)   # a scrape costs the guest under TCG
+        return seen
+    try:
+        wait_for(timed, timeout=600, what="the daemon's tracer timing the NVMe disk's reads")
+    except AssertionError:
+        said = [x for x in lab.journal().splitlines() if "tracer" in x or "bpftrace" in x]
+        raise AssertionError("no histogram of the NVMe disk; the journal says:\n" + "\n".join(said[-20:])) from None
