@@ -179,21 +179,29 @@ def test_status_shows_the_last_windows_tail_saved_by_the_core_at_most_every_15_s
     st.close()
 
 
+def _fake_host(tmp_path, monkeypatch, script: str):
+    """A fake clock, /proc and /sys with one request-based disk (sda), and a stand-in bpftrace running
+    `script`: (clock, section, roots)."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    (tmp_path / "proc" / "diskstats").write_text("   8       0 sda 0 0 0 0 0 0 0 0 0 0 0\n")
+    disk = tmp_path / "sys" / "block" / "sda"
+    (disk / "mq").mkdir(parents=True, exist_ok=True)
+    (disk / "dev").write_text("8:0\n")
+    fake = tmp_path / f"bpftrace-{len(list(tmp_path.glob('bpftrace-*')))}"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
+    section.bpftrace_path = str(fake)
+    return clock, section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev")
+
+
 def test_the_tracer_pauses_over_its_cpu_budget_and_resumes_below_half_of_it_after_a_minute(tmp_path, monkeypatch):
     """Fake clock, fake /proc and /sys, and a stand-in bpftrace that only sleeps: at 1,800 ns a request
     and a budget of 0.05 cores, 40,000 IOPS (0.072 cores) pause it; 20,000 (0.036, above half the budget)
     keep it paused; 10,000 (0.018) resume it, but not before a minute has passed."""
-    clock = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    (tmp_path / "proc").mkdir()
-    disk = tmp_path / "sys" / "block" / "sda"
-    (disk / "mq").mkdir(parents=True)
-    (disk / "dev").write_text("8:0\n")
-    fake = tmp_path / "bpftrace"
-    fake.write_text("#!/bin/sh\nexec sleep 600\n")
-    fake.chmod(0o755)
-    section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
-    section.bpftrace_path = str(fake)
+    clock, section, roots = _fake_host(tmp_path, monkeypatch, "exec sleep 600\n")
     assert (section.max_cpu_cores, section.cost_per_io_ns) == (0.05, 1800.0)
     reads = [0]
 
@@ -205,8 +213,7 @@ def test_the_tracer_pauses_over_its_cpu_budget_and_resumes_below_half_of_it_afte
             f"   8       1 sda1 {reads[0]} 0 {reads[0] * 8} 0 0 0 0 0 0 0 0\n")
         return read()
 
-    (tmp_path / "proc" / "diskstats").write_text("   8       0 sda 0 0 0 0 0 0 0 0 0 0 0\n")
-    read = tracer.start(section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev"))
+    read = tracer.start(section, roots)
     try:
         assert read().up
         assert step(15, 20_000).up                        # 0.036 cores: under the budget
@@ -234,40 +241,29 @@ def test_over_budget_is_the_rate_times_the_cost_per_request_against_the_budget()
 def test_a_silent_bpftrace_gets_minutes_to_compile_and_three_windows_once_it_has_spoken(tmp_path, monkeypatch):
     """Under an emulated CPU bpftrace compiles for most of a minute before its first line: killing it after
     three silent windows would kill every start. Fake clock; a stand-in that prints one line and sleeps."""
-    clock = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "proc" / "diskstats").write_text("   8       0 sda 0 0 0 0 0 0 0 0 0 0 0\n")
-    disk = tmp_path / "sys" / "block" / "sda"
-    (disk / "mq").mkdir(parents=True)
-    (disk / "dev").write_text("8:0\n")
-    silent, speaks = tmp_path / "silent", tmp_path / "speaks"
-    silent.write_text("#!/bin/sh\nexec sleep 600\n")
-    speaks.write_text("#!/bin/sh\necho '{\"type\": \"attached_probes\", \"data\": {\"probes\": 6}}'\nexec sleep 600\n")
-    for f in (silent, speaks):
-        f.chmod(0o755)
-    for fake, killed_after in ((silent, 3 * 15 + 10 + tracer.COMPILE_GRACE_SECONDS), (speaks, 3 * 15 + 10)):
-        section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
-        section.bpftrace_path = str(fake)
-        read = tracer.start(section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev"))
+    attached = "echo '{\"type\": \"attached_probes\", \"data\": {\"probes\": 6}}'\n"
+    for name, says, killed_after in (("silent", "", 3 * 15 + 10 + tracer.COMPILE_GRACE_SECONDS),
+                                     ("speaks", attached, 3 * 15 + 10)):
+        clock, section, roots = _fake_host(tmp_path, monkeypatch, says + "exec sleep 600\n")
+        read = tracer.start(section, roots)
         state = read.stop.__self__
         try:
             assert read().up
             first = state.proc.pid
             deadline = time.time() + 10
-            if fake is speaks:
+            if name == "speaks":
                 clock[0] += 100   # it compiled for 100 s: its three windows count from its first line
-            while fake is speaks and not state.heard and time.time() < deadline:
+            while name == "speaks" and not state.heard and time.time() < deadline:
                 time.sleep(0.01)   # the line is read without blocking: let the shell print it
                 clock[0] += 0.01
                 read()
-            assert state.proc.pid == first, fake.name
+            assert state.proc.pid == first, name
             clock[0] += killed_after - 1
             read()
-            assert state.proc.pid == first, fake.name        # within its allowance: left alone
+            assert state.proc.pid == first, name        # within its allowance: left alone
             clock[0] += 2
             read()
-            assert state.proc.pid != first, fake.name        # past it: killed and started again
+            assert state.proc.pid != first, name        # past it: killed and started again
         finally:
             read.stop()
 
@@ -275,21 +271,11 @@ def test_a_silent_bpftrace_gets_minutes_to_compile_and_three_windows_once_it_has
 def test_lines_waiting_in_the_pipe_count_before_the_silence_is_judged(tmp_path, monkeypatch):
     """A reader that was away for longer than three windows (a stalled part) finds bpftrace's lines in the
     pipe: it reads them first, and does not kill a process that kept printing."""
-    clock = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "proc" / "diskstats").write_text("   8       0 sda 0 0 0 0 0 0 0 0 0 0 0\n")
-    disk = tmp_path / "sys" / "block" / "sda"
-    (disk / "mq").mkdir(parents=True)
-    (disk / "dev").write_text("8:0\n")
-    fake = tmp_path / "bpftrace"
     line = json.dumps({"type": "map", "data": {"@lat": {f"{bt.dev_t(8, 0)},0,2,183": 1}}})
-    fake.write_text(f"#!/bin/sh\necho '{{\"type\": \"attached_probes\", \"data\": {{\"probes\": 6}}}}'\n"
-                    f"sleep 0.3\necho '{line}'\nexec sleep 600\n")
-    fake.chmod(0o755)
-    section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
-    section.bpftrace_path = str(fake)
-    read = tracer.start(section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev"))
+    clock, section, roots = _fake_host(tmp_path, monkeypatch,
+                                       "echo '{\"type\": \"attached_probes\", \"data\": {\"probes\": 6}}'\n"
+                                       f"sleep 0.3\necho '{line}'\nexec sleep 600\n")
+    read = tracer.start(section, roots)
     state = read.stop.__self__
     try:
         read()
