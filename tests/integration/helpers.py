@@ -21,11 +21,14 @@ def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None
                 tracer=False):
     """A daemon's configuration for a test. The tracer (bpftrace: a second or two of compiling and some
     100 MB per daemon) is off unless the test is about it: tests/integration/test_tracer.py and a few
-    daemons started from their own text run with it."""
+    daemons started from their own text run with it (those with its default CPU budget, which may pause it)."""
     return f"""
 [tracer]
 enabled = {str(tracer).lower()}
 interval_seconds = 2.0
+# the tests about the tracer's data run probes every second on loop devices (tens of thousands of IOPS
+# over 2 s windows): the CPU budget would pause it (test_blocktrace.py tests the budget)
+max_cpu_cores = 8.0
 [prometheus]
 listen_address = "{address}:{port or free_port()}"
 {prom_extra}
