@@ -69,6 +69,27 @@ class Traced:
         return subprocess.CompletedProcess(argv, 0, out, err)
 
 
+class Restarted(RuntimeError):
+    """bpftrace exited during a job (0.17 aborts when a key it clears vanishes under it: docs/lab.md)."""
+
+
+def arm(traced: Traced, step: dict, since: float) -> None:
+    """Until the running bpftrace has timed reads of the step's disk (it compiles for most of a minute
+    under TCG, and after an exit the tracer waits 30 s before starting it again)."""
+    pid = None
+    while True:
+        proc = traced.read.stop.__self__.proc
+        if proc is not None and proc.pid == pid and (step["disk"], "read", "total") in traced.last.total:
+            return
+        if time.monotonic() - since > ARM_SECONDS:
+            state = traced.read.stop.__self__   # the reader's own state: what bpftrace said
+            raise TimeoutError(f"the tracer saw no read of {step['disk']} in {ARM_SECONDS:.0f} s: up "
+                               f"{traced.last.up}, {traced.last.reason}; stderr {state.err_tail[-800:]!r}")
+        pid = proc.pid if proc is not None and traced.read.stop.__self__.heard else None
+        traced.run(fio_argv(step["file"], "--runtime=1"), 120)
+        traced.wait(WINDOW_SECONDS + 0.5)
+
+
 def set_queue(disk: str, values: dict) -> dict:
     before = {}
     for key, value in values.items():
@@ -92,20 +113,25 @@ def job(traced: Traced, step: dict) -> dict:
     writer = None
     try:
         if step.get("writer"):
+            # 32 MiB, written over and over: it fits beside what earlier scenarios left on the disk
+            writer_err = open(path + ".w.err", "w+")
             writer = subprocess.Popen(fio_argv(path + ".w", "--rw=write", "--bs=1m", "--runtime=600",
-                                               "--size=128m", *step["writer"]),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                               "--size=32m", *step["writer"]),
+                                      stdout=subprocess.DEVNULL, stderr=writer_err, start_new_session=True)
             traced.wait(3)   # the writer is under way before the reader is timed
         before = traced.wait(WINDOW_SECONDS + 0.5)
         proc = traced.read.stop.__self__.proc
         if proc is None:
-            raise RuntimeError(f"bpftrace is not running before {step['job']}: {before.reason}")
+            raise Restarted(f"bpftrace is not running before {step['job']}: {before.reason}")
         pid = proc.pid
         done = traced.run(fio_argv(path, *step.get("fio", [])), 300)
+        if writer is not None and writer.poll() is not None:   # the job ran beside no writer: say why
+            writer_err.seek(0)
+            raise RuntimeError(f"the writer stopped with {writer.returncode}: {writer_err.read()[-1000:]}")
         after = traced.wait(WINDOW_SECONDS + 0.5)
         proc = traced.read.stop.__self__.proc
         if proc is None or proc.pid != pid:
-            raise RuntimeError(f"bpftrace was restarted during {step['job']}: {after.reason}")
+            raise Restarted(f"bpftrace was restarted during {step['job']}: {after.reason}")
     finally:
         if writer is not None:   # fio's job is a child of the fio we started: its whole group goes
             os.killpg(writer.pid, signal.SIGKILL)
@@ -138,16 +164,7 @@ def main() -> None:
         traced = Traced(sorted({s["disk"] for s in jobs}))
         if not traced.last.up:
             raise RuntimeError(f"the tracer is off: {traced.last.reason}")
-        # bpftrace compiles for a while under TCG: a job is timed only once its reads are seen
-        first = jobs[0]
-        while (first["disk"], "read", "total") not in traced.last.total:
-            if time.monotonic() - started > ARM_SECONDS:
-                state = traced.read.stop.__self__   # the reader's own state: what bpftrace said
-                raise TimeoutError(f"the tracer saw no read of {first['disk']} in {ARM_SECONDS:.0f} s: up {traced.last.up}, "
-                                   f"{traced.last.reason}; keys {sorted(traced.last.total)[:6]}; "
-                                   f"stderr {state.err_tail[-800:]!r}")
-            traced.run(fio_argv(first["file"], "--runtime=1"), 120)
-            traced.wait(WINDOW_SECONDS + 0.5)
+        arm(traced, jobs[0], started)
         emit({"armed_after_seconds": round(time.monotonic() - started, 1)})
         for step in steps:
             if "wait" in step:
@@ -159,7 +176,17 @@ def main() -> None:
                     traced.tick()
                     time.sleep(0.5)
                 continue
-            emit(job(traced, step))
+            restarts = []
+            while True:
+                try:
+                    result = job(traced, step)
+                    break
+                except Restarted as exc:
+                    restarts.append(str(exc))
+                    if len(restarts) > 3:
+                        raise
+                    arm(traced, step, time.monotonic())
+            emit({**result, "bpftrace_restarts": restarts})
         traced.read.stop()
         emit({"done": True})
     except Exception as e:   # the host reads the reason, not a silent stop
