@@ -41,6 +41,7 @@ class Traced:
         section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
         section.interval_seconds, section.devices = WINDOW_SECONDS, disks
         self.read = tracer.start(section, Roots())
+        self.state = self.read.stop.__self__   # the reader's own state: its bpftrace, what it said
         self.last = self.read()
 
     def tick(self):
@@ -78,14 +79,13 @@ def arm(traced: Traced, step: dict, since: float) -> None:
     under TCG, and after an exit the tracer waits 30 s before starting it again)."""
     pid = None
     while True:
-        proc = traced.read.stop.__self__.proc
+        proc = traced.state.proc
         if proc is not None and proc.pid == pid and (step["disk"], "read", "total") in traced.last.total:
             return
         if time.monotonic() - since > ARM_SECONDS:
-            state = traced.read.stop.__self__   # the reader's own state: what bpftrace said
             raise TimeoutError(f"the tracer saw no read of {step['disk']} in {ARM_SECONDS:.0f} s: up "
-                               f"{traced.last.up}, {traced.last.reason}; stderr {state.err_tail[-800:]!r}")
-        pid = proc.pid if proc is not None and traced.read.stop.__self__.heard else None
+                               f"{traced.last.up}, {traced.last.reason}; stderr {traced.state.err_tail[-800:]!r}")
+        pid = proc.pid if proc is not None and traced.state.heard else None
         traced.run(fio_argv(step["file"], "--runtime=1"), 120)
         traced.wait(WINDOW_SECONDS + 0.5)
 
@@ -120,7 +120,7 @@ def job(traced: Traced, step: dict) -> dict:
                                       stdout=subprocess.DEVNULL, stderr=writer_err, start_new_session=True)
             traced.wait(3)   # the writer is under way before the reader is timed
         before = traced.wait(WINDOW_SECONDS + 0.5)
-        proc = traced.read.stop.__self__.proc
+        proc = traced.state.proc
         if proc is None:
             raise Restarted(f"bpftrace is not running before {step['job']}: {before.reason}")
         pid = proc.pid
@@ -129,7 +129,7 @@ def job(traced: Traced, step: dict) -> dict:
             writer_err.seek(0)
             raise RuntimeError(f"the writer stopped with {writer.returncode}: {writer_err.read()[-1000:]}")
         after = traced.wait(WINDOW_SECONDS + 0.5)
-        proc = traced.read.stop.__self__.proc
+        proc = traced.state.proc
         if proc is None or proc.pid != pid:
             raise Restarted(f"bpftrace was restarted during {step['job']}: {after.reason}")
     finally:
@@ -143,7 +143,7 @@ def job(traced: Traced, step: dict) -> dict:
     clat = read["clat_ns"]["percentile"]
     return {"job": step["job"], "disk": disk, "iops": read["iops"], "fio_ios": read["total_ios"],
             "fio": {"p50": clat["50.000000"] / 1e6, "p99": clat["99.000000"] / 1e6,
-                    "mean": read["clat_ns"]["mean"] / 1e6, "lat_p50": read["lat_ns"]["mean"] / 1e6},
+                    "mean": read["clat_ns"]["mean"] / 1e6, "lat_mean": read["lat_ns"]["mean"] / 1e6},
             "tracer": {st: percentiles(window.get((disk, "read", st))) for st in STAGES},
             "cause": tracer.where_the_time_goes(between, disk, "read")}
 
