@@ -240,8 +240,12 @@ def test_over_budget_is_the_rate_times_the_cost_per_request_against_the_budget()
 
 def test_a_silent_bpftrace_gets_minutes_to_compile_and_three_windows_once_it_has_spoken(tmp_path, monkeypatch):
     """Under an emulated CPU bpftrace compiles for most of a minute before its first line: killing it after
-    three silent windows would kill every start. Fake clock; a stand-in that prints one line and sleeps."""
-    attached = "echo '{\"type\": \"attached_probes\", \"data\": {\"probes\": 6}}'\n"
+    three silent windows would kill every start. Fake clock; a stand-in that prints one line, when the test
+    lets it (a file appears: on a busy machine a shell left to itself may print before the clock is moved),
+    and sleeps."""
+    go = tmp_path / "go"
+    attached = (f"while [ ! -e {go} ]; do sleep 0.01; done\n"
+                "echo '{\"type\": \"attached_probes\", \"data\": {\"probes\": 6}}'\n")
     for name, says, killed_after in (("silent", "", 3 * 15 + 10 + tracer.COMPILE_GRACE_SECONDS),
                                      ("speaks", attached, 3 * 15 + 10)):
         clock, section, roots = _fake_host(tmp_path, monkeypatch, says + "exec sleep 600\n")
@@ -253,6 +257,7 @@ def test_a_silent_bpftrace_gets_minutes_to_compile_and_three_windows_once_it_has
             deadline = time.time() + 10
             if name == "speaks":
                 clock[0] += 100   # it compiled for 100 s: its three windows count from its first line
+                go.touch()
             while name == "speaks" and not state.heard and time.time() < deadline:
                 time.sleep(0.01)   # the line is read without blocking: let the shell print it
                 clock[0] += 0.01
@@ -272,9 +277,11 @@ def test_lines_waiting_in_the_pipe_count_before_the_silence_is_judged(tmp_path, 
     """A reader that was away for longer than three windows (a stalled part) finds bpftrace's lines in the
     pipe: it reads them first, and does not kill a process that kept printing."""
     line = json.dumps({"type": "map", "data": {"@lat": {f"{bt.dev_t(8, 0)},0,2,183": 1}}})
+    go, printed = tmp_path / "go", tmp_path / "printed"   # the test says when; the script says it has
     clock, section, roots = _fake_host(tmp_path, monkeypatch,
                                        "echo '{\"type\": \"attached_probes\", \"data\": {\"probes\": 6}}'\n"
-                                       f"sleep 0.3\necho '{line}'\nexec sleep 600\n")
+                                       f"while [ ! -e {go} ]; do sleep 0.01; done\n"
+                                       f"echo '{line}'\n: > {printed}\nexec sleep 600\n")
     read = tracer.start(section, roots)
     state = read.stop.__self__
     try:
@@ -285,7 +292,9 @@ def test_lines_waiting_in_the_pipe_count_before_the_silence_is_judged(tmp_path, 
             time.sleep(0.01)
             clock[0] += 0.01
             read()
-        time.sleep(1.0)                       # the map line is printed while nobody reads
+        go.touch()                            # the map line is printed while nobody reads
+        while not printed.exists() and time.time() < deadline + 10:
+            time.sleep(0.01)
         clock[0] += 3 * 15 + 10 + 1           # and the reader comes back after three windows
         r = read()
         assert state.proc.pid == first
