@@ -9,9 +9,9 @@ Three tracepoints (include/trace/events/block.h, in every kernel since 2.6.x), k
 
 and so three stages per request: `queue` (submission to issue: waiting for a tag when nr_requests is
 too shallow, plugging, the I/O scheduler, writeback throttling), `device` (issue to complete) and
-`total`. A request is timed from its first bio: the start times of bios merged into a request already
-there stay until the next forget (tracing block_bio_backmerge to drop them at once cost more than
-the memory). Only request-based (blk-mq) disks are traced: a bio-based device
+`total`. A request is timed from its first bio. Every key is deleted in the kernel: at the request's
+completion, or when its bio or request is merged into another (block_bio_backmerge, _frontmerge,
+block_rq_merge). Only request-based (blk-mq) disks are traced: a bio-based device
 (dm, md) never issues a request of its own, and its members are traced instead. Nothing leaves the kernel per
 I/O: each completion adds one to an in-kernel count keyed by device, direction, stage and bucket,
 and the program prints those cumulative counts every interval as one JSON line.
@@ -22,8 +22,9 @@ octave were too coarse: a p50 on the lower edge of a 25 % bucket read 11 % high 
 
 Sampling keeps the cost bounded at high IOPS: a request is timed only when a hash of its sector falls
 in the kept share of SAMPLE_SCALE for its device (`skip` below). The same hash at every stage, so a
-request is timed at all of them or at none. Start times of requests never seen to complete (merged
-away, or a device removed) are dropped every `forget_seconds`, which bounds the maps.
+request is timed at all of them or at none. Nothing clears the start maps from user space: bpftrace 0.17
+aborted when it did while the kernel deleted from them. A key left behind (a request in flight when a
+device went away) is overwritten by the next request at its sector, and START_MAP_ENTRIES bounds the rest.
 """
 from __future__ import annotations
 
@@ -73,23 +74,42 @@ def _bucket_code(var: str) -> str:
     return " ".join(lines)
 
 
-def program(skip_by_dev: dict[int, int], interval_seconds: float, forget_seconds: int = 60) -> str:
+def program(skip_by_dev: dict[int, int], interval_seconds: float, merge_probes: bool = True) -> str:
     """The bpftrace program. skip_by_dev: the disks to trace, kernel dev_t (major << 20 | minor) -> how
-    many of SAMPLE_SCALE hash values to skip (0: time every request). A disk not named is not traced."""
+    many of SAMPLE_SCALE hash values to skip (0: time every request). A disk not named is not traced.
+    merge_probes: the kernel has block_rq_merge (4.x kernels before 5.x's rework may not)."""
     # The filter is constants, not a map lookup: it runs on every request of every disk, timed or not,
     # and is most of what the tracer costs when it samples.
     disks = sorted(skip_by_dev.items()) or [(0, 0)]
-    sampled = "(" + " || ".join(
-        f"(args->dev == {int(dev)}" + (f" && ((args->sector * (uint64)0x9E3779B97F4A7C15) >> 54) >= {int(skip)})"
-                                       if skip else ")") for dev, skip in disks) + ")"
+
+    def sampled(sector: str) -> str:
+        return "(" + " || ".join(
+            f"(args->dev == {int(dev)}" + (f" && (({sector} * (uint64)0x9E3779B97F4A7C15) >> 54) >= {int(skip)})"
+                                           if skip else ")") for dev, skip in disks) + ")"
+    traced = "(" + " || ".join(f"args->dev == {int(dev)}" for dev, _ in disks) + ")"
     ms = max(100, int(interval_seconds * 1000))
     # rwbs: R read, W write, FW a write with a preflush; D, F, N (discard, flush, other) are not timed
     direction = ('$d = strncmp(args->rwbs, "R", 1) == 0 ? 0 : (strncmp(args->rwbs, "W", 1) == 0 || '
                  'strncmp(args->rwbs, "FW", 2) == 0) ? 1 : 2;')
+    # A start time is deleted in the kernel when its request completes or is merged away: a map cleared
+    # from user space while the kernel deletes from it made bpftrace 0.17 abort ("failed to look up
+    # elem: -2") under load. A bio merged at the back of a request, or a request merged into the one
+    # before it, leaves its key; one merged at the front takes over the request's key and its older time.
+    merges = f"""
+tracepoint:block:block_bio_backmerge / {traced} / {{ delete(@start[args->dev, args->sector]); }}
+tracepoint:block:block_bio_frontmerge / {traced} / {{
+  $o = @start[args->dev, args->sector + args->nr_sector]; delete(@start[args->dev, args->sector + args->nr_sector]);
+  if ($o > 0 && {sampled("args->sector")}) {{ @start[args->dev, args->sector] = $o; }}
+}}"""
+    if merge_probes:
+        merges += f"""
+tracepoint:block:block_rq_merge / {traced} / {{
+  delete(@start[args->dev, args->sector]); delete(@issue[args->dev, args->sector]);
+}}"""
     return f"""
-tracepoint:block:block_bio_queue / {sampled} / {{ @start[args->dev, args->sector] = nsecs; }}
-tracepoint:block:block_rq_issue / {sampled} / {{ @issue[args->dev, args->sector] = nsecs; }}
-tracepoint:block:block_rq_complete / {sampled} / {{
+tracepoint:block:block_bio_queue / {sampled("args->sector")} / {{ @start[args->dev, args->sector] = nsecs; }}
+tracepoint:block:block_rq_issue / {sampled("args->sector")} / {{ @issue[args->dev, args->sector] = nsecs; }}
+tracepoint:block:block_rq_complete / {sampled("args->sector")} / {{
   $now = nsecs; {direction}
   $s = @start[args->dev, args->sector]; $i = @issue[args->dev, args->sector];
   if ($d < 2 && $i > 0) {{
@@ -100,9 +120,8 @@ tracepoint:block:block_rq_complete / {sampled} / {{
     }}
   }}
   delete(@start[args->dev, args->sector]); delete(@issue[args->dev, args->sector]);
-}}
+}}{merges}
 interval:ms:{ms} {{ print(@lat); print(@ns); }}
-interval:s:{int(forget_seconds)} {{ clear(@start); clear(@issue); }}
 END {{ clear(@start); clear(@issue); clear(@lat); clear(@ns); }}
 """
 

@@ -19,7 +19,7 @@ from iowarden.probes import blocktrace
 from iowarden.probes.common import ParseError, Roots
 
 from iowarden.daemon.commands.tables import latency_columns, print_lines as _print, table
-from iowarden.daemon.sources.tracer import traceable_disks
+from iowarden.daemon.sources.tracer import merge_tracepoint, traceable_disks
 
 COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)
 
@@ -36,7 +36,7 @@ def cmd_latency(args) -> int:
     interval = args.interval or 5.0
     count = args.count or 1
     names = {dev: name for name, dev in disks.items()}
-    text = blocktrace.program({dev: 0 for dev in disks.values()}, interval)
+    text = blocktrace.program({dev: 0 for dev in disks.values()}, interval, merge_probes=merge_tracepoint(roots))
     proc = subprocess.Popen([binary, "-f", "json", "-e", text], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)})

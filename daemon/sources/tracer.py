@@ -88,6 +88,12 @@ class TraceReading:
     window: MappingProxyType                             # the same keys -> this window's StageHistogram
 
 
+def merge_tracepoint(roots: Roots) -> bool:
+    """block_rq_merge is there (the program deletes a merged request's keys on it; a kernel without it
+    would make bpftrace refuse the whole program)."""
+    return (roots.sys / "kernel" / "tracing" / "events" / "block" / "block_rq_merge").is_dir()
+
+
 def traceable_disks(roots: Roots, globs: list[str]) -> dict[str, int]:
     """Request-based disks (they have /sys/block/X/mq) by kernel name -> dev_t."""
     out = {}
@@ -215,7 +221,8 @@ class _Tracer:
     # ---- the process ----
 
     def _start(self, binary: str, disks: dict[str, int], wanted: dict[str, int]) -> None:
-        text = blocktrace.program({disks[n]: s for n, s in wanted.items()}, self.section.interval_seconds)
+        text = blocktrace.program({disks[n]: s for n, s in wanted.items()}, self.section.interval_seconds,
+                                  merge_probes=merge_tracepoint(self.roots))
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
                "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)}
         try:

@@ -1,0 +1,85 @@
+"""The tracer's start maps stay bounded with nothing clearing them from user space.
+
+bpftrace 0.17 aborted ("failed to look up elem: -2") when the program cleared its start maps every
+minute while the kernel deleted from them: the program now deletes every key in the kernel, at the
+request's completion or when its bio is merged into another request. This runs the program itself on
+a real kernel over writes that merge (4 KiB O_DIRECT writes submitted 32 at a time, forwards and
+backwards, to files nothing reads afterwards, so a leaked key is not overwritten later), and counts
+the keys left when the disk is idle: the maps are printed at exit with the END clear taken out.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from iowarden.probes import blocktrace as bt
+from tests.conftest import LoopXfs
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]   # bpftrace: scripts/setup.sh installs it
+
+MERGING_WRITES = (("forward", "write"), ("backward", "write:-8k"))   # fio: next offset +4k, or -4k
+LEFT_AT_MOST = 12   # requests a flush or a log write leaves for a while; the old program left one a merge
+
+
+def _run_program(text: str, workload) -> dict:
+    """bpftrace running `text` around workload(); the maps it prints at exit."""
+    proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", text], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(bt.START_MAP_ENTRIES)},
+                            start_new_session=True)
+    try:
+        first = json.loads(proc.stdout.readline() or "{}")   # attached_probes: it has compiled and attached
+        assert first.get("type") == "attached_probes", proc.stderr.read()[-2000:]
+        workload()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err[-2000:]
+    maps = {}
+    for line in filter(str.strip, out.splitlines()):
+        msg = json.loads(line)
+        if msg.get("type") == "map":
+            maps.update(msg["data"])
+    return maps
+
+
+def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
+    fs = LoopXfs("512M")
+    try:
+        major, minor = map(int, open(f"/sys/block/{fs.name}/dev").read().split(":"))
+        dev = bt.dev_t(major, minor)
+        merge_probes = os.path.isdir("/sys/kernel/tracing/events/block/block_rq_merge")
+        text = bt.program({dev: 0}, 1.0, merge_probes=merge_probes)
+        assert "clear(@start)" not in text.split("END")[0], "the program clears a hot map from user space"
+        end = "END { clear(@start); clear(@issue); clear(@lat); clear(@ns); }"
+        assert end in text
+        text = text.replace(end, "END { clear(@lat); clear(@ns); }")
+        for tp in ("block_bio_backmerge", "block_bio_frontmerge", "block_rq_complete"):   # the test's own counts
+            text += f'tracepoint:block:{tp} / args->dev == {dev} / {{ @seen["{tp}"] = count(); }}\n'
+
+        def workload():
+            for name, rw in MERGING_WRITES:
+                subprocess.run(["fio", f"--name={name}", f"--filename={fs.mountpoint}/{name}", "--size=64m",
+                                f"--rw={rw}", "--bs=4k", "--ioengine=libaio", "--direct=1", "--iodepth=32",
+                                "--iodepth_batch_submit=32"], check=True, capture_output=True, timeout=300)
+            subprocess.run(["sync"], check=True, timeout=120)
+            time.sleep(2)   # the disk idle: what is still in the maps was left there
+
+        maps = _run_program(text, workload)
+    finally:
+        fs.close()
+    seen = maps.get("@seen", {})
+    left = {name: len(maps.get(name, {})) for name in ("@start", "@issue")}
+    print(f"seen {seen}, left {left}")
+    assert seen.get("block_rq_complete", 0) > 10_000, seen
+    assert seen.get("block_bio_backmerge", 0) + seen.get("block_bio_frontmerge", 0) > 2 * LEFT_AT_MOST, \
+        f"the workload did not merge enough to tell: {seen}"
+    timed = sum(n for key, n in maps.get("@lat", {}).items() if key.split(",")[2] == "1")   # device stage
+    assert timed > 0.9 * seen["block_rq_complete"], (timed, seen)
+    assert left["@start"] <= LEFT_AT_MOST and left["@issue"] <= LEFT_AT_MOST, (left, seen)
