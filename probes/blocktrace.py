@@ -77,7 +77,8 @@ def _bucket_code(var: str) -> str:
 def program(skip_by_dev: dict[int, int], interval_seconds: float, merge_probes: bool = True) -> str:
     """The bpftrace program. skip_by_dev: the disks to trace, kernel dev_t (major << 20 | minor) -> how
     many of SAMPLE_SCALE hash values to skip (0: time every request). A disk not named is not traced.
-    merge_probes: the kernel has block_rq_merge (4.x kernels before 5.x's rework may not)."""
+    merge_probes: the kernel has block_rq_merge (the reader looks in tracefs: bpftrace refuses a whole
+    program that names a tracepoint the kernel lacks)."""
     # The filter is constants, not a map lookup: it runs on every request of every disk, timed or not,
     # and is most of what the tracer costs when it samples.
     disks = sorted(skip_by_dev.items()) or [(0, 0)]
