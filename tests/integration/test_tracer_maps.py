@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -21,6 +22,7 @@ from tests.conftest import LoopXfs
 pytestmark = [pytest.mark.root, pytest.mark.slow]   # bpftrace: scripts/setup.sh installs it
 
 MERGING_WRITES = (("forward", "write"), ("backward", "write:-8k"))   # fio: next offset +4k, or -4k
+COMPILE_AND_RUN_SECONDS = 600   # bpftrace's compile, the two fio jobs (seconds here) and its exit
 LEFT_AT_MOST = 12   # requests a flush or a log write leaves for a while; the old program left one a merge
 
 
@@ -30,6 +32,9 @@ def _run_program(text: str, workload) -> dict:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(bt.START_MAP_ENTRIES)},
                             start_new_session=True)
+    # a bpftrace that never prints (stuck compiling) is killed, which ends the readline below
+    watchdog = threading.Timer(COMPILE_AND_RUN_SECONDS, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    watchdog.start()
     try:
         first = json.loads(proc.stdout.readline() or "{}")   # attached_probes: it has compiled and attached
         assert first.get("type") == "attached_probes", proc.stderr.read()[-2000:]
@@ -37,6 +42,7 @@ def _run_program(text: str, workload) -> dict:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
