@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import selectors
 import shutil
 import stat
 import signal
@@ -163,6 +164,11 @@ def parse_size_bytes(text: str | int) -> int:
     return int(value)
 
 
+TOOL_OUTPUT_MAX_BYTES = 16 << 20     # stdout of any tool: fio's JSON with latency histograms is < 2 MiB
+TOOL_STDERR_MAX_BYTES = 1 << 20      # what a tool says of its failure; more is not a message
+TOOL_LINGER_SECONDS = 1.0            # output still arriving after the tool exited (a child holds the pipe)
+
+
 @dataclass(frozen=True)
 class ToolRun:
     """The outcome of one external command; `error` is None when it ran and exited 0."""
@@ -175,8 +181,17 @@ class ToolRun:
 
 
 def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
-             env: dict | None = None, on_start=None, die_with_parent: bool = False) -> ToolRun:
-    """Run a command (argument list, never a shell) in its own process group.
+             env: dict | None = None, on_start=None, die_with_parent: bool = False,
+             max_output_bytes: int = TOOL_OUTPUT_MAX_BYTES) -> ToolRun:
+    """Run a command (argument list, never a shell) in its own process group, its output bounded
+    while it is read.
+
+    Bounds, each enforced as the bytes arrive, not after: `max_output_bytes` of stdout (and
+    TOOL_STDERR_MAX_BYTES of stderr), and `timeout_seconds` for the whole run, reading included.
+    Past either the whole group is killed and the run is an error that says which bound: a tool
+    printing 600 MB costs at most the cap in memory. A tool that exits while a child it left behind
+    (`setsid sleep 240 &`) still holds its stdout is waited for TOOL_LINGER_SECONDS more, not for the
+    child's life: what it printed is whole when it exits.
 
     On timeout the whole group is killed: fio forks one process per job, and
     killing only the parent would leave its children hammering the device.
@@ -198,8 +213,7 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     started = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace",
-                                start_new_session=True, env=env)
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     except FileNotFoundError:
         return ToolRun(argv, None, "", "", 0.0, f"{argv[0]} not found (is it installed?)")
     except OSError as exc:
@@ -207,27 +221,113 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     if on_start is not None:
         on_start(proc)
     try:
-        out, err = proc.communicate(timeout=timeout_seconds)
-    except subprocess.TimeoutExpired:
-        if proc.poll() is not None:
-            # the tool ended on its own and only our wait overran: the daemon was stopped (SIGSTOP,
-            # a VM paused) while the tool ran. Its output is whole; it is no timeout.
-            out, err = proc.communicate()
-            return _finished(argv, tool, proc, out, err, time.monotonic() - started)
-        kill_group(proc)
-        out, err = proc.communicate()
-        return ToolRun(argv, proc.returncode, out, err, time.monotonic() - started,
-                       f"{os.path.basename(tool)} timed out after {timeout_seconds:g} s and was killed")
+        out, err, over = _collect(proc, started + timeout_seconds, max_output_bytes)
     except BaseException:
         kill_group(proc)
+        _close_pipes(proc)
         proc.wait()
         raise
-    return _finished(argv, tool, proc, out, err, time.monotonic() - started)
+    name = os.path.basename(tool)
+    duration = time.monotonic() - started
+    out_text, err_text = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    if over is not None:
+        kill_group(proc)
+        _reap(proc)
+        if over == "timeout":
+            message = f"{name} timed out after {timeout_seconds:g} s and was killed"
+        else:
+            message = f"{name} printed more than {over} bytes on its {'stdout' if over == max_output_bytes else 'stderr'}" \
+                      " (the most iowarden reads of a tool) and was killed"
+        return ToolRun(argv, proc.returncode, out_text, err_text, duration, message)
+    _reap(proc)
+    return _finished(argv, tool, proc, out_text, err_text, duration)
+
+
+def _collect(proc: subprocess.Popen, deadline: float, max_out: int) -> tuple[bytes, bytes, object]:
+    """Read both pipes as the bytes arrive until both close, the tool has been gone TOOL_LINGER_SECONDS,
+    a cap is passed or the deadline comes. The third value: None (whole), "timeout", or the cap passed."""
+    caps = {proc.stdout: max_out, proc.stderr: TOOL_STDERR_MAX_BYTES}
+    got: dict = {proc.stdout: [], proc.stderr: []}
+    sizes = {proc.stdout: 0, proc.stderr: 0}
+    sel = selectors.DefaultSelector()
+    for stream in caps:
+        os.set_blocking(stream.fileno(), False)
+        sel.register(stream, selectors.EVENT_READ)
+    exited_at = None
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            limit = deadline if exited_at is None else min(deadline, exited_at + TOOL_LINGER_SECONDS)
+            if now >= limit:
+                if exited_at is None:
+                    return b"".join(got[proc.stdout]), b"".join(got[proc.stderr]), "timeout"
+                # exited; a child it left may keep the pipe open: what the tool printed is in it now
+                # (also when this process was stopped past the deadline while the tool finished)
+                for key in list(sel.get_map().values()):
+                    if _drain_now(key.fileobj, got, sizes, caps):
+                        return b"".join(got[proc.stdout])[:max_out], \
+                            b"".join(got[proc.stderr])[:TOOL_STDERR_MAX_BYTES], caps[key.fileobj]
+                break
+            # woken at least every 0.1 s to notice the tool's exit while a child holds the pipe
+            for key, _ in sel.select(min(limit - now, 0.1)):
+                stream = key.fileobj
+                try:
+                    chunk = os.read(stream.fileno(), 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(stream)
+                    continue
+                got[stream].append(chunk)
+                sizes[stream] += len(chunk)
+                if sizes[stream] > caps[stream]:
+                    return b"".join(got[proc.stdout])[:max_out], b"".join(got[proc.stderr])[:TOOL_STDERR_MAX_BYTES], \
+                        caps[stream]
+    finally:
+        sel.close()
+        _close_pipes(proc)
+    return b"".join(got[proc.stdout]), b"".join(got[proc.stderr]), None
+
+
+def _drain_now(stream, got: dict, sizes: dict, caps: dict) -> bool:
+    """What the pipe holds now, without waiting; True when it passes its cap."""
+    while True:
+        try:
+            chunk = os.read(stream.fileno(), 1 << 16)
+        except (BlockingIOError, OSError):
+            return False
+        if not chunk:
+            return False
+        got[stream].append(chunk)
+        sizes[stream] += len(chunk)
+        if sizes[stream] > caps[stream]:
+            return True
+
+
+def _close_pipes(proc: subprocess.Popen) -> None:
+    for stream in (proc.stdout, proc.stderr):
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Wait for the tool itself (its pipes already closed). Killed or exited, it is gone within moments;
+    the bound only guards against a process the kernel cannot end (D state on a dying disk)."""
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _finished(argv, tool, proc, out, err, duration) -> ToolRun:
     error = None
-    if proc.returncode != 0:
+    if proc.returncode is None:
+        error = f"{os.path.basename(tool)} did not exit after its output closed"
+    elif proc.returncode != 0:
         tail = (err.strip().split("\n") or ["no message"])[-1]
         error = f"{os.path.basename(tool)} exited with {proc.returncode}: {tail[:300]}"
     return ToolRun(argv, proc.returncode, out, err, duration, error)

@@ -16,6 +16,7 @@ read whatever they say (smartctl(8), RETURN VALUES).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from .common import ParseError, run_tool
@@ -46,8 +47,17 @@ class DriveHealth:
     error: str | None = None                 # why there is no reading
 
 
+SMART_VALUE_MAX = 1 << 63   # a counter no drive reaches; 1e999 (JSON for infinity) and the like are no value
+
+
 def _int(v) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A figure smartctl printed, or None where it is not one a drive can have (a bool, a string,
+    infinity, NaN, a number past 2**63): that one field is missing, never the drive's reading."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return int(v) if -SMART_VALUE_MAX < v < SMART_VALUE_MAX else None
 
 
 def _attr_raw(table: list, attr_id: int) -> int | None:
@@ -58,13 +68,24 @@ def _attr_raw(table: list, attr_id: int) -> int | None:
 
 
 def parse(device: str, text: str) -> DriveHealth:
-    """smartctl --json output of one device -> DriveHealth. Raises ParseError on what is not that."""
+    """smartctl --json output of one device -> DriveHealth. Raises ParseError on what is not that: any
+    shape or value this cannot represent is that one drive's parse error, never another drive's loss."""
     if len(text) > SMARTCTL_OUTPUT_MAX_BYTES:
         raise ParseError(f"smartctl output for {device} is over {SMARTCTL_OUTPUT_MAX_BYTES} bytes")
     try:
         j = json.loads(text)
-    except ValueError as exc:
-        raise ParseError(f"smartctl output for {device} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ParseError(f"smartctl output for {device} is not JSON: {str(exc)[:200]}") from None
+    try:
+        return _health(device, j)
+    except ParseError:
+        raise
+    except (AttributeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise ParseError(f"smartctl output for {device} has a value of an unexpected shape: "
+                         f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _health(device: str, j) -> DriveHealth:
     if not isinstance(j, dict) or "smartctl" not in j:
         raise ParseError(f"smartctl output for {device} has no 'smartctl' object")
     exit_status = _int((j.get("smartctl") or {}).get("exit_status")) or 0
@@ -114,7 +135,8 @@ def read(device: str, dev_root: str = "/dev", smartctl: str = "smartctl",
          timeout_seconds: float = SMARTCTL_TIMEOUT_SECONDS) -> DriveHealth:
     """Ask smartctl about /dev/DEVICE (read-only: identify and log pages, no self-test, no standby wake)."""
     run = run_tool([smartctl, "--json=c", "--info", "--health", "--attributes", "--log=error",
-                    "--nocheck=standby", f"{dev_root}/{device}"], timeout_seconds)
+                    "--nocheck=standby", f"{dev_root}/{device}"], timeout_seconds,
+                   max_output_bytes=SMARTCTL_OUTPUT_MAX_BYTES)
     if run.returncode is None or not run.stdout.strip():
         return DriveHealth(device, error=(run.error or "smartctl gave no output")[:300])
     try:

@@ -92,7 +92,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _report(window: dict, names: dict, as_json: bool) -> None:
-    rows = sorted(((names.get(dev, str(dev)), d, s, h) for (dev, d, s), h in window.items() if h.total),
+    rows = sorted(((names[dev], d, s, h) for (dev, d, s), h in window.items() if h.total and dev in names),
                   key=lambda r: (r[0], r[1], blocktrace.STAGES.index(r[2])))
     if as_json:
         for name, d, s, h in rows:

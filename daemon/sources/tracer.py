@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from iowarden.probes import blocktrace, diskstats
 from iowarden.probes.blockqueue import identity_of
@@ -86,6 +86,7 @@ class TraceReading:
     total: MappingProxyType                              # (name, direction, stage) -> StageHistogram
     sums_seconds: MappingProxyType                       # the same keys -> summed latency (approximate)
     window: MappingProxyType                             # the same keys -> this window's StageHistogram
+    unknown_keys_dropped: int = 0                        # entries naming a disk the program was not given
 
 
 def merge_tracepoint(roots: Roots) -> bool:
@@ -167,6 +168,7 @@ class _Tracer:
     rates_prev: diskstats.DiskSample | None = None
     paused: bool = False
     heard: bool = False                                  # the running process has printed a line
+    unknown_dropped: int = 0                             # map entries for a dev_t not traced, dropped
 
     def read(self) -> TraceReading:
         now = time.monotonic()
@@ -308,7 +310,10 @@ class _Tracer:
             if parsed is None:
                 continue
             kind, values = parsed
-            named = {(self.names.get(dev, str(dev)), d, s): v for (dev, d, s), v in values.items()}
+            # only the disks the program was given: a line naming 60,000 other devices (bpftrace's output
+            # is input like any other) must not become 60,000 label sets
+            named = {(self.names[dev], d, s): v for (dev, d, s), v in values.items() if dev in self.names}
+            self.unknown_dropped += len(values) - len(named)
             if kind == "counts":
                 self.current = named
             else:
@@ -349,7 +354,8 @@ class _Tracer:
         up = self.proc is not None and self.proc.poll() is None
         return TraceReading(time.time(), up, None if up else (self.reason or "not started yet"),
                             self.section.interval_seconds, MappingProxyType(share if up else {}),
-                            MappingProxyType(total), MappingProxyType(sums), MappingProxyType(window))
+                            MappingProxyType(total), MappingProxyType(sums), MappingProxyType(window),
+                            self.unknown_dropped)
 
 
 def _add(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | None) -> blocktrace.StageHistogram:
@@ -428,7 +434,10 @@ def families(r: TraceReading | None, snap):
                 last.add_metric(lv + [pct], w.quantile_seconds(float(pct) / 100))
     for name, s in sorted(r.sampled_share.items()):
         share.add_metric([name], s)
-    yield from (up, why, hist, last, share)
+    dropped = CounterMetricFamily("iowarden_tracer_unknown_keys_dropped", "Map entries bpftrace printed for a "
+                                  "disk it was not told to trace, dropped (none from a sound program)")
+    dropped.add_metric([], r.unknown_keys_dropped)
+    yield from (up, why, hist, last, share, dropped)
 
 
 # ---- causes ------------------------------------------------------------------------------------
