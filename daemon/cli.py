@@ -22,6 +22,7 @@ from iowarden.probes.fio_run import ProbeLimits, run_probe
 from iowarden.daemon import config as configmod
 from iowarden.daemon.sources.discovery import targets_now
 from iowarden.daemon.core.state import StateDamaged, StateUnavailable
+from iowarden.daemon.core.statedir import state_dir_problem
 from iowarden.daemon.commands.inspect import cmd_settings, cmd_xfs
 from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
 from iowarden.daemon.commands.tables import dumps, human_bytes, latency_columns, print_lines as _print, table
@@ -35,6 +36,9 @@ def target_problems(cfg) -> list[str]:
     """What stops the configured targets from being probed on this host now (the file may be right for
     another host, or for a volume not mounted yet: these are reported, not config errors)."""
     problems = []
+    state_problem = state_dir_problem(cfg.section("daemon").state_dir)
+    if state_problem:
+        problems.append(f"daemon.state_dir: {state_problem}: `iowarden run` refuses it")
     for i, t in enumerate(cfg.targets):
         where = f"targets[{i}] ({t.name}): path {t.path}"
         try:

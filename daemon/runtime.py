@@ -43,6 +43,7 @@ from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry
 from iowarden.daemon.sources.sampler import Sampler
 from iowarden.daemon.probing.scheduler import Scheduler
+from iowarden.daemon.core import statedir
 from iowarden.daemon.core.state import State, StateUnavailable
 
 log = logging.getLogger("iowarden")
@@ -51,6 +52,7 @@ STATE_RETRY_SECONDS = 2.0
 CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 RESULT_RETENTION_SECONDS = 90 * 86400
 LOG_MESSAGE_MAX_CHARS = 2000
+EXIT_CONFIG = 78                 # EX_CONFIG, as check-config: the state directory is not the daemon's own
 
 
 def notify(message: str) -> None:
@@ -107,7 +109,33 @@ class StopRequested(Exception):
     """SIGTERM arrived before the daemon was running."""
 
 
-def open_state_waiting(path: str, stop_event: threading.Event) -> State:
+class StartRefused(Exception):
+    """The daemon cannot start as configured here (said in one log line); `code` is its exit status."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def own_state_dir(path: str) -> statedir.StateDir:
+    """The state directory, verified as the daemon's own and locked for this run, or StartRefused."""
+    try:
+        d = statedir.open_state_dir(path)
+    except statedir.StateDirRefused as exc:
+        raise StartRefused(f"refusing to start: {exc}", EXIT_CONFIG) from None
+    try:
+        statedir.lock(d)
+    except statedir.StateDirLocked as exc:
+        d.close()
+        raise StartRefused(f"refusing to start: {exc}", statedir.EXIT_STATE_LOCKED) from None
+    except OSError as exc:
+        d.close()
+        raise StartRefused(f"refusing to start: cannot lock {path}/{statedir.LOCK_FILE}: {exc.strerror}",
+                           EXIT_CONFIG) from None
+    return d
+
+
+def open_state_waiting(path: str, stop_event: threading.Event, opened_at: str | None = None) -> State:
     """The state database, waiting while it is locked, on a full filesystem or unreadable.
 
     Never a reason to start on an empty database: that would throw away every volume's
@@ -116,7 +144,7 @@ def open_state_waiting(path: str, stop_event: threading.Event) -> State:
     said = None
     while True:
         try:
-            state = State(path)
+            state = State(path, opened_at=opened_at)
         except StateUnavailable as exc:
             if str(exc) != said:
                 said = str(exc)
@@ -141,13 +169,20 @@ class Daemon:
         self.stop_event = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())   # also while the database is awaited
         signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
-        self.state = open_state_waiting(os.path.join(state_dir, "state.db"), self.stop_event)
+        # before anything else touches it: another daemon's fio is no leftover of ours
+        self.state_dir = own_state_dir(state_dir)
+        self.state = open_state_waiting(os.path.join(state_dir, "state.db"), self.stop_event,
+                                        self.state_dir.at("state.db"))
         self.reload_requested = threading.Event()
         c = self.cfg
         # outputs first: drift and alert transitions become InfluxDB points as they happen
         self.influx = None
         if c.section("influxdb").enabled:
-            self.influx = InfluxOutput(c.section("influxdb"), state_dir, lambda: self.core.snapshot)
+            try:
+                spool = self.state_dir.subdir("influx-spool")
+            except statedir.StateDirRefused as exc:
+                raise StartRefused(f"refusing to start: {exc}", EXIT_CONFIG) from None
+            self.influx = InfluxOutput(c.section("influxdb"), spool, lambda: self.core.snapshot)
         on_event = self.influx.event if self.influx is not None else None
         post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
         self.sampler = Sampler(roots, c.section("sampler").devices, post, c.section("sampler").exclude_devices)
@@ -376,4 +411,7 @@ def main(config_path: str) -> int:
         daemon = Daemon(config_path)
     except StopRequested:
         return 0
+    except StartRefused as exc:
+        log.error("%s", exc)
+        return exc.code
     return daemon.run()

@@ -38,6 +38,7 @@ SUB_BUCKETS = 1 << SUB_BITS     # per octave: 8
 SAMPLE_SCALE = 1024             # the sampling hash's range
 STAGES = ("queue", "device", "total")
 DIRECTIONS = ("read", "write")
+MAX_MAP_ENTRIES = 1 << 16       # BPFTRACE_MAP_KEYS_MAX (START_MAP_ENTRIES) bounds every map of the program; more is not its output
 MAX_LINE_BYTES = 4 << 20        # one print of every count; more is not bpftrace's output
 START_MAP_ENTRIES = 65536       # requests in flight across all devices that can be timed at once
 
@@ -189,14 +190,16 @@ def _entries(table, arity: int):
     """The map's "k1,k2,...": value entries as (int tuple, int), checked."""
     if not isinstance(table, dict):
         raise ParseError("a bpftrace map that is not an object")
+    if len(table) > MAX_MAP_ENTRIES:
+        raise ParseError(f"a bpftrace map of {len(table)} entries, over the {MAX_MAP_ENTRIES} the program can print")
     for key, value in table.items():
         try:
             fields = tuple(int(x) for x in str(key).split(","))
-            count = int(value)
-        except (TypeError, ValueError):
+            count = int(value) if not isinstance(value, bool) else -1
+        except (TypeError, ValueError, OverflowError):
             raise ParseError(f"unexpected map entry {str(key)[:40]!r}: {str(value)[:20]!r}") from None
         if len(fields) != arity or not (0 <= fields[1] < len(DIRECTIONS) and 0 <= fields[2] < len(STAGES)) \
-                or count < 0:
+                or not 0 <= count < 1 << 64:
             raise ParseError(f"map entry out of range: {str(key)[:40]!r}")
         yield fields, count
 

@@ -179,6 +179,11 @@ class ToolRun:
     duration_seconds: float
     error: str | None
 
+    @property
+    def cut_short(self) -> bool:
+        """Not started, killed at a bound, or ended by a signal: its output is not whole, whatever it holds."""
+        return self.error is not None and (self.returncode is None or self.returncode < 0)
+
 
 def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
              env: dict | None = None, on_start=None, die_with_parent: bool = False,

@@ -137,7 +137,7 @@ def read(device: str, dev_root: str = "/dev", smartctl: str = "smartctl",
     run = run_tool([smartctl, "--json=c", "--info", "--health", "--attributes", "--log=error",
                     "--nocheck=standby", f"{dev_root}/{device}"], timeout_seconds,
                    max_output_bytes=SMARTCTL_OUTPUT_MAX_BYTES)
-    if run.returncode is None or not run.stdout.strip():
+    if run.cut_short or not run.stdout.strip():
         return DriveHealth(device, error=(run.error or "smartctl gave no output")[:300])
     try:
         return parse(device, run.stdout)

@@ -188,7 +188,7 @@ def read(mountpoint: str, device: str, timeout_seconds: float = 120.0) -> XfsRep
 
     def tool(argv: list[str], parser):
         run = run_tool(argv, timeout_seconds, idle_io=True)
-        if run.error and not run.stdout.strip():
+        if run.cut_short or (run.error and not run.stdout.strip()):
             errors.append(run.error)
             return None
         try:

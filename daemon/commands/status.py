@@ -64,14 +64,13 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
         b = cfg.section("budget")
         budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day)
         budget.replay(state.probe_results(limit=5000), blockqueue.read_sysfs_and_superblocks(roots))
-        now = time.time()
         return {
             "probes": [latest[k] for k in sorted(latest)],
             "baselines": baseline_rows(state, detector_params(cfg)),
             "alerts": state.alerts(open_only=True),
             "drift": [{"at": at, "device": d, "identity": i, "setting": s, "old": o, "new": n}
                       for at, d, i, s, o, n in state.drift_events()[-20:]],
-            "budget": {disk: dataclasses.asdict(budget.status(disk, now)) for disk in budget.disks()},
+            "budget": {disk: dataclasses.asdict(budget.status(disk)) for disk in budget.disks()},
             "capability": {i: st for i, p, m, at, st in state.load_baselines() if p == CAPABILITY_PROFILE},
             "passive": sorted(({"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
                                if p == PASSIVE_PROFILE and m == "view"), key=lambda v: v["device"]),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable
 
-from iowarden.daemon.core import knowledge
+from iowarden.daemon.core import knowledge, retention
 from iowarden.daemon.core.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
                                          SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.core.snapshot import Snapshot
@@ -46,9 +46,12 @@ class CounterReaders:
 
 class Core:
     def __init__(self, state, health, version: str, readers: CounterReaders = CounterReaders(), influx=None,
-                 retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES):
+                 retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES, wall=time.time,
+                 boot_clock=lambda: time.clock_gettime(time.CLOCK_BOOTTIME)):
         self.state, self.health, self.version = state, health, version
         self.readers, self.influx, self.clock = readers, influx, clock
+        self.wall, self.boot_clock = wall, boot_clock   # retention compares them (core/retention.py)
+        self._retention_mark: retention.ClockMark | None = None
         self.retention_seconds = retention_seconds
         self.sources = sources
         self._summary_saved: dict[str, float] = {}   # source -> when its summary was last saved (monotonic)
@@ -186,7 +189,13 @@ class Core:
 
     def _on_housekeeping(self, e: Housekeeping) -> None:
         if e.job == "retention":
-            self.state.prune(self.retention_seconds)
+            now = retention.ClockMark(self.wall(), self.boot_clock())
+            decision = retention.plan(self._retention_mark, now, self.retention_seconds)
+            self._retention_mark = now
+            if decision.refusal:
+                log.warning("retention pass skipped: %s", decision.refusal)
+            else:
+                self.state.prune(decision.cutoff_wall_seconds)
         elif e.job == "retry_writes":
             self.state.retry_pending()
         else:

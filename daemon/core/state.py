@@ -24,6 +24,8 @@ import sqlite3
 import threading
 import time
 
+from . import retention
+
 log = logging.getLogger("iowarden")
 
 SCHEMA = """
@@ -144,13 +146,16 @@ class OffCoreWrite(RuntimeError):
 
 
 class State:
-    def __init__(self, path: str, repair: bool = True):
+    def __init__(self, path: str, repair: bool = True, opened_at: str | None = None):
         """repair: move a corrupt database aside and start fresh (the daemon); else raise StateDamaged (the CLI).
+        opened_at: the database's path through the daemon's verified state directory (statedir.StateDir.at),
+        which no rename or link can redirect; `path` is then what messages say.
 
         Raises StateUnavailable when the database cannot be opened now (locked, full, unreadable):
         the caller retries; nothing is moved or reset.
         """
         self.path = path
+        self._file = opened_at or path
         self._lock = threading.Lock()
         self._pending: collections.deque = collections.deque()   # transactions: [(sql, params), ...]
         self.writable = True
@@ -161,10 +166,11 @@ class State:
         self._next_alert_id = (self.db.execute("SELECT max(id) FROM alerts").fetchone()[0] or 0) + 1
 
     def _open(self, repair: bool) -> sqlite3.Connection:
-        try:
-            os.makedirs(os.path.dirname(self.path) or ".", mode=0o750, exist_ok=True)
-        except OSError as exc:
-            raise StateUnavailable(f"cannot create {os.path.dirname(self.path)}: {exc.strerror}") from None
+        if self._file == self.path:   # the CLI's own short-lived opening; the daemon's directory is verified
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", mode=0o750, exist_ok=True)
+            except OSError as exc:
+                raise StateUnavailable(f"cannot create {os.path.dirname(self.path)}: {exc.strerror}") from None
         db = None
         try:
             db = self._connect()
@@ -180,10 +186,11 @@ class State:
                 db.close()
         if not repair:
             raise StateDamaged(f"state database {self.path} is damaged ({reason}); `iowarden run` moves it aside")
-        aside = f"{self.path}.corrupt-{int(time.time())}"
+        stamp = f".corrupt-{int(time.time())}"
         for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(self.path + suffix):
-                os.replace(self.path + suffix, aside + suffix)
+            if os.path.lexists(self._file + suffix):
+                os.replace(self._file + suffix, self._file + stamp + suffix)
+        aside = self.path + stamp
         log.error("state database %s is damaged (%s); moved aside to %s, starting fresh", self.path, reason, aside)
         try:
             return self._connect()
@@ -191,7 +198,7 @@ class State:
             raise StateUnavailable(str(exc)) from None
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+        db = sqlite3.connect(self._file, check_same_thread=False, isolation_level=None,
                              timeout=BUSY_TIMEOUT_SECONDS)
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -390,10 +397,20 @@ class State:
         else:
             self._write(("INSERT OR REPLACE INTO target_pins VALUES (?,?,?)", (target, identity, time.time())))
 
-    def prune(self, keep_seconds: float) -> None:
-        cutoff = time.time() - keep_seconds
-        self._write(("DELETE FROM probe_results WHERE started_at < ?", (cutoff,)),
-                    ("DELETE FROM drift_events WHERE at < ?", (cutoff,)))
+    def prune(self, cutoff_wall_seconds: float) -> None:
+        """Delete results and drift older than the cutoff, at most retention.rows_per_pass() of each table
+        (the oldest first): a wrong cutoff costs a share of the history, never all of it."""
+        statements = []
+        for table, column in (("probe_results", "started_at"), ("drift_events", "at")):
+            with self._lock:   # the table's size from its ids: count(*) would read a 9 GB table
+                low, high = self.db.execute(f"SELECT min(id), max(id) FROM {table}").fetchone()
+            if low is None:
+                continue
+            limit = retention.rows_per_pass(high - low + 1)
+            statements.append((f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {column} < ?"
+                               f" ORDER BY id LIMIT ?)", (cutoff_wall_seconds, limit)))
+        if statements:
+            self._write(*statements)
 
     def probe_results(self, limit: int = 100) -> list[dict]:
         with self._lock:

@@ -40,13 +40,14 @@ def start_prometheus(cfg: dict, core, roots):
 class InfluxOutput:
     """Points for InfluxDB from probe results, events and iostat summaries; flushed as a registry part."""
 
-    def __init__(self, c: dict, state_dir: str, get_snapshot):
-        """c: the [influxdb] section; get_snapshot: the core's latest snapshot (the iostat summaries' source)."""
+    def __init__(self, c: dict, spool_dir: str, get_snapshot):
+        """c: the [influxdb] section; spool_dir: the spool, a directory of the daemon's own (StateDir.subdir);
+        get_snapshot: the core's latest snapshot (the iostat summaries' source)."""
         self.get_snapshot = get_snapshot
         self.iostat_interval = c.iostat_interval_seconds
         self.writer = influx.InfluxWriter(
             c.url, c.org, c.bucket, influx.read_token(c.token_file, c.token_env),
-            os.path.join(state_dir, "influx-spool"), c.spool_max_bytes,
+            spool_dir, c.spool_max_bytes,
             c.timeout_seconds)
         self.host = self.writer.host
         self._iostat_prev: diskstats.DiskSample | None = None

@@ -53,21 +53,31 @@ class Budget:
     history, so a reader never iterates a deque a worker is appending to.
     """
 
-    def __init__(self, time_ratio: float, window_seconds: float, write_bytes_per_day: int):
+    def __init__(self, time_ratio: float, window_seconds: float, write_bytes_per_day: int, clock=time.monotonic,
+                 wall=time.time):
+        """clock: the budget's time, monotonic: a wall clock stepped back an hour must not hold a spent budget
+        for an hour more, nor one stepped forward a day hand out a new day's writes. `wall` only dates the
+        stored results that replay() converts."""
         self.time_ratio, self.window_seconds = time_ratio, window_seconds
         self.write_bytes_per_day = write_bytes_per_day
-        self.spent: dict[str, collections.deque] = {}   # disk -> (wall time, device seconds, bytes written)
+        self.clock, self.wall = clock, wall
+        self.spent: dict[str, collections.deque] = {}   # disk -> (clock time, device seconds, bytes written)
         self._lock = threading.Lock()
 
     def replay(self, records: list[dict], devices: dict) -> None:
-        """Count stored probe results (from the state database) against their disks."""
+        """Count stored probe results (from the state database, dated by the wall clock) against their disks,
+        each at its age on the budget's clock. A result dated in the future (the wall clock was stepped
+        back since) counts as spent now: the budget errs towards probing less."""
+        now, wall_now = self.clock(), self.wall()
         for rec in records:
             if rec.get("device"):
                 disks = blockqueue.physical_devices(rec["device"], devices) or (rec["device"],)
-                self.record(disks, rec["started_at"], rec["duration_seconds"],
+                age = max(0.0, wall_now - rec["started_at"])
+                self.record(disks, now - age, rec["duration_seconds"],
                             rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0))
 
     def record(self, disks, at: float, seconds: float, written: int) -> None:
+        """`at`: when the probe started, on the budget's clock."""
         with self._lock:
             for disk in disks:
                 self.spent.setdefault(disk, collections.deque()).append((at, seconds, written))
@@ -83,7 +93,7 @@ class Budget:
         return q
 
     def status(self, disk: str, now: float | None = None) -> BudgetStatus:
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self._lock:
             q = self._trim(disk, now)
             used = sum(sec for at, sec, _ in q if at >= now - self.window_seconds)
@@ -138,7 +148,7 @@ class Scheduler:
         self._plan_lock = threading.RLock()
         self._stopping = False
         b = cfg.section("budget")
-        self.budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day)
+        self.budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day, clock=clock)
         if history:  # what was spent before a restart still counts
             self.budget.replay(history, self.devices())
         self.configure(cfg)
@@ -296,7 +306,7 @@ class Scheduler:
                                    expect_dev=d.target.found_on_dev, owner=self.owner)
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
-            self.budget.record(disks, result.started_at, result.duration_seconds,
+            self.budget.record(disks, self.clock() - result.duration_seconds, result.duration_seconds,
                                result.write_io_bytes + result.layout_bytes)
             if self._stopping and not result.ok:
                 result.error = "interrupted: iowarden is stopping"
