@@ -1,0 +1,73 @@
+"""Hardening, round three: paths it did not make, one daemon per state directory (items 1-2). The daemon
+as a process on the test's own loop volume; every directory and user id here is the test's own."""
+import os
+import pwd
+
+import pytest
+
+from tests.integration.helpers import config_text, rows, wait_for
+from tests.integration.test_cli import iowarden
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+NOBODY = pwd.getpwnam("nobody").pw_uid
+
+
+def test_a_second_daemon_on_the_same_state_dir_exits_with_its_code_and_leaves_the_first_alone(
+        shared_loop_xfs, tmp_path, daemon_factory):
+    """Landed code: the second ended the first's fio as a leftover, then both probed and wrote baselines."""
+    text = config_text(shared_loop_xfs.mountpoint, tmp_path / "state", runtime=2.0, interval=1.0)
+    first = daemon_factory(text)
+    first.wait_message("READY=1")
+    db = tmp_path / "state" / "state.db"
+    wait_for(lambda: rows(db, "SELECT count(*) FROM probe_results")[0][0] >= 1, timeout=60, what="a first probe")
+    second = daemon_factory(text)
+    assert second.proc.wait(timeout=30) == 75
+    said = second.output()
+    assert f"in use by another iowarden (pid {first.proc.pid})" in said and str(tmp_path / "state") in said
+    assert "ended" not in said and "Traceback" not in said
+    assert first.proc.poll() is None and "a previous run of iowarden left running" not in first.output()
+    # the first goes on probing, and no result of it was cut short
+    n = rows(db, "SELECT count(*) FROM probe_results")[0][0]
+    wait_for(lambda: rows(db, "SELECT count(*) FROM probe_results")[0][0] >= n + 2, timeout=60, what="more probes")
+    assert rows(db, "SELECT count(*) FROM probe_results WHERE ok = 0") == [(0,)]
+
+
+def test_a_state_dir_owned_by_another_user_is_refused_and_nothing_is_written_through_their_links(
+        shared_loop_xfs, tmp_path, daemon_factory):
+    """Landed code: root made a database and spool segments through the user's symlinks in a 0700 root-only
+    directory, and on restart deleted a root-owned *.tmp there."""
+    private = tmp_path / "root-only"
+    private.mkdir(mode=0o700)
+    (private / "keep.tmp").write_text("root's own file")
+    state = tmp_path / "theirs"
+    state.mkdir()
+    os.chown(state, NOBODY, NOBODY)
+    for name, target in (("state.db", private / "state.db"), ("influx-spool", private)):
+        os.symlink(target, state / name)
+        os.lchown(state / name, NOBODY, NOBODY)
+    text = config_text(shared_loop_xfs.mountpoint, state, runtime=0.3, interval=3600.0) + """
+[influxdb]
+enabled = true
+url = "http://127.0.0.1:9"
+org = "o"
+bucket = "b"
+token_env = "NO_SUCH_TOKEN_VAR"
+"""
+    d = daemon_factory(text)
+    assert d.proc.wait(timeout=30) == 78
+    out = d.output()
+    assert f"state directory {state} is owned by uid {NOBODY}, not by the daemon's user (uid 0)" in out, out
+    assert sorted(os.listdir(private)) == ["keep.tmp"]
+    r = iowarden("check-config", "-c", str(d.cfg), check=False)
+    assert r.returncode == 1 and f"daemon.state_dir: state directory {state} is owned by uid {NOBODY}" in r.stderr
+
+
+def test_a_planted_database_link_in_an_own_directory_is_refused(shared_loop_xfs, tmp_path, daemon_factory):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere.db"
+    os.symlink(target, state / "state.db")
+    d = daemon_factory(config_text(shared_loop_xfs.mountpoint, state, runtime=0.3, interval=3600.0))
+    assert d.proc.wait(timeout=30) == 78
+    assert f"{state}/state.db is a symbolic link" in d.output()
+    assert not target.exists()
