@@ -68,6 +68,10 @@ class Config:
         """The section as a frozen dataclass: `cfg.section("sampler").interval_seconds`."""
         return self.sections[name]
 
+    def with_section(self, name: str, value) -> "Config":
+        """This configuration with one section replaced (a reload that refuses one section keeps the old)."""
+        return dataclasses.replace(self, sections={**self.sections, name: value})
+
 
 _PYTHON_TYPE = {"int": int, "float": float, "str": str, "bool": bool, "size": int, "strlist": tuple}
 

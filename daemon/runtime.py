@@ -34,7 +34,7 @@ from iowarden.daemon.verdicts.health import Health
 from iowarden.daemon.outputs.http import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory
 from iowarden.daemon.outputs import influx
-from iowarden.daemon.outputs.wiring import InfluxOutput, start_prometheus
+from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus
 from iowarden.daemon.passive.detector import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
 from iowarden.daemon.sources.registry import SOURCES
@@ -320,14 +320,21 @@ class Daemon:
             log.error("reload failed, keeping the running configuration: %s: %s", type(exc).__name__,
                       str(exc)[:300])
         else:
+            refused = None
+            if self.http is not None or new.section("prometheus").enabled:
+                self.http, refused = reload_prometheus(self.http, self.cfg.section("prometheus"),
+                                                       new.section("prometheus"), self.core, self.roots)
+            if refused:   # the endpoint as it was, with the [prometheus] it was started with
+                log.error("reload: the metrics endpoint keeps its address, TLS and auth as they were: %s", refused)
+                new = new.with_section("prometheus", self.cfg.section("prometheus"))
             gone = {t.name for t in self.cfg.targets} - {t.name for t in new.targets}
             self.cfg = new
             self.rediscover(reconfigure=True)
             # its series leave /metrics, its alerts close
             self.core.post(TargetsChanged(self.targets(), tuple(
                 (name, "target removed from the configuration") for name in sorted(gone))))
-            log.info("configuration reloaded from %s (%d targets, %d discovery rules)", self.config_path,
-                     len(new.targets), len(new.discover))
+            log.info("configuration reloaded from %s (%d targets, %d discovery rules)%s", self.config_path,
+                     len(new.targets), len(new.discover), ", except [prometheus] (see above)" if refused else "")
         notify("READY=1")
 
     def run(self) -> int:

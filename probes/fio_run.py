@@ -357,7 +357,8 @@ def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readon
             opts["ramp_time"] = f"{round(ramp * 1000)}ms"
         if "startdelay" in opts:
             opts["startdelay"] = f"{round(delay * 1000)}ms"
-        opts["time_based"] = opts.get("time_based", "1")
+        # runtime above is a cap; time_based only where the job asks for it (the built-in profiles do): a job
+        # file that reads 8 MiB and stops must stop, not loop over its file for the whole cap
         opts.setdefault("ioengine", "libaio")
         if int(opts.get("numjobs", "1")) > 1:
             opts["group_reporting"] = "1"

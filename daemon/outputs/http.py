@@ -34,12 +34,12 @@ version serves every scrape until the core publishes the next (about every secon
 While the next is being rendered, a scrape takes the one before if it was current less
 than STALE_OK_SECONDS ago, so a frequent scraper never waits for a render, and one that
 scrapes rarely (Prometheus every 15 s) waits for a fresh one, as node_exporter's would.
-Basic auth is bcrypt, slow on purpose (~0.2 s), so a client must not be able to make
-the daemon hash at will: a correct password is remembered (only correct ones, so
-wrong ones cannot evict them) and costs nothing afterwards; an unknown user costs
-the same hash as a known one (no user enumeration by timing); each source may
-fail FAILED_AUTH_PER_SOURCE times per FAILED_AUTH_WINDOW_SECONDS before it gets 429
-without a hash; and one hash runs at a time, so at most one core goes to hashing.
+Basic auth (auth.py) is bcrypt, slow on purpose, with its work bounded and shared fairly per source.
+A connection is closed after a 401, 429 or 503: a client without the password holds a socket for
+one answer, not for as long as it keeps it alive. And when every place is taken, a newcomer from a
+source holding fewer connections takes the place of the oldest not yet authenticated connection
+of the source holding most: 64 anonymous connections from each of 9 addresses cannot keep out the
+scraper with the password (the landed server refused it 26 times of 26).
 """
 from __future__ import annotations
 
@@ -53,15 +53,14 @@ import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from iowarden.daemon.outputs import exposition
+from iowarden.daemon.outputs.auth import FAILED_AUTH_WINDOW_SECONDS, BasicAuth, FairHasher
 # what callers import from here: the server's config, read by web_config.py
-from iowarden.daemon.outputs.web_config import (FAILED_AUTH_PER_SOURCE, FAILED_AUTH_WINDOW_SECONDS,  # noqa: F401
-                                                GOOD_CREDENTIALS_KEPT, MAX_HASHES_WAITING,
-                                                BasicAuth, WebConfig, WebConfigError, _parse_basic,
+from iowarden.daemon.outputs.web_config import (WebConfig, WebConfigError, _parse_basic,  # noqa: F401
                                                 load_web_config, parse_listen_address)
 
 log = logging.getLogger("iowarden")
@@ -77,6 +76,16 @@ LISTEN_BACKLOG = 1024
 MAX_HEADER_BYTES = 16384
 
 STALE_OK_SECONDS = 1.0   # the sampler's period: how long ago the render a scrape gets without waiting was current
+
+
+@dataclass(eq=False)
+class Conn:
+    """One accepted connection, for the fair sharing of places."""
+    source: str
+    accepted_at: float
+    trusted: bool = False        # it has passed basic auth: never evicted for a newcomer
+    evicted: bool = False
+    task: asyncio.Task | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -96,12 +105,13 @@ class MetricsServer:
         self.version_of_snapshot = version_of_snapshot
         self.auth = BasicAuth(web.users) if web.users else None
         self.connections = 0
+        self._open: set[Conn] = set()
+        self._evicting = 0
         self.requests_in_flight = 0
         self.rejected_total = collections.Counter()   # why connections or requests were turned away
         self._workers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iowarden-http")
         # bcrypt on a thread of its own: hashing can never take a renderer, and uses one core at most
         self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="iowarden-auth")
-        self._hashes_waiting = 0
         self._rendering: tuple[int, asyncio.Future] | None = None   # (version, its render under way)
         self._rendered: Rendered | None = None
         self._renderer = exposition.Renderer()
@@ -112,6 +122,7 @@ class MetricsServer:
         self.socket = self._bind(addr, family)
         self.server_address = self.socket.getsockname()
         self._loop = asyncio.new_event_loop()
+        self._fair = FairHasher(self._loop, self._hasher, self.auth) if self.auth is not None else None
         self._ready = threading.Event()
         self._stopped = None
         self._thread = threading.Thread(target=self._run, name="iowarden-http", daemon=True)
@@ -160,6 +171,18 @@ class MetricsServer:
             self.socket.close()
             self._ready.set()
 
+    def reconfigure(self, web: WebConfig) -> None:
+        """New TLS and basic-auth settings for the connections accepted and the requests read from now on
+        (a reload that keeps the listen address). What a user proved against an unchanged hash holds."""
+        def swap():
+            self.web = web
+            self.auth = BasicAuth(web.users, previous=self.auth) if web.users else None
+            self._fair = FairHasher(self._loop, self._hasher, self.auth) if self.auth is not None else None
+        done = threading.Event()
+        self._loop.call_soon_threadsafe(lambda: (swap(), done.set()))
+        if not done.wait(10):
+            raise OSError("the metrics endpoint's loop did not take the new settings within 10 s")
+
     def shutdown(self):
         if self._stopped is not None and self._loop.is_running():
             self._loop.call_soon_threadsafe(self._stopped.set)
@@ -177,25 +200,48 @@ class MetricsServer:
                 await asyncio.sleep(0.05)
                 continue
             source = _source_of(peer)
-            reason = "connections" if self.connections >= MAX_CONNECTIONS else \
-                "per_source" if self._per_source[source] >= MAX_CONNECTIONS_PER_SOURCE else None
+            reason = "per_source" if self._per_source[source] >= MAX_CONNECTIONS_PER_SOURCE else None
+            if reason is None and self.connections - self._evicting >= MAX_CONNECTIONS:
+                victim = self._victim_for(source)
+                if victim is None:
+                    reason = "connections"
+                else:
+                    victim.evicted = True
+                    self._evicting += 1
+                    self.rejected_total["evicted"] += 1
+                    victim.task.cancel()
             if reason:
                 self.rejected_total[reason] += 1
                 sock.close()
                 continue
             self.connections += 1
             self._per_source[source] += 1
-            task = asyncio.ensure_future(self._serve(sock, source, loop.time()))
-            self._serving.add(task)
-            task.add_done_callback(self._serving.discard)
+            conn = Conn(source, loop.time())
+            self._open.add(conn)
+            conn.task = asyncio.ensure_future(self._serve(sock, conn))
+            self._serving.add(conn.task)
+            conn.task.add_done_callback(self._serving.discard)
 
-    async def _serve(self, sock: socket.socket, source: str, accepted_at: float):
+    def _victim_for(self, source: str) -> Conn | None:
+        """The connection a newcomer from `source` may take the place of: the oldest not authenticated one of
+        the source holding the most such, if that source holds more than the newcomer's would."""
+        held = collections.Counter(c.source for c in self._open if not c.trusted and not c.evicted)
+        if not held:
+            return None
+        top, count = held.most_common(1)[0]
+        if count <= self._per_source[source] + 1:
+            return None   # fair already: the newcomer's source holds as many
+        return min((c for c in self._open if c.source == top and not c.trusted and not c.evicted),
+                   key=lambda c: c.accepted_at)
+
+    async def _serve(self, sock: socket.socket, conn: Conn):
         """One accepted connection, counted from its accept to its close."""
         loop = asyncio.get_running_loop()
         writer = None
+        source = conn.source
         try:
             sock.setblocking(False)
-            deadline = accepted_at + REQUEST_READ_TIMEOUT_SECONDS
+            deadline = conn.accepted_at + REQUEST_READ_TIMEOUT_SECONDS
             try:
                 await asyncio.wait_for(_readable(loop, sock), deadline - loop.time())
                 reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES, loop=loop)
@@ -208,8 +254,11 @@ class MetricsServer:
                 self.rejected_total["timeout_or_oversize"] += 1
                 return
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            await self._connection(reader, writer, source, deadline)
+            await self._connection(reader, writer, conn, deadline)
         finally:
+            self._open.discard(conn)
+            if conn.evicted:
+                self._evicting -= 1
             self.connections -= 1
             self._per_source[source] -= 1
             if self._per_source[source] <= 0:
@@ -219,7 +268,7 @@ class MetricsServer:
             else:
                 sock.close()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str,
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: Conn,
                           first_deadline: float):
         loop = asyncio.get_running_loop()
         try:
@@ -243,7 +292,7 @@ class MetricsServer:
                     self.rejected_total["request_body"] += 1
                     await self._send(writer, 400, b"a request with a body is not accepted here\n", close=True)
                     return
-                keep_alive = await self._respond(first + line, head, writer, source)
+                keep_alive = await self._respond(first + line, head, writer, conn)
                 if not keep_alive:
                     return
                 deadline = None
@@ -252,7 +301,7 @@ class MetricsServer:
         except asyncio.CancelledError:
             raise
         except Exception:   # noqa: BLE001 - one request's failure closes its connection, nothing more
-            log.debug("metrics request from %s failed", source, exc_info=True)
+            log.debug("metrics request from %s failed", conn.source, exc_info=True)
 
     async def _read_request(self, reader) -> tuple[bytes, dict | None]:
         line = await reader.readline()
@@ -276,32 +325,34 @@ class MetricsServer:
             name, _, value = text.partition(":")
             headers[name.strip().lower()] = value.strip()
 
-    async def _respond(self, first: bytes, headers: dict, writer, source: str) -> bool:
+    async def _respond(self, first: bytes, headers: dict, writer, conn: Conn) -> bool:
         parts = first.decode("latin-1").split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             await self._send(writer, 400, b"bad request\n", close=True)
             return False
         method, target, version = parts
-        conn = headers.get("connection", "").lower()
-        keep_alive = (version == "HTTP/1.1" and conn != "close") or conn == "keep-alive"
+        asked = headers.get("connection", "").lower()
+        keep_alive = (version == "HTTP/1.1" and asked != "close") or asked == "keep-alive"
         if method not in ("GET", "HEAD"):
             await self._send(writer, 405, b"method not allowed\n", keep_alive, extra={"Allow": "GET, HEAD"})
             return keep_alive
         if self.auth is not None:
-            verdict = await self._authorize(headers.get("authorization", ""), source)
+            verdict = await self._authorize(headers.get("authorization", ""), conn.source)
             if verdict != "ok":
                 status, extra = {"limited": (429, {"Retry-After": str(int(FAILED_AUTH_WINDOW_SECONDS))}),
                                  "busy": (503, {"Retry-After": "1"})}.get(
                     verdict, (401, {"WWW-Authenticate": 'Basic realm="iowarden"'}))
-                await self._send(writer, status, b"unauthorized\n", keep_alive, extra=extra)
-                return keep_alive
+                # closed: a client without the password holds a place for one answer, no longer
+                await self._send(writer, status, b"unauthorized\n", extra=extra, close=True)
+                return False
+            conn.trusted = True
         path = target.split("?")[0]
         if path == "/metrics":
             if self.requests_in_flight >= MAX_REQUESTS:
                 self.rejected_total["max_requests"] += 1
-                await self._send(writer, 503, b"too many concurrent scrapes\n", keep_alive,
-                                 extra={"Retry-After": "1"})
-                return keep_alive
+                await self._send(writer, 503, b"too many concurrent scrapes\n", extra={"Retry-After": "1"},
+                                 close=True)
+                return False
             self.requests_in_flight += 1
             try:
                 body, zipped = await self._render(gzipped="gzip" in headers.get("accept-encoding", ""))
@@ -359,19 +410,22 @@ class MetricsServer:
         if creds is None:
             return "denied"
         user, password = creds
-        auth = self.auth
+        auth, fair = self.auth, self._fair
         if auth.remembered(user, password):
             return "ok"   # the common case, a scrape with the right password: no hash, no thread hop
-        refusal = "limited" if auth.over_limit(source) else "busy" if self._hashes_waiting >= MAX_HASHES_WAITING \
-            else None
-        if refusal:
+        if auth.over_limit(source):
             auth.refused_total += 1
-            return refusal
-        self._hashes_waiting += 1
-        try:
-            ok = await self._loop.run_in_executor(self._hasher, auth.verify, user, password, source)
-        finally:
-            self._hashes_waiting -= 1
+            return "limited"
+
+        def check():
+            started = time.monotonic()
+            return auth.verify(user, password, source), time.monotonic() - started
+        result = await fair.run(source, check)
+        if result is None:
+            return "busy"   # counted by the hasher (note_turned_away)
+        ok, took = result
+        if took < auth.check_seconds:   # every check as long as the costliest user's: no one told apart
+            await asyncio.sleep(auth.check_seconds - took)
         return "ok" if ok else "denied"
 
     async def _send(self, writer, status: int, body: bytes, keep_alive: bool = False,
@@ -403,8 +457,8 @@ class ServerCollector:
         yield g
         c = CounterMetricFamily("iowarden_http_rejected", "Connections or requests turned away, by reason",
                                 labels=["reason"])
-        for reason in ("connections", "per_source", "timeout_or_oversize", "request_body", "max_requests",
-                       "accept_failed"):
+        for reason in ("connections", "per_source", "evicted", "timeout_or_oversize", "request_body",
+                       "max_requests", "accept_failed"):
             c.add_metric([reason], srv.rejected_total[reason])
         if srv.auth is not None:
             c.add_metric(["auth_limited_or_busy"], srv.auth.refused_total)

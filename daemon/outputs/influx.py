@@ -213,12 +213,13 @@ class V2Writer:
         except (OSError, http.client.HTTPException) as exc:
             if fired.is_set():
                 raise WriteFailed(f"no whole answer within {self.timeout_seconds:g} s") from None
-            raise WriteFailed(f"{type(exc).__name__}: {exc}") from None
+            raise WriteFailed(f"{type(exc).__name__}: {printable(scrub(str(exc), self.token), 300)}") from None
         finally:
             timer.cancel()
             conn.close()
         if resp.status // 100 != 2:
-            raise WriteFailed(f"HTTP {resp.status} {printable(resp.reason, 60)}: {_message(answer)}", resp.status)
+            raise WriteFailed(f"HTTP {resp.status} {printable(scrub(resp.reason, self.token), 60)}: "
+                              f"{_message(answer, self.token)}", resp.status)
         if fired.is_set():
             raise WriteFailed(f"no whole answer within {self.timeout_seconds:g} s")
 
@@ -233,11 +234,17 @@ def _shut(conn, fired: threading.Event) -> None:
             pass
 
 
-def _message(answer: bytes) -> str:
-    """The server's error message from the first bytes of its answer: one line, printable, short."""
-    text = answer.decode("utf-8", "replace")
+def scrub(text: str, token: str) -> str:
+    """The text with the token, whole, replaced: before any cut, so no part of it survives at a cut's edge."""
+    return text.replace(token, "***") if token else text
+
+
+def _message(answer: bytes, token: str = "") -> str:
+    """The server's error message from the first bytes of its answer: one line, printable, short, and
+    never the token (a server may echo the request's headers)."""
+    text = scrub(answer.decode("utf-8", "replace"), token)
     try:
-        text = str(json.loads(text).get("message", text))
+        text = scrub(str(json.loads(text).get("message", text)), token)
     except (ValueError, AttributeError):
         pass
     return printable(text, 300)

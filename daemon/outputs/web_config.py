@@ -5,16 +5,8 @@ from __future__ import annotations
 
 
 import base64
-import collections
-
-
-import hashlib
-
-
 import socket
 import ssl
-import threading
-import time
 from dataclasses import dataclass, field
 
 from iowarden.probes.common import read_bounded
@@ -28,10 +20,6 @@ CLIENT_AUTH = {
     "RequireAnyClientCert": ssl.CERT_REQUIRED,
 }
 WEB_CONFIG_MAX_BYTES = 1 << 20
-FAILED_AUTH_PER_SOURCE = 5
-FAILED_AUTH_WINDOW_SECONDS = 300.0
-MAX_HASHES_WAITING = 4               # checks queued for the one hashing thread; more get 503
-GOOD_CREDENTIALS_KEPT = 64
 
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -89,63 +77,6 @@ def load_web_config(path: str) -> WebConfig:
             raise WebConfigError(f"{path}: basic_auth_users.{user}: not a bcrypt hash")
         wc.users[str(user)] = hashed.encode()
     return wc
-
-
-class BasicAuth:
-    """Who may scrape, at a bounded cost in bcrypt work (see the module's docstring)."""
-
-    def __init__(self, users: dict[str, bytes], clock=time.monotonic):
-        import bcrypt
-        self.users = users
-        self.clock = clock
-        # an unknown user is checked against this, at the cost of the real hashes
-        cost = max((int(h.split(b"$")[2]) for h in users.values()), default=4)
-        self._dummy = bcrypt.hashpw(b"iowarden-dummy", bcrypt.gensalt(rounds=cost))
-        self._good: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
-        self._failures: dict[str, collections.deque] = {}
-        self._lock = threading.Lock()
-        self.hashes_total = 0          # bcrypt checks run: what clients made the daemon spend
-        self.refused_total = 0         # checks refused without a hash (429 or 503)
-
-    def _key(self, user: str, password: bytes) -> bytes:
-        hashed = self.users.get(user, self._dummy)
-        return hashlib.sha256(user.encode() + b"\0" + password + b"\0" + hashed).digest()
-
-    def remembered(self, user: str, password: bytes) -> bool:
-        with self._lock:
-            key = self._key(user, password)
-            if key in self._good:
-                self._good.move_to_end(key)
-                return True
-        return False
-
-    def over_limit(self, source: str) -> bool:
-        now = self.clock()
-        with self._lock:
-            q = self._failures.get(source)
-            while q and q[0] < now - FAILED_AUTH_WINDOW_SECONDS:
-                q.popleft()
-            return bool(q) and len(q) >= FAILED_AUTH_PER_SOURCE
-
-    def verify(self, user: str, password: bytes, source: str) -> bool:
-        """Run one bcrypt check (the caller bounds how many run at once) and remember its outcome."""
-        import bcrypt
-        known = user in self.users
-        # bcrypt reads 72 bytes at most (and bcrypt 5 refuses more): no stored password is longer
-        ok = len(password) <= 72 and bcrypt.checkpw(password, self.users.get(user, self._dummy)) and known
-        with self._lock:
-            self.hashes_total += 1
-            if ok:
-                self._good[self._key(user, password)] = True
-                while len(self._good) > GOOD_CREDENTIALS_KEPT:
-                    self._good.popitem(last=False)
-            else:
-                q = self._failures.setdefault(source, collections.deque())
-                q.append(self.clock())
-                if len(self._failures) > 4096:   # a bound on the sources remembered: the oldest go
-                    for old in list(self._failures)[:2048]:
-                        del self._failures[old]
-        return ok
 
 
 def _parse_basic(header: str) -> tuple[str, bytes] | None:

@@ -37,6 +37,40 @@ def start_prometheus(cfg: dict, core, roots):
     return server
 
 
+def reload_prometheus(server, old: dict, new: dict, core, roots):
+    """Apply a reloaded [prometheus] section, or refuse it whole: (the endpoint serving now, None), or (the
+    endpoint as it was, why the new section was refused). The web-config file is read again either way:
+    a reload is how new users, hashes or certificates are taken. The same address keeps its socket and
+    takes the new TLS and auth for what it accepts and reads from now on; a new address is bound first,
+    and only then is the old one closed, so a port that cannot be had leaves the old endpoint as it was."""
+    from iowarden.daemon.outputs.http import WebConfig, WebConfigError, load_web_config
+    if not new.enabled:
+        if server is not None:
+            server.shutdown()
+            log.info("metrics endpoint on %s closed: [prometheus] enabled = false", old.listen_address)
+        return None, None
+    try:
+        web = load_web_config(new.web_config_file) if new.web_config_file else WebConfig()
+    except WebConfigError as exc:
+        return server, f"the web config cannot be used ({exc})"
+    if server is not None and old.enabled and new.listen_address == old.listen_address:
+        try:
+            server.reconfigure(web)
+        except OSError as exc:
+            return server, str(exc)
+        log.info("metrics endpoint on %s: now%s%s", new.listen_address, " with TLS" if web.tls else " without TLS",
+                 " and with basic auth" if web.users else " and without basic auth")
+        return server, None
+    try:
+        fresh = start_prometheus(new, core, roots)
+    except (OSError, WebConfigError) as exc:
+        return server, f"cannot serve on {new.listen_address} ({exc})"
+    if server is not None:
+        server.shutdown()
+        log.info("metrics endpoint on %s closed: it moved to %s", old.listen_address, new.listen_address)
+    return fresh, None
+
+
 class InfluxOutput:
     """Points for InfluxDB from probe results, events and iostat summaries; flushed as a registry part."""
 

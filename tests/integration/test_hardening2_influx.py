@@ -167,11 +167,13 @@ def test_sigterm_with_a_read_only_spool_still_closes_everything(shared_loop_xfs,
     dead = free_port()
     extra = (f"[influxdb]\nenabled = true\nurl = \"http://127.0.0.1:{dead}\"\nflush_interval_seconds = 1.0\n"
              "timeout_seconds = 1.0\niostat_interval_seconds = 1.0\n")
-    d = daemon_factory(config_text(shared_loop_xfs.mountpoint, state, runtime=0.3, interval=1.0, extra=extra))
-    d.wait_message("READY=1")
+    # read-only before the start: the daemon reaches its spool through the directory it opened and verified
+    # at start (round three), so a mount laid over the path later is not where it writes
     subprocess.run(["mount", "--bind", str(spool), str(spool)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(spool)], check=True)
+        d = daemon_factory(config_text(shared_loop_xfs.mountpoint, state, runtime=0.3, interval=1.0, extra=extra))
+        d.wait_message("READY=1")
         time.sleep(4)   # flushes fail to the dead server, and the spool cannot take them
         d.proc.send_signal(signal.SIGTERM)
         assert d.proc.wait(timeout=15) == 0

@@ -268,7 +268,7 @@ def test_spool_bounds_and_order(tmp_path):
 
 def test_basic_auth_bounds_the_hashing_a_client_can_cause():
     import bcrypt
-    from iowarden.daemon.outputs.http import FAILED_AUTH_PER_SOURCE, FAILED_AUTH_WINDOW_SECONDS, BasicAuth
+    from iowarden.daemon.outputs.auth import FAILED_AUTH_PER_SOURCE, FAILED_AUTH_WINDOW_SECONDS, BasicAuth
     now = [0.0]
     auth = BasicAuth({"prometheus": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))}, clock=lambda: now[0])
     assert not auth.remembered("prometheus", b"right")

@@ -95,8 +95,9 @@ def test_budget_refuses_past_its_device_time_share_and_write_bytes():
 
 def test_budget_replayed_after_a_restart_counts_against_every_member(tree):
     devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
-    b = Budget(time_ratio=0.01, window_seconds=3600.0, write_bytes_per_day=1 << 30)
     now = 1e9
+    b = Budget(time_ratio=0.01, window_seconds=3600.0, write_bytes_per_day=1 << 30, clock=lambda: now,
+               wall=lambda: now)   # the stored result's age is the same on both clocks
     b.replay([{"device": "dm-0", "started_at": now - 60, "duration_seconds": 20.0, "write_io_bytes": 1 << 20,
                "layout_bytes": 0}], devices)
     # a probe of the LV on md0 spent the time of both disks under it
