@@ -38,6 +38,8 @@ class PartStats:
     restarts_total: int = 0          # the part's loop failed and was started again
     last_success_timestamp_seconds: float | None = None
     last_duration_seconds: float | None = None
+    longest_duration_seconds: float = 0.0          # the longest step since the start
+    deadline_seconds: float = 0.0                  # how long a step may take before the part is stuck
     last_error: str | None = None
     last_completed_monotonic: float = field(default_factory=time.monotonic)
     step_started_monotonic: float | None = None   # set while a step runs
@@ -67,6 +69,7 @@ class Registry:
     def add(self, name: str, cadence_seconds: float, deadline_seconds: float, step: Callable[[], None]) -> Part:
         part = Part(name, cadence_seconds, deadline_seconds, step)
         part.stats.last_completed_monotonic = self.clock()
+        part.stats.deadline_seconds = deadline_seconds
         self.parts[name] = part
         return part
 
@@ -85,6 +88,7 @@ class Registry:
             s = part.stats
             s.runs_total += 1
             s.last_duration_seconds = self.clock() - started
+            s.longest_duration_seconds = max(s.longest_duration_seconds, s.last_duration_seconds)
             s.last_completed_monotonic = self.clock()
             s.step_started_monotonic = None
             s.last_error = error

@@ -26,7 +26,7 @@ from typing import Callable
 
 from iowarden.daemon.core import knowledge, retention
 from iowarden.daemon.core.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
-                                         SettingsRead, SourceRead, TargetsChanged, XfsRead)
+                                         ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.core.snapshot import Snapshot
 from iowarden.daemon.sources.registry import SOURCES
 
@@ -141,11 +141,15 @@ class Core:
     # -- the handlers: one per event type ---------------------------------------------------------
     def _on_probe(self, e: ProbeFinished) -> None:
         knowledge.apply_result(self, e)
+        self.known.probing.pop((e.result.target, e.result.profile), None)
+
+    def _on_probe_started(self, e: ProbeStarted) -> None:
+        self.known.probing[(e.target, e.profile)] = e.device
 
     def _on_sample(self, e: DisksSampled) -> None:
         k = self.known
         k.sample, k.rates, k.io_pressure = e.sample, e.rates, e.io_pressure
-        k.samples.append((e.unix_time, e.sample))
+        k.keep_sample(e.unix_time, e.sample)
         self.health.apply_requests(k.identity_of_target)   # operators' requests, taken every second
 
     def _on_devices(self, e: DevicesRead) -> None:
@@ -212,7 +216,7 @@ class Core:
 
 
 HANDLERS = {
-    ProbeFinished: Core._on_probe, DisksSampled: Core._on_sample, DevicesRead: Core._on_devices,
+    ProbeFinished: Core._on_probe, ProbeStarted: Core._on_probe_started, DisksSampled: Core._on_sample, DevicesRead: Core._on_devices,
     SettingsRead: Core._on_settings, XfsRead: Core._on_xfs, PassiveJudged: Core._on_passive,
     SourceRead: Core._on_source, TargetsChanged: Core._on_targets, Housekeeping: Core._on_housekeeping,
 }

@@ -25,6 +25,15 @@ class ProbeFinished:
 
 
 @dataclass(frozen=True)
+class ProbeStarted:
+    """A probe worker is about to run fio on `device`: the core keeps that device's counters from now until
+    the probe's ProbeFinished (what the disk did meanwhile: contention), and no other device's."""
+    target: str
+    profile: str
+    device: str | None
+
+
+@dataclass(frozen=True)
 class DisksSampled:
     """The sampler's 1 Hz reading: raw counters, iostat -x rates of the sampled devices, PSI."""
     sample: object                       # diskstats.DiskSample

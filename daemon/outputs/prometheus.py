@@ -140,7 +140,13 @@ class SnapshotCollector:
                                        "was started again", labels=["part"])
         last = GaugeMetricFamily("iowarden_part_last_success_timestamp_seconds",
                                  "When the part last completed a step without error", labels=["part"])
+        longest = GaugeMetricFamily("iowarden_part_longest_duration_seconds", "The part's longest step since the "
+                                    "daemon started", labels=["part"])
+        deadline = GaugeMetricFamily("iowarden_part_deadline_seconds", "How long one step of the part may take "
+                                     "before it counts as stuck (the watchdog ping is withheld)", labels=["part"])
         for name, st in sorted(s.parts.items()):
+            deadline.add_metric([name], st.deadline_seconds)
+            longest.add_metric([name], st.longest_duration_seconds)
             if st.last_duration_seconds is not None:
                 dur.add_metric([name], st.last_duration_seconds)
             ok.add_metric([name], 1 if st.success else 0)
@@ -148,7 +154,7 @@ class SnapshotCollector:
             restarts.add_metric([name], st.restarts_total)
             if st.last_success_timestamp_seconds:
                 last.add_metric([name], st.last_success_timestamp_seconds)
-        yield from (dur, ok, err, restarts, last)
+        yield from (dur, longest, deadline, ok, err, restarts, last)
         if s.state is not None:
             g = GaugeMetricFamily("iowarden_state_writable",
                                   "1 if the state database took the last write; 0 while writes wait in memory "

@@ -7,7 +7,18 @@ import math
 import statistics
 from collections import deque
 
+from iowarden.daemon.passive.peerstats import leave_one_out_medians
 from iowarden.daemon.passive.values import (DIRECTIONS, Transition, _evidence_summary, _median)
+
+
+PEERS_NAMED = 8   # peers an alert names; a group of 1,024 disks is "and 1,015 more", not a 10 KB sentence
+
+
+def named_peers(members, m: str) -> tuple[list[str], str]:
+    """The first PEERS_NAMED of m's peers by name, and the text for the rest (" and N more" or "")."""
+    others = [x for x in members if x != m]
+    shown = sorted(others)[:PEERS_NAMED]
+    return shown, (f" and {len(others) - len(shown)} more" if len(others) > len(shown) else "")
 
 
 class GroupRules:
@@ -54,11 +65,12 @@ class GroupRules:
             units = {f.load()[0] for f in flows.values()}
             if len(flows) < 2 or len(units) != 1:
                 continue
+            loads = {m: f.load()[1] for m, f in flows.items()}
+            peer_awaits = leave_one_out_medians({m: f.await_ms for m, f in flows.items()})
+            peer_loads = leave_one_out_medians(loads)
             for m, f in flows.items():
-                peers = [g for k, g in flows.items() if k != m]
-                peer_await = statistics.median(g.await_ms for g in peers)
-                peer_load = statistics.median(g.load()[1] for g in peers)
-                if f.load()[1] > self.p.comparable_load * peer_load or peer_await <= 0:
+                peer_await, peer_load = peer_awaits[m], peer_loads[m]
+                if loads[m] > self.p.comparable_load * peer_load or peer_await <= 0:
                     continue   # more load than its peers explains more latency
                 score = (math.log(max(f.await_ms, 1e-6) / peer_await), f.await_ms - peer_await)
                 if m not in scores or score[0] > scores[m][0]:
@@ -82,17 +94,18 @@ class GroupRules:
             persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
                 med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms
             named = not pair and self.evidence.named(m)
-            peers = sorted(x for x in members if x != m)
             if "peers" not in d.flagged and (severe or persistent or named):
+                peers, more = named_peers(members, m)
                 if named and not severe:
-                    ev = self._evidence_ev(m, peers, med_excess)
+                    ev = self._evidence_ev(m, peers, med_excess, len(members) - 1)
                     summary = _evidence_summary(m, ev, self.p.window_seconds * self.p.evidence_block_windows)
                 else:
                     ev = {"ratio": round(math.exp(med_log if persistent else _median([r for r, _ in recent])), 2),
-                          "excess_ms": round(med_excess, 3), "peers": peers, "windows": len(d.peer_log),
+                          "excess_ms": round(med_excess, 3), "peers": peers, "peers_total": len(members) - 1,
+                          "windows": len(d.peer_log),
                           "rule": "persistent" if persistent else "severe"}
-                    summary = (f"{m} is {ev['ratio']:.1f}x slower than its peers {', '.join(peers)} at comparable "
-                               f"load (median over {ev['windows']} windows)")
+                    summary = (f"{m} is {ev['ratio']:.1f}x slower than its peers {', '.join(peers)}{more} at "
+                               f"comparable load (median over {ev['windows']} windows)")
                 out.append(self._raise(m, d, "peers", ev, summary))
             elif "peers" in d.flagged and not severe:
                 rule = d.flagged["peers"].get("rule")
@@ -113,16 +126,17 @@ class GroupRules:
         out = []
         for m, t in judged.items():
             d = self._dev(m)
-            peers = sorted(x for x in group if x != m)
             flagged = d.flagged.get("peers")
             if flagged is None and self.tail.named(m):
+                peers, more = named_peers(group, m)
                 ev = {"rule": "tail", "direction": t.direction, "tail_ms": round(t.tail_ms, 3),
                       "peers_tail_ms": round(t.peers_tail_ms, 3), "ratio": round(t.ratio, 2),
                       "mean_ratio": None if t.mean_ratio is None else round(t.mean_ratio, 2), "peers": peers,
+                      "peers_total": len(group) - 1,
                       "blocks": t.out_streak, "block_seconds": round(self.p.window_seconds * self.tail.p.block_windows)}
                 mean = "" if t.mean_ratio is None else f", while its mean is {t.mean_ratio:.2f}x theirs"
                 summary = (f"{m} is slow on its tail: p99.9 {t.direction} {t.tail_ms:.1f} ms against "
-                           f"{t.peers_tail_ms:.1f} ms of its peers {', '.join(peers)}, in {t.out_streak} blocks of "
+                           f"{t.peers_tail_ms:.1f} ms of its peers {', '.join(peers)}{more}, in {t.out_streak} blocks of "
                            f"{ev['block_seconds']} s in a row{mean}: a few of its I/Os are very slow (a weak "
                            f"region, retries, a path that stalls)")
                 out.append(self._raise(m, d, "peers", ev, summary))
@@ -132,9 +146,10 @@ class GroupRules:
                     out.append(self._clear(m, d, "peers", why))
         return out
 
-    def _evidence_ev(self, m: str, peers: list[str], excess_ms: float) -> dict:
+    def _evidence_ev(self, m: str, peers: list[str], excess_ms: float, peers_total: int | None = None) -> dict:
         e = self.evidence.members[m]
-        return {"ratio": round(e.ratio, 3), "excess_ms": round(excess_ms, 3), "peers": peers, "rule": "evidence",
+        return {"ratio": round(e.ratio, 3), "excess_ms": round(excess_ms, 3), "peers": peers,
+                "peers_total": peers_total if peers_total is not None else len(peers), "rule": "evidence",
                 "score": round(e.score, 1), "threshold": self.evidence.p.threshold, "blocks_above": e.blocks_above,
                 "blocks": e.blocks, "stray_ratio": round(math.exp(e.scale), 3), "windows": e.blocks}
 

@@ -26,10 +26,11 @@ buckets) for the current block, and a few numbers.
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 from iowarden.probes.blocktrace import StageHistogram
+
+from iowarden.daemon.passive.peerstats import leave_one_out_medians
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,16 @@ class TailEvidence:
             tails = {m: (tail_ms(b.counts[(m, direction)], self.p.quantile), sum(b.counts[(m, direction)].values()))
                      for m in group if sum(b.counts.get((m, direction), {}).values()) >= self.p.min_ios}
             means = {m: s / n for (m, d), (s, n) in b.busy_ms.items() if d == direction and n > 0}
+            # each member's peers' median, for all members at once (peerstats: n medians of n - 1 was O(n^2))
+            peer_tails = leave_one_out_medians({m: t for m, (t, _) in tails.items() if t is not None})
+            judged_means = {m: v for m, v in means.items() if m in tails}
+            peer_mean_of = leave_one_out_medians(judged_means)
             for m, (t, ios) in tails.items():
-                peers = [pt for k, (pt, _) in tails.items() if k != m and pt is not None]
-                if t is None or not peers:
+                if t is None or m not in peer_tails:
                     continue
-                peer_tail = statistics.median(peers)
-                peer_means = [v for k, v in means.items() if k != m and k in tails]
-                mean_ratio = means[m] / statistics.median(peer_means) if m in means and peer_means and \
-                    statistics.median(peer_means) > 0 else None
+                peer_tail = peer_tails[m]
+                peer_mean = peer_mean_of.get(m)   # m has a mean of its own and peers with theirs
+                mean_ratio = means[m] / peer_mean if peer_mean else None
                 out = t >= self.p.ratio * peer_tail and t - peer_tail >= self.p.floor_ms
                 # the worse direction speaks for the drive: out of line beats in line, then the larger ratio
                 rank = (out, t / peer_tail if peer_tail > 0 else float("inf"))

@@ -210,8 +210,8 @@ class RollingMedian:
 
 def _evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
     hours = block_seconds / 3600
-    peers = ev["peers"]
-    named = ", ".join(peers) if len(peers) <= 3 else f"{len(peers)} peers ({', '.join(peers[:2])}, ...)"
+    peers, total = ev["peers"], ev.get("peers_total", len(ev["peers"]))
+    named = ", ".join(peers) if total <= 3 else f"{total} peers ({', '.join(peers[:2])}, ...)"
     return (f"{device} has been {ev['ratio']:.2f}x as slow as its {named} at comparable "
             f"load: above them in {ev['blocks_above']} of {ev['blocks']} blocks of {hours:g} h, evidence "
             f"{ev['score']:.1f} past the threshold {ev['threshold']:g} (in strays of healthy drives here, "

@@ -25,7 +25,7 @@ from iowarden.probes.common import Roots, kill_group
 from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
 
 from iowarden.daemon.config import Config, Target
-from iowarden.daemon.core.events import ProbeFinished
+from iowarden.daemon.core.events import ProbeFinished, ProbeStarted
 from iowarden.daemon.sources.discovery import st_dev_of
 from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
 
@@ -300,6 +300,7 @@ class Scheduler:
                 result = ProbeResult(d.target.name, d.target.path, device, d.profile, False,
                                      f"refused: {refusal}", time.time(), 0.0)
             else:
+                self.post(ProbeStarted(d.target.name, d.profile, device))
                 result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                    fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
                                    on_start=lambda proc: self._track(proc, disks),

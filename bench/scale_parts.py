@@ -1,0 +1,144 @@
+"""Each part's step against its deadline, RSS and /metrics size at 64, 1,024 and 4,000 disks (a fake host's
+/proc and /sys, bench/_fake_host.py), so the cost per device shows. Optionally with M discovered targets.
+
+    .venv/bin/python bench/scale_parts.py [--disks 64,1024,4000] [--seconds 90] [--targets 10000]
+
+The daemon runs as its own process over the fake tree, its tracer off (bpftrace on fake disks measures
+nothing), SMART on (smartctl is asked about each fake disk and answers that it cannot open it: the cost of
+asking is real). The reference printed beside each figure is the bound it must stay within: the part's
+deadline, the unit's MemoryHigh (512 MiB). No root needed.
+"""
+import argparse
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _fake_host import MovingDiskstats, make_tree, wait_until  # noqa: E402
+from _support import free_port  # noqa: E402
+
+MEMORY_HIGH_MIB = 512
+RUNNER = ("import sys\nfrom iowarden.probes.common import Roots\nfrom iowarden.daemon import runtime\n"
+          "try:\n    d = runtime.Daemon(sys.argv[1], Roots.under(sys.argv[2]))\n"
+          "except runtime.StartRefused as exc:\n    print(exc, file=sys.stderr); sys.exit(exc.code)\n"
+          "sys.exit(d.run())\n")
+
+
+def rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape(port: int) -> tuple[bytes, int]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        raw = r.read()
+        return (gzip.decompress(raw) if r.headers.get("Content-Encoding") == "gzip" else raw), len(raw)
+
+
+def gauges(body: str, name: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in re.finditer(rf'^{name}{{part="([^"]+)"}} (\S+)$', body, re.M)}
+
+
+def run(disks: int, seconds: float, targets: int) -> dict:
+    work = tempfile.mkdtemp(prefix=f"iowarden-scale-{os.getpid()}-")
+    proc = None
+    try:
+        tree = os.path.join(work, "root")
+        names = make_tree(tree, disks, mounts=targets)
+        port = free_port()
+        cfg = os.path.join(work, "config.toml")
+        discover = (f'[[discover]]\nname = "vol"\nmountpoints = ["/srv/*"]\nfstypes = ["xfs"]\nprofiles = ["rr"]\n'
+                    f'interval_seconds = 3600.0\n[profiles.rr]\nrw = "randread"\nsize = "16MiB"\n'
+                    f'runtime_seconds = 1.0\n' if targets else "")
+        with open(cfg, "w") as f:
+            f.write(f'[daemon]\nstate_dir = "{work}/state"\nlog_level = "warning"\n'
+                    f'[prometheus]\nlisten_address = "127.0.0.1:{port}"\n[tracer]\nenabled = false\n'
+                    f'[smart]\nenabled = true\n{discover}')
+        with MovingDiskstats(tree, names):
+            started = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-c", RUNNER, cfg, tree], stdout=subprocess.DEVNULL,
+                                    stderr=open(os.path.join(work, "daemon.log"), "w"))
+            first = None
+            peak_rss, sizes, longest, deadline = 0.0, [], {}, {}
+            cpu0 = None
+            while time.monotonic() - started < seconds:
+                if proc.poll() is not None:
+                    raise SystemExit(f"the daemon exited: {open(os.path.join(work, 'daemon.log')).read()[-2000:]}")
+                peak_rss = max(peak_rss, rss_mib(proc.pid))
+                try:
+                    body, zipped = scrape(port)
+                except OSError:
+                    time.sleep(0.5)
+                    continue
+                if first is None:
+                    first = time.monotonic() - started
+                    cpu0 = (cpu_seconds(proc.pid), time.monotonic())
+                text = body.decode()
+                sizes.append((len(body), zipped))
+                longest.update(gauges(text, "iowarden_part_longest_duration_seconds"))
+                deadline.update(gauges(text, "iowarden_part_deadline_seconds"))
+                time.sleep(2.0)
+            cpu = (cpu_seconds(proc.pid) - cpu0[0]) / (time.monotonic() - cpu0[1]) if cpu0 else float("nan")
+            t0 = time.monotonic()
+            proc.terminate()
+            code = proc.wait(timeout=60)
+            stop_seconds = time.monotonic() - t0
+        log_text = open(os.path.join(work, "daemon.log")).read()
+        return {"disks": disks, "targets": targets, "first_scrape_s": first, "rss_mib": peak_rss, "cpu": cpu,
+                "metrics_bytes": max(s for s, _ in sizes) if sizes else 0,
+                "metrics_gzip_bytes": max(z for _, z in sizes) if sizes else 0,
+                "longest": longest, "deadline": deadline, "stop_s": stop_seconds, "exit": code,
+                "stuck_lines": log_text.count("parts not completing"), "tracebacks": log_text.count("Traceback")}
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--disks", default="64,1024,4000")
+    ap.add_argument("--seconds", type=float, default=90.0)
+    ap.add_argument("--targets", type=int, default=0, help="mounted XFS filesystems a [[discover]] rule matches")
+    args = ap.parse_args()
+    results = [run(int(n), args.seconds, args.targets) for n in args.disks.split(",")]
+    parts = sorted({p for r in results for p in r["deadline"]})
+    print(f"fake host, {args.seconds:.0f} s a size, tracer off, {args.targets} discovered targets")
+    print(f"{'':32}" + "".join(f"{r['disks']:>14} disks" for r in results))
+    print(f"{'RSS peak MiB (MemoryHigh 512)':32}" + "".join(f"{r['rss_mib']:>20.1f}" for r in results))
+    print(f"{'  per disk KiB':32}" + "".join(f"{r['rss_mib'] * 1024 / r['disks']:>20.1f}" for r in results))
+    print(f"{'CPU % of a core':32}" + "".join(f"{r['cpu'] * 100:>20.1f}" for r in results))
+    print(f"{'  per disk us/s':32}" + "".join(f"{r['cpu'] * 1e6 / r['disks']:>20.1f}" for r in results))
+    print(f"{'/metrics bytes (gzip)':32}" + "".join(f"{r['metrics_bytes']:>11} ({r['metrics_gzip_bytes']:>6})"
+                                                    for r in results))
+    print(f"{'first /metrics after start s':32}" + "".join(f"{r['first_scrape_s']:>20.2f}" for r in results))
+    print(f"{'SIGTERM to exit s (exit code)':32}" + "".join(f"{r['stop_s']:>15.2f} ({r['exit']})" for r in results))
+    print(f"{'watchdog withheld (lines)':32}" + "".join(f"{r['stuck_lines']:>20}" for r in results))
+    print(f"{'tracebacks':32}" + "".join(f"{r['tracebacks']:>20}" for r in results))
+    print("longest step s / deadline s, per part:")
+    for p in parts:
+        cells = []
+        for r in results:
+            lo, dl = r["longest"].get(p), r["deadline"].get(p)
+            mark = " OVER" if lo is not None and dl and lo > dl else ""
+            cells.append(f"{lo if lo is not None else float('nan'):>10.3f} / {dl or 0:>5.0f}{mark:>2}")
+        print(f"  {p:30}" + "".join(f"{c:>20}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
