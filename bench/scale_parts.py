@@ -102,7 +102,8 @@ def run(disks: int, seconds: float, targets: int) -> dict:
                 "metrics_bytes": max(s for s, _ in sizes) if sizes else 0,
                 "metrics_gzip_bytes": max(z for _, z in sizes) if sizes else 0,
                 "longest": longest, "deadline": deadline, "stop_s": stop_seconds, "exit": code,
-                "stuck_lines": log_text.count("parts not completing"), "tracebacks": log_text.count("Traceback")}
+                "stuck_lines": log_text.count("parts not completing"), "tracebacks": log_text.count("Traceback"),
+                "first_traceback": log_text[log_text.find("Traceback") - 300:][:3000] if "Traceback" in log_text else ""}
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -130,6 +131,9 @@ def main():
     print(f"{'SIGTERM to exit s (exit code)':32}" + "".join(f"{r['stop_s']:>15.2f} ({r['exit']})" for r in results))
     print(f"{'watchdog withheld (lines)':32}" + "".join(f"{r['stuck_lines']:>20}" for r in results))
     print(f"{'tracebacks':32}" + "".join(f"{r['tracebacks']:>20}" for r in results))
+    for r in results:
+        if r["first_traceback"]:
+            print(f"first traceback at {r['disks']} disks:\n{r['first_traceback']}")
     print("longest step s / deadline s, per part:")
     for p in parts:
         cells = []

@@ -49,6 +49,7 @@ from iowarden.daemon.core.state import State, StateUnavailable
 log = logging.getLogger("iowarden")
 STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, exit well within 5 s
 STATE_RETRY_SECONDS = 2.0
+CORE_STOP_SECONDS = 4.0          # the core's last batch: a write may wait out SQLite's busy timeout (2 s) once
 CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 RESULT_RETENTION_SECONDS = 90 * 86400
 LOG_MESSAGE_MAX_CHARS = 2000
@@ -223,6 +224,9 @@ class Daemon:
         # the database is written on the core only: these parts just say when
         self.registry.add("retention", 3600.0, 60.0, lambda: post(Housekeeping("retention")))
         self.registry.add("state", STATE_RETRY_SECONDS, 30.0, lambda: post(Housekeeping("retry_writes")))
+        # SQLite's whole-file check, off the start's path (65 s on a 9 GB database held the start past
+        # systemd's timeout): at start and daily, read-only beside the core's writes
+        self.registry.add("state-check", 86400.0, 3600.0, self._check_state)
         if self.influx is not None:
             self.registry.add("influxdb", c.section("influxdb").flush_interval_seconds,
                               # every write has a whole deadline of timeout_seconds; a flush replays at most a few
@@ -242,6 +246,12 @@ class Daemon:
                          retention_seconds=RESULT_RETENTION_SECONDS)
         self.core.post(TargetsChanged(self.targets()))
         self.inventory = Inventory(self._on_device_change, str(roots.run))
+
+    def _check_state(self) -> None:
+        problem = self.state.check_integrity()
+        if problem:
+            log.error("state database %s is damaged (%s): the daemon goes on with it, and the next start moves it "
+                      "aside and starts fresh (restart iowarden to do it now)", self.state.path, problem)
 
     def targets(self) -> tuple[Target, ...]:
         """The configured targets and the ones [[discover]] rules found mounted."""
@@ -350,7 +360,7 @@ class Daemon:
                 self.http = start_prometheus(self.cfg.section("prometheus"), self.core, self.roots)
             except (OSError, WebConfigError) as exc:
                 log.error("cannot serve metrics on %s: %s", self.cfg.section("prometheus").listen_address, exc)
-                self.state.close()
+                self.core.stop(CORE_STOP_SECONDS)   # it closes the database on its own thread
                 return 1
         ended = end_leftover_probes(self.scheduler.owner)
         if ended:
@@ -384,7 +394,8 @@ class Daemon:
                 _stop_step(name, read.stop)
         if self.passive is not None:   # the curves learned since the last save, written by the core
             _stop_step("passive curves", lambda: self.core.post(self.passive.final_event()))
-        _stop_step("core", lambda: self.core.stop(1.0))   # the results of the probes just stopped reach the database
+        # the results of the probes just stopped reach the database, which the core then closes
+        _stop_step("core", lambda: self.core.stop(CORE_STOP_SECONDS))
         if self.influx is not None:
             # no network on the way out: a server that hangs must not hold up the stop
             def spool():
@@ -393,7 +404,6 @@ class Daemon:
             _stop_step("InfluxDB spool", spool)
         if self.http is not None:
             _stop_step("metrics endpoint", self.http.shutdown)
-        _stop_step("state database", self.state.close)
         return 0
 
     def status_line(self, stuck: list[str]) -> str:

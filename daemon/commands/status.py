@@ -69,7 +69,7 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             "baselines": baseline_rows(state, detector_params(cfg)),
             "alerts": state.alerts(open_only=True),
             "drift": [{"at": at, "device": d, "identity": i, "setting": s, "old": o, "new": n}
-                      for at, d, i, s, o, n in state.drift_events()[-20:]],
+                      for at, d, i, s, o, n in state.drift_events(limit=20)],
             "budget": {disk: dataclasses.asdict(budget.status(disk)) for disk in budget.disks()},
             "capability": {i: st for i, p, m, at, st in state.load_baselines() if p == CAPABILITY_PROFILE},
             "passive": sorted(({"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()

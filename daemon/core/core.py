@@ -56,7 +56,7 @@ class Core:
         self.sources = sources
         self._summary_saved: dict[str, float] = {}   # source -> when its summary was last saved (monotonic)
         self.known = knowledge.Knowledge(last_settings=state.load_settings(),
-                                         recent_drift=state.drift_events()[-knowledge.RECENT_DRIFT:])
+                                         recent_drift=state.drift_events(limit=knowledge.RECENT_DRIFT))
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self.snapshot: Snapshot | None = None
         self.published: tuple[int, float] = (0, clock())   # (snapshot version, monotonic time), swapped as one
@@ -79,14 +79,21 @@ class Core:
         self._thread.start()
         self.state.bind_writer(self._thread.ident)   # from now on, a write from any other thread raises
 
-    def stop(self, timeout: float) -> None:
-        """Handle what was posted before the stop (the last probes' results), then end; the database's
-        writer is the caller's again once the core has ended (to close it)."""
+    def stop(self, timeout: float) -> bool:
+        """Handle what was posted before the stop (the last probes' results), close the database on the
+        core thread, and end. False when the core had not finished within `timeout`: the database is then
+        left to the process's exit (what SQLite committed is kept; the writes still queued are lost, and
+        logged), never closed from another thread under the core's feet."""
         self._events.put(_STOP)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if not self._thread.is_alive():
-                self.state.bind_writer(threading.get_ident())
+        if self._thread is None:
+            self.state.close()
+            return True
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("stopping: the core did not finish its last %d events within %g s; what it had not written "
+                      "to the state database is lost", self._events.qsize(), timeout)
+            return False
+        return True
 
     def _run(self) -> None:
         while True:
@@ -99,6 +106,10 @@ class Core:
             stopping = any(e is _STOP for e in batch)
             self.run_batch([e for e in batch if e is not _STOP])
             if stopping:
+                try:
+                    self.state.close()   # on the one thread that writes it, after its last write
+                except Exception:   # noqa: BLE001 - the stop goes on; the log says what was lost
+                    log.exception("stopping: closing the state database failed")
                 return
 
     def run_batch(self, events: list) -> None:

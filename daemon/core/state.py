@@ -104,6 +104,7 @@ SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_F
     3, 5, 6, 8, 10, 13, 14
 TRANSIENT_CODES = {SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL,
                    SQLITE_CANTOPEN}
+DAMAGE_MARK_SUFFIX = ".damaged"     # left by check_integrity(): the next start checks fully and repairs
 MAX_PENDING_WRITES = 20000          # transactions kept in memory while the database cannot take them
 BUSY_TIMEOUT_SECONDS = 2.0          # how long a write waits for another process's lock before it queues
 
@@ -146,10 +147,14 @@ class OffCoreWrite(RuntimeError):
 
 
 class State:
-    def __init__(self, path: str, repair: bool = True, opened_at: str | None = None):
+    def __init__(self, path: str, repair: bool = True, opened_at: str | None = None, full_check: bool | None = None):
         """repair: move a corrupt database aside and start fresh (the daemon); else raise StateDamaged (the CLI).
         opened_at: the database's path through the daemon's verified state directory (statedir.StateDir.at),
         which no rename or link can redirect; `path` is then what messages say.
+
+        full_check: run SQLite's quick_check before use (it reads the whole file: 65 s on 9 GB). None: only
+        when the last background check (check_integrity) found damage and left its mark. Without it, a
+        file that is not a database or has a broken header still fails the open (SQLite says so at once).
 
         Raises StateUnavailable when the database cannot be opened now (locked, full, unreadable):
         the caller retries; nothing is moved or reset.
@@ -162,10 +167,19 @@ class State:
         self.write_errors_total = 0
         self.writes_dropped_total = 0
         self._writer_ident: int | None = None   # once bound: the one thread allowed to write (the core's)
-        self.db = self._open(repair)
+        self._closed = False
+        self.damage_mark = self._file + DAMAGE_MARK_SUFFIX
+        if full_check is None:
+            full_check = os.path.lexists(self.damage_mark)
+        self.db = self._open(repair, full_check)
+        if full_check:
+            try:
+                os.unlink(self.damage_mark)   # checked now; repaired if it had to be
+            except OSError:
+                pass
         self._next_alert_id = (self.db.execute("SELECT max(id) FROM alerts").fetchone()[0] or 0) + 1
 
-    def _open(self, repair: bool) -> sqlite3.Connection:
+    def _open(self, repair: bool, full_check: bool) -> sqlite3.Connection:
         if self._file == self.path:   # the CLI's own short-lived opening; the daemon's directory is verified
             try:
                 os.makedirs(os.path.dirname(self.path) or ".", mode=0o750, exist_ok=True)
@@ -174,7 +188,7 @@ class State:
         db = None
         try:
             db = self._connect()
-            if db.execute("PRAGMA quick_check").fetchone()[0] == "ok":
+            if not full_check or db.execute("PRAGMA quick_check").fetchone()[0] == "ok":
                 return db
             reason = "integrity check failed"
         except (sqlite3.Error, OSError) as exc:
@@ -196,6 +210,28 @@ class State:
             return self._connect()
         except (sqlite3.Error, OSError) as exc:
             raise StateUnavailable(str(exc)) from None
+
+    def check_integrity(self) -> str | None:
+        """SQLite's quick_check on a connection of its own, read-only: any thread, while the core writes. None
+        when the file is sound; else what is wrong, and the mark that has the next start check and repair it
+        (the daemon does not move a database it is writing)."""
+        try:
+            db = sqlite3.connect(f"file:{self._file}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+            try:
+                verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            finally:
+                db.close()
+        except (sqlite3.Error, OSError) as exc:
+            if not is_corrupt(exc):
+                return None   # locked, unreadable now: not a finding
+            verdict = str(exc)
+        if verdict == "ok":
+            return None
+        try:
+            os.close(os.open(self.damage_mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except OSError as exc:
+            log.error("state database %s: cannot leave the mark for the next start (%s)", self.path, exc)
+        return str(verdict)[:300]
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self._file, check_same_thread=False, isolation_level=None,
@@ -417,14 +453,24 @@ class State:
             rows = self.db.execute("SELECT record FROM probe_results ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [json.loads(r[0]) for r in rows]
 
-    def drift_events(self) -> list[tuple]:
+    def drift_events(self, limit: int | None = None) -> list[tuple]:
+        """Drift, oldest first; with `limit`, only the newest that many (read as such: a 9 GB database's every
+        row is not loaded to keep 20)."""
         with self._lock:
-            return self.db.execute("SELECT at, device, identity, setting, old_value, new_value FROM drift_events"
-                                   " ORDER BY id").fetchall()
+            if limit is None:
+                return self.db.execute("SELECT at, device, identity, setting, old_value, new_value FROM drift_events"
+                                       " ORDER BY id").fetchall()
+            rows = self.db.execute("SELECT at, device, identity, setting, old_value, new_value FROM drift_events"
+                                   " ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return rows[::-1]
 
     def close(self) -> None:
-        """Write what waits if the database takes it now; say what is lost if it does not."""
+        """Write what waits if the database takes it now; say what is lost if it does not. Once: a second
+        close (a test's teardown after the core closed it) does nothing."""
+        if self._closed:
+            return
         self._check_writer()
+        self._closed = True
         with self._lock:
             if self._pending:
                 self._drain_locked()

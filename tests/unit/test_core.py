@@ -182,9 +182,10 @@ def test_the_thread_applies_what_was_posted_before_the_stop_and_says_when_it_is_
     core.start()
     for i in range(5):
         core.post(ProbeFinished(_result(i, 38000.0)))
-    core.stop(5.0)
+    assert core.stop(5.0)
     assert not core._thread.is_alive()
-    assert len(parts.state.probe_results()) == 5 and core.events_total == 5 + 5   # and the fixture's five
+    # the core wrote them, then closed the database on its own thread: read back from the file
+    assert len(State(parts.state.path).probe_results()) == 5 and core.events_total == 5 + 5   # and the fixture's five
     assert core.stuck_seconds() == 0.0
     parts.clock.now += 40.0   # no batch for 40 s: the watchdog is withheld past CORE_STUCK_SECONDS
     assert core.stuck_seconds() == 40.0

@@ -80,8 +80,10 @@ def test_the_database_is_written_only_on_the_core_thread(tmp_path):
     finally:
         core.stop(5.0)
     assert core.events_total == 2
-    st.add_drift("sda", None, "scheduler", "none", "bfq")   # the core has ended: the caller writes (to close)
-    st.close()
+    # the core closed the database on its own thread after its last write: nothing is left to any other
+    import sqlite3
+    with pytest.raises(sqlite3.ProgrammingError):
+        st.db.execute("SELECT 1")
 
 
 def test_reads_stay_open_to_every_thread(tmp_path):
@@ -92,7 +94,6 @@ def test_reads_stay_open_to_every_thread(tmp_path):
         assert st.load_baselines() == [] and st.alerts() == [] and st.probe_results() == []
     finally:
         core.stop(5.0)
-    st.close()
 
 
 def test_the_passive_part_reads_the_samplers_published_reading_while_the_sampler_steps(tmp_path, fast_switching,

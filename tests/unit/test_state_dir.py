@@ -71,3 +71,37 @@ def test_a_second_holder_is_told_who_holds_the_lock_and_the_lock_goes_with_the_f
 def test_check_config_says_nothing_of_a_directory_that_does_not_exist_yet(tmp_path):
     assert statedir.state_dir_problem(str(tmp_path / "not" / "yet")) is None
     assert not (tmp_path / "not").exists()
+
+
+def test_the_open_reads_no_more_than_the_header_and_damage_found_later_is_repaired_at_the_next_start(tmp_path):
+    """Landed code: PRAGMA quick_check at every open (65 s on a 9 GB database, past systemd's start timeout).
+    Now the whole-file check runs beside the daemon (check_integrity); damage it finds leaves a mark, and the
+    next start checks fully and moves the file aside."""
+    path = tmp_path / "state.db"
+    st = State(str(path))
+    for i in range(2000):
+        st.add_drift(f"sd{i}", None, "scheduler", "none", "bfq")
+    st.close()
+    # damage a page in the middle of the drift table, leaving the header whole
+    data = bytearray(path.read_bytes())
+    page = 4096
+    for off in range(page * 3, page * 3 + 200):
+        data[off] = 0xFF
+    path.write_bytes(bytes(data))
+    opened = State(str(path))                      # the header is sound: opens at once, nothing moved
+    assert not list(tmp_path.glob("state.db.corrupt-*"))
+    problem = opened.check_integrity()
+    assert problem and (tmp_path / "state.db.damaged").exists()
+    opened.close()
+    again = State(str(path))                       # the next start: the mark asks for the full check
+    assert list(tmp_path.glob("state.db.corrupt-*")) and not (tmp_path / "state.db.damaged").exists()
+    assert again.drift_events() == []
+    again.close()
+
+
+def test_recent_drift_is_read_newest_first_with_a_limit(tmp_path):
+    st = State(str(tmp_path / "state.db"))
+    for i in range(50):
+        st.add_drift(f"sd{i}", None, "scheduler", "none", "bfq")
+    assert [r[1] for r in st.drift_events(limit=3)] == ["sd47", "sd48", "sd49"]
+    st.close()
