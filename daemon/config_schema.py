@@ -91,6 +91,10 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                             minimum=0.0, maximum=0.5),
         "discover_interval_seconds": Key("float", 10.0, 'How often [[discover]] rules are matched against the mount table (mounting sends no '
                                                         'event); they are matched at every block device event too.', minimum=1.0, maximum=3600.0),
+        "max_discovered_targets": Key("int", 1000, 'The most targets [[discover]] rules make; mount points past it (in the mount '
+                                                   "table's order) are passed over, counted "
+                                                   '(iowarden_discovery_targets_over_limit) and logged once.',
+                                      minimum=1, maximum=100000),
     },
     "budget": {
         "device_time_ratio": Key("float", 0.01, 'Probe device-time as a share of wall time, over window_seconds. The example profiles take '

@@ -207,6 +207,8 @@ class Daemon:
         self._discovery_lock = threading.Lock()
         self._read_only_warned: set[str] = set()
         self._unnameable_warned: set[str] = set()
+        self._over_limit_said = False
+        self.discovery_over_limit = 0   # posted with TargetsChanged
         self.registry.add("discovery", c.section("scheduling").discover_interval_seconds, 10.0, self.rediscover)
         # stuck after 35 s: a step may run `tuned-adm verify`, which run_tool bounds at 30 s
         self.registry.add("settings", c.section("settings").interval_seconds, 35.0, self.settings.step)
@@ -261,7 +263,15 @@ class Daemon:
         """Match the rules against the mount table; hand the scheduler the new targets if they changed."""
         with self._discovery_lock:
             cfg = self.cfg
-            found, read_only, unnameable = discover(cfg, self.roots)
+            d = discover(cfg, self.roots)
+            found, read_only, unnameable = d.targets, d.read_only, d.unnameable
+            if d.over_limit and not self._over_limit_said:
+                log.warning("[[discover]] rules match %d mount points past [scheduling] max_discovered_targets = %d; "
+                            "those are not probed (raise the cap, or narrow the rules' mountpoints)", d.over_limit,
+                            cfg.section("scheduling").max_discovered_targets)
+            over_changed = d.over_limit != self.discovery_over_limit
+            self._over_limit_said = bool(d.over_limit)
+            self.discovery_over_limit = d.over_limit
             for mountpoint in sorted(set(unnameable) - self._unnameable_warned):
                 log.warning("%s is mounted but its name is not UTF-8, so it cannot be a target's name "
                             "(a label, a tag, a key); discovery passes over it", mountpoint)
@@ -273,7 +283,7 @@ class Daemon:
             self._read_only_warned = set(read_only)
             before = {t.name: t for t in self.discovered}
             after = {t.name: t for t in found}
-            if not reconfigure and before == after:
+            if not reconfigure and before == after and not over_changed:
                 return
             for name in sorted(after.keys() - before.keys()):
                 log.info("target %s discovered: %s is mounted", name, after[name].path, extra={"TARGET": name})
@@ -287,7 +297,8 @@ class Daemon:
             self.discovered = found
             # after the targets changed: a result of a dropped target handled later gets no series back
             self.core.post(TargetsChanged(self.targets(), tuple(
-                (name, "target dropped: no longer mounted") for name in sorted(before.keys() - after.keys()))))
+                (name, "target dropped: no longer mounted") for name in sorted(before.keys() - after.keys())),
+                d.over_limit))
             self.scheduler.configure(cfg, self.targets())
 
     def _on_device_change(self, action: str, name: str) -> None:
@@ -342,7 +353,7 @@ class Daemon:
             self.rediscover(reconfigure=True)
             # its series leave /metrics, its alerts close
             self.core.post(TargetsChanged(self.targets(), tuple(
-                (name, "target removed from the configuration") for name in sorted(gone))))
+                (name, "target removed from the configuration") for name in sorted(gone)), self.discovery_over_limit))
             log.info("configuration reloaded from %s (%d targets, %d discovery rules)%s", self.config_path,
                      len(new.targets), len(new.discover), ", except [prometheus] (see above)" if refused else "")
         notify("READY=1")

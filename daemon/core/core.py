@@ -145,6 +145,7 @@ class Core:
             devices=k.devices, power=k.power, drift_total=dict(k.drift_total), xfs=k.xfs_at,
             budget=self.readers.budget(), parts=self.readers.parts(), io_pressure=k.io_pressure,
             probe_intervals={(t.name, p): t.interval_seconds for t in k.targets for p in t.profiles},
+            discovery_over_limit=k.discovery_over_limit,
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
             sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)))
         self.published = (self.published[0] + 1, self.clock())
@@ -195,6 +196,7 @@ class Core:
 
     def _on_targets(self, e: TargetsChanged) -> None:
         self.known.targets = e.targets
+        self.known.discovery_over_limit = e.discovery_over_limit
         for name, why in e.dropped:
             for key in [key for key in self.known.latest if key[0] == name]:
                 del self.known.latest[key]

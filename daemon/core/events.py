@@ -83,6 +83,7 @@ class TargetsChanged:
     """The targets now (configured and discovered), and the ones gone with why: their series leave."""
     targets: tuple
     dropped: tuple[tuple[str, str], ...] = ()
+    discovery_over_limit: int = 0        # mounts [[discover]] would take past max_discovered_targets
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class Knowledge:
     latest: dict = field(default_factory=dict)              # (target, profile) -> ProbeView
     last_result: object | None = None
     targets: tuple = ()
+    discovery_over_limit: int = 0
     devices: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     devices_read_at: float = float("-inf")
     power: object | None = None

@@ -62,6 +62,7 @@ class Snapshot:
     parts: dict = field(default_factory=dict)                # name -> PartStats
     io_pressure: object | None = None
     probe_intervals: dict = field(default_factory=dict)      # (target, profile) -> seconds
+    discovery_over_limit: int = 0                            # mounts past [scheduling] max_discovered_targets
     influx: dict | None = None                               # writer counters, when InfluxDB is on
     state: dict | None = None                                # state database: writable, pending, errors
     passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)

@@ -56,7 +56,7 @@ def baseline_unit(metric: str) -> tuple[str, str]:
 # that no section reads a field it does not list.
 SECTION_INPUTS = {
     "self": ("version", "taken_at", "parts", "state", "influx"),
-    "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency"),
+    "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency", "discovery_over_limit"),
     "baselines": ("baselines", "alerts", "probes"),
     "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
     "settings": ("devices", "drift_total", "power"),
@@ -230,6 +230,10 @@ class SnapshotCollector:
         for (t, prof), sec in sorted(s.probe_intervals.items()):
             interval.add_metric([t, prof], sec)
         yield interval
+        over = GaugeMetricFamily("iowarden_discovery_targets_over_limit", "Mount points [[discover]] rules match "
+                                 "past [scheduling] max_discovered_targets, not probed")
+        over.add_metric([], s.discovery_over_limit)
+        yield over
         skipped = CounterMetricFamily("iowarden_probe_skipped", "Probes deferred or skipped, by reason",
                                       labels=["target", "reason"])
         targets = sorted({p.target for p in s.probes} | {t for t, _ in s.skipped_total})

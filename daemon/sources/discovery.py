@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from dataclasses import dataclass
 
 from iowarden.probes.common import Roots, is_utf8, lines_of
 from iowarden.probes.xfs import parse_mounts, read_mounts_text
@@ -21,7 +22,7 @@ from iowarden.daemon.config import Config, DiscoveryRule, Target
 
 
 def match(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bool]],
-          configured: tuple[Target, ...], dev_of) -> list[Target]:
+          configured: tuple[Target, ...], dev_of, limit: int | None = None) -> list[Target]:
     """Targets for the mounts the rules match (pure, given dev_of(mountpoint) -> st_dev or None).
 
     mounts: (device, mountpoint, fstype, read_only). A read-only mount is left alone
@@ -34,6 +35,8 @@ def match(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bo
         rule = rule_for(rules, mountpoint, fstype)
         if rule is None or read_only or mountpoint in taken:
             continue
+        if limit is not None and len(found) >= limit:
+            break   # past the cap: the caller counts what the rules would have taken (over_limit)
         st_dev = dev_of(mountpoint)
         if st_dev is not None:
             found.append(Target(f"{rule.name}:{mountpoint}", mountpoint, rule.profiles, rule.interval_seconds,
@@ -88,16 +91,35 @@ def st_dev_of(path: str) -> int | None:
         return None
 
 
-def discover(cfg: Config, roots: Roots = Roots()) -> tuple[tuple[Target, ...], list[str], list[str]]:
-    """The targets the config's rules find in the mount table now, the read-only mount points
-    they had to pass over, and the mount points that are not UTF-8 (passed over too)."""
+def over_limit(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bool]],
+               configured: tuple[Target, ...], found: int) -> int:
+    """How many writable mounts the rules would take beyond the `found` targets made (the cap's count)."""
+    taken = {os.path.normpath(t.path) for t in configured}
+    would = sum(1 for _dev, mnt, fstype, read_only in mounts
+                if not read_only and mnt not in taken and rule_for(rules, mnt, fstype) is not None)
+    return max(0, would - found)
+
+
+@dataclass(frozen=True)
+class Discovered:
+    targets: tuple[Target, ...]
+    read_only: list[str]          # mount points a rule would take but for being read-only
+    unnameable: list[str]         # mount points that are not UTF-8 (passed over)
+    over_limit: int = 0           # mounts the rules would take past [scheduling] max_discovered_targets
+
+
+def discover(cfg: Config, roots: Roots = Roots()) -> Discovered:
+    """The targets the config's rules find in the mount table now (at most max_discovered_targets), and what
+    they passed over."""
     if not cfg.discover:
-        return (), [], []
+        return Discovered((), [], [])
     mounts, unnameable = _mounts(read_mounts_text(roots))
-    return (tuple(match(cfg.discover, mounts, cfg.targets, st_dev_of)), read_only_matches(cfg.discover, mounts),
-            unnameable)
+    limit = cfg.section("scheduling").max_discovered_targets
+    found = tuple(match(cfg.discover, mounts, cfg.targets, st_dev_of, limit))
+    over = over_limit(cfg.discover, mounts, cfg.targets, len(found)) if len(found) >= limit else 0
+    return Discovered(found, read_only_matches(cfg.discover, mounts), unnameable, over)
 
 
 def targets_now(cfg: Config, roots: Roots = Roots()) -> tuple[Target, ...]:
     """The configured targets and those the rules find mounted now (for one-shot commands)."""
-    return cfg.targets + discover(cfg, roots)[0]
+    return cfg.targets + discover(cfg, roots).targets

@@ -117,3 +117,15 @@ interval_seconds = 0.5
 def test_a_valid_rule_is_parsed_with_defaults():
     cfg = config.parse(PROFILES + '[[discover]]\nname = "d"\nmountpoints = ["/srv/*"]\nprofiles = ["rr"]\n')
     assert cfg.discover == (config.DiscoveryRule("d", ("/srv/*",), ("xfs", "ext4"), ("rr",), 300.0),)
+
+
+def test_discovered_targets_are_capped_and_the_rest_counted():
+    """Hardening round three: 10,000 discovered targets took a scheduler step of 28.8 s against its 10 s
+    deadline, and nothing capped them."""
+    from iowarden.daemon.config import DiscoveryRule
+    from iowarden.daemon.sources.discovery import match, over_limit
+    rules = (DiscoveryRule("vol", ("/srv/*",), ("xfs",), ("rr",), 3600.0),)
+    mounts = [(f"/dev/sd{i}", f"/srv/v{i}", "xfs", False) for i in range(10_000)] + [("/dev/x", "/srv/ro", "xfs", True)]
+    found = match(rules, mounts, (), lambda m: 42, limit=1000)
+    assert len(found) == 1000 and found[0].path == "/srv/v0"
+    assert over_limit(rules, mounts, (), len(found)) == 9000
