@@ -49,9 +49,11 @@ def make_tree(base: str | Path, disks: int, mounts: int = 0) -> list[str]:
                             ("write_cache", "write back"), ("wbt_lat_usec", "75000"), ("nomerges", "0"),
                             ("rq_affinity", "1"), ("logical_block_size", "512"), ("physical_block_size", "4096")):
             (d / "queue" / attr).write_text(value + "\n")
-    lines = [f"/dev/root / ext4 rw,relatime 0 0"]
-    for m in range(mounts):
-        lines.append(f"/dev/{names[m % len(names)]} /srv/vol{m} xfs rw,noatime 0 0")
+    lines = ["/dev/root / ext4 rw,relatime 0 0"]
+    for m in range(mounts):   # real directories (discovery stats them), listed as XFS mounts of the fake disks
+        mnt = base / "srv" / f"vol{m}"
+        mnt.mkdir(parents=True)
+        lines.append(f"/dev/{names[m % len(names)]} {mnt} xfs rw,noatime 0 0")
     (base / "proc" / "mounts").write_text("\n".join(lines) + "\n")
     (base / "proc" / "self").mkdir(exist_ok=True)
     (base / "proc" / "self" / "mounts").write_text("\n".join(lines) + "\n")

@@ -61,9 +61,11 @@ def run(disks: int, seconds: float, targets: int) -> dict:
         names = make_tree(tree, disks, mounts=targets)
         port = free_port()
         cfg = os.path.join(work, "config.toml")
-        discover = (f'[[discover]]\nname = "vol"\nmountpoints = ["/srv/*"]\nfstypes = ["xfs"]\nprofiles = ["rr"]\n'
-                    f'interval_seconds = 3600.0\n[profiles.rr]\nrw = "randread"\nsize = "16MiB"\n'
-                    f'runtime_seconds = 1.0\n' if targets else "")
+        # probes of 1 MiB for 0.2 s: the tree's directories share the bench machine's disk, and run one at a time
+        discover = (f'[[discover]]\nname = "vol"\nmountpoints = ["{tree}/srv/*"]\nfstypes = ["xfs"]\n'
+                    f'profiles = ["rr"]\ninterval_seconds = 86400.0\n[profiles.rr]\nrw = "randread"\nsize = "1MiB"\n'
+                    f'runtime_seconds = 0.2\nramp_time_seconds = 0.0\n[limits]\nmin_free_ratio = 0.0\n'
+                    if targets else "")
         with open(cfg, "w") as f:
             f.write(f'[daemon]\nstate_dir = "{work}/state"\nlog_level = "warning"\n'
                     f'[prometheus]\nlisten_address = "127.0.0.1:{port}"\n[tracer]\nenabled = false\n'

@@ -32,6 +32,10 @@ from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
 log = logging.getLogger("iowarden")
 
 DAY_SECONDS = 86400.0
+# Probes running at once, whatever their disks: one per physical disk already, and this bounds the threads
+# (and fio processes) when disks cannot be told apart (a target whose device is not found): 1,000
+# discovered targets started 1,000 workers in one step.
+MAX_PROBE_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -246,8 +250,11 @@ class Scheduler:
         rules = Rules(sch.defer_util_percent, sch.max_deferral_seconds, sch.jitter_ratio)
         decisions = plan(now, candidates, busy, self.budget.refuses, load, rules,
                          lambda ratio: self.rng.uniform(-ratio, ratio))
+        running = sum(1 for t in self._workers if t.is_alive())
         for dec in decisions:
             d, disks = by_key[(dec.target, dec.profile)]
+            if dec.action == "run" and running >= MAX_PROBE_WORKERS:
+                continue   # due still: it runs at a later step, when a worker ends
             if dec.next_at is not None:
                 d.next_at = dec.next_at
             d.deferred_since, d.waiting = dec.deferred_since, dec.waiting
@@ -255,6 +262,7 @@ class Scheduler:
                 with self._lock:
                     self._busy_disks |= set(disks)
                 self.start_worker(d, disks, dec.contended, dec.util_percent)
+                running += 1
                 continue
             if dec.counted:
                 self.skip(dec.target, dec.reason)
