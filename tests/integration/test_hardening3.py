@@ -71,3 +71,18 @@ def test_a_planted_database_link_in_an_own_directory_is_refused(shared_loop_xfs,
     assert d.proc.wait(timeout=30) == 78
     assert f"{state}/state.db is a symbolic link" in d.output()
     assert not target.exists()
+
+
+def test_a_job_file_without_runtime_or_time_based_keeps_its_own_semantics(shared_loop_xfs, tmp_path):
+    """Landed code: 8 MiB of reads made time based, run for the whole 60 s cap; fio alone ends it in well under
+    a second. The limits cap a job; they do not change what it is."""
+    import json
+    import time as _time
+    job = tmp_path / "read8m.fio"
+    job.write_text("[read8m]\nrw=read\nbs=1m\nsize=8m\ndirect=1\n")
+    started = _time.monotonic()
+    r = iowarden("probe", "--path", str(shared_loop_xfs.mountpoint), "--job-file", str(job), "--json", timeout=120)
+    took = _time.monotonic() - started
+    result = json.loads(r.stdout)[0]
+    assert result["ok"], result
+    assert took < 30 and result["duration_seconds"] < 10, (took, result["duration_seconds"])
