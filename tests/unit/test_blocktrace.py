@@ -321,3 +321,31 @@ def test_lines_waiting_in_the_pipe_count_before_the_silence_is_judged(tmp_path, 
         assert r.total[("sda", "read", "total")].total == 1
     finally:
         read.stop()
+
+
+def test_a_line_naming_60000_devices_makes_no_label_set_for_any_of_them(tmp_path, monkeypatch):
+    """Hardening round three, item 5: a tracer line naming 60,000 unknown device numbers took the daemon past
+    1 GiB at the first scrape (every number became a label). Only the disks the program was given are kept;
+    the rest are dropped and counted."""
+    entries = {f"{bt.dev_t(8, 0)},0,2,183": 3}
+    entries.update({f"{bt.dev_t(259, i)},0,2,183": 1 for i in range(60_000)})
+    payload = tmp_path / "line.json"
+    payload.write_text(json.dumps({"type": "map", "data": {"@lat": entries}}) + "\n")
+    printed = tmp_path / "printed"
+    clock, section, roots = _fake_host(tmp_path, monkeypatch,
+                                       "echo '{\"type\": \"attached_probes\", \"data\": {\"probes\": 6}}'\n"
+                                       f"cat {payload}\n: > {printed}\nexec sleep 600\n")
+    read = tracer.start(section, roots)
+    try:
+        r = read()
+        deadline = time.time() + 20
+        while not (printed.exists() and r.unknown_keys_dropped) and time.time() < deadline:
+            time.sleep(0.02)
+            clock[0] += 0.02
+            r = read()
+        assert {k[0] for k in r.total} == {"sda"} and r.total[("sda", "read", "total")].total == 3
+        assert r.unknown_keys_dropped == 60_000
+        fams = {f.name: f for f in tracer.families(r, types.SimpleNamespace(devices={}))}
+        assert fams["iowarden_tracer_unknown_keys_dropped"].samples[0].value == 60_000
+    finally:
+        read.stop()
