@@ -21,7 +21,7 @@ import time
 
 from iowarden.probes import blockqueue
 from iowarden.probes.blockqueue import identity_of
-from iowarden.probes.common import Roots, printable
+from iowarden.probes.common import Roots, printable, read_str
 from iowarden.probes.fio_run import end_leftover_probes
 
 from iowarden.daemon import config as configmod
@@ -245,7 +245,8 @@ class Daemon:
                              "dropped": w.points_dropped_total, "errors": w.write_errors_total,
                              "spool_bytes": w.spool_bytes, "rejected": w.points_rejected_total}) if w else lambda: None)
         self.core = Core(self.state, self.health, version, readers, influx=self.influx,
-                         retention_seconds=RESULT_RETENTION_SECONDS)
+                         retention_seconds=RESULT_RETENTION_SECONDS, boot_id=read_str(roots.proc / "sys" / "kernel" /
+                                                                                     "random" / "boot_id"))
         self.core.post(TargetsChanged(self.targets()))
         self.inventory = Inventory(self._on_device_change, str(roots.run))
 

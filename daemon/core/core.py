@@ -47,11 +47,14 @@ class CounterReaders:
 class Core:
     def __init__(self, state, health, version: str, readers: CounterReaders = CounterReaders(), influx=None,
                  retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES, wall=time.time,
-                 boot_clock=lambda: time.clock_gettime(time.CLOCK_BOOTTIME)):
+                 boot_clock=lambda: time.clock_gettime(time.CLOCK_BOOTTIME), boot_id: str | None = None):
         self.state, self.health, self.version = state, health, version
         self.readers, self.influx, self.clock = readers, influx, clock
         self.wall, self.boot_clock = wall, boot_clock   # retention compares them (core/retention.py)
-        self._retention_mark: retention.ClockMark | None = None
+        # the last pass's clocks, this run's or (the same boot) the run before's: a clock stepped while the
+        # daemon was down is caught at the first pass too
+        self._retention_mark = retention.mark_of(state.mark("retention"), boot_id)
+        self.boot_id = boot_id
         self.retention_seconds = retention_seconds
         self.sources = sources
         self._summary_saved: dict[str, float] = {}   # source -> when its summary was last saved (monotonic)
@@ -209,6 +212,7 @@ class Core:
             now = retention.ClockMark(self.wall(), self.boot_clock())
             decision = retention.plan(self._retention_mark, now, self.retention_seconds)
             self._retention_mark = now
+            self.state.set_mark("retention", retention.mark_record(now, self.boot_id))
             if decision.refusal:
                 log.warning("retention pass skipped: %s", decision.refusal)
             else:

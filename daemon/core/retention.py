@@ -33,6 +33,21 @@ class RetentionPass:
     refusal: str | None                  # why not, for the log
 
 
+def mark_record(mark: ClockMark, boot_id: str | None) -> dict:
+    """What is kept of a pass's clocks for the next run."""
+    return {"wall_seconds": mark.wall_seconds, "boot_seconds": mark.boot_seconds, "boot_id": boot_id}
+
+
+def mark_of(record: dict | None, boot_id: str | None) -> ClockMark | None:
+    """The last run's mark if it is of this boot (the boot clock starts again at a reboot), else None."""
+    if not record or boot_id is None or record.get("boot_id") != boot_id:
+        return None
+    try:
+        return ClockMark(float(record["wall_seconds"]), float(record["boot_seconds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def plan(last: ClockMark | None, now: ClockMark, keep_seconds: float) -> RetentionPass:
     """The pass to make now, given the clocks at the last pass (None: the first of this run)."""
     if last is not None:

@@ -85,6 +85,10 @@ CREATE TABLE IF NOT EXISTS target_pins (
     identity TEXT NOT NULL,
     pinned_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS marks (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS drift_events (
     id INTEGER PRIMARY KEY,
     at REAL NOT NULL,
@@ -432,6 +436,18 @@ class State:
             self._write(("DELETE FROM target_pins WHERE target = ?", (target,)))
         else:
             self._write(("INSERT OR REPLACE INTO target_pins VALUES (?,?,?)", (target, identity, time.time())))
+
+    def mark(self, key: str) -> dict | None:
+        """A small record the daemon keeps across its runs (the last retention pass's clocks)."""
+        with self._lock:
+            row = self.db.execute("SELECT value FROM marks WHERE key = ?", (key,)).fetchone()
+        try:
+            return json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+
+    def set_mark(self, key: str, value: dict) -> None:
+        self._write(("INSERT OR REPLACE INTO marks VALUES (?, ?)", (key, json.dumps(value))))
 
     def prune(self, cutoff_wall_seconds: float) -> None:
         """Delete results and drift older than the cutoff, at most retention.rows_per_pass() of each table

@@ -86,6 +86,8 @@ class Conn:
     trusted: bool = False        # it has passed basic auth: never evicted for a newcomer
     evicted: bool = False
     task: asyncio.Task | None = field(default=None, repr=False)
+    sock: socket.socket | None = field(default=None, repr=False)
+    writer: asyncio.StreamWriter | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -216,11 +218,27 @@ class MetricsServer:
                 continue
             self.connections += 1
             self._per_source[source] += 1
-            conn = Conn(source, loop.time())
+            conn = Conn(source, loop.time(), sock=sock)
             self._open.add(conn)
             conn.task = asyncio.ensure_future(self._serve(sock, conn))
             self._serving.add(conn.task)
             conn.task.add_done_callback(self._serving.discard)
+            # released when its task is done, however: a task evicted before it first ran never runs a finally
+            conn.task.add_done_callback(lambda _task, c=conn: self._release(c))
+
+    def _release(self, conn: Conn) -> None:
+        """A connection's place, counters and socket given back (its task has ended)."""
+        self._open.discard(conn)
+        if conn.evicted:
+            self._evicting -= 1
+        self.connections -= 1
+        self._per_source[conn.source] -= 1
+        if self._per_source[conn.source] <= 0:
+            del self._per_source[conn.source]
+        if conn.writer is not None:
+            conn.writer.close()
+        elif conn.sock is not None:
+            conn.sock.close()
 
     def _victim_for(self, source: str) -> Conn | None:
         """The connection a newcomer from `source` may take the place of: the oldest not authenticated one of
@@ -237,36 +255,22 @@ class MetricsServer:
     async def _serve(self, sock: socket.socket, conn: Conn):
         """One accepted connection, counted from its accept to its close."""
         loop = asyncio.get_running_loop()
-        writer = None
-        source = conn.source
+        sock.setblocking(False)
+        deadline = conn.accepted_at + REQUEST_READ_TIMEOUT_SECONDS
+        # the place, counters and socket are given back by _release, when this task is done
         try:
-            sock.setblocking(False)
-            deadline = conn.accepted_at + REQUEST_READ_TIMEOUT_SECONDS
-            try:
-                await asyncio.wait_for(_readable(loop, sock), deadline - loop.time())
-                reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES, loop=loop)
-                protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-                transport, _ = await asyncio.wait_for(loop.connect_accepted_socket(
-                    lambda: protocol, sock, ssl=self.web.tls,
-                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECONDS if self.web.tls else None),
-                    max(0.0, deadline - loop.time()))
-            except (asyncio.TimeoutError, ssl.SSLError, OSError, ConnectionError):
-                self.rejected_total["timeout_or_oversize"] += 1
-                return
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            await self._connection(reader, writer, conn, deadline)
-        finally:
-            self._open.discard(conn)
-            if conn.evicted:
-                self._evicting -= 1
-            self.connections -= 1
-            self._per_source[source] -= 1
-            if self._per_source[source] <= 0:
-                del self._per_source[source]
-            if writer is not None:
-                writer.close()
-            else:
-                sock.close()
+            await asyncio.wait_for(_readable(loop, sock), deadline - loop.time())
+            reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES, loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            transport, _ = await asyncio.wait_for(loop.connect_accepted_socket(
+                lambda: protocol, sock, ssl=self.web.tls,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECONDS if self.web.tls else None),
+                max(0.0, deadline - loop.time()))
+        except (asyncio.TimeoutError, ssl.SSLError, OSError, ConnectionError):
+            self.rejected_total["timeout_or_oversize"] += 1
+            return
+        conn.writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._connection(reader, conn.writer, conn, deadline)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: Conn,
                           first_deadline: float):

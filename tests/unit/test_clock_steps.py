@@ -149,3 +149,25 @@ def test_stored_results_count_at_their_age_and_one_from_the_future_counts_as_now
     b.replay([{**rec, "started_at": 1e9 - 4000}, {**rec, "started_at": 1e9 - 60},
               {**rec, "started_at": 1e9 + 3 * 3600}], {})   # the last: stamped before the clock went back
     assert b.status("sdb").device_seconds_used == 40.0
+
+
+def test_a_step_while_the_daemon_was_down_is_caught_at_the_next_runs_first_pass(tmp_path):
+    """The last pass's clocks are kept in the database with the boot they were taken in: a run started after
+    the clock moved 91 days (same boot) deletes nothing at its first pass; after a reboot (another boot id)
+    there is nothing to compare with, and the share per pass bounds what a wrong clock can cost."""
+    clocks = Clocks(time.time())
+    state = State(str(tmp_path / "state.db"))
+    _results(state, 300, clocks.wall_now - 10 * DAY)
+    core = Core(state, Health(state, DetectorParams()), "test", retention_seconds=KEEP, wall=clocks.wall,
+                boot_clock=clocks.boot, boot_id="boot-1")
+    core._on_housekeeping(Housekeeping("retention"))
+    state.close()
+    clocks.advance(600)
+    clocks.wall_now += 91 * DAY                        # stepped while the daemon was down
+    state = State(str(tmp_path / "state.db"))
+    core = Core(state, Health(state, DetectorParams()), "test", retention_seconds=KEEP, wall=clocks.wall,
+                boot_clock=clocks.boot, boot_id="boot-1")
+    core._on_housekeeping(Housekeeping("retention"))
+    assert _count(tmp_path / "state.db") == 300
+    state.close()
+    assert retention.mark_of({"wall_seconds": 1.0, "boot_seconds": 2.0, "boot_id": "boot-1"}, "boot-2") is None
