@@ -51,6 +51,7 @@ class Knowledge:
     xfs_at: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     xfs_first: dict = field(default_factory=dict)
     drift_total: collections.Counter = field(default_factory=collections.Counter)
+    drift_last_at: dict = field(default_factory=dict)       # (device, volume, setting) -> unix time of the last change
     passive_views: tuple = ()
     sources: dict = field(default_factory=dict)
     latency_totals: dict = field(default_factory=dict)      # (target, profile, direction) -> LatencyTotal
@@ -146,6 +147,7 @@ def apply_settings(core, power) -> None:
             core.state.add_drift(device, ident, setting, old, new)
             k.recent_drift.append((time.time(), device, ident, setting, str(old), str(new)))
             k.drift_total[(device, ident or device, setting)] += 1
+            k.drift_last_at[(device, ident or device, setting)] = time.time()
             if core.influx is not None:
                 core.influx.event(kind="drift", device=device, volume=ident or device, setting=setting,
                                   old=str(old), new=str(new))

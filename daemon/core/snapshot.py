@@ -57,6 +57,7 @@ class Snapshot:
     devices: dict = field(default_factory=dict)              # kernel name -> BlockDevice
     power: object | None = None                              # PowerSettings
     drift_total: dict = field(default_factory=dict)          # (device, volume, setting) -> count
+    drift_last_at: dict = field(default_factory=dict)        # (device, volume, setting) -> unix time of the last
     xfs: dict = field(default_factory=dict)                  # mount -> (XfsReport, unix time of the report)
     budget: dict = field(default_factory=dict)               # disk -> scheduler.BudgetStatus
     parts: dict = field(default_factory=dict)                # name -> PartStats

@@ -59,7 +59,7 @@ SECTION_INPUTS = {
     "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency", "discovery_over_limit"),
     "baselines": ("baselines", "alerts", "probes"),
     "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
-    "settings": ("devices", "drift_total", "power"),
+    "settings": ("devices", "drift_total", "drift_last_at", "power"),
     "xfs": ("xfs", "devices"),
     "passive": ("passive",),
     # a registered source's section (sources/registry.py) reads its own reading and the device view
@@ -394,6 +394,13 @@ class SnapshotCollector:
         for (device, volume, setting), n in sorted(s.drift_total.items()):
             drift.add_metric([device, volume, setting], n)
         yield drift
+        # what the drift alert reads: a series that appears with its first change fires at once (increase()
+        # over a counter's first sample is 0, so the counter alone could not fire on the first change)
+        last = GaugeMetricFamily("iowarden_settings_drift_last_timestamp_seconds", "When the watched setting last "
+                                 "changed (Unix time)", labels=["device", "volume", "setting"])
+        for (device, volume, setting), at in sorted(s.drift_last_at.items()):
+            last.add_metric([device, volume, setting], at)
+        yield last
         p = s.power
         if p is None:
             return

@@ -194,6 +194,7 @@ def test_the_thread_applies_what_was_posted_before_the_stop_and_says_when_it_is_
 def _stable(text: str) -> str:
     text = re.sub(r'python="[^"]*"', 'python="X"', text)
     text = re.sub(r"^(iowarden_snapshot_timestamp_seconds) .*$", r"\1 0", text, flags=re.M)
+    text = re.sub(r"^(iowarden_settings_drift_last_timestamp_seconds\{.*\}) .*$", r"\1 0", text, flags=re.M)
     return re.sub(r"^(iowarden_scrape_collector_duration_seconds\{[^}]*\}) .*$", r"\1 0", text, flags=re.M)
 
 
