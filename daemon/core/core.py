@@ -165,6 +165,8 @@ class Core:
     def _on_sample(self, e: DisksSampled) -> None:
         k = self.known
         k.sample, k.rates, k.io_pressure = e.sample, e.rates, e.io_pressure
+        if e.sampled is not None:
+            k.sampled = e.sampled
         k.keep_sample(e.unix_time, e.sample)
         self.health.apply_requests(k.identity_of_target)   # operators' requests, taken every second
 

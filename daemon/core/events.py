@@ -40,6 +40,7 @@ class DisksSampled:
     rates: MappingProxyType              # kernel name -> DiskRates
     io_pressure: object | None
     unix_time: float
+    sampled: frozenset | None = None     # the devices the sampler watches (its filter, which drift follows too)
 
 
 @dataclass(frozen=True)

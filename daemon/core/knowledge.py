@@ -51,6 +51,7 @@ class Knowledge:
     xfs_at: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     xfs_first: dict = field(default_factory=dict)
     drift_total: collections.Counter = field(default_factory=collections.Counter)
+    sampled: frozenset | None = None                        # the sampler's devices (None: not sampled yet)
     drift_last_at: dict = field(default_factory=dict)       # (device, volume, setting) -> unix time of the last change
     passive_views: tuple = ()
     sources: dict = field(default_factory=dict)
@@ -140,7 +141,8 @@ def causes_of(core, e: ProbeFinished, since: float) -> list[str]:
 def apply_settings(core, power) -> None:
     """Record every watched setting that changed since the last poll (drift), whether or not it hurt."""
     k = core.known
-    now = watched_settings(k.devices, power)
+    # the sampler's devices, once it has sampled: [sampler] devices and exclude_devices govern drift too
+    now = watched_settings(k.devices, power, wanted=k.sampled)
     if k.last_settings is not None:
         for device, setting, old, new in settings_changes(k.last_settings, now):
             ident = k.devices[device].identity if device in k.devices else None

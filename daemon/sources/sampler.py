@@ -91,7 +91,7 @@ class Sampler:
         rates = MappingProxyType({} if prev is None else {
             n: r for n, r in diskstats.rates_between(prev, cur).items() if n in sampled})
         self.reading = SamplerReading(cur, rates, sampled, io_pressure)
-        self.post(DisksSampled(cur, rates, io_pressure, time.time()))
+        self.post(DisksSampled(cur, rates, io_pressure, time.time(), sampled))
         if prev is None:
             return
         with self._lock:

@@ -34,12 +34,16 @@ def md_array_mode(array_state: str | None) -> str | None:
     return "read-write" if array_state in MD_IN_SERVICE else array_state
 
 
-def watched_settings(devices: dict, power: cpupower.PowerSettings) -> dict[tuple[str, str], object]:
-    """(device or 'host', setting) -> value: everything whose change is recorded as drift."""
+def watched_settings(devices: dict, power: cpupower.PowerSettings,
+                     wanted=None) -> dict[tuple[str, str], object]:
+    """(device or 'host', setting) -> value: everything whose change is recorded as drift. `wanted`: the
+    device names to watch (the sampler's: one device filter for every source), None for every device."""
     out: dict[tuple[str, str], object] = {}
     for name, d in devices.items():
         if d.kind == "partition" or (d.kind == "loop" and not d.size_bytes):
             continue
+        if wanted is not None and name not in wanted:
+            continue   # another's device ([sampler] devices / exclude_devices leave it out)
         if d.queue:
             for f in QUEUE_FIELDS:
                 out[(name, f)] = getattr(d.queue, f)

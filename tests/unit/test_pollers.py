@@ -68,3 +68,15 @@ def test_an_md_array_going_clean_and_active_by_itself_is_no_drift_but_read_only_
     assert pollers.md_array_mode("readonly") == "readonly"
     assert pollers.md_array_mode("read-auto") == "read-auto"
     assert pollers.md_array_mode(None) is None
+
+
+def test_drift_is_watched_only_on_the_samplers_devices(tree):
+    """Issue 33, item 6: the settings poller watched every device, other software's included; the sampler's
+    filter ([sampler] devices / exclude_devices) governs drift too, host settings always watched."""
+    from iowarden.probes import blockqueue, cpupower
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
+    power = cpupower.read_power_settings(tree("cpu-bare-metal.tree"), run_tuned_adm_verify=False)
+    every = pollers.watched_settings(devices, power)
+    only = pollers.watched_settings(devices, power, wanted=frozenset({"sdb"}))
+    assert {d for d, _ in every} > {"sdb", "host"}
+    assert {d for d, _ in only} == {"sdb", "host"}
