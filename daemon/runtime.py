@@ -118,22 +118,30 @@ class StartRefused(Exception):
         self.code = code
 
 
-def own_state_dir(path: str) -> statedir.StateDir:
-    """The state directory, verified as the daemon's own and locked for this run, or StartRefused."""
+def own_state_dir(path: str, stop_event: threading.Event) -> statedir.StateDir:
+    """The state directory, verified as the daemon's own and locked for this run, or StartRefused. A lock
+    file that cannot be made now (a full filesystem, an I/O error) is waited for, as the database is."""
     try:
         d = statedir.open_state_dir(path)
     except statedir.StateDirRefused as exc:
         raise StartRefused(f"refusing to start: {exc}", EXIT_CONFIG) from None
-    try:
-        statedir.lock(d)
-    except statedir.StateDirLocked as exc:
-        d.close()
-        raise StartRefused(f"refusing to start: {exc}", statedir.EXIT_STATE_LOCKED) from None
-    except OSError as exc:
-        d.close()
-        raise StartRefused(f"refusing to start: cannot lock {path}/{statedir.LOCK_FILE}: {exc.strerror}",
-                           EXIT_CONFIG) from None
-    return d
+    said = None
+    while True:
+        try:
+            statedir.lock(d)
+            return d
+        except statedir.StateDirLocked as exc:
+            d.close()
+            raise StartRefused(f"refusing to start: {exc}", statedir.EXIT_STATE_LOCKED) from None
+        except OSError as exc:
+            if exc.strerror != said:
+                said = exc.strerror
+                log.error("the state directory's lock %s/%s cannot be made now (%s); retrying every %g s", path,
+                          statedir.LOCK_FILE, exc.strerror, STATE_RETRY_SECONDS)
+            notify(f"STATUS=waiting for the state directory {path}: {exc.strerror}")
+            if stop_event.wait(STATE_RETRY_SECONDS):
+                d.close()
+                raise StopRequested from None
 
 
 def open_state_waiting(path: str, stop_event: threading.Event, opened_at: str | None = None) -> State:
@@ -171,7 +179,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())   # also while the database is awaited
         signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
         # before anything else touches it: another daemon's fio is no leftover of ours
-        self.state_dir = own_state_dir(state_dir)
+        self.state_dir = own_state_dir(state_dir, self.stop_event)
         self.state = open_state_waiting(os.path.join(state_dir, "state.db"), self.stop_event,
                                         self.state_dir.at("state.db"))
         self.reload_requested = threading.Event()

@@ -162,6 +162,9 @@ def lock(d: StateDir) -> None:
         who = f"pid {holder}" if holder.isdigit() else "another process"
         raise StateDirLocked(f"state directory {d.path} is in use by another iowarden ({who}); one daemon per "
                              "state directory (give this one its own [daemon] state_dir)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:   # who holds it, for a second daemon's message: best effort (a full filesystem takes no byte)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass
     d.lock_fd = fd
