@@ -160,7 +160,7 @@ class Core:
         self.known.probing.pop((e.result.target, e.result.profile), None)
 
     def _on_probe_started(self, e: ProbeStarted) -> None:
-        self.known.probing[(e.target, e.profile)] = e.device
+        self.known.probe_started(e.target, e.profile, e.device)
 
     def _on_sample(self, e: DisksSampled) -> None:
         k = self.known

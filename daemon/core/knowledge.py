@@ -57,6 +57,7 @@ class Knowledge:
     sources: dict = field(default_factory=dict)
     latency_totals: dict = field(default_factory=dict)      # (target, profile, direction) -> LatencyTotal
     probing: dict = field(default_factory=dict)             # (target, profile) -> the device its probe runs on
+    sample_at: float = 0.0                                  # the Unix time of `sample`
 
     def __post_init__(self):
         self.recent_drift = collections.deque(self.recent_drift, maxlen=RECENT_DRIFT)
@@ -74,10 +75,19 @@ class Knowledge:
 
     def keep_sample(self, unix_time: float, sample) -> None:
         """Keep the counters of the devices probes run on now (none while no probe runs)."""
+        self.sample_at = unix_time
         watched = {d for d in self.probing.values() if d}
         if watched:
             self.samples.append((unix_time, DiskSample(sample.monotonic_seconds,
                                                        {d: c for d, c in sample.counters.items() if d in watched})))
+
+    def probe_started(self, target: str, profile: str, device: str | None) -> None:
+        """Watch the device from now, starting with the sample just before (fio starts within the second:
+        what the disk did from then on is bracketed by that sample and the first after the probe's end)."""
+        self.probing[(target, profile)] = device
+        if device and self.sample is not None and device in self.sample.counters:
+            self.samples.append((self.sample_at, DiskSample(self.sample.monotonic_seconds,
+                                                            {device: self.sample.counters[device]})))
 
     def delivered(self, device: str, start: float, end: float):
         """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""

@@ -214,3 +214,24 @@ def test_the_scrape_of_what_the_core_published_matches_the_golden_file(parts):
     assert [line for line in samples if line.startswith("iowarden_baseline_iops{")]
     assert [line for line in samples if line.startswith("iowarden_probe_success{") and 'target="logs"' in line
             and line.endswith(" 0.0")]
+
+
+def test_the_core_keeps_counters_only_of_the_disk_a_probe_runs_on_from_the_sample_before_it(tmp_path):
+    """Issue 38's 130 whole samples (260 MiB at 4,000 disks) are now only the probed device's, from the sample
+    just before ProbeStarted: a 1 s probe between two 1 Hz samples is still bracketed (the integration test
+    test_passive.py::test_busy_volume_... judges contended probes by what the disk delivered)."""
+    from iowarden.daemon.core.events import ProbeStarted
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "t")
+    base = diskstats.parse("   7       5 loop5 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n"
+                           "   7       6 loop6 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n")
+
+    def sample(t, n):
+        counters = {k: dataclasses.replace(v, reads=v.reads + n) for k, v in base.items()}
+        return DisksSampled(diskstats.DiskSample(t, counters), MappingProxyType({}), None, t)
+    core.run_batch([sample(999.0, 0)])
+    assert len(core.known.samples) == 0                      # no probe: nothing kept
+    core.run_batch([ProbeStarted("loop", "rr", "loop5"), sample(1000.0, 1000)])
+    assert [set(s.counters) for _, s in core.known.samples] == [{"loop5"}, {"loop5"}]
+    assert core.known.delivered("loop5", 999.2, 1000.3).reads_per_second == 1000.0
+    st.close()
