@@ -8,7 +8,6 @@ import os
 import random
 import shutil
 import threading
-import time
 from pathlib import Path
 
 
@@ -108,11 +107,3 @@ class MovingDiskstats:
         self.stop.set()
         self.thread.join(5)
 
-
-def wait_until(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False

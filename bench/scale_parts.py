@@ -20,7 +20,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _fake_host import MovingDiskstats, make_tree, wait_until  # noqa: E402
+from _fake_host import MovingDiskstats, make_tree  # noqa: E402
 from _support import free_port  # noqa: E402
 
 MEMORY_HIGH_MIB = 512

@@ -116,8 +116,6 @@ def test_one_check_per_source_and_a_newcomer_takes_a_failing_sources_place():
 
     async def main():
         fair = FairHasher(asyncio.get_running_loop(), executor, auth)
-        gate = asyncio.Event()
-        loop = asyncio.get_running_loop()
         blocker = asyncio.ensure_future(fair.run("10.0.0.1", lambda: time.sleep(0.3) or "ran"))
         await asyncio.sleep(0.05)
         assert await fair.run("10.0.0.1", lambda: "twice") is None          # one per source
@@ -127,10 +125,7 @@ def test_one_check_per_source_and_a_newcomer_takes_a_failing_sources_place():
         clean = [asyncio.ensure_future(fair.run(f"10.0.1.{i}", lambda: "clean")) for i in range(MAX_HASHES_WAITING - 1)]
         await asyncio.sleep(0.01)
         newcomer = asyncio.ensure_future(fair.run("10.0.2.1", lambda: "newcomer"))
-        results = await asyncio.gather(blocker, *failing, *clean, newcomer)
-        gate.set()
-        del loop
-        return results
+        return await asyncio.gather(blocker, *failing, *clean, newcomer)
     try:
         results = asyncio.run(main())
     finally:
