@@ -27,6 +27,16 @@ def listen_address_problem(text: str) -> str | None:
     return None
 
 
+def runbook_url_problem(text: str) -> str | None:
+    import urllib.parse
+    u = urllib.parse.urlsplit(text)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        return f"{text!r} is not an http(s) URL: a pager opens links, not files"
+    if any(ord(c) < 33 or c in '"\\' for c in text):
+        return f"{text!r} has spaces, quotes or control characters"
+    return None
+
+
 def influx_url_problem(text: str) -> str | None:
     import urllib.parse
     try:
@@ -114,6 +124,10 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "web_config_file": Key("str", "", 'A Prometheus exporter web-config file (YAML): tls_server_config (cert_file, key_file, '
                                           'client_auth_type, client_ca_file, min_version) and basic_auth_users (user: bcrypt hash). '
                                           'Empty: plain HTTP, no auth.'),
+        "runbook_url": Key("str", "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md",
+                           "Where the runbook is published (http or https): each alert's page links its section "
+                           "(iowarden_alert_info's runbook_url label, which the shipped rules' runbook_url reads). "
+                           "Point it at your wiki's copy.", check=runbook_url_problem),
     },
     "influxdb": {
         "enabled": Key("bool", False, 'Write probe results, iostat summaries, settings changes and alert transitions to InfluxDB '

@@ -117,7 +117,8 @@ def render(st: dict, table) -> str:
                    f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(cap['measured_at'] or 0))})")
     if st["alerts"]:
         for a in st["alerts"]:
-            ack = f" (acknowledged: {_p(a['ack_note'] or 'no note')})" if a.get("acked_at") else ""
+            ack = (f" (acknowledged by {_p(a.get('ack_by') or 'unknown')}: {_p(a['ack_note'] or 'no note')})"
+                   if a.get("acked_at") else "")
             out.append(f"ALERT #{a['id']} {_p(a['alert'])} {_p(a['severity'])}: {_p(a['target'])}/{_p(a['profile'])} "
                        f"({_p(a['identity'])}) since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['raised_at']))}"
                        + ack)
@@ -194,10 +195,22 @@ def baseline_command(cfg: Config, action: str, target: str | None, profile: str 
         state.close()
 
 
+def who_acks() -> str:
+    """The person behind `iowarden ack`: the sudo caller when there is one, else the login name, else the uid."""
+    import pwd
+    for name in (os.environ.get("SUDO_USER"), os.environ.get("LOGNAME"), os.environ.get("USER")):
+        if name:
+            return printable(name, 64)
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
+
+
 def ack_command(cfg: Config, alert_id: int, note: str) -> str:
     state = open_state(cfg)
     try:
-        if not state.ack_alert(alert_id, note):
+        if not state.ack_alert(alert_id, note, who_acks()):
             raise SystemExit(f"iowarden: no open alert #{alert_id} (see `iowarden status`)")
         return f"alert #{alert_id} acknowledged"
     finally:

@@ -10,6 +10,9 @@ from typing import Any, Iterable, Sequence
 
 from iowarden.probes.common import printable, printable_lines
 
+# re-exported: the wording of one number lives with the verdicts that say it (verdicts/wording.py)
+from iowarden.daemon.verdicts.wording import METRIC_LABELS, human_metric, human_seconds, metric_label  # noqa: F401
+
 CELL_MAX_CHARS = 300
 
 
@@ -22,17 +25,6 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     for r in cells:
         lines.append("  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
     return "\n".join(line.rstrip() for line in lines)
-
-
-def human_seconds(seconds: float | None) -> str | None:
-    """A latency as a person reads it: 85 µs, 1.25 ms, 2.5 s (not 0.00 seconds)."""
-    if seconds is None or not math.isfinite(seconds):
-        return None
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
 
 
 def human_bytes(n: int) -> str:
@@ -66,34 +58,6 @@ def latency_columns(columns: dict[str, list[float | None]]) -> tuple[list[str], 
     cells = [[None if v is None or not math.isfinite(v) else round(v / scale) for v in values]
              for values in columns.values()]
     return [f"{name} {unit}" for name in columns], [list(row) for row in zip(*cells)]
-
-
-METRIC_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "read_bw_bytes": "read bandwidth",
-                 "write_bw_bytes": "write bandwidth"}
-
-
-def metric_label(metric: str) -> str:
-    """A probe metric's name for people, without the unit its key carries (clat_p99_seconds: p99 latency)."""
-    if metric in METRIC_LABELS:
-        return METRIC_LABELS[metric]
-    if metric.startswith("clat_p") and metric.endswith("_seconds"):
-        digits = metric[len("clat_p"):-len("_seconds")]
-        return f"p{digits[:2]}{'.' + digits[2:] if len(digits) > 2 else ''} latency"
-    return metric
-
-
-def human_metric(metric: str, value: float | None) -> str | None:
-    """A probe metric in its unit: IOPS, MiB/s, or a latency. No thousands separators: tables
-    print numbers plain, as fio and iostat do."""
-    if value is None or not math.isfinite(value):
-        return None
-    if metric.endswith("_iops"):
-        return f"{value:.0f} IOPS"
-    if metric.endswith("_bw_bytes"):
-        return f"{value / (1 << 20):.1f} MiB/s"
-    if metric.endswith("_seconds"):
-        return human_seconds(value)
-    return f"{value:.6g}"
 
 
 def _is_num(s: str) -> bool:

@@ -42,6 +42,10 @@ class AlertView:
     severity: str
     raised_at: float           # unix time
     id: int
+    moved: tuple = ()          # (metric, now, normal) of each metric past its normal (a probe's alert)
+    causes: tuple = ()         # likely causes, ranked; a passive alert's first is its own finding
+    acked_by: str | None = None
+    ack_note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS alerts (
     cleared_at REAL,
     acked_at REAL,
     ack_note TEXT,
+    ack_by TEXT,
     evidence TEXT NOT NULL,
     causes TEXT NOT NULL
 );
@@ -111,6 +112,17 @@ TRANSIENT_CODES = {SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQL
 DAMAGE_MARK_SUFFIX = ".damaged"     # left by check_integrity(): the next start checks fully and repairs
 MAX_PENDING_WRITES = 20000          # transactions kept in memory while the database cannot take them
 BUSY_TIMEOUT_SECONDS = 2.0          # how long a write waits for another process's lock before it queues
+
+
+# Columns added after a table was first shipped: a database of an older version gets them at its open.
+ADDED_COLUMNS = (("alerts", "ack_by", "TEXT"),)
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    for table, column, kind in ADDED_COLUMNS:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 class StateUnavailable(Exception):
@@ -244,6 +256,7 @@ class State:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(SCHEMA)
+            _add_missing_columns(db)
         except BaseException:
             db.close()
             raise
@@ -369,7 +382,7 @@ class State:
 
     def alerts(self, open_only: bool = False) -> list[dict]:
         keys = ("id", "alert", "identity", "target", "profile", "metric", "severity", "raised_at", "cleared_at",
-                "acked_at", "ack_note")
+                "acked_at", "ack_note", "ack_by")
         sql = f"SELECT {', '.join(keys)}, evidence, causes FROM alerts" \
               + (" WHERE cleared_at IS NULL" if open_only else "") + " ORDER BY id"
         with self._lock:
@@ -421,11 +434,29 @@ class State:
             rows = self.db.execute("SELECT key, value FROM settings_snapshot").fetchall()
         return {tuple(k.split("\t", 1)): json.loads(v) for k, v in rows} or None
 
-    def ack_alert(self, alert_id: int, note: str) -> bool:
+    def ack_alert(self, alert_id: int, note: str, by: str = "unknown") -> bool:
+        """Mark an open alert acknowledged (who and why), and queue its id for the running daemon, which
+        then serves it as acknowledged (iowarden_alert_acknowledged) so the rules stop paging."""
         with self._lock:
-            cur = self.db.execute("UPDATE alerts SET acked_at = ?, ack_note = ? WHERE id = ? AND cleared_at IS NULL",
-                                  (time.time(), note, alert_id))
+            self.db.execute("BEGIN IMMEDIATE")   # both or neither: an ack the daemon never hears of would page on
+            try:
+                cur = self.db.execute("UPDATE alerts SET acked_at = ?, ack_note = ?, ack_by = ? WHERE id = ? AND "
+                                      "cleared_at IS NULL", (time.time(), note, by, alert_id))
+                if cur.rowcount == 1:
+                    self.db.execute("INSERT INTO baseline_requests (at, action, target, profile) VALUES (?,?,?,?)",
+                                    (time.time(), "ack", str(alert_id), None))
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
             return cur.rowcount == 1
+
+    def alert_ack(self, alert_id: int) -> tuple[str, str] | None:
+        """(who, note) of an acknowledged open alert."""
+        with self._lock:
+            row = self.db.execute("SELECT ack_by, ack_note FROM alerts WHERE id = ? AND acked_at IS NOT NULL",
+                                  (alert_id,)).fetchone()
+        return None if row is None else (row[0] or "unknown", row[1] or "")
 
     def pins(self) -> dict[str, str]:
         with self._lock:

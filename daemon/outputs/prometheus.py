@@ -21,9 +21,9 @@ from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.vocabulary import CLAT_PERCENTILE_KEYS
 
 from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS
+from iowarden.daemon.outputs.alert_metrics import DEFAULT_RUNBOOK_URL, alert_families
 from iowarden.daemon.passive.metrics import passive_families
 from iowarden.daemon.sources.registry import SOURCES
-from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
 
 log = logging.getLogger("iowarden")
 
@@ -57,7 +57,7 @@ def baseline_unit(metric: str) -> tuple[str, str]:
 SECTION_INPUTS = {
     "self": ("version", "taken_at", "parts", "state", "influx"),
     "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency", "discovery_over_limit"),
-    "baselines": ("baselines", "alerts", "probes"),
+    "baselines": ("baselines", "alerts", "probes", "xfs"),
     "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
     "settings": ("devices", "drift_total", "drift_last_at", "power"),
     "xfs": ("xfs", "devices"),
@@ -68,11 +68,12 @@ SECTION_INPUTS = {
 
 
 class SnapshotCollector:
-    def __init__(self, get_snapshot, read_disk_sample=None):
+    def __init__(self, get_snapshot, read_disk_sample=None, runbook_url: str = DEFAULT_RUNBOOK_URL):
         """read_disk_sample: reads /proc/diskstats at scrape time, as node_exporter does. Counters a second
         old (the sampler's last reading) put up to a second of I/O in the wrong window at each end of a
         rate(); None serves the snapshot's sample (tests, and a reader that failed)."""
         self.get_snapshot = get_snapshot
+        self.runbook_url = runbook_url.rstrip("/#")
         self.read_disk_sample = read_disk_sample
         self._built: dict[str, tuple[tuple, list]] = {}   # section -> (its inputs, its families)
 
@@ -287,18 +288,7 @@ class SnapshotCollector:
         yield from (dev, learning)
         # `target` is a configured target, `device` a kernel name: a passive verdict is on a device and
         # has no target; a probe's alert names its target and the device its last probe ran on
-        alabels = ["alert", "severity", "volume", "target", "device", "profile"]
-        active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert", labels=alabels)
-        since = GaugeMetricFamily("iowarden_alert_raised_timestamp_seconds", "When the open alert was raised",
-                                  labels=alabels)
-        device_of = {p.target: p.result.device or "" for p in s.probes}
-        for a in s.alerts:
-            passive = a.profile == PASSIVE_PROFILE
-            target, device = ("", a.target or "") if passive else (a.target or "", device_of.get(a.target, ""))
-            lab = [a.alert, a.severity, a.volume, target, device, a.profile]
-            active.add_metric(lab, 1)
-            since.add_metric(lab, a.raised_at)
-        yield from (active, since)
+        yield from alert_families(s, self.runbook_url)
 
     # -- the kernel's disk counters ----------------------------------------------------------
     # /proc/diskstats as counters (node_exporter's set, sectors as bytes, milliseconds as seconds), so

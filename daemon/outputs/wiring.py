@@ -29,7 +29,8 @@ def start_prometheus(cfg: dict, core, roots):
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
-    registry.register(SnapshotCollector(lambda: core.snapshot, read_disk_sample=lambda: diskstats.read(roots)))
+    registry.register(SnapshotCollector(lambda: core.snapshot, read_disk_sample=lambda: diskstats.read(roots),
+                                        runbook_url=cfg.runbook_url))
     web = load_web_config(cfg.web_config_file) if cfg.web_config_file else WebConfig()
     server = serve(cfg.listen_address, registry, web, version_of_snapshot=lambda: core.published)
     log.info("serving metrics on %s%s%s", cfg.listen_address, " with TLS" if web.tls else "",

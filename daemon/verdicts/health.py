@@ -51,6 +51,8 @@ class OpenAlert:
     target: str = ""
     raised_at: float = 0.0
     causes: tuple = ()
+    acked_by: str | None = None        # who acknowledged it (`iowarden ack`), and why
+    ack_note: str | None = None
 
 
 def _locked(method):
@@ -85,12 +87,14 @@ class Health:
         for a in state.alerts(open_only=True):
             self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
                 a["id"], a["alert"], a["severity"], a["evidence"].get("metrics", {}), a["target"], a["raised_at"],
-                tuple(a["causes"]))
+                tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None, a.get("ack_note"))
 
     @_locked
     def open_alert_views(self) -> list:
         from iowarden.daemon.core.snapshot import AlertView
-        return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id) for k, a in self.open.items()]
+        return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id,
+                          tuple((m, v.get("value"), v.get("baseline")) for m, v in a.metrics.items()),
+                          tuple(a.causes), a.acked_by, a.ack_note) for k, a in self.open.items()]
 
     @_locked
     def baseline_views(self) -> list:
@@ -125,6 +129,9 @@ class Health:
     def apply_requests(self, identity_of_target) -> None:
         """Operator requests from `iowarden baseline accept|reset` (queued in the state database)."""
         for action, target, profile in self.state.take_baseline_requests():
+            if action == "ack":
+                self._take_ack(target)
+                continue
             if action == "reset" and target and target in self.pins:
                 del self.pins[target]
                 self.state.set_pin(target, None)
@@ -148,6 +155,15 @@ class Health:
                 if a.alert == "VolumeDegraded" and (not profile or akey[2] == profile) and \
                         (not target or identity_of_target(target) == akey[1]):
                     self._close(akey, "baseline " + action)
+
+    def _take_ack(self, alert_id: str | None) -> None:
+        """`iowarden ack` wrote who and why on the alert's row and queued its id: the open alert takes them."""
+        ack = self.state.alert_ack(int(alert_id)) if alert_id and alert_id.isdigit() else None
+        for a in self.open.values():
+            if ack is not None and a.id == int(alert_id):
+                a.acked_by, a.ack_note = ack
+                log.warning("ALERT %s #%d acknowledged by %s: %s", a.alert, a.id, a.acked_by, a.ack_note or "no note",
+                            extra={"ALERT": a.alert, "TARGET": a.target})
 
     @_locked
     def on_result(self, record: dict, identity: str, causes_fn, context: dict | None = None) -> list[str]:

@@ -1,0 +1,68 @@
+"""The open alerts on /metrics: the state a rule pages on, and the sentence its annotations say.
+
+- `iowarden_alert_active` (1 per open alert): what the rules fire on. Its labels are the alert's identity
+  and never change while it is open: Prometheus and Alertmanager take a changed label for a new alert, so
+  a grade that moves between warning and critical would end one page and start another.
+- `iowarden_alert_info` (1 per open alert): the sentence, as labels (where, what moved with its numbers,
+  the likely cause and the others, the daemon's grade, the runbook). The rules' annotations *query* it
+  (`query` in the annotation template) instead of joining it into the alert with `group_left`: joined,
+  its labels would become the alert's own, and every new figure would be a new alert. Queried, the page
+  carries the figures of the last evaluation and the alert stays one episode. Each value is cut at
+  sentence.MAX_TEXT_CHARS; there is one series per open alert.
+- `iowarden_alert_acknowledged` (1 per acknowledged open alert, with who): the rules page `unless` it.
+"""
+from __future__ import annotations
+
+from prometheus_client.core import GaugeMetricFamily
+
+from iowarden.daemon.sources.xfs import mount_of
+from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
+from iowarden.daemon.verdicts.sentence import alert_text, cut
+
+DEFAULT_RUNBOOK_URL = "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md"
+ALERT_LABELS = ["alert", "severity", "volume", "target", "device", "profile"]
+INFO_LABELS = ["alert", "volume", "target", "device", "profile", "mountpoint", "grade", "where", "what", "cause",
+               "more_causes", "runbook_url", "alert_id"]
+
+
+def places(s) -> tuple[dict, dict]:
+    """target -> (device of its last probe, mount point of its path); device -> mount point (of a target on it)."""
+    by_target, by_device = {}, {}
+    for p in s.probes:
+        path = getattr(p.result, "path", "") or ""
+        mount = mount_of(path, s.xfs) or path
+        by_target[p.target] = (p.result.device or "", mount)
+        if p.result.device:
+            by_device.setdefault(p.result.device, mount)
+    return by_target, by_device
+
+
+def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
+    active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert", labels=ALERT_LABELS)
+    since = GaugeMetricFamily("iowarden_alert_raised_timestamp_seconds", "When the open alert was raised",
+                              labels=ALERT_LABELS)
+    info = GaugeMetricFamily("iowarden_alert_info", "1 for each open alert; its labels are the sentence the page "
+                             "says: where, what moved (now vs normal), the likely cause, the others",
+                             labels=INFO_LABELS)
+    acked = GaugeMetricFamily("iowarden_alert_acknowledged", "1 for each open alert acknowledged with `iowarden "
+                              "ack` (the shipped rules stop paging it)", labels=["alert", "volume", "profile", "by",
+                                                                                  "note"])
+    by_target, by_device = places(s)
+    for a in s.alerts:
+        passive = a.profile == PASSIVE_PROFILE
+        if passive:
+            target, device, mount = "", a.target or "", by_device.get(a.target or "", "")
+        else:
+            target = a.target or ""
+            device, mount = by_target.get(target, ("", ""))
+        lab = [a.alert, a.severity, a.volume, target, device, a.profile]
+        active.add_metric(lab, 1)
+        since.add_metric(lab, a.raised_at)
+        metrics = {m: {"value": now, "baseline": normal} for m, now, normal in a.moved}
+        text = alert_text(a.alert, target or None, mount or None, (device,) if device else (), a.volume, a.profile,
+                          metrics, a.causes)
+        info.add_metric([a.alert, a.volume, target, device, a.profile, cut(mount), a.severity, text.where, text.what,
+                         text.cause, text.more_causes, f"{runbook_url}#{text.runbook_anchor}", str(a.id)], 1)
+        if a.acked_by is not None:
+            acked.add_metric([a.alert, a.volume, a.profile, cut(a.acked_by, 64), cut(a.ack_note or "", 200)], 1)
+    return active, since, info, acked
