@@ -28,6 +28,7 @@ from iowarden.daemon.core import knowledge, retention
 from iowarden.daemon.core.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
                                          ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.core.snapshot import Snapshot
+from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
 
 log = logging.getLogger("iowarden")
@@ -185,7 +186,9 @@ class Core:
 
     def _on_passive(self, e: PassiveJudged) -> None:
         for transition, device in e.transitions:
-            self.health.on_passive(transition, device, self.source_causes({device}))
+            view = self.known.sources.get(cgroups.SPEC.name)
+            found = cgroups.limits_holding(view, {device}, anyone=True) + [cgroups.who(view, {device})]
+            self.health.on_passive(transition, device, [c for c in found if c] + self.source_causes({device}))
         self.known.passive_views = e.views
         now = time.time()
         for identity, metric, st in e.saves:

@@ -21,7 +21,8 @@ from iowarden.daemon.core.snapshot import ProbeView
 from iowarden.daemon.probing.scheduler import result_summary
 from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
-from iowarden.daemon.verdicts.causes import Evidence, likely_causes
+from iowarden.daemon.sources import cgroups
+from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.health import PASSIVE_PROFILE, SOURCE_PROFILE
 
 log = logging.getLogger("iowarden")
@@ -144,8 +145,29 @@ def causes_of(core, e: ProbeFinished, since: float) -> list[str]:
                   disk_await_ms={n: max(r.read_await_ms, r.write_await_ms) for n, r in k.rates.items()},
                   xfs_now=k.xfs_at[mount][0] if mount else None,
                   xfs_then=k.xfs_first.get(mount) if mount else None,
-                  budget_exhausted=e.budget_exhausted, sources=core.source_causes(set(disks)))
+                  budget_exhausted=e.budget_exhausted, sources=core.source_causes(set(disks)),
+                  window=probe_window(k, result), **cgroup_evidence(k, stack))
     return likely_causes(ev)
+
+
+def probe_window(k: Knowledge, result) -> ProbeWindow | None:
+    """The probe's median wait per I/O beside its device's await and util in the same seconds."""
+    if not result.device:
+        return None
+    seen = k.delivered(result.device, result.started_at, result.started_at + result.duration_seconds)
+    if seen is None:
+        return None
+    ios = seen.reads_per_second + seen.writes_per_second
+    await_ms = ((seen.read_await_ms * seen.reads_per_second + seen.write_await_ms * seen.writes_per_second) / ios
+                if ios else 0.0)
+    return ProbeWindow(result.device, result.clat_percentile_seconds(50.0), await_ms, seen.util_percent)
+
+
+def cgroup_evidence(k: Knowledge, devices: set[str]) -> dict:
+    """The cgroup source's last reading, on these devices: the limits on iowarden's own I/O, who else did I/O."""
+    view = k.sources.get(cgroups.SPEC.name)
+    return {"cgroup_limits": cgroups.limits_holding(view, devices), "who": cgroups.who(view, devices),
+            "foreign_share": cgroups.foreign_share(view, devices)}
 
 
 def apply_settings(core, power) -> None:

@@ -19,8 +19,9 @@ other subsystems (the scheduler, the passive detector, drift), not only /metrics
 """
 from __future__ import annotations
 
+from iowarden.daemon.sources.cgroups import SPEC as CGROUPS
 from iowarden.daemon.sources.smart import SPEC as SMART
 from iowarden.daemon.sources.spec import SourceSpec
 from iowarden.daemon.sources.tracer import SPEC as TRACER
 
-SOURCES: tuple[SourceSpec, ...] = (SMART, TRACER)
+SOURCES: tuple[SourceSpec, ...] = (SMART, TRACER, CGROUPS)

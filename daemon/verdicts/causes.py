@@ -24,6 +24,64 @@ class Evidence:
     budget_exhausted: bool = False
     passive: list = field(default_factory=list)   # open passive verdicts on the stack's devices (sentences)
     sources: list = field(default_factory=list)   # what registered sources say of its disks (SMART: drive health)
+    window: "ProbeWindow | None" = None           # the probe against what its device did in the same seconds
+    cgroup_limits: list = field(default_factory=list)   # limits on the stack that hold iowarden's own I/O
+    who: str | None = None                        # the cgroups doing I/O on the stack's devices, with shares
+    foreign_share: float | None = None            # their share of the I/O, iowarden's own probes excepted
+
+
+@dataclass(frozen=True)
+class ProbeWindow:
+    """What the probe waited per I/O, and what its device did in the same seconds (the sampler's view)."""
+    device: str
+    probe_p50_seconds: float | None
+    device_await_ms: float | None
+    device_util_percent: float | None
+
+
+ABOVE_RATIO = 4.0          # the probe waited this many times the device's await, or more: the time is above it
+ABOVE_MARGIN_MS = 0.5      # ... and by this much at least (a 40 µs await against 200 µs is noise, not a layer)
+SLOW_DEVICE_AWAIT_MS = 5.0  # a device answering this slowly with little other work is itself slow (SSD terms)
+
+
+def layer_of(ev: Evidence) -> str | None:
+    """Where the probe's time went: "above" the block layer (the device answered fast: a limit, pressure,
+    the filesystem), "contention" (the device busy with others' work), "device" (the device slow on its own),
+    or None when the sampler did not see the device in the probe's seconds."""
+    w = ev.window
+    if w is None or w.probe_p50_seconds is None or w.device_await_ms is None:
+        return None
+    probe_ms = w.probe_p50_seconds * 1e3
+    if probe_ms > ABOVE_RATIO * w.device_await_ms + ABOVE_MARGIN_MS:
+        return "above"
+    if ev.contended or (ev.foreign_share or 0) > 0.5 or (ev.foreign_util_percent or 0) > 50:
+        return "contention"
+    if w.device_await_ms >= SLOW_DEVICE_AWAIT_MS:
+        return "device"
+    return None
+
+
+def _ms(v: float) -> str:
+    return f"{v:.2f} ms" if v < 10 else f"{v:,.0f} ms"
+
+
+def _layer_causes(ev: Evidence, layer: str | None) -> list[str]:
+    w, out = ev.window, []
+    if layer == "above":
+        seen = (f"the probe's I/Os took {_ms(w.probe_p50_seconds * 1e3)} at the median while {w.device} answered in "
+                f"{_ms(w.device_await_ms)} at {w.device_util_percent or 0:.0f}% util")
+        if ev.cgroup_limits:
+            out.extend(f"above the block layer: {lim}; {seen}" for lim in ev.cgroup_limits)
+        else:
+            out.append(f"above the block layer: {seen}; no cgroup I/O limit on it applies to iowarden's I/O "
+                       "(look at memory and CPU pressure, the filesystem, a hypervisor's limit)")
+    elif ev.cgroup_limits:
+        out.extend(ev.cgroup_limits)
+    if layer == "device":
+        share = "" if ev.foreign_share is None else f", {ev.foreign_share:.0%} of its I/O from other work"
+        out.append(f"the device itself: {w.device} took {_ms(w.device_await_ms)} per I/O at "
+                   f"{w.device_util_percent or 0:.0f}% util{share}")
+    return out
 
 
 def _stack(ev: Evidence) -> set[str]:
@@ -49,9 +107,14 @@ def likely_causes(ev: Evidence) -> list[str]:
         if device == "host" or device in stack:
             where = "host" if device == "host" else device
             causes.append(f"setting changed since the baseline was learned: {where} {setting} {old} -> {new}")
-    if ev.contended or (ev.foreign_util_percent or 0) > 50:
+    layer = layer_of(ev)
+    causes.extend(_layer_causes(ev, layer))
+    if ev.contended or (ev.foreign_util_percent or 0) > 50 or layer == "contention":
         util = f" ({ev.foreign_util_percent:.0f}% util from other I/O)" if ev.foreign_util_percent else ""
-        causes.append(f"contention: the device was busy with other work during the probe{util}")
+        causes.append(f"contention: the device was busy with other work during the probe{util}"
+                      + (f"; {ev.who}" if ev.who else ""))
+    elif ev.who and layer != "above":
+        causes.append(ev.who)
     for name in sorted(stack):
         d = ev.devices.get(name)
         if d is not None and d.md is not None:

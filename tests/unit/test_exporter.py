@@ -65,8 +65,14 @@ def snapshot(tree):
         probe_intervals={("db", "randrw"): 300.0, ("db", "seq"): 300.0},
         influx={"written": 10, "spooled": 2, "dropped": 1, "errors": 3, "spool_bytes": 100, "rejected": 4},
         state={"writable": False, "pending_writes": 7, "write_errors": 2, "writes_dropped": 0},
-        sources={"smart": smart_reading()},
+        sources={"smart": smart_reading(), "cgroups": cgroup_reading()},
     )
+
+
+def cgroup_reading():
+    from iowarden.daemon.sources import cgroups
+    from iowarden.probes.common import Roots
+    return cgroups.start(type("S", (), {"max_cgroups": 100})(), Roots.under(FIXTURES / "cgroup" / "v2"))()
 
 
 def smart_reading():

@@ -1,0 +1,206 @@
+"""Who does the I/O, and which cgroup I/O limits hold a device: a source read from the cgroup files.
+
+Each reading is the I/O each cgroup did to each device since the reading before (rates over that
+interval) and every limit set, v1 blkio or v2 io (probes/cgroupio.py). Two questions of an alert's
+diagnosis (verdicts/causes.py) are answered from it, as pure functions of one reading:
+
+- `limits_holding`: the limits on the volume's devices that apply to iowarden's own probes (set in its
+  own cgroup or an ancestor, the root included): time lost above the block layer, named exactly;
+- `who`: the cgroups (systemd units, scopes) that did I/O to those devices in the last interval, each
+  with its rate and share: contention, and by whom.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from prometheus_client.core import GaugeMetricFamily
+
+from iowarden.probes import cgroupio
+from iowarden.probes.common import Roots
+
+from iowarden.daemon.config_schema import Key
+from iowarden.daemon.sources.spec import SourceSpec
+
+CONFIG = {
+    "enabled": Key("bool", True, "Read the cgroup I/O counters and limits (v1 blkio or v2 io), to name a limit "
+                   "that holds a volume and who is doing the I/O on a busy one."),
+    "interval_seconds": Key("float", 5.0, "How often the cgroup tree is read (a few small files per cgroup).",
+                            minimum=1.0, maximum=3600.0),
+    "max_cgroups": Key("int", cgroupio.MAX_CGROUPS, "At most this many cgroups are read per pass; past it the "
+                       "pass is cut short and says so (iowarden_cgroup_io_cut_short).", minimum=1, maximum=65536),
+}
+LIMIT_WORDS = {"riops": ("read IOPS", "read_iops_device", "rios="), "wiops": ("write IOPS", "write_iops_device", "wios="),
+               "rbps": ("read bytes/s", "read_bps_device", "rbps="), "wbps": ("write bytes/s", "write_bps_device", "wbps=")}
+WHO_NAMED = 3          # cgroups named in a contention cause; the rest are summed
+
+
+@dataclass(frozen=True)
+class Rate:
+    cgroup: str
+    devno: str
+    read_iops: float
+    write_iops: float
+    read_bytes_per_second: float
+    write_bytes_per_second: float
+
+    @property
+    def iops(self) -> float:
+        return self.read_iops + self.write_iops
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.read_bytes_per_second + self.write_bytes_per_second
+
+
+@dataclass(frozen=True)
+class CgroupIoView:
+    unix_time: float
+    seconds: float | None                 # the rates' interval; None at the first reading
+    version: int
+    own_cgroup: str                       # iowarden's (its probes' I/O is in it)
+    rates: tuple[Rate, ...]               # cgroups that did I/O in the interval
+    limits: tuple[tuple[str, str, cgroupio.IoLimit], ...]    # (cgroup, devno, limit)
+    names: MappingProxyType               # devno -> kernel name, for the devnos above
+    cut_short: bool = False
+
+
+def _name_of(roots: Roots, devno: str) -> str | None:
+    try:
+        return os.path.basename(os.readlink(roots.sys / "dev" / "block" / devno))
+    except OSError:
+        return None
+
+
+def rates_between(before: cgroupio.CgroupIo, after: cgroupio.CgroupIo, seconds: float) -> list[Rate]:
+    then = {(g.path, dev): c for g in before.groups for dev, c in g.io.items()}
+    out = []
+    for g in after.groups:
+        for dev, c in g.io.items():
+            prev = then.get((g.path, dev))
+            if prev is None:
+                continue   # a cgroup new since the last reading: no interval to divide by yet
+            d = c.minus(prev)
+            if d.rios or d.wios:
+                out.append(Rate(g.path, dev, d.rios / seconds, d.wios / seconds, d.rbytes / seconds,
+                                d.wbytes / seconds))
+    return out
+
+
+def start(section: dict, roots: Roots):
+    last: list = [None, None]   # (CgroupIo, monotonic seconds) of the reading before
+
+    def read() -> CgroupIoView | None:
+        now = time.monotonic()
+        io = cgroupio.read(roots, section.max_cgroups)
+        if io is None:
+            return None
+        before, at = last
+        last[:] = [io, now]
+        seconds = now - at if before is not None and now > at else None
+        rates = rates_between(before, io, seconds) if seconds else []
+        limits = [(g.path, dev, lim) for g in io.groups for dev, lim in g.limits.items()]
+        devnos = {r.devno for r in rates} | {dev for _, dev, _ in limits}
+        names = {d: n for d in sorted(devnos)[:cgroupio.MAX_CGROUPS] if (n := _name_of(roots, d))}
+        return CgroupIoView(time.time(), seconds, io.version, cgroupio.own_cgroup(roots, io.version),
+                            tuple(rates), tuple(limits), MappingProxyType(names), io.cut_short)
+    return read
+
+
+def _ancestors(path: str) -> list[str]:
+    out = [path]
+    while path not in ("/", ""):
+        path = os.path.dirname(path) or "/"
+        out.append(path)
+    return out
+
+
+def _cgroup_words(path: str) -> str:
+    return "the root cgroup: every process not in a cgroup of its own" if path == "/" else path
+
+
+def _limit_value(kind: str, value: int) -> str:
+    if kind.endswith("bps"):
+        return f"{value / (1 << 20):,.1f} MiB/s" if value >= 1 << 20 else f"{value:,} bytes/s"
+    return f"{value:,}"
+
+
+def limits_holding(view: CgroupIoView | None, devices: set[str], anyone: bool = False) -> list[str]:
+    """The limits set on these devices that apply to iowarden's own I/O (its cgroup and the ones above it),
+    or with `anyone` every limit on them (a passive verdict is on the work of whoever does the I/O)."""
+    if view is None:
+        return []
+    chain = set(_ancestors(view.own_cgroup))
+    out = []
+    for cgroup, devno, limit in view.limits:
+        name = view.names.get(devno)
+        if name not in devices or not (anyone or cgroup in chain):
+            continue
+        for kind, value in limit.items():
+            words, v1_file, v2_key = LIMIT_WORDS[kind]
+            where = f"blkio.throttle.{v1_file}" if view.version == 1 else f"io.max {v2_key}"
+            out.append(f"a cgroup I/O limit holds {name} ({devno}) at {_limit_value(kind, value)} {words} "
+                       f"({where} of {_cgroup_words(cgroup)})")
+    return out
+
+
+def who(view: CgroupIoView | None, devices: set[str]) -> str | None:
+    """The cgroups that did I/O to these devices in the last interval, the busiest first, with their shares."""
+    if view is None or not view.seconds:
+        return None
+    per: dict[str, list[float]] = {}
+    for r in view.rates:
+        if view.names.get(r.devno) in devices:
+            acc = per.setdefault(r.cgroup, [0.0, 0.0])
+            acc[0] += r.iops
+            acc[1] += r.bytes_per_second
+    total = sum(v[0] for v in per.values())
+    if not total:
+        return None
+    ranked = sorted(per.items(), key=lambda kv: -kv[1][0])
+    parts = []
+    for cgroup, (iops, bps) in ranked[:WHO_NAMED]:
+        me = " (iowarden's own probes)" if cgroup == view.own_cgroup else ""
+        parts.append(f"{cgroup}{me} {iops:,.0f} IOPS {bps / (1 << 20):,.1f} MiB/s ({iops / total:.0%})")
+    if len(ranked) > WHO_NAMED:
+        rest = sum(v[0] for _, v in ranked[WHO_NAMED:])
+        parts.append(f"{len(ranked) - WHO_NAMED} more cgroups {rest:,.0f} IOPS ({rest / total:.0%})")
+    return f"I/O on {','.join(sorted(devices & set(view.names.values())))} in the last {view.seconds:.0f} s by cgroup: " \
+        + ", ".join(parts)
+
+
+def foreign_share(view: CgroupIoView | None, devices: set[str]) -> float | None:
+    """The share of the devices' I/O (by IOPS) done by cgroups other than iowarden's own, last interval."""
+    if view is None or not view.seconds:
+        return None
+    mine = other = 0.0
+    for r in view.rates:
+        if view.names.get(r.devno) in devices:
+            if r.cgroup == view.own_cgroup:
+                mine += r.iops
+            else:
+                other += r.iops
+    return other / (mine + other) if mine + other else None
+
+
+def families(view: CgroupIoView | None, snap):
+    if view is None:
+        return
+    labels = ["cgroup", "device", "direction"]
+    iops = GaugeMetricFamily("iowarden_cgroup_io_limit_iops", "A cgroup I/O limit set on a device, in I/O operations "
+                             "per second", labels=labels)
+    bps = GaugeMetricFamily("iowarden_cgroup_io_limit_bytes_per_second", "A cgroup I/O limit set on a device, in "
+                            "bytes per second", labels=labels)
+    for cgroup, devno, limit in view.limits:
+        for kind, value in limit.items():
+            (iops if kind.endswith("iops") else bps).add_metric(
+                [cgroup[:200], view.names.get(devno, devno), "read" if kind[0] == "r" else "write"], value)
+    cut = GaugeMetricFamily("iowarden_cgroup_io_cut_short", "1 if the last pass met [cgroups] max_cgroups")
+    cut.add_metric([], 1 if view.cut_short else 0)
+    yield from (iops, bps, cut)
+
+
+SPEC = SourceSpec("cgroups", CONFIG, start, deadline_seconds=lambda c: 30.0, families=families,
+                  causes=lambda view, disks: [])   # said in the diagnosis's layers (verdicts/causes.py), in order

@@ -1,0 +1,145 @@
+"""The diagnosis in layers and who does the I/O: cgroup v1 and v2 fixture trees, no root, no clock."""
+import shutil
+
+import pytest
+
+from iowarden.daemon.sources import cgroups
+from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, layer_of, likely_causes
+from iowarden.probes import cgroupio
+from iowarden.probes.common import ParseError, Roots
+from tests.conftest import FIXTURES
+
+V1, V2 = FIXTURES / "cgroup" / "v1", FIXTURES / "cgroup" / "v2"
+
+
+def test_v2_io_stat_and_io_max_parse():
+    stat = cgroupio.parse_v2_stat("8:16 rbytes=1459200 wbytes=314773504 rios=192 wios=353 dbytes=0 dios=0\n")
+    assert stat == {"8:16": cgroupio.IoCounts(1459200, 314773504, 192, 353)}
+    limits = cgroupio.parse_v2_max("8:16 rbps=2097152 wbps=max riops=max wiops=120\n8:0 rbps=max wbps=max "
+                                   "riops=max wiops=max\n")
+    assert limits == {"8:16": cgroupio.IoLimit(wiops=120, rbps=2097152)}   # 8:0: all max, no limit
+
+
+@pytest.mark.parametrize("text", ["8:16 rbytes=1e9\n", "sdb rios=1\n", "8:16 rios\n", "8:16 rios=-1\n",
+                                  "8:16 rios=" + "9" * 30 + "\n"])
+def test_v2_values_no_kernel_writes_are_refused(text):
+    with pytest.raises(ParseError):
+        cgroupio.parse_v2_stat(text)
+
+
+def test_v1_throttle_files_parse():
+    io = cgroupio.parse_v1_stat("7:7 Read 4096\n7:7 Write 8192\n7:7 Sync 0\n7:7 Total 12288\nTotal 12288\n",
+                                "7:7 Read 1\n7:7 Write 2\n7:7 Total 3\nTotal 3\n")
+    assert io == {"7:7": cgroupio.IoCounts(4096, 8192, 1, 2)}
+    assert cgroupio.parse_v1_limit("7:7 200\n8:0 0\n") == {"7:7": 200}   # 0: the limit removed
+    with pytest.raises(ParseError):
+        cgroupio.parse_v1_limit("7:7 200 300\n")
+
+
+def test_v2_tree_own_io_is_each_cgroup_less_its_children():
+    io = cgroupio.read(Roots.under(V2))
+    assert io.version == 2 and not io.cut_short
+    by = {g.path: g for g in io.groups}
+    assert set(by) >= {"/", "/system.slice", "/system.slice/backup.service", "/system.slice/iowarden.service"}
+    # system.slice counts 1,000,000 reads with its children's 900,000 + 100,000: none of its own
+    assert by["/system.slice"].io["8:16"].rios == 0
+    assert by["/system.slice/backup.service"].io["8:16"].rios == 900000
+    assert by["/system.slice/iowarden.service"].limits["8:16"] == cgroupio.IoLimit(riops=200)
+    assert cgroupio.own_cgroup(Roots.under(V2), 2) == "/system.slice/iowarden.service"
+
+
+def test_the_walk_is_bounded():
+    io = cgroupio.read(Roots.under(V2), max_cgroups=2)
+    assert len(io.groups) == 2 and io.cut_short
+
+
+def _view(root):
+    read = cgroups.start(type("S", (), {"max_cgroups": 100})(), Roots.under(root))
+    return read
+
+
+def test_a_limit_on_iowardens_own_cgroup_is_named_with_its_value_and_file():
+    view = _view(V2)()
+    found = cgroups.limits_holding(view, {"sdb"})
+    assert found == ["a cgroup I/O limit holds sdb (8:16) at 200 read IOPS (io.max rios= of "
+                     "/system.slice/iowarden.service)"]
+    # postgresql's write limit holds postgresql, not iowarden's probe: named only for a passive verdict
+    anyone = cgroups.limits_holding(view, {"sdb"}, anyone=True)
+    assert any("100.0 MiB/s write bytes/s (io.max wbps= of /system.slice/postgresql.service)" in c for c in anyone)
+    assert cgroups.limits_holding(view, {"nvme0n1"}) == []
+
+
+def test_v1_root_limit_is_every_process():
+    view = _view(V1)()
+    assert view.version == 1 and view.own_cgroup == "/"
+    assert cgroups.limits_holding(view, {"loop7"}) == [
+        "a cgroup I/O limit holds loop7 (7:7) at 200 read IOPS (blkio.throttle.read_iops_device of the root "
+        "cgroup: every process not in a cgroup of its own)"]
+
+
+def _bump(path, old, new):
+    path.write_text(path.read_text().replace(old, new))
+
+
+def test_who_names_the_cgroups_doing_the_io_with_rates_and_shares(tmp_path, monkeypatch):
+    root = tmp_path / "v2"
+    shutil.copytree(V2, root, symlinks=True)
+    clock = iter([100.0, 110.0])
+    monkeypatch.setattr(cgroups.time, "monotonic", lambda: next(clock))
+    read = _view(root)
+    first = read()
+    assert first.seconds is None and cgroups.who(first, {"sdb"}) is None   # no interval yet
+    cg = root / "sys" / "fs" / "cgroup" / "system.slice"
+    # in 10 s: the backup read 9,000 I/Os (36.9 MB), iowarden's probes 1,000
+    _bump(cg / "backup.service" / "io.stat", "rbytes=3686400000 wbytes=0 rios=900000", "rbytes=3723264000 wbytes=0 rios=909000")
+    _bump(cg / "iowarden.service" / "io.stat", "rios=100000", "rios=101000")
+    _bump(cg / "io.stat", "rios=1000000", "rios=1010000")
+    view = read()
+    assert view.seconds == 10.0
+    said = cgroups.who(view, {"sdb"})
+    assert said == ("I/O on sdb in the last 10 s by cgroup: /system.slice/backup.service 900 IOPS 3.5 MiB/s (90%), "
+                    "/system.slice/iowarden.service (iowarden's own probes) 100 IOPS 0.0 MiB/s (10%)")
+    assert cgroups.foreign_share(view, {"sdb"}) == pytest.approx(0.9)
+
+
+def _evidence(**kw):
+    base = dict(physical_disks=("loop7",), device="loop7", devices={}, drift=[], contended=False,
+                foreign_util_percent=None)
+    base.update(kw)
+    return Evidence(**base)
+
+
+def test_slow_probe_over_a_fast_device_is_above_the_block_layer_and_names_the_limit():
+    view = _view(V1)()
+    ev = _evidence(window=ProbeWindow("loop7", 0.200, 0.26, 0.8), cgroup_limits=cgroups.limits_holding(view, {"loop7"}))
+    assert layer_of(ev) == "above"
+    causes = likely_causes(ev)
+    assert causes[0] == ("above the block layer: a cgroup I/O limit holds loop7 (7:7) at 200 read IOPS "
+                         "(blkio.throttle.read_iops_device of the root cgroup: every process not in a cgroup of its "
+                         "own); the probe's I/Os took 200 ms at the median while loop7 answered in 0.26 ms at 1% util")
+
+
+def test_above_the_block_layer_without_a_limit_says_so_and_where_to_look():
+    causes = likely_causes(_evidence(window=ProbeWindow("loop7", 0.050, 0.3, 5.0)))
+    assert causes[0].startswith("above the block layer: the probe's I/Os took 50 ms at the median while loop7 answered in 0.30 ms")
+    assert "no cgroup I/O limit on it applies" in causes[0]
+
+
+def test_a_busy_device_is_contention_and_says_who():
+    who = "I/O on loop7 in the last 5 s by cgroup: /load 2,900 IOPS 11.3 MiB/s (91%)"
+    ev = _evidence(window=ProbeWindow("loop7", 0.012, 9.5, 99.0), contended=True, foreign_util_percent=93.0,
+                   who=who, foreign_share=0.91)
+    assert layer_of(ev) == "contention"
+    assert likely_causes(ev)[0] == ("contention: the device was busy with other work during the probe (93% util "
+                                    "from other I/O); " + who)
+
+
+def test_a_slow_device_with_no_other_work_is_the_device_itself():
+    ev = _evidence(window=ProbeWindow("loop7", 0.030, 25.0, 97.0), foreign_share=0.0)
+    assert layer_of(ev) == "device"
+    assert likely_causes(ev)[0] == "the device itself: loop7 took 25 ms per I/O at 97% util, 0% of its I/O from other work"
+
+
+def test_without_the_devices_view_no_layer_is_claimed():
+    assert layer_of(_evidence()) is None
+    assert likely_causes(_evidence()) == []
