@@ -21,6 +21,7 @@ from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE, NOT_PROBE_PROFIL
 from iowarden.daemon.commands.tables import human_metric, human_seconds, latency_columns, metric_label
 from iowarden.daemon.probing.scheduler import Budget
 from iowarden.daemon.core.state import State
+from iowarden.daemon.verdicts.sentence import alert_text
 
 
 def open_state(cfg: Config) -> State:
@@ -80,6 +81,22 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
         state.close()
 
 
+def verdict_of(b: dict, fired_by: str | None) -> str:
+    """One baseline's line in `status`: the detector that fired on it, else how far its last probe moved."""
+    moved = ""
+    if b["last"] and b["baseline"] and not b["learning"]:
+        r = b["last"] / b["baseline"]
+        worse = r if b["metric"].endswith("_seconds") else 1 / r if r else math.inf
+        outside = not (b["band_lower"] <= b["last"] <= b["band_upper"])
+        if outside:
+            moved = f"moved {worse:,.0f}x" if worse >= 10 else f"moved {r:.2g}x of normal"
+    if fired_by:
+        return f"FIRED ({fired_by})" + (f", {moved}" if moved else "")
+    if b["alerting"]:
+        return "FIRED" + (f", {moved}" if moved else "")
+    return f"{moved}, within the detector's allowance" if moved else "normal"
+
+
 def _p(text, max_chars: int = 120) -> str:
     """A name or text from outside (a target, a device, a cause), safe for a terminal: see common.printable."""
     return printable(text, max_chars)
@@ -99,9 +116,11 @@ def render(st: dict, table) -> str:
             return f"learning {b['samples']}/{b['warmup']}"
         return (f"{human_metric(b['metric'], b['baseline'])} "
                 f"({human_metric(b['metric'], b['band_lower'])} .. {human_metric(b['metric'], b['band_upper'])})")
-    out.append(table(["volume", "profile", "metric", "last", "normal (band)", "alerting"],
+    fired = {(a["identity"], a["profile"], m): v.get("reason") or "fired"
+             for a in st["alerts"] for m, v in ((a.get("evidence") or {}).get("metrics") or {}).items()}
+    out.append(table(["volume", "profile", "metric", "last", "normal (band)", "verdict"],
                      [[b["identity"], b["profile"], metric_label(b["metric"]), human_metric(b["metric"], b["last"]), normal(b),
-                       b["alerting"]] for b in st["baselines"]]))
+                       verdict_of(b, fired.get((b["identity"], b["profile"], b["metric"])))] for b in st["baselines"]]))
     out.append("")
     if st.get("passive"):
         out.append(render_passive(st["passive"], table))
@@ -122,8 +141,12 @@ def render(st: dict, table) -> str:
             out.append(f"ALERT #{a['id']} {_p(a['alert'])} {_p(a['severity'])}: {_p(a['target'])}/{_p(a['profile'])} "
                        f"({_p(a['identity'])}) since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['raised_at']))}"
                        + ack)
-            for c in a["causes"] or ["no cause found"]:
-                out.append(f"  likely cause: {_p(c, 400)}")
+            text = sentence_of(a)
+            out.append(f"  {_p(text.where, 400)}: {_p(text.what, 600)}")
+            causes = [text.cause] if text.cause else []
+            causes += [c for c in (a["causes"] or []) if c and c != text.cause and c != text.what]
+            for c in causes:
+                out.append(f"  likely cause: {_p(c, 600)}")
     else:
         out.append("no open alerts")
     for disk, b in st["budget"].items():
@@ -205,6 +228,16 @@ def who_acks() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return f"uid {os.getuid()}"
+
+
+def sentence_of(a: dict):
+    """The alert's sentence from its row, as the page and the journal say it (verdicts/sentence.py)."""
+    ev = a.get("evidence") or {}
+    where = ev.get("where") or {}
+    passive = a["profile"] == PASSIVE_PROFILE
+    return alert_text(a["alert"], None if passive else a["target"], where.get("mountpoint"),
+                      tuple(where.get("devices") or ()), a["identity"], a["profile"], ev.get("metrics") or {},
+                      a["causes"] or [], max_chars=2000)
 
 
 def ack_command(cfg: Config, alert_id: int, note: str) -> str:

@@ -67,6 +67,16 @@ class Core:
         self.last_batch_monotonic = clock()   # when the core last finished a batch (the watchdog's view)
         self.events_total = 0
         self._thread: threading.Thread | None = None
+        health.place_of = self.place_of   # where an alert is, for its sentence
+
+    def place_of(self, name: str, passive: bool) -> tuple[str | None, tuple[str, ...]]:
+        """(mount point, devices) of a target (its last probe's path and device), or of a device (a target on it)."""
+        views = [v for (t, _), v in self.known.latest.items() if (v.result.device == name if passive else t == name)]
+        if not views:
+            return None, (name,) if passive else ()
+        r = views[-1].result
+        return knowledge.mount_of(r.path, self.known.xfs_at) or r.path, (name,) if passive else (
+            (r.device,) if r.device else ())
 
     @property
     def last_result(self):

@@ -46,6 +46,8 @@ class AlertView:
     causes: tuple = ()         # likely causes, ranked; a passive alert's first is its own finding
     acked_by: str | None = None
     ack_note: str | None = None
+    mountpoint: str | None = None   # where it was raised (the sentence's place)
+    devices: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,13 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
     by_target, by_device = places(s)
     for a in s.alerts:
         passive = a.profile == PASSIVE_PROFILE
+        # where it was raised (the journal's sentence), else where its target is now
         if passive:
-            target, device, mount = "", a.target or "", by_device.get(a.target or "", "")
+            target, device, mount = "", a.target or "", a.mountpoint or by_device.get(a.target or "", "")
         else:
             target = a.target or ""
             device, mount = by_target.get(target, ("", ""))
+            device, mount = ",".join(a.devices) or device, a.mountpoint or mount
         lab = [a.alert, a.severity, a.volume, target, device, a.profile]
         active.add_metric(lab, 1)
         since.add_metric(lab, a.raised_at)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from iowarden.probes.vocabulary import BASELINED_LATENCIES, DIRECTIONS
 
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
+from iowarden.daemon.verdicts.sentence import alert_text
 
 log = logging.getLogger("iowarden")
 
@@ -27,6 +28,7 @@ SOURCE_PROFILE = "source"        # a registered source's last summary, for `stat
 NOT_PROBE_PROFILES = (PASSIVE_PROFILE, CAPABILITY_PROFILE, SOURCE_PROFILE)
 CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
 CONTENDED_RECOVERED = 0.75
+JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
 
 
 def metrics_of(record: dict) -> dict[str, float]:
@@ -53,6 +55,8 @@ class OpenAlert:
     causes: tuple = ()
     acked_by: str | None = None        # who acknowledged it (`iowarden ack`), and why
     ack_note: str | None = None
+    mountpoint: str | None = None      # where it was raised: the sentence's place
+    devices: tuple = ()
 
 
 def _locked(method):
@@ -69,6 +73,8 @@ class Health:
         self._lock = threading.RLock()
         self.state = state
         self.on_event = on_event or (lambda **event: None)   # alert transitions, for the outputs
+        # (target or device) -> (mount point, devices): where an alert is, for its sentence (set by the core)
+        self.place_of = lambda name, passive: (None, ())
         self.params = params
         self.detectors: dict[tuple[str, str, str], Detector] = {}
         self.learned_at: dict[tuple[str, str, str], float] = {}
@@ -87,14 +93,17 @@ class Health:
         for a in state.alerts(open_only=True):
             self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
                 a["id"], a["alert"], a["severity"], a["evidence"].get("metrics", {}), a["target"], a["raised_at"],
-                tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None, a.get("ack_note"))
+                tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None, a.get("ack_note"),
+                (a["evidence"].get("where") or {}).get("mountpoint"),
+                tuple((a["evidence"].get("where") or {}).get("devices") or ()))
 
     @_locked
     def open_alert_views(self) -> list:
         from iowarden.daemon.core.snapshot import AlertView
         return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id,
                           tuple((m, v.get("value"), v.get("baseline")) for m, v in a.metrics.items()),
-                          tuple(a.causes), a.acked_by, a.ack_note) for k, a in self.open.items()]
+                          tuple(a.causes), a.acked_by, a.ack_note, a.mountpoint, a.devices)
+                for k, a in self.open.items()]
 
     @_locked
     def baseline_views(self) -> list:
@@ -220,7 +229,7 @@ class Health:
             else:
                 a = self.open[akey]
                 a.severity, a.metrics = severity, evidence["metrics"]
-                self.state.update_alert(a.id, severity, evidence)
+                self._update(a, severity, evidence)
         elif akey in self.open:
             self._close(akey, "back to its baseline")
             events.append("VolumeDegraded cleared")
@@ -277,7 +286,7 @@ class Health:
             return f"{t.alert} raised"
         if t.state == "updated" and akey in self.open:
             a = self.open[akey]
-            self.state.update_alert(a.id, a.severity, evidence)
+            self._update(a, a.severity, evidence)
             log.warning("%s %s: %s", t.alert, device, t.summary, extra={"ALERT": t.alert, "DEVICE": device})
             return None
         if t.state == "cleared" and akey in self.open:
@@ -304,21 +313,40 @@ class Health:
 
     def _raise(self, akey, target, metric, severity, evidence, causes) -> None:
         alert, identity, profile = akey
+        passive = profile == PASSIVE_PROFILE
+        mount, devices = self.place_of(target, passive)
+        evidence = {**evidence, "where": {"mountpoint": mount, "devices": list(devices)}}
+        text = alert_text(alert, None if passive else target, mount, tuple(devices), identity, profile,
+                          evidence.get("metrics", {}), causes, max_chars=JOURNAL_TEXT_CHARS)
         aid = self.state.open_alert(alert, identity, target, profile, metric, severity, evidence, causes)
         self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}), target, time.time(),
-                                    tuple(causes))
+                                    tuple(causes), mountpoint=mount, devices=tuple(devices))
+        # the same sentence the page says (iowarden_alert_info), `status` prints and InfluxDB keeps
         self.on_event(kind="alert", alert=alert, state="raised", severity=severity, volume=identity, target=target,
-                      profile=profile, causes="; ".join(causes))
-        log.error("ALERT %s %s: %s/%s (%s)%s", alert, severity, target, profile, identity,
-                  ("; likely causes: " + "; ".join(causes)) if causes else "; no cause found in settings, "
-                  "contention, md state or fragmentation",
+                      profile=profile, causes="; ".join(causes), sentence=text.sentence())
+        log.error("ALERT %s %s #%d: %s", alert, severity, aid, text.sentence(),
                   extra={"ALERT": alert, "TARGET": target, "PROBE": profile, "VOLUME": identity,
                          "SEVERITY": severity})
+
+    def _update(self, a: OpenAlert, severity: str, evidence: dict) -> None:
+        """New figures for an open alert; where it was raised stays part of its record (the sentence's place)."""
+        self.state.update_alert(a.id, severity, {**evidence, "where": {"mountpoint": a.mountpoint,
+                                                                      "devices": list(a.devices)}})
 
     def _close(self, akey, why: str) -> None:
         a = self.open.pop(akey)
         self.state.close_alert(a.id)
+        lasted = max(0.0, time.time() - a.raised_at)
         self.on_event(kind="alert", alert=akey[0], state="cleared", severity=a.severity, volume=akey[1],
-                      target=a.target, profile=akey[2], causes=why)
-        log.warning("ALERT %s cleared for %s/%s: %s", akey[0], akey[1], akey[2], why,
-                    extra={"ALERT": akey[0], "VOLUME": akey[1], "PROBE": akey[2]})
+                      target=a.target, profile=akey[2], causes=why, lasted_seconds=round(lasted))
+        log.warning("ALERT %s #%d cleared for %s/%s after %s: %s", akey[0], a.id, akey[1], akey[2], _lasted(lasted),
+                    why, extra={"ALERT": akey[0], "VOLUME": akey[1], "PROBE": akey[2]})
+
+
+def _lasted(seconds: float) -> str:
+    """How long an alert was open, as a person says it: 45 s, 12 min, 3.5 h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

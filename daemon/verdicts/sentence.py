@@ -41,8 +41,13 @@ class Moved:
         worse = self.worse_by
         way = "higher" if _higher_is_worse(self.metric) else "lower"
         times = "∞" if math.isinf(worse) else (f"{worse:,.0f}" if worse >= 10 else f"{worse:.2g}")
-        return (f"{metric_label(self.metric)} {human_metric(self.metric, self.now)} vs normal "
-                f"{human_metric(self.metric, self.normal)} ({times}x {way})")
+        return (f"{metric_label(self.metric)} {_figure(self.metric, self.now)} vs normal "
+                f"{_figure(self.metric, self.normal)} ({times}x {way})")
+
+
+def _figure(metric: str, value: float) -> str:
+    """A figure after its metric's name: IOPS without the unit said twice ("read IOPS 163"), others in units."""
+    return f"{value:,.0f}" if metric.endswith("_iops") else human_metric(metric, value)
 
 
 def _higher_is_worse(metric: str) -> bool:
@@ -81,7 +86,8 @@ def cut(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
 
 
 def alert_text(alert: str, target: str | None, mountpoint: str | None, devices: tuple[str, ...], volume: str,
-               profile: str, metrics: dict, causes: tuple[str, ...] | list[str]) -> AlertText:
+               profile: str, metrics: dict, causes: tuple[str, ...] | list[str],
+               max_chars: int = MAX_TEXT_CHARS) -> AlertText:
     """The parts of an alert's sentence. For a probe's alert `metrics` is its evidence; for a passive one
     the first cause is the detector's own finding (it carries the figures), so it is `what`, not a cause."""
     dev = ",".join(devices) if devices else "?"
@@ -104,5 +110,5 @@ def alert_text(alert: str, target: str | None, mountpoint: str | None, devices: 
     # a finding that is its own cause (a drive at its limit, a probe that cannot run) has no cause line
     # beyond it; "no cause found" is said only of a probe that moved and nothing that explains it
     cause = causes[0] if causes else (NO_CAUSE if alert == "VolumeDegraded" else "")
-    return AlertText(where=cut(where), what=cut(what), cause=cut(cause),
-                     more_causes=cut("; ".join(causes[1:])), runbook_anchor=RUNBOOK_ANCHORS.get(alert, alert.lower()))
+    return AlertText(where=cut(where, max_chars), what=cut(what, max_chars), cause=cut(cause, max_chars),
+                     more_causes=cut("; ".join(causes[1:]), max_chars), runbook_anchor=RUNBOOK_ANCHORS.get(alert, alert.lower()))
