@@ -116,8 +116,8 @@ def render(st: dict, table) -> str:
             return f"learning {b['samples']}/{b['warmup']}"
         return (f"{human_metric(b['metric'], b['baseline'])} "
                 f"({human_metric(b['metric'], b['band_lower'])} .. {human_metric(b['metric'], b['band_upper'])})")
-    fired = {(a["identity"], a["profile"], m): v.get("reason") or "fired"
-             for a in st["alerts"] for m, v in ((a.get("evidence") or {}).get("metrics") or {}).items()}
+    fired = {(a["identity"], a["profile"], m): v["reason"]
+             for a in st["alerts"] for m, v in ((a.get("evidence") or {}).get("metrics") or {}).items() if v.get("reason")}
     out.append(table(["volume", "profile", "metric", "last", "normal (band)", "verdict"],
                      [[b["identity"], b["profile"], metric_label(b["metric"]), human_metric(b["metric"], b["last"]), normal(b),
                        verdict_of(b, fired.get((b["identity"], b["profile"], b["metric"])))] for b in st["baselines"]]))

@@ -196,9 +196,7 @@ class Core:
 
     def _on_passive(self, e: PassiveJudged) -> None:
         for transition, device in e.transitions:
-            view = self.known.sources.get(cgroups.SPEC.name)
-            found = cgroups.limits_holding(view, {device}, anyone=True) + [cgroups.who(view, {device})]
-            self.health.on_passive(transition, device, [c for c in found if c] + self.source_causes({device}))
+            self.health.on_passive(transition, device, self.passive_causes(transition, device))
         self.known.passive_views = e.views
         now = time.time()
         for identity, metric, st in e.saves:
@@ -237,6 +235,18 @@ class Core:
             self.state.retry_pending()
         else:
             raise ValueError(f"unknown housekeeping job {e.job!r}")
+
+    def passive_causes(self, transition, device: str) -> list[str]:
+        """A passive verdict's causes beyond its own finding: a cgroup limit on the device, who does its I/O,
+        what its drive says; with no limit, a device slower than its own curve or its peers is itself slow."""
+        view = self.known.sources.get(cgroups.SPEC.name)
+        limits = cgroups.limits_holding(view, {device}, anyone=True)
+        out = list(limits)
+        if not limits and transition.kind in ("self", "peers"):
+            out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "
+                       "cgroup limit), and no cgroup I/O limit is set on it")
+        who = cgroups.who(view, {device})
+        return out + ([who] if who else []) + self.source_causes({device})
 
     def source_causes(self, disks: set[str]) -> list[str]:
         """What the registered sources say about these disks (pure functions of their last readings)."""

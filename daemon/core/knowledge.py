@@ -156,6 +156,10 @@ def probe_window(k: Knowledge, result) -> ProbeWindow | None:
         return None
     seen = k.delivered(result.device, result.started_at, result.started_at + result.duration_seconds)
     if seen is None:
+        # a probe shorter than the sampler's second has no sample after it yet: the last second's view,
+        # which overlaps it, says as much of where the time went
+        seen = k.rates.get(result.device)
+    if seen is None:
         return None
     ios = seen.reads_per_second + seen.writes_per_second
     await_ms = ((seen.read_await_ms * seen.reads_per_second + seen.write_await_ms * seen.writes_per_second) / ios

@@ -373,9 +373,13 @@ class State:
              json.dumps(causes))))
         return alert_id
 
-    def update_alert(self, alert_id: int, severity: str, evidence: dict) -> None:
-        self._write(("UPDATE alerts SET severity = ?, evidence = ? WHERE id = ?",
-                     (severity, json.dumps(evidence), alert_id)))
+    def update_alert(self, alert_id: int, severity: str, evidence: dict, causes: list | None = None) -> None:
+        if causes is None:
+            self._write(("UPDATE alerts SET severity = ?, evidence = ? WHERE id = ?",
+                         (severity, json.dumps(evidence), alert_id)))
+        else:
+            self._write(("UPDATE alerts SET severity = ?, evidence = ?, causes = ? WHERE id = ?",
+                         (severity, json.dumps(evidence), json.dumps(causes), alert_id)))
 
     def close_alert(self, alert_id: int) -> None:
         self._write(("UPDATE alerts SET cleared_at = ? WHERE id = ?", (time.time(), alert_id)))

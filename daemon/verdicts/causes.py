@@ -62,6 +62,8 @@ def layer_of(ev: Evidence) -> str | None:
 
 
 def _ms(v: float) -> str:
+    if v < 0.1:
+        return f"{v * 1000:.0f} µs"
     return f"{v:.2f} ms" if v < 10 else f"{v:,.0f} ms"
 
 

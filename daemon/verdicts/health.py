@@ -28,6 +28,7 @@ SOURCE_PROFILE = "source"        # a registered source's last summary, for `stat
 NOT_PROBE_PROFILES = (PASSIVE_PROFILE, CAPABILITY_PROFILE, SOURCE_PROFILE)
 CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
 CONTENDED_RECOVERED = 0.75
+MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
 
 
@@ -219,17 +220,22 @@ class Health:
         akey = ("VolumeDegraded", identity, profile)
         if alerting:
             severity = "critical" if any(v.severity == "critical" for v in alerting.values()) else "warning"
+            # every metric past its band is said, not only those whose detector fired ("reason" says which did)
+            moved = {m: v for m, v in verdicts.items() if v.alerting or (not v.learning and v.baseline
+                                                                          and v.z > MOVED_Z)}
             evidence = {"metrics": {m: {"value": v.value, "baseline": v.baseline, "z": round(v.z, 2),
-                                        "reason": v.reason} for m, v in alerting.items()},
+                                        "reason": v.reason if v.alerting else None} for m, v in moved.items()},
                         "passive": context or {}}
             if akey not in self.open:
                 causes = causes_fn(self.baseline_since(identity, profile))
                 self._raise(akey, target, ",".join(sorted(alerting)), severity, evidence, causes)
                 events.append("VolumeDegraded raised")
             else:
+                # the figures and the causes of now: a limit or a neighbour seen since the raise is named too
                 a = self.open[akey]
                 a.severity, a.metrics = severity, evidence["metrics"]
-                self._update(a, severity, evidence)
+                a.causes = tuple(causes_fn(self.baseline_since(identity, profile)))
+                self._update(a, severity, evidence, list(a.causes))
         elif akey in self.open:
             self._close(akey, "back to its baseline")
             events.append("VolumeDegraded cleared")
@@ -328,10 +334,10 @@ class Health:
                   extra={"ALERT": alert, "TARGET": target, "PROBE": profile, "VOLUME": identity,
                          "SEVERITY": severity})
 
-    def _update(self, a: OpenAlert, severity: str, evidence: dict) -> None:
+    def _update(self, a: OpenAlert, severity: str, evidence: dict, causes: list | None = None) -> None:
         """New figures for an open alert; where it was raised stays part of its record (the sentence's place)."""
         self.state.update_alert(a.id, severity, {**evidence, "where": {"mountpoint": a.mountpoint,
-                                                                      "devices": list(a.devices)}})
+                                                                      "devices": list(a.devices)}}, causes)
 
     def _close(self, akey, why: str) -> None:
         a = self.open.pop(akey)

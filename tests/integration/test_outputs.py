@@ -103,16 +103,21 @@ def test_prometheus_scrapes_iowarden_and_every_dashboard_query_runs(loop_xfs, tm
 
 
 def test_degraded_volume_alert_reaches_alertmanager_webhook(loop_xfs, tmp_path, daemon_factory, cleanup):
+    """(a) of the page: a volume held by a cgroup I/O limit. The notification says where (the mount point, the
+    device), what moved (now against normal) and why (the limit and its value), read from iowarden_alert_info
+    by the shipped rules through a real Prometheus at 15 s and a real Alertmanager."""
     hook = servers.Webhook()
     cleanup(hook)
     am, amport = servers.alertmanager(tmp_path, hook.port)
     cleanup(am)
     port = free_port()
     state = tmp_path / "state"
+    dev = loop_xfs.device.removeprefix("/dev/")
     d = daemon_factory(config_text(loop_xfs.mountpoint, state, interval=1.0, port=port,
-                                   extra="[budget]\ndevice_time_ratio = 1.0\n[detector]\nwarmup_probes = 5\n"))
+                                   extra="[budget]\ndevice_time_ratio = 1.0\n[detector]\nwarmup_probes = 5\n"
+                                         f'[cgroups]\ninterval_seconds = 1.0\n[sampler]\ndevices = ["{dev}"]\n'))
     d.wait_message("READY=1")
-    prom, pport = servers.prometheus(tmp_path, port, rule_files=[RULES], alertmanager_port=amport)
+    prom, pport = servers.prometheus(tmp_path, port, rule_files=[RULES], alertmanager_port=amport, interval="15s")
     cleanup(prom)
     db = str(state / "state.db")
     wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1")) >= 8, timeout=60, what="warm-up")
@@ -120,15 +125,25 @@ def test_degraded_volume_alert_reaches_alertmanager_webhook(loop_xfs, tmp_path, 
     def delivered():
         for p in hook.payloads:
             for a in p["alerts"]:
-                if a["labels"]["alertname"] == "IowardenVolumeDegraded" and a["status"] == "firing":
+                if a["labels"]["alertname"] == "IowardenVolumeDegraded" and a["status"] == "firing" \
+                        and "cgroup I/O limit" in a["annotations"]["description"]:
                     return a
     with read_iops_cap(loop_xfs.major_minor, 200):
-        alert = wait_for(delivered, timeout=90, what="IowardenVolumeDegraded at the webhook")
-    labels = alert["labels"]
+        alert = wait_for(delivered, timeout=180, what="IowardenVolumeDegraded naming the limit at the webhook")
+    print("notification (a):", json.dumps({"labels": alert["labels"], "annotations": alert["annotations"]}, indent=1))
+    labels, notes = alert["labels"], alert["annotations"]
     assert labels["volume"] == f"fs-uuid:{loop_xfs.fs_uuid}" and labels["target"] == "loop"
-    assert labels["profile"] == "rr" and labels["severity"] in ("warning", "critical")
-    assert "is slower than its baseline" in alert["annotations"]["summary"]
-    assert "iowarden status" in alert["annotations"]["description"]
+    assert labels["profile"] == "rr" and labels["severity"] == "critical"
+    # where: the target on its mount point, the device; what: now vs normal with the ratio
+    assert notes["summary"].startswith(f"loop on {loop_xfs.mountpoint} ({dev}, fs-uuid:{loop_xfs.fs_uuid}): rr probe: ")
+    moved = re.search(r"read IOPS ([\d,]+) vs normal ([\d,]+) \(([\d,.]+)x lower\)", notes["summary"])
+    assert moved, notes["summary"]
+    now, normal = (float(moved.group(i).replace(",", "")) for i in (1, 2))
+    assert now <= 260 and normal > 4 * now, moved.group(0)
+    # why: the limit, its value and where it is set, in the layer it acts
+    assert (f"Likely cause: above the block layer: a cgroup I/O limit holds {dev} ({loop_xfs.major_minor}) at 200 read "
+            "IOPS (blkio.throttle.read_iops_device of the root cgroup") in notes["description"], notes["description"]
+    assert notes["runbook_url"] == "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md#iowardenvolumedegraded"
 
 
 def _export_count(vm_port: int, metric: str) -> int:
