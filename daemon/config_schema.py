@@ -83,7 +83,8 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
     "limits": {
         "max_probe_size": Key("size", "1GiB", 'Largest probe file any profile may use.'),
         "max_runtime_seconds": Key("float", 60.0, 'Longest a single probe may run.', minimum=0.1, maximum=3600.0),
-        "min_free_bytes": Key("size", "1GiB", 'A probe never leaves less free space than this ...'),
+        "min_free_bytes": Key("size", "1GiB", 'A probe never leaves less free space than this (but never asks more '
+                                               'than 5 % of a small filesystem) ...'),
         "min_free_ratio": Key("float", 0.10, '... nor less than this share of the filesystem.', minimum=0.0,
                               maximum=0.9),
         "timeout_margin_seconds": Key("float", 30.0, 'fio is killed (with all its job processes) this long after its runtime.', minimum=1.0,

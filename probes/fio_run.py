@@ -284,13 +284,27 @@ def clean_leftovers(dir_fd: int, keep_sizes: set[int]) -> list[str]:
     return removed
 
 
+SMALL_VOLUME_FLOOR_RATIO = 0.05   # min_free_bytes never asks more than this share of a filesystem
+
+
+def free_space_floor(total_bytes: int, limits: ProbeLimits) -> int:
+    """The free space a probe must leave: min_free_ratio of the filesystem, and min_free_bytes but never more
+    than 5 % of it. A 1 GiB floor on a 4 GiB volume refused probes at 75 % full: the probe, not the volume,
+    was the problem. On large filesystems the ratio governs (10 % of 1 TiB is 102 GiB)."""
+    return max(int(limits.min_free_ratio * total_bytes),
+               min(limits.min_free_bytes, int(SMALL_VOLUME_FLOOR_RATIO * total_bytes)))
+
+
 def free_space_check(dir_fd: int, extra_bytes: int, limits: ProbeLimits) -> None:
     sv = os.fstatvfs(dir_fd)
     total, free = sv.f_blocks * sv.f_frsize, sv.f_bavail * sv.f_frsize
-    floor = max(limits.min_free_bytes, int(limits.min_free_ratio * total))
+    floor = free_space_floor(total, limits)
     if free - extra_bytes < floor:
-        raise ProbeRefused(f"free space would fall to {max(0, free - extra_bytes) >> 20} MiB, "
-                           f"below the floor of {floor >> 20} MiB (limits.min_free_bytes / min_free_ratio)")
+        used = 1 - free / total if total else 1.0
+        raise ProbeRefused(f"the volume is full, not slow: {used:.0%} used, {free >> 20} MiB free; the probe's "
+                           f"file would leave {max(0, free - extra_bytes) >> 20} MiB, below the floor of "
+                           f"{floor >> 20} MiB (limits.min_free_bytes / min_free_ratio). Free space on it, or "
+                           "shrink the profile's size")
 
 
 def lay_out(dir_fd: int, name: str, size_bytes: int) -> int:

@@ -1,5 +1,6 @@
 """Helpers for tests that run `iowarden run` as a real process, or that need a volume of a known speed."""
 import os
+from pathlib import Path
 import signal
 import socket
 import sqlite3
@@ -144,6 +145,44 @@ def wait_for(fn, timeout=30, what="condition"):
             return value
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+_CGROUPS_MADE = [0]
+
+
+@contextmanager
+def blkio_cgroup(prefix: str = "iowarden-test-app"):
+    """A cgroup v1 blkio group of the test's own (a named workload, as a systemd unit would be): its path under
+    the hierarchy's root, e.g. /iowarden-test-app-1234-1. Its tasks go back to the root and it is removed on exit."""
+    _CGROUPS_MADE[0] += 1
+    path = Path("/sys/fs/cgroup/blkio") / f"{prefix}-{os.getpid()}-{_CGROUPS_MADE[0]}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for _ in range(50):
+            for pid in (path / "cgroup.procs").read_text().split():
+                try:
+                    Path("/sys/fs/cgroup/blkio/cgroup.procs").write_text(pid)
+                except OSError:
+                    pass   # gone meanwhile
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@contextmanager
+def cgroup_cap(cgroup: Path, kind: str, major_minor: str, value: int):
+    """A blkio throttle in one cgroup of the test's own, removed by its device id on exit."""
+    f = cgroup / f"blkio.throttle.{kind}"
+    f.write_text(f"{major_minor} {value}")
+    try:
+        yield
+    finally:
+        if cgroup.exists():
+            f.write_text(f"{major_minor} 0")
 
 
 @contextmanager

@@ -192,7 +192,7 @@ def test_faults_keep_the_daemon_running_and_lose_no_state(loop_xfs, tmp_path, da
     subprocess.run(["fallocate", "-l", str(free.f_bavail * free.f_frsize - (512 << 10)), str(filler)], check=True)
     wait_for(lambda: rows(db, "SELECT id FROM alerts WHERE alert = 'ProbeFailing' AND cleared_at IS NULL"),
              what="ProbeFailing on a full disk")
-    assert "below the floor" in rows(db, "SELECT error FROM probe_results ORDER BY id DESC LIMIT 1")[0][0]
+    assert "the volume is full, not slow" in rows(db, "SELECT error FROM probe_results ORDER BY id DESC LIMIT 1")[0][0]
     filler.unlink()
     wait_for(lambda: not rows(db, "SELECT id FROM alerts WHERE alert = 'ProbeFailing' AND cleared_at IS NULL"),
              what="ProbeFailing to clear")

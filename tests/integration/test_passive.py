@@ -8,18 +8,23 @@ upper device's own diskstats see the queue and the await grow, as a guest's iost
 volume's. (A throttle on the volume itself holds requests above the kernel's accounting: its
 iostat shows a flat rate at a normal await, and no tool reading diskstats could see the queue.)
 """
+import json
 import os
 import re
 import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import LoopXfs
-from tests.integration.helpers import blkio_cap, config_text, free_port, wait_for
+from tests.integration import servers
+from tests.integration.helpers import blkio_cap, blkio_cgroup, cgroup_cap, config_text, free_port, wait_for
+
+RULES = Path(__file__).resolve().parents[2] / "packaging" / "prometheus" / "iowarden.rules.yml"
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -48,8 +53,9 @@ def stacked_volume(size="512M"):
 
 
 @contextmanager
-def workload(directory, rate_iops: int, seconds: int, rw="randrw", bursts=False):
-    """A foreign application: fio at a fixed rate (or bursts: alternating full and quarter rate)."""
+def workload(directory, rate_iops: int, seconds: int, rw="randrw", bursts=False, cgroup=None):
+    """A foreign application: fio at a fixed rate (or bursts: alternating full and quarter rate), in a cgroup
+    of its own when one is given (as a systemd unit's work is)."""
     args = ["fio", "--name=app", f"--directory={directory}", "--size=128M", f"--rw={rw}", "--rwmixread=70",
             "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=4", "--time_based",
             f"--runtime={seconds}", "--output=/dev/null"]
@@ -68,7 +74,9 @@ def workload(directory, rate_iops: int, seconds: int, rw="randrw", bursts=False)
     if bursts:
         subprocess.run(["fio", "--name=burst", f"--directory={directory}", "--size=128M", "--rw=write",
                         "--bs=1M", "--direct=1", "--output=/dev/null"], check=True)
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    join = (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=join)
     try:
         yield proc
     finally:
@@ -97,6 +105,33 @@ def passive_alerts(text):
                                  r'[^}]*device="([^"]+)"', text)))
 
 
+def only(*volumes) -> str:
+    """The daemon confined to the test's own devices: a neighbour's busy loop device is not its business."""
+    names = ", ".join(f'"{v.device.removeprefix("/dev/")}"' for v in volumes)
+    return f"[sampler]\ndevices = [{names}]\n[cgroups]\ninterval_seconds = 1.0\n"
+
+
+@contextmanager
+def paging(tmp_path, port):
+    """Prometheus (the shipped rules) and Alertmanager delivering to a webhook receiver of the test's own."""
+    with ExitStack() as stack:
+        hook = servers.Webhook()
+        stack.callback(hook.stop)
+        am, amport = servers.alertmanager(tmp_path, hook.port)
+        stack.callback(am.stop)
+        prom, _ = servers.prometheus(tmp_path, port, rule_files=[RULES], alertmanager_port=amport)
+        stack.callback(prom.stop)
+        yield hook
+
+
+def notification(hook, alertname: str, needle: str):
+    for p in hook.payloads:
+        for a in p["alerts"]:
+            if a["labels"]["alertname"] == alertname and a["status"] == "firing" and \
+                    needle in a["annotations"]["summary"] + a["annotations"]["description"]:
+                return a
+
+
 PASSIVE = """
 [passive]
 window_seconds = 5.0
@@ -108,10 +143,13 @@ warmup_probes = 6
 
 
 def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemon_factory):
+    """(b) of the page: the volume saturated by a workload in a cgroup of its own. VolumeAtLimit names the
+    ceiling; the contended probes raise VolumeDegraded, whose notification names the cgroup doing the I/O
+    and its share."""
     port = free_port()
     with stacked_volume() as (lower, upper):
         d = daemon_factory(config_text(upper.mountpoint, tmp_path / "state", interval=10.0, port=port,
-                                       runtime=1.0, extra=PASSIVE))
+                                       runtime=1.0, extra=PASSIVE + only(lower, upper)))
         d.wait_message("READY=1")
         time.sleep(100)   # probes every 10 s learn the idle volume
         text = scrape(port)
@@ -122,7 +160,12 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         # CI) a 20,000 IOPS workload makes the 2-core machine CPU-bound, and a CPU-bound rate is not
         # the flat ceiling a device limit gives (no VolumeAtLimit in 120 s there)
         cap = min(int(probe_iops / 4), 2000)
-        with workload(upper.mountpoint, rate_iops=2 * cap, seconds=300):
+        # the lower device's cap, as a provisioned limit: in the root cgroup (the daemon's probes) and in the
+        # workload's own (the loop driver charges the lower device's I/O to the cgroup that asked for it)
+        with paging(tmp_path, port) as hook, blkio_cgroup() as app, \
+                cgroup_cap(app, "read_iops_device", lower.major_minor, cap), \
+                cgroup_cap(app, "write_iops_device", lower.major_minor, cap), \
+                workload(upper.mountpoint, rate_iops=2 * cap, seconds=300, cgroup=app):
             time.sleep(5)
             t0 = time.monotonic()
             with iops_cap(lower.major_minor, cap):
@@ -130,8 +173,16 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
                                  timeout=120, what=f"VolumeAtLimit on {upper.name} (cap {cap} IOPS on {lower.name})")
                 took = time.monotonic() - t0
                 # the probes, run contended on the busy disk, are judged by what it delivered in total
-                wait_for(lambda: "ALERT VolumeDegraded" in d.output(), timeout=150,
-                         what="VolumeDegraded from the contended probes")
+                page = wait_for(lambda: notification(hook, "IowardenVolumeDegraded", "by cgroup:"), timeout=150,
+                                what="VolumeDegraded from the contended probes, naming who, at the webhook")
+        print("notification (b):", json.dumps({"labels": page["labels"], "annotations": page["annotations"]}, indent=1))
+        notes = page["annotations"]
+        assert notes["summary"].startswith(f"loop on {upper.mountpoint} ({upper.name}, ")
+        assert "vs normal" in notes["summary"], notes["summary"]
+        who = re.search(rf"by cgroup: /{app.name} ([\d,]+) IOPS [\d.,]+ MiB/s \((\d+)%\)",
+                        notes["description"])
+        assert who and int(who.group(2)) >= 50, notes["description"]   # the workload did most of the I/O
+        assert "contention" in notes["description"], notes["description"]
         assert found
         out = d.output()
         line = next(x for x in out.splitlines() if "ALERT VolumeAtLimit" in x)
@@ -158,22 +209,32 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
 
 
 def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_factory):
+    """(c) of the page: one member of a peer group slowed below its block layer. The notification names the
+    member, its peer and the ratio, and says it is the device itself (no cgroup limit on it)."""
     port = free_port()
     with stacked_volume() as (lower_a, a), stacked_volume() as (lower_b, b):
         d = daemon_factory(config_text(a.mountpoint, tmp_path / "state", interval=3600.0, port=port,
-                                       extra=PASSIVE))
+                                       extra=PASSIVE + only(lower_a, a, lower_b, b)))
         d.wait_message("READY=1")
-        with workload(a.mountpoint, 400, 400, rw="randread"), workload(b.mountpoint, 400, 400, rw="randread"):
+        with paging(tmp_path, port) as hook, workload(a.mountpoint, 400, 400, rw="randread"), \
+                workload(b.mountpoint, 400, 400, rw="randread"):
             time.sleep(20)
             with iops_cap(lower_b.major_minor, 100):
                 found = wait_for(lambda: [x for x in passive_alerts(scrape(port)) if x[0] == "SlowMember"],
                                  timeout=150, what=f"SlowMember for {b.name}")
                 text = scrape(port)
+                page = wait_for(lambda: notification(hook, "IowardenSlowMember", b.name), timeout=60,
+                                what="SlowMember at the webhook")
         assert found == [("SlowMember", b.name)], found
         assert metric(text, "iowarden_passive_state", device=a.name, kind="peers") == 0
         assert metric(text, "iowarden_passive_peer_ratio", device=b.name) > 4
         line = next(x for x in d.output().splitlines() if "ALERT SlowMember" in x)
         assert a.name in line, line   # the peer it was compared with is named
+        print("notification (c):", json.dumps({"labels": page["labels"], "annotations": page["annotations"]}, indent=1))
+        notes = page["annotations"]
+        assert page["labels"]["device"] == b.name and a.name in notes["summary"], notes["summary"]
+        assert re.search(r"\d+(\.\d+)? ms", notes["summary"]), notes["summary"]   # its numbers against its peers'
+        assert f"Likely cause: the device itself: {b.name}'s own service time moved" in notes["description"], notes
 
 
 def test_a_bursty_healthy_workload_raises_nothing(tmp_path, daemon_factory):
@@ -182,7 +243,7 @@ def test_a_bursty_healthy_workload_raises_nothing(tmp_path, daemon_factory):
     minutes = float(os.environ.get("IOWARDEN_QUIET_MINUTES", "10"))
     with stacked_volume() as (lower, upper):
         d = daemon_factory(config_text(upper.mountpoint, tmp_path / "state", interval=10.0, port=port,
-                                       extra=PASSIVE))
+                                       extra=PASSIVE + only(lower, upper)))
         d.wait_message("READY=1")
         time.sleep(30)
         probe_iops = metric(scrape(port), "iowarden_probe_iops", target="loop", direction="read") or 2000

@@ -91,8 +91,9 @@ def test_raw_device_is_never_written(loop_xfs):
 
 
 def test_free_space_floor_refuses_before_writing(loop_xfs):
-    r = probe(loop_xfs.mountpoint, limits=ProbeLimits(min_free_bytes=10 << 30))
-    assert not r.ok and "below the floor" in r.error
+    # 95 % of the filesystem must stay free: no probe file fits (min_free_bytes alone is capped at 5 % of it)
+    r = probe(loop_xfs.mountpoint, limits=ProbeLimits(min_free_ratio=0.95))
+    assert not r.ok and "the volume is full, not slow" in r.error and "below the floor" in r.error
     assert os.listdir(loop_xfs.mountpoint / PROBE_DIR_NAME) == []
 
 

@@ -128,3 +128,16 @@ def test_job_names_cannot_carry_options():
 def test_aliases_reach_fio_by_their_documented_name():
     jobs = parse_job_file("[j]\nreadwrite=randread\nblocksize=8k\ntimeout=3\n")
     assert jobs[0][1]["rw"] == "randread" and jobs[0][1]["bs"] == "8k" and jobs[0][1]["runtime"] == "3"
+
+
+def test_the_free_space_floor_scales_with_small_volumes():
+    from iowarden.probes.fio_run import free_space_floor
+    gib = 1 << 30
+    limits = ProbeLimits()   # 1 GiB and 10 %, the defaults
+    # a 4 GiB volume: 10 % (410 MiB), not 1 GiB (which refused probes at 75 % full)
+    assert free_space_floor(4 * gib, limits) == int(0.4 * gib)
+    # min_free_bytes alone never asks more than 5 % of a small filesystem
+    assert free_space_floor(4 * gib, ProbeLimits(min_free_ratio=0.0)) == int(0.05 * 4 * gib)
+    # on large ones the larger of the two governs
+    assert free_space_floor(1 << 40, limits) == int(0.1 * (1 << 40))
+    assert free_space_floor(100 * gib, ProbeLimits(min_free_ratio=0.001)) == gib

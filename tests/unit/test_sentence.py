@@ -31,7 +31,9 @@ CASES = {
                                        ["sdc is slower than its peers (sdb, sdd): await 9.10 ms vs 1.20 ms (7.6x) at "
                                         "comparable load over 3 h", "drive sdc fails its own SMART assessment"]),
     "a probe that cannot run": ("ProbeFailing", "db", "/srv/db", ("sdb",), "target:db", "randwrite-4k", {},
-                                ["refused: /srv/db is 97% full: free space would fall to 26 MiB"]),
+                                ["refused: the volume is full, not slow: 97% used, 130 MiB free; the probe's file would "
+                                 "leave 26 MiB, below the floor of 409 MiB (limits.min_free_bytes / min_free_ratio). "
+                                 "Free space on it, or shrink the profile's size"]),
 }
 
 
