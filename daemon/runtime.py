@@ -10,6 +10,8 @@ old one kept); SIGTERM stops within 5 s, killing fio.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import importlib.metadata
 import logging
 import os
@@ -108,6 +110,13 @@ class PrintableFilter(logging.Filter):
 
 class StopRequested(Exception):
     """SIGTERM arrived before the daemon was running."""
+
+
+def sampler_filter(section, sampler):
+    """One device filter for every source: a source whose own `devices` is empty watches the sampler's."""
+    if getattr(section, "devices", None) == () and sampler.devices:
+        return dataclasses.replace(section, devices=tuple(sampler.devices))
+    return section
 
 
 class StartRefused(Exception):
@@ -227,6 +236,7 @@ class Daemon:
         for spec in SOURCES:   # the registered sources (sources/registry.py): read on their thread, posted
             section = c.section(spec.name)
             if section.enabled:
+                section = sampler_filter(section, c.section("sampler"))
                 read = spec.start(section, roots)
                 self.source_readers.append((spec.name, read))
                 self.registry.add(spec.name, section.interval_seconds, spec.deadline_seconds(section),

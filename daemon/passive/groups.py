@@ -72,7 +72,7 @@ class GroupRules:
                 peer_await, peer_load = peer_awaits[m], peer_loads[m]
                 if loads[m] > self.p.comparable_load * peer_load or peer_await <= 0:
                     continue   # more load than its peers explains more latency
-                score = (math.log(max(f.await_ms, 1e-6) / peer_await), f.await_ms - peer_await)
+                score = (math.log(max(f.await_ms, 1e-6) / peer_await), f.await_ms - peer_await, f.await_ms, peer_await)
                 if m not in scores or score[0] > scores[m][0]:
                     scores[m] = score
         self.evidence.add(group, {m: score[0] for m, score in scores.items()})
@@ -85,7 +85,7 @@ class GroupRules:
             d = self._dev(m)
             d.peer_log.add(score[0])
             d.peer_excess.add(score[1])
-            d.peer_recent.append(score)
+            d.peer_recent.append(score[:2])
             med_log, med_excess = d.peer_log.median(), d.peer_excess.median()
             n = self.p.severe_windows if pair else self.p.severe_group_windows
             recent = list(d.peer_recent)[-n:]
@@ -104,8 +104,11 @@ class GroupRules:
                           "excess_ms": round(med_excess, 3), "peers": peers, "peers_total": len(members) - 1,
                           "windows": len(d.peer_log),
                           "rule": "persistent" if persistent else "severe"}
+                    # the figures of this window beside the ratio of the whole run: what a person can check
+                    ev.update(await_ms=round(score[2], 3), peers_await_ms=round(score[3], 3))
                     summary = (f"{m} is {ev['ratio']:.1f}x slower than its peers {', '.join(peers)}{more} at "
-                               f"comparable load (median over {ev['windows']} windows)")
+                               f"comparable load (median over {ev['windows']} windows; now await "
+                               f"{score[2]:.2f} ms vs their {score[3]:.2f} ms)")
                 out.append(self._raise(m, d, "peers", ev, summary))
             elif "peers" in d.flagged and not severe:
                 rule = d.flagged["peers"].get("rule")

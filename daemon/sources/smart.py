@@ -38,7 +38,8 @@ CONFIG = {
                             "asking does not wake a drive in standby.", minimum=60.0, maximum=86400.0),
     "timeout_seconds": Key("float", 20.0, "smartctl is killed after this, per drive.", minimum=1.0, maximum=300.0),
     "smartctl_path": Key("str", "smartctl", "The smartctl binary."),
-    "devices": Key("strlist", [], "Glob patterns of kernel names to ask (empty: every whole disk that has SMART)."),
+    "devices": Key("strlist", [], "Glob patterns of kernel names to ask (empty: [sampler] devices when set, else "
+                   "every whole disk that has SMART)."),
 }
 
 

@@ -57,8 +57,8 @@ CONFIG = {
     "interval_seconds": Key("float", 15.0, "The window: how often the counts are read, and what the tail "
                             "latency of `status` and of a cause covers.", minimum=1.0, maximum=600.0),
     "bpftrace_path": Key("str", "bpftrace", "The bpftrace binary."),
-    "devices": Key("strlist", [], "Glob patterns of kernel names to trace (empty: every request-based disk but "
-                   "RAM disks and unattached loop devices)."),
+    "devices": Key("strlist", [], "Glob patterns of kernel names to trace (empty: [sampler] devices when set, else "
+                   "every request-based disk but RAM disks and unattached loop devices)."),
     "max_timed_iops": Key("float", 2000.0, "Above this rate, a disk's requests are sampled (one in N, by a hash "
                           "of the sector) so that about this many per second are timed: the programs' own time "
                           "stays bounded (what the tracepoints cost is bounded by max_cpu_cores).",

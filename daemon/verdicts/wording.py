@@ -20,7 +20,8 @@ def human_seconds(seconds: float | None) -> str | None:
 
 
 METRIC_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "read_bw_bytes": "read bandwidth",
-                 "write_bw_bytes": "write bandwidth"}
+                 "write_bw_bytes": "write bandwidth",
+                 "delivered_iops": "IOPS the busy device delivered (probe and other work)"}
 
 
 def metric_label(metric: str) -> str:

@@ -233,7 +233,7 @@ def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_fac
         print("notification (c):", json.dumps({"labels": page["labels"], "annotations": page["annotations"]}, indent=1))
         notes = page["annotations"]
         assert page["labels"]["device"] == b.name and a.name in notes["summary"], notes["summary"]
-        assert re.search(r"\d+(\.\d+)? ms", notes["summary"]), notes["summary"]   # its numbers against its peers'
+        assert re.search(r"await [\d.]+ ms vs their [\d.]+ ms", notes["summary"]), notes["summary"]   # the figures
         assert f"Likely cause: the device itself: {b.name}'s own service time moved" in notes["description"], notes
 
 
