@@ -25,6 +25,9 @@ Design, and why:
 - Slow drift: the rolling median would follow a change spread over days, so
   the centre is also compared with where it stood when this normal was learned
   (the anchor); creeping more than `drift_ratio` away alerts too.
+- Collapse: a value 10x worse than normal and 2.5x worse than anything the volume has shown, confirmed
+  by the next probe, raises at once (a 1000-fold collapse is not a spike to be waited out for five
+  probes); a single such value never raises.
 - Warm-up: no statistical alert before `warmup_probes` values are learned.
 """
 from __future__ import annotations
@@ -50,6 +53,8 @@ class DetectorParams:
     extreme_ratio: float = 2.5   # a value this many times worse *and* extreme_z spreads off is a spike
     extreme_z: float = 10.0      # until it repeats in extreme_run probes in a row: then it is the
     extreme_run: int = 5         # volume's state (on a quiet volume a 3x spike is 20 spreads out)
+    collapse_ratio: float = 10.0  # a value this many times worse than normal, and extreme_ratio worse than
+    collapse_run: int = 2        # anything the volume has shown, is a collapse once the next probe confirms it
     drift_probes: int = 24       # the recent median the drift rule compares with the anchor (2 h at 5 min)
     cooldown_probes: int = 48    # after a clear, raising again takes twice h for this long: a volume that
                                  # settled just off its normal does not page, clear and page again
@@ -71,6 +76,7 @@ DETECTOR_KEYS = {"warmup_probes": "warmup_probes", "window_probes": "window", "d
 # Internal: the CUSUM's allowance and threshold, the spike and clear rules, chosen on the recorded traces
 # (bench/detector_traces.py, docs/detector.md); changing one changes the false-alarm and delay figures there.
 DETECTOR_INTERNAL = frozenset({"min_spread_log", "z_cap", "k", "h", "extreme_ratio", "extreme_z", "extreme_run",
+                               "collapse_ratio", "collapse_run",
                                "drift_probes", "cooldown_probes", "clear_z", "clear_probes", "critical_ratio"})
 
 
@@ -100,7 +106,10 @@ class Detector:
     calm_streak: int = 0
     degraded_streak: int = 0
     extreme_streak: int = 0
+    collapse_streak: int = 0
     cooldown: int = 0
+    shown: deque = field(default_factory=deque)      # signed log-values of every probe seen (spikes too), a window
+    pending: list = field(default_factory=list)      # collapse candidates not yet confirmed (shown once they are not)
     short: deque = field(default_factory=deque)      # the last drift_probes log-values, learned or not
 
     def __post_init__(self):
@@ -113,6 +122,7 @@ class Detector:
         self.values = deque(self.values, maxlen=self.params.window)
         self.recent = deque(self.recent, maxlen=max(self.params.warmup_probes, 1))
         self.short = deque(self.short, maxlen=self.params.drift_probes)
+        self.shown = deque(self.shown, maxlen=self.params.window)
 
     @property
     def alerting(self) -> bool:
@@ -174,6 +184,25 @@ class Detector:
         # fast: a shift, by CUSUM over capped z-scores. A value far beyond the volume's noise and
         # at least 2.5x off is a spike and adds nothing, until it repeats for extreme_run probes:
         # then it is where the volume is, and alerts at once.
+        # A collapse is not a spike: 10x worse than normal and far beyond the worst the volume has shown,
+        # twice in a row (the next probe, minutes later, confirms it), raises at once; a single one never does.
+        # "Anything the volume has shown" counts its spikes: on a volume whose probes spike 100x now and then,
+        # a 100x probe is one more of them. A candidate is kept out of it until the next probe says whether it
+        # was a collapse (then it stays out: the collapse is not what the volume shows when healthy).
+        worst_shown = max([self.sign * v for v in self.values] + list(self.shown))
+        collapse = (self.sign * (x - centre) > math.log(p.collapse_ratio)
+                    and self.sign * x - worst_shown > math.log(p.extreme_ratio))
+        if collapse:
+            self.collapse_streak += 1
+            self.pending.append(self.sign * x)
+        else:
+            if self.collapse_streak < p.collapse_run:
+                self.shown.extend(self.pending)   # it was a spike after all: the volume has shown it
+            self.collapse_streak, self.pending = 0, []
+            if not self.alerting:
+                self.shown.append(self.sign * x)
+        if self.collapse_streak >= p.collapse_run:
+            self.cusum = max(self.cusum, p.h + p.z_cap)
         if self.sign * (x - centre) > math.log(p.extreme_ratio) and z > p.extreme_z:
             self.extreme_streak += 1
             if self.extreme_streak >= p.extreme_run:
@@ -228,16 +257,17 @@ class Detector:
                 "anchor": self.anchor, "cusum": self.cusum, "shift_alerting": self.shift_alerting,
                 "drift_alerting": self.drift_alerting, "calm_streak": self.calm_streak,
                 "degraded_streak": self.degraded_streak, "extreme_streak": self.extreme_streak,
+                "collapse_streak": self.collapse_streak, "shown": list(self.shown), "pending": list(self.pending),
                 "cooldown": self.cooldown,
                 "short": list(self.short)}
 
     @classmethod
     def from_state(cls, state: dict, params: DetectorParams | None = None) -> "Detector":
-        fields_ = {k: v for k, v in state.items() if k not in ("values", "recent", "metric", "short")}
+        fields_ = {k: v for k, v in state.items() if k not in ("values", "recent", "metric", "short", "shown")}
         # a state saved before `short` existed: the recent raw values stand in for it
         short = state.get("short") or [math.log(v) for v in state.get("recent", []) if v > 0]
         return cls(state["metric"], params or DetectorParams(), deque(state["values"]),
-                   deque(state.get("recent", [])), short=deque(short), **fields_)
+                   deque(state.get("recent", [])), short=deque(short), shown=deque(state.get("shown", [])), **fields_)
 
 
 def replay(values: list[tuple[float, float]], metric: str, params: DetectorParams = DetectorParams()) -> list[dict]:
