@@ -98,6 +98,11 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                                   minimum=0.0, maximum=100.0),
         "max_deferral_seconds": Key("float", 600.0, '... for at most this long; then it runs and its result is marked contended (contended '
                                                     'results are kept but neither learned nor judged).', minimum=0.0, maximum=86400.0),
+        "warmup_interval_seconds": Key("float", 60.0, 'A volume new to iowarden (fewer than [detector] warmup_probes '
+                                                      'measured probes of a profile) is probed this often, not at its '
+                                                      "target's interval, until its normal is learned: armed in minutes. "
+                                                      'Within [budget] warmup_device_time_ratio.', minimum=1.0,
+                                       maximum=86400.0),
         "jitter_ratio": Key("float", 0.1, 'Random spread of each interval, so a fleet does not probe in step.',
                             minimum=0.0, maximum=0.5),
         "discover_interval_seconds": Key("float", 10.0, 'How often [[discover]] rules are matched against the mount table (mounting sends no '
@@ -108,9 +113,13 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                                       minimum=1, maximum=100000),
     },
     "budget": {
-        "device_time_ratio": Key("float", 0.01, 'Probe device-time as a share of wall time, over window_seconds. The example profiles take '
-                                                '4 x (3 s + 1 s ramp) = 16 s every 1800 s: 0.9 %.',
+        "device_time_ratio": Key("float", 0.02, 'Probe device-time as a share of wall time, over window_seconds. The example profiles take '
+                                                '4 x (1 s + 0.5 s ramp) = 6 s every 300 s: 72 s an hour, 2 %.',
                                  minimum=0.0, maximum=1.0),
+        "warmup_device_time_ratio": Key("float", 0.15, "The share a volume may use while it learns its normal "
+                                        "([scheduling] warmup_interval_seconds): the example's 6 s a minute is 10 %, "
+                                        "and its whole warm-up (12 rounds) 72 s of device time.",
+                                        minimum=0.0, maximum=1.0),
         "window_seconds": Key("float", 3600.0, "The window that share is measured over", minimum=60.0, maximum=7 * 86400.0),
         "write_bytes_per_day": Key("size", "10GiB", 'Bytes probes may write per disk per day (cloud volumes bill per request).'),
     },

@@ -29,6 +29,7 @@ class Candidate:
     interval_seconds: float
     deferred_since: float | None = None
     waiting: bool = False               # already held back by another probe (counted once)
+    warming_up: bool = False            # its volume is still learning: the warm-up's budget applies
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,11 @@ class Decision:
 
 
 def plan(now: float, due: list[Candidate], busy_disks: set[str],
-         budget_refusal: Callable[[tuple[str, ...], float], str | None], load: Load, rules: Rules,
+         budget_refusal: Callable[[tuple[str, ...], float, bool], str | None], load: Load, rules: Rules,
          jitter: Callable[[float], float]) -> list[Decision]:
     """Decide every due probe, the longest-waiting first.
 
-    `budget_refusal(disks, seconds)`: None, or "budget_time" / "budget_bytes".
+    `budget_refusal(disks, seconds, warming_up)`: None, or "budget_time" / "budget_bytes".
     `jitter(ratio)`: a random factor in [-ratio, ratio] (the caller's RNG).
     """
     held = set(busy_disks)
@@ -83,7 +84,7 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
             # that fell due later; counted once per time it has to wait
             hold("waiting_for_disk", counted=not c.waiting, waiting=True)
             continue
-        refusal = budget_refusal(c.disks, c.needed_seconds)
+        refusal = budget_refusal(c.disks, c.needed_seconds, c.warming_up)
         if refusal:
             hold(refusal, next_at=now + BUDGET_RETRY_SECONDS)
             continue

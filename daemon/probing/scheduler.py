@@ -65,6 +65,7 @@ class Budget:
         self.time_ratio, self.window_seconds = time_ratio, window_seconds
         self.write_bytes_per_day = write_bytes_per_day
         self.clock, self.wall = clock, wall
+        self.warmup_time_ratio = 0.0   # the share a volume still learning may use ([budget] warmup_device_time_ratio)
         self.spent: dict[str, collections.deque] = {}   # disk -> (clock time, device seconds, bytes written)
         self._lock = threading.Lock()
 
@@ -104,10 +105,14 @@ class Budget:
             written = sum(b for at, _, b in q if at >= now - DAY_SECONDS)
         return BudgetStatus(used, self.time_ratio * self.window_seconds, written, self.write_bytes_per_day)
 
-    def refuses(self, disks, needed_seconds: float, now: float | None = None) -> str | None:
+    def refuses(self, disks, needed_seconds: float, now: float | None = None, warming_up: bool = False) -> str | None:
+        """Why these disks cannot take a probe of `needed_seconds` now, or None. A volume still learning its
+        normal may use `warmup_time_ratio` of the window instead (the warm-up's own, stated budget)."""
         for disk in disks:
             st = self.status(disk, now)
-            if st.device_seconds_used + needed_seconds > st.device_seconds_allowed:
+            allowed = max(st.device_seconds_allowed, self.warmup_time_ratio * self.window_seconds) if warming_up \
+                else st.device_seconds_allowed
+            if st.device_seconds_used + needed_seconds > allowed:
                 return "budget_time"
             if st.written_bytes_24h >= st.written_bytes_allowed:
                 return "budget_bytes"
@@ -155,6 +160,10 @@ class Scheduler:
         self.budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day, clock=clock)
         if history:  # what was spent before a restart still counts
             self.budget.replay(history, self.devices())
+        # (target, profile) -> measured probes so far (ok, uncontended: what a baseline learns from), this run's
+        # and the stored ones: fewer than [detector] warmup_probes is a volume still learning its normal
+        self.learned: collections.Counter = collections.Counter(
+            (r["target"], r["profile"]) for r in history or () if r.get("ok") and not r.get("contended"))
         self.configure(cfg)
 
     def configure(self, cfg: Config, targets: tuple[Target, ...] | None = None) -> None:
@@ -168,6 +177,7 @@ class Scheduler:
         b = cfg.section("budget")
         self.budget.time_ratio, self.budget.window_seconds = b.device_time_ratio, b.window_seconds
         self.budget.write_bytes_per_day = b.write_bytes_per_day
+        self.budget.warmup_time_ratio = b.warmup_device_time_ratio
         with self._lock:
             old = {(d.target.name, d.profile): d for d in getattr(self, "due", [])}
             self.cfg = cfg
@@ -211,6 +221,12 @@ class Scheduler:
     def budget_exhausted(self, disks) -> bool:
         return self.budget.refuses(disks, 0.0) is not None
 
+    def warming_up(self, target: str, profile: str) -> bool:
+        """A volume new to iowarden is probed every [scheduling] warmup_interval_seconds until its baseline
+        has [detector] warmup_probes measurements, within [budget] warmup_device_time_ratio: armed in minutes,
+        not after the hours that warmup_probes x interval_seconds would take."""
+        return self.learned[(target, profile)] < self.cfg.section("detector").warmup_probes
+
     def skip(self, target: str, reason: str) -> None:
         """Count a deferral or skip (probe workers and the scheduler both count)."""
         with self._lock:
@@ -236,19 +252,23 @@ class Scheduler:
             since_own_probe = now - self._last_probe_end
         if not due:
             return
+        sch = self.cfg.section("scheduling")
         by_key, candidates = {}, []
         for d in due:
             disks = self.physical_disks(d.target)
             by_key[(d.target.name, d.profile)] = (d, disks)
             needed = self.cfg.profiles[d.profile].effective_runtime_seconds(self.cfg.limits.max_runtime_seconds)
+            warming = self.warming_up(d.target.name, d.profile)
+            interval = min(d.target.interval_seconds, sch.warmup_interval_seconds) if warming \
+                else d.target.interval_seconds
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, still_mounted(d.target),
-                                        needed, d.target.interval_seconds, d.deferred_since, d.waiting))
+                                        needed, interval, d.deferred_since, d.waiting, warming))
         psi = getattr(self.sampler, "io_pressure", None)
         load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
                     psi.full_avg10_percent if psi is not None else None, since_own_probe)
-        sch = self.cfg.section("scheduling")
         rules = Rules(sch.defer_util_percent, sch.max_deferral_seconds, sch.jitter_ratio)
-        decisions = plan(now, candidates, busy, self.budget.refuses, load, rules,
+        decisions = plan(now, candidates, busy, lambda disks, needed, warming: self.budget.refuses(
+                         disks, needed, warming_up=warming), load, rules,
                          lambda ratio: self.rng.uniform(-ratio, ratio))
         running = sum(1 for t in self._workers if t.is_alive())
         for dec in decisions:
@@ -324,6 +344,9 @@ class Scheduler:
                 self._aborted_disks -= gone
             if gone and not result.ok:
                 result.error = f"aborted: {', '.join(sorted(gone))} was removed during the probe"
+            if result.ok and not result.contended:
+                with self._lock:
+                    self.learned[(d.target.name, d.profile)] += 1
             self.post(ProbeFinished(result, tuple(disks), self.budget_exhausted(disks)))
         except Exception:
             log.exception("probe %s/%s crashed", d.target.name, d.profile)

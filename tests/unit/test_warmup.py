@@ -1,0 +1,83 @@
+"""A new volume is armed in minutes: probed every warmup_interval_seconds until its normal is learned, within
+the warm-up's own budget, then at its target's interval. Fake clock, no root, no fio."""
+from tests.unit.test_policy import Clock, FakeRun, Sampler, _cfg, _target
+
+from iowarden.probes.common import Roots
+
+
+class Learning(FakeRun):
+    """FakeRun whose probes succeed: each one counts towards the volume's warm-up, as _run counts it."""
+
+    def tick(self, seconds=1.0):
+        for item in [r for r in self.running if r[0] <= self.clock()]:
+            self.learned[(item[1], "rr")] += 1
+        super().tick(seconds)
+
+
+def _run(s: FakeRun, seconds: int):
+    for _ in range(seconds):
+        s.tick()
+    return [t for t, _, _ in s.ran]
+
+
+WARMUP = "[detector]\nwarmup_probes = 6\n"
+
+
+def test_a_new_volume_is_probed_every_minute_until_learned_then_at_its_interval():
+    clock = Clock()
+    s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
+                 Roots(), Sampler(), lambda e: None, clock=clock)
+    times = _run(s, 3600)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert len(times) >= 8
+    # the warm-up: a minute apart (the probe that started while the sixth was measured was planned a minute on)
+    assert all(59 <= g <= 61 for g in gaps[:6]), gaps
+    assert 1799 <= gaps[6] <= 1801, gaps                      # learned: back to the target's interval
+    assert times[5] - 1000 <= 6 * 60, times                   # armed within six minutes of the start
+
+
+def test_a_restart_of_a_learned_volume_does_not_warm_up_again():
+    clock = Clock()
+    history = [{"target": "db", "profile": "rr", "ok": True, "contended": False, "device": None,
+                "started_at": 0.0, "duration_seconds": 1.0}] * 6
+    s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
+                 Roots(), Sampler(), lambda e: None, clock=clock, history=history)
+    times = _run(s, 3600)
+    assert len(times) == 2 and 1799 <= times[1] - times[0] <= 1801, times
+
+
+def test_contended_probes_do_not_count_as_learning():
+    clock = Clock()
+    history = [{"target": "db", "profile": "rr", "ok": True, "contended": True, "device": None,
+                "started_at": 0.0, "duration_seconds": 1.0}] * 6
+    s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
+                 Roots(), Sampler(), lambda e: None, clock=clock, history=history)
+    assert s.warming_up("db", "rr")
+
+
+def test_the_warm_up_has_its_own_budget_and_the_normal_one_applies_after():
+    clock = Clock()
+    # the normal budget: 0.1 % of an hour (3.6 s) takes one 2 s probe; the warm-up's 10 % takes all six
+    budget = "[budget]\ndevice_time_ratio = 0.001\nwarmup_device_time_ratio = 0.1\n"
+    from iowarden.daemon import config
+    cfg = config.parse(budget + f"""
+[scheduling]
+jitter_ratio = 0.0
+warmup_interval_seconds = 60.0
+{WARMUP}
+[profiles.rr]
+rw = "randread"
+runtime_seconds = 2.0
+ramp_time_seconds = 0.0
+{_target("db", interval=300.0)}""")
+    s = Learning(cfg, Roots(), Sampler(), lambda e: None, clock=clock, devices=lambda: {})
+    real_start = s.start_worker
+
+    def start(d, disks, contended, util):
+        real_start(d, disks, contended, util)
+        s.budget.record(disks, clock(), 2.0, 0)
+    s.start_worker = start
+    times = _run(s, 1800)
+    assert len([t for t in times if t - 1000 < 420]) >= 6, times     # the warm-up ran whole, a minute apart
+    later = [t for t in times if t - 1000 >= 420]
+    assert len(later) <= 1, times   # then 3.6 s an hour: the normal budget holds the 300 s interval back
