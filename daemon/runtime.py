@@ -44,7 +44,7 @@ from iowarden.daemon.sources.settings import SettingsPoller
 from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry
 from iowarden.daemon.sources.sampler import Sampler
-from iowarden.daemon.probing.scheduler import Scheduler
+from iowarden.daemon.probing.scheduler import Scheduler, suspected_fault
 from iowarden.daemon.core import statedir
 from iowarden.daemon.core.state import State, StateUnavailable
 
@@ -209,7 +209,8 @@ class Daemon:
         self.health = Health(self.state, DetectorParams.from_config(c.section("detector")), on_event=on_event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, post,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
-                                   devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots))
+                                   devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots),
+                                   suspected=lambda target, profile: suspected_fault(self.core.snapshot, target, profile))
         self.registry = Registry()
         # the last argument: how long one step may take before the part is stuck (see registry.py)
         self.registry.add("sampler", c.section("sampler").interval_seconds, 5.0, self.sampler.step)

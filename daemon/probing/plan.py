@@ -30,6 +30,7 @@ class Candidate:
     deferred_since: float | None = None
     waiting: bool = False               # already held back by another probe (counted once)
     warming_up: bool = False            # its volume is still learning: the warm-up's budget applies
+    suspected: bool = False             # an alert is open on it, or its last probe was far off its normal
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
         contended = False
         if util > rules.defer_util_percent or stalled:
             since = c.deferred_since if c.deferred_since is not None else now
-            if now - since < rules.max_deferral_seconds:
+            # a probe of a volume under suspicion is the evidence: deferred one interval at most, not the
+            # whole max_deferral_seconds a routine probe may wait for a busy disk
+            limit = min(rules.max_deferral_seconds, c.interval_seconds) if c.suspected else rules.max_deferral_seconds
+            if now - since < limit:
                 hold("busy" if util > rules.defer_util_percent else "io_pressure",
                      next_at=now + DEFER_RETRY_SECONDS, deferred_since=since)
                 continue

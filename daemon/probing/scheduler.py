@@ -130,7 +130,8 @@ class Due:
 
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, sampler, post, rng: random.Random | None = None,
-                 history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic):
+                 history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic,
+                 suspected=None):
         self.roots = roots
         self.clock = clock
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
@@ -138,6 +139,8 @@ class Scheduler:
         self.sampler = sampler
         self.post = post                  # a ProbeFinished event to the core
         self.pin_check = pin_check or (lambda target, device: None)
+        # (target, profile) -> is a fault suspected there (read from the core's published snapshot)
+        self.suspected = suspected or (lambda target, profile: False)
         # the block devices as last read (the settings poller's view, kept current by hotplug):
         # a probe waiting for a busy disk must not re-read all of sysfs every second
         self.devices = devices or (lambda: blockqueue.read_sysfs_and_superblocks(roots))
@@ -262,7 +265,8 @@ class Scheduler:
             interval = min(d.target.interval_seconds, sch.warmup_interval_seconds) if warming \
                 else d.target.interval_seconds
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, still_mounted(d.target),
-                                        needed, interval, d.deferred_since, d.waiting, warming))
+                                        needed, interval, d.deferred_since, d.waiting, warming,
+                                        self.suspected(d.target.name, d.profile)))
         psi = getattr(self.sampler, "io_pressure", None)
         load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
                     psi.full_avg10_percent if psi is not None else None, since_own_probe)
@@ -383,6 +387,20 @@ class Scheduler:
         deadline = time.monotonic() + timeout_seconds
         for w in self._workers:
             w.join(max(0.0, deadline - time.monotonic()))
+
+
+SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): the next probe is the evidence
+
+
+def suspected_fault(snapshot, target: str, profile: str) -> bool:
+    """An open VolumeDegraded on this target's profile, or its last probe far off the volume's normal."""
+    if snapshot is None:
+        return False
+    if any(a.alert == "VolumeDegraded" and a.target == target and a.profile == profile for a in snapshot.alerts):
+        return True
+    volume = next((p.volume for p in snapshot.probes if p.target == target and p.profile == profile), None)
+    return volume is not None and any(b.volume == volume and b.profile == profile and (b.deviation_score or 0.0)
+                                      > SUSPECT_DEVIATION for b in snapshot.baselines)
 
 
 def still_mounted(target: Target) -> bool:

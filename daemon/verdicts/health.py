@@ -276,8 +276,12 @@ class Health:
                 self.baseline_since(identity, profile)))
             return ["VolumeDegraded raised"]
         a = self.open.get(akey)
-        if a is not None and "delivered_iops" in a.metrics and delivered_iops >= normal_iops * CONTENDED_RECOVERED:
-            self._close(akey, "the busy device delivers its normal again")
+        # whatever raised it: while probes can only run contended (a backup, a compaction), the device delivering
+        # its normal in total is the evidence the volume is back; an alert held open by busy probes would page on
+        # for the whole backup after the fault is gone
+        if a is not None and delivered_iops >= normal_iops * CONTENDED_RECOVERED:
+            self._close(akey, f"the busy device delivers its normal again ({delivered_iops:,.0f} IOPS in total, "
+                              f"probe and other work, against the probe's normal {normal_iops:,.0f})")
             return ["VolumeDegraded cleared"]
         return []
 

@@ -49,6 +49,30 @@ def test_a_busy_disk_defers_until_the_maximum_then_runs_contended():
     assert last.action == "run" and last.contended and last.util_percent == 80.0 and last.deferred_since is None
 
 
+def test_a_probe_of_a_suspected_volume_waits_for_a_busy_disk_one_interval_at_most():
+    busy = Load({"sdb": 80.0}, None, 1e9)
+    # the interval is 300 s: a routine probe may wait 600 s, one of a volume under suspicion 300 s
+    assert run(299.0, [c("db", deferred_since=0.0, suspected=True)], load=busy)[("db", "rr")].action == "hold"
+    now = run(300.0, [c("db", deferred_since=0.0, suspected=True)], load=busy)[("db", "rr")]
+    assert now.action == "run" and now.contended
+    assert run(300.0, [c("db", deferred_since=0.0)], load=busy)[("db", "rr")].action == "hold"
+
+
+def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
+    from iowarden.daemon.core.snapshot import AlertView, BaselineView, ProbeView, Snapshot
+    from iowarden.daemon.probing.scheduler import suspected_fault
+    probe = ProbeView("db", "rr", "vol", None, None)
+    calm = Snapshot(taken_at=0.0, version="t", probes=(probe,),
+                    baselines=(BaselineView("vol", "rr", "read_iops", 1000.0, 0.1, 1.2, 20, False),))
+    assert not suspected_fault(calm, "db", "rr") and not suspected_fault(None, "db", "rr")
+    far = Snapshot(taken_at=0.0, version="t", probes=(probe,),
+                   baselines=(BaselineView("vol", "rr", "read_iops", 1000.0, 0.1, 40.0, 20, False),))
+    assert suspected_fault(far, "db", "rr") and not suspected_fault(far, "db", "rw")
+    alert = Snapshot(taken_at=0.0, version="t", alerts=(AlertView("VolumeDegraded", "vol", "rr", "db", "critical",
+                                                                  0.0, 1),))
+    assert suspected_fault(alert, "db", "rr")
+
+
 def test_io_pressure_defers_only_when_it_is_not_our_own():
     stalled = Load({}, 40.0, 60.0)
     assert run(0.0, [c("db")], load=stalled)[("db", "rr")].reason == "io_pressure"

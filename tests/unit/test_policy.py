@@ -310,3 +310,23 @@ def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(
     # without the sampler's figures a contended probe is not judged at all
     assert h.on_result(_contended(15, 10.0), "vol", causes, {}) == []
     st.close()
+
+
+def test_an_alert_raised_by_a_collapse_clears_on_contended_probes_once_the_busy_device_delivers_its_normal(tmp_path):
+    """The fault is gone but a backup keeps every probe contended: the device's total is the evidence."""
+    st = State(str(tmp_path / "s.db"))
+    h = Health(st, DetectorParams(warmup_probes=6))
+    causes = lambda since: []   # noqa: E731
+    for i in range(8):
+        h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", causes)
+    assert h.on_result(_result(8, 1.0), "vol", causes) == []              # one collapsed probe: a spike, maybe
+    assert h.on_result(_result(9, 1.0), "vol", causes) == ["VolumeDegraded raised"]   # confirmed: at once
+    # still throttled under a backup: the device moves 200 in all, far below the probe's normal 1,000
+    held = {"delivered_iops": 200.0, "delivered_bytes_per_second": 200.0 * 4096}
+    assert h.on_result(_contended(10, 50.0), "vol", causes, held) == []
+    assert st.alerts(open_only=True)
+    # the throttle is gone, the backup goes on: 1,400 in all
+    busy = {"delivered_iops": 1400.0, "delivered_bytes_per_second": 1400.0 * 4096}
+    assert h.on_result(_contended(11, 300.0), "vol", causes, busy) == ["VolumeDegraded cleared"]
+    assert st.alerts(open_only=True) == []
+    st.close()
