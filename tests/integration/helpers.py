@@ -18,11 +18,48 @@ def free_port():
         return s.getsockname()[1]
 
 
+def own_devices(path) -> list[str]:
+    """The kernel names under a path: its filesystem's device (a partition's disk), and for a loop device the
+    loop devices its backing file lives on, down the stack (a stacked test volume is two loop devices)."""
+    import stat as stat_
+    names: list[str] = []
+    try:
+        st = os.stat(path)
+    except OSError:
+        return names
+    dev = st.st_rdev if stat_.S_ISBLK(st.st_mode) else st.st_dev
+    while len(names) < 4:
+        link = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+        try:
+            real = os.path.realpath(link)
+        except OSError:
+            break
+        if not os.path.exists(real):
+            break
+        name = os.path.basename(os.path.dirname(real) if os.path.exists(os.path.join(real, "partition"))
+                                else real)
+        if names and not name.startswith("loop"):
+            break   # the host's own disk under a test's image is everyone's: not the test's to judge
+        names.append(name)
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                dev = os.stat(f.read().strip()).st_dev
+        except OSError:
+            break
+    return names
+
+
 def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None, prom_extra="", address="127.0.0.1",
                 tracer=False):
     """A daemon's configuration for a test. The tracer (bpftrace: a second or two of compiling and some
     100 MB per daemon) is off unless the test is about it: tests/integration/test_tracer.py and a few
     daemons started from their own text run with it (those with its default CPU budget, which may pause it)."""
+    if "[sampler]" not in extra:
+        # confined to the test's own devices: a neighbour's busy loop device (another job's fio) must not
+        # fail it; the tracer, SMART and the settings poller follow the sampler's devices
+        names = own_devices(mount)
+        if names:
+            extra += "\n[sampler]\ndevices = [" + ", ".join(f'"{n}"' for n in names) + "]\n"
     return f"""
 [tracer]
 enabled = {str(tracer).lower()}
