@@ -126,6 +126,7 @@ class Due:
     next_at: float
     deferred_since: float | None = None
     waiting: bool = False        # held back by another probe on its disks since it fell due (counted once)
+    started_at: float | None = None   # when its last probe was started (the scheduler's clock)
 
 
 class Scheduler:
@@ -224,6 +225,16 @@ class Scheduler:
     def budget_exhausted(self, disks) -> bool:
         return self.budget.refuses(disks, 0.0) is not None
 
+    def _confirm_soon(self, now: float) -> None:
+        """A probe far off its volume's normal (or on a volume with an open alert) is confirmed, or not, by the
+        next one: that one runs warmup_interval_seconds after it, not a whole interval later. A collapse is
+        then paged one interval after it began at most, plus a minute."""
+        soon = self.cfg.section("scheduling").warmup_interval_seconds
+        for d in self.due:
+            if d.started_at is not None and d.next_at > d.started_at + soon and d.next_at > now \
+                    and self.suspected(d.target.name, d.profile):
+                d.next_at = max(now, d.started_at + soon)
+
     def warming_up(self, target: str, profile: str) -> bool:
         """A volume new to iowarden is probed every [scheduling] warmup_interval_seconds until its baseline
         has [detector] warmup_probes measurements, within [budget] warmup_device_time_ratio: armed in minutes,
@@ -247,6 +258,7 @@ class Scheduler:
 
     def _step(self) -> None:
         now = self.clock()
+        self._confirm_soon(now)
         with self._lock:
             if self._stopping:
                 return
@@ -283,6 +295,7 @@ class Scheduler:
                 d.next_at = dec.next_at
             d.deferred_since, d.waiting = dec.deferred_since, dec.waiting
             if dec.action == "run":
+                d.started_at = now
                 with self._lock:
                     self._busy_disks |= set(disks)
                 self.start_worker(d, disks, dec.contended, dec.util_percent)
@@ -394,13 +407,19 @@ SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): 
 
 def suspected_fault(snapshot, target: str, profile: str) -> bool:
     """An open VolumeDegraded on this target's profile, or its last probe far off the volume's normal."""
-    if snapshot is None:
-        return False
-    if any(a.alert == "VolumeDegraded" and a.target == target and a.profile == profile for a in snapshot.alerts):
-        return True
-    volume = next((p.volume for p in snapshot.probes if p.target == target and p.profile == profile), None)
-    return volume is not None and any(b.volume == volume and b.profile == profile and (b.deviation_score or 0.0)
-                                      > SUSPECT_DEVIATION for b in snapshot.baselines)
+    return snapshot is not None and (target, profile) in _suspected_set(snapshot)
+
+
+_SUSPECTED: list = [None, frozenset()]   # (the snapshot it was computed for, its set): once per snapshot
+
+
+def _suspected_set(snapshot) -> frozenset:
+    if _SUSPECTED[0] is not snapshot:
+        far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
+        out = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
+        out |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far}
+        _SUSPECTED[:] = [snapshot, frozenset(out)]
+    return _SUSPECTED[1]
 
 
 def still_mounted(target: Target) -> bool:

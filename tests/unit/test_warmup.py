@@ -81,3 +81,22 @@ ramp_time_seconds = 0.0
     assert len([t for t in times if t - 1000 < 420]) >= 6, times     # the warm-up ran whole, a minute apart
     later = [t for t in times if t - 1000 >= 420]
     assert len(later) <= 1, times   # then 3.6 s an hour: the normal budget holds the 300 s interval back
+
+
+def test_a_probe_far_off_its_normal_is_confirmed_a_minute_later_not_an_interval():
+    clock = Clock()
+    history = [{"target": "db", "profile": "rr", "ok": True, "contended": False, "device": None,
+                "started_at": 0.0, "duration_seconds": 1.0}] * 6      # learned: its interval is 1800 s
+    suspicion = {"on": False}
+    s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
+                 Roots(), Sampler(), lambda e: None, clock=clock, history=history,
+                 suspected=lambda target, profile: suspicion["on"])
+    first = _run(s, 100)
+    assert len(first) == 1
+    suspicion["on"] = True    # its result was 1000x off: the core's snapshot says so
+    times = _run(s, 200)
+    assert len(times) >= 2 and 59 <= times[1] - times[0] <= 65, times   # a minute on (or at once, if later)
+    off_at = clock()
+    suspicion["on"] = False   # back to normal: the interval again (the one already planned a minute on runs)
+    times = _run(s, 1000)
+    assert [t for t in times if t > off_at + 61] == [], times
