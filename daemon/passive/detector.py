@@ -221,6 +221,8 @@ class PassiveDetector(GroupRules):
         d = self._dev(w.device)
         d.last_total = (sum(f.iops or 0.0 for f in w.flows.values()),
                         sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024)
+        d.best[0] = max(d.best[0], d.last_total[0])
+        d.best[1] = max(d.best[1], d.last_total[1] / 1024)
         if not flows or w.util_percent is None or w.queue_size is None:
             d.sat_ring.append(None)
         else:
@@ -241,16 +243,20 @@ class PassiveDetector(GroupRules):
                 if mean > 0 and statistics.pstdev(values) / mean <= self.p.saturation_cv:
                     ceiling = (mean, unit)
                     break
+        cap_iops, cap_bw = self.capability.get(w.device, (None, None))
         if ceiling is not None and "saturation" not in d.flagged:
             value, unit = ceiling
+            measured = cap_iops if unit == "IOPS" else (cap_bw / 1024 if cap_bw else None)
+            # what it has shown it can do: characterized, or the most it delivered in a window this run
+            best = max(measured or 0.0, d.best[0 if unit == "IOPS" else 1])
+            if value >= self.p.saturation_below_best * best:
+                return []   # at its own best: busy at full speed, not held below what it can do
             shown = f"{value:,.0f} IOPS" if unit == "IOPS" else f"{value / 1024:,.1f} MiB/s"
             d.ceiling = shown
-            cap_iops, cap_bw = self.capability.get(w.device, (None, None))
-            measured = cap_iops if unit == "IOPS" else (cap_bw / 1024 if cap_bw else None)
-            if measured:
-                shown += (f" (its characterized saturation: {measured:,.0f} IOPS)" if unit == "IOPS" else
-                          f" (its characterized saturation: {measured / 1024:,.1f} MiB/s)")
-            ev = {"ceiling": round(value, 1), "ceiling_unit": unit, "characterized": measured,
+            said = f"{best:,.0f} IOPS" if unit == "IOPS" else f"{best / 1024:,.1f} MiB/s"
+            shown += (f" (its characterized saturation: {said})" if measured and best == measured else
+                      f" ({value / best:.0%} of the {said} it has delivered)")
+            ev = {"ceiling": round(value, 1), "ceiling_unit": unit, "characterized": measured, "best": round(best, 1),
                   "queue": round(statistics.fmean(s[2] for s in busy), 1),
                   "await_ms": round(statistics.fmean(s[4] for s in busy), 2),
                   "util_percent": round(statistics.fmean(s[3] for s in busy), 1)}

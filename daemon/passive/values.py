@@ -48,6 +48,9 @@ class PassiveParams:
     comparable_load: float = 2.0    # a device carrying more than twice its peers' load is not compared
     saturation_windows: int = 6
     saturation_cv: float = 0.05     # "flat": throughput within 5 % across the windows
+    # a ceiling is a limit only below what the volume has shown it can do (its characterized saturation, or the
+    # most it delivered in a window): a healthy device at full speed (a backup, a compaction) is busy, not limited
+    saturation_below_best: float = 0.8
     saturation_util_percent: float = 90.0
     saturation_queue: float = 2.0
     idle_clear_seconds: float = 3600.0   # an alert on a device without traffic for this long clears
@@ -169,6 +172,7 @@ class _Device:
     flagged: dict = field(default_factory=dict)           # kind -> evidence while raised
     last_traffic: float | None = None
     last_total: tuple = (0.0, 0.0)                        # the last window's IOPS and bytes/s, both directions
+    best: list = field(default_factory=lambda: [0.0, 0.0])  # the most IOPS and KiB/s it delivered in a window
     last_ratio: dict = field(default_factory=dict)
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None

@@ -127,13 +127,33 @@ def test_every_member_slowing_together_is_said_to_be_the_array_not_a_member():
 def test_a_volume_held_flat_at_a_ceiling_with_a_queue_is_at_its_limit():
     det = PassiveDetector()
     events = []
+    # first it shows what it can do: 8,000 IOPS in a window (a backup at full speed)
+    events += det.observe([pt.window("nvme1n1", -1, 8000, 1.0, queue=8.0, util=100.0)])
     for i in range(10):
         iops = 2000 * (1 + 0.01 * (-1) ** i)
         events += det.observe([pt.window("nvme1n1", i, iops, 12.0, queue=24.0, util=100.0)])
     raised = [t for t in events if t.state == "raised"]
     assert [t.kind for t in raised] == ["saturation"]
-    assert "at its limit: 2,000 IOPS, queue 24, await 12 ms" in raised[0].summary
+    assert "at its limit: 2,000 IOPS (25% of the 8,000 IOPS it has delivered), queue 24, await 12 ms" \
+        in raised[0].summary
     assert det.views()[0].ceiling == "2,000 IOPS"
+
+
+def test_a_healthy_volume_at_full_speed_is_busy_not_at_a_limit():
+    """A backup or a compaction at the device's own best: flat, queued, and not a page (issue 33)."""
+    det = PassiveDetector()
+    events = []
+    for i in range(30):
+        iops = 8000 * (1 + 0.01 * (-1) ** i)
+        events += det.observe([pt.window("nvme1n1", i, iops, 3.0, queue=24.0, util=100.0)])
+    assert [t for t in events if t.state == "raised"] == []
+    # its characterized saturation is its best too: 8,000 against 8,400 measured is full speed
+    det = PassiveDetector()
+    det.capability = {"nvme1n1": (8400.0, None)}
+    events = []
+    for i in range(30):
+        events += det.observe([pt.window("nvme1n1", i, 8000 * (1 + 0.01 * (-1) ** i), 3.0, queue=24.0, util=100.0)])
+    assert [t for t in events if t.state == "raised"] == []
 
 
 def test_an_array_held_back_by_one_member_names_the_member_not_the_array():
@@ -162,7 +182,9 @@ def test_an_array_held_back_by_one_member_names_the_member_not_the_array():
 
     # the array's limit seen first (its members not yet judged), then the member's verdict
     det = PassiveDetector()
-    events = []
+    # what they delivered before the throttle: the array 400 IOPS, each member 100
+    events = det.observe([pt.window("md0", -1, 400, 1.2, queue=0.5, util=40.0)]
+                         + [pt.window(m, -1, 100, 0.7, queue=0.1, util=8.0) for m in members], [members], {"md0": members})
     for i in range(30):
         batch = [pt.window("md0", i, 120 * (1 + 0.01 * (-1) ** i), 35.0, queue=3.9, util=100.0)]
         if i >= 10:
@@ -303,11 +325,12 @@ def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path)
     sampler = FakeSampler()
     part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]))
     reads = read_ms = 0
-    for i in range(12):   # held at 2,000 IOPS with a queue of 24 waiting 12 ms each
+    for i in range(14):   # 8,000 IOPS in its first window, then held at 2,000 with a queue of 24 waiting 12 ms
         sampler.last_sample = sample(15.0 * i, reads, read_ms)
         part.step()
-        reads += 30000
-        read_ms += 30000 * 12
+        n = 120000 if i == 0 else 30000
+        reads += n
+        read_ms += n * (1 if i == 0 else 12)
     (alert,) = st.alerts(open_only=True)
     assert alert["alert"] == "VolumeAtLimit" and alert["identity"] == "kernel:sdz" and alert["target"] == "sdz"
     assert "sdz is at its limit: 2,000 IOPS" in alert["causes"][0]
@@ -375,12 +398,12 @@ def test_status_shows_every_disk_as_the_passive_detector_judged_it():
 
 def test_the_ceiling_is_set_beside_the_characterized_capability_and_load_is_measured_against_it():
     det = PassiveDetector()
-    det.capability = {"nvme1n1": (2100.0, None)}
+    det.capability = {"nvme1n1": (8100.0, None)}
     events = []
     for i in range(8):
         events += det.observe([pt.window("nvme1n1", i, 2000 * (1 + 0.01 * (-1) ** i), 12.0, queue=24.0,
                                          util=100.0)])
     (raised,) = [t for t in events if t.state == "raised"]
-    assert "at its limit: 2,000 IOPS (its characterized saturation: 2,100 IOPS)" in raised.summary
+    assert "at its limit: 2,000 IOPS (its characterized saturation: 8,100 IOPS)" in raised.summary
     (view,) = det.views()
-    assert view.capability == (2100.0, None) and view.load_ratio["iops"] == pytest.approx(2000 / 2100, rel=0.02)
+    assert view.capability == (8100.0, None) and view.load_ratio["iops"] == pytest.approx(2000 / 8100, rel=0.02)
