@@ -92,10 +92,13 @@ def test_a_drive_with_a_weak_region_is_named_on_its_tail_while_its_mean_moves_li
 
 def _weak_region_named(tmp_path, daemon_factory, port, target):
     with weak_disks(tmp_path) as (healthy, weak):
-        extra = """
+        own = target.device.removeprefix("/dev/")
+        extra = f"""
 [passive]
 window_seconds = 5.0
 tail_block_seconds = 20.0
+[sampler]
+devices = ["{own}", "{healthy}", "{weak}"]
 """
         text = config_text(target.mountpoint, tmp_path / "state", interval=3600.0, port=port, tracer=True, extra=extra)
         text = text.replace("[tracer]\n", f'[tracer]\ndevices = ["{healthy}", "{weak}"]\n', 1)
