@@ -83,38 +83,35 @@ def _count(word: str) -> int:
     return int(word)
 
 
-def parse_v2_stat(text: str) -> dict[str, IoCounts]:
-    out = {}
+def _keyed_lines(text: str, what: str):
+    """v2's `MAJ:MIN key=value key=value ...` lines, one (devno, {key: value}) each."""
     for line in text.splitlines():
         parts = line.split()
         if not parts:
             continue
-        values = {}
+        fields = {}
         for p in parts[1:]:
             key, sep, value = p.partition("=")
             if not sep:
-                raise ParseError(f"io.stat field without '=': {p[:40]!r}")
-            if key in V2_KEYS:
-                values[V2_KEYS[key]] = _count(value)
-        out[_devno(parts[0])] = IoCounts(**values)
-    return out
+                raise ParseError(f"{what} field without '=': {p[:40]!r}")
+            fields[key] = value
+        yield _devno(parts[0]), fields
+
+
+def parse_v2_stat(text: str) -> dict[str, IoCounts]:
+    return {dev: IoCounts(**{V2_KEYS[k]: _count(v) for k, v in fields.items() if k in V2_KEYS})
+            for dev, fields in _keyed_lines(text, "io.stat")}
 
 
 def parse_v2_max(text: str) -> dict[str, IoLimit]:
     out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        values = {}
-        for p in parts[1:]:
-            key, sep, value = p.partition("=")
-            if not sep or key not in ("riops", "wiops", "rbps", "wbps"):
-                raise ParseError(f"io.max field not understood: {p[:40]!r}")
-            values[key] = None if value == "max" else _count(value)
-        limit = IoLimit(**values)
+    for dev, fields in _keyed_lines(text, "io.max"):
+        unknown = set(fields) - {"riops", "wiops", "rbps", "wbps"}
+        if unknown:
+            raise ParseError(f"io.max field not understood: {sorted(unknown)[0][:40]!r}")
+        limit = IoLimit(**{k: None if v == "max" else _count(v) for k, v in fields.items()})
         if limit.items():
-            out[_devno(parts[0])] = limit
+            out[dev] = limit
     return out
 
 
