@@ -221,8 +221,7 @@ class PassiveDetector(GroupRules):
         d = self._dev(w.device)
         d.last_total = (sum(f.iops or 0.0 for f in w.flows.values()),
                         sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024)
-        d.best[0] = max(d.best[0], d.last_total[0])
-        d.best[1] = max(d.best[1], d.last_total[1] / 1024)
+        _note_best(d, *d.last_total, w.util_percent)
         if not flows or w.util_percent is None or w.queue_size is None:
             d.sat_ring.append(None)
         else:
@@ -247,8 +246,10 @@ class PassiveDetector(GroupRules):
         if ceiling is not None and "saturation" not in d.flagged:
             value, unit = ceiling
             measured = cap_iops if unit == "IOPS" else (cap_bw / 1024 if cap_bw else None)
-            # what it has shown it can do: characterized, or the most it delivered in a window this run
-            best = max(measured or 0.0, d.best[0 if unit == "IOPS" else 1])
+            # what it has shown it can do at this request size: characterized, or its best in a window this run
+            size = _size_bucket(statistics.fmean(s[0] for s in busy), statistics.fmean(s[1] for s in busy) * 1024)
+            shown = d.best.get(size, (0.0, 0.0))
+            best = max(measured or 0.0, shown[0] if unit == "IOPS" else shown[1] / 1024)
             if value >= self.p.saturation_below_best * best:
                 return []   # at its own best: busy at full speed, not held below what it can do
             shown = f"{value:,.0f} IOPS" if unit == "IOPS" else f"{value / 1024:,.1f} MiB/s"
@@ -316,3 +317,23 @@ class PassiveDetector(GroupRules):
         """(device, direction, unit) -> JSON-able curve, for the state database."""
         return {(name, direction, unit): c.to_state()
                 for name, d in self.devices.items() for (direction, unit), c in d.curves.items() if c.bins}
+
+
+BEST_MIN_UTIL_PERCENT = 15.0   # below this a window's rate scaled to full util is mostly noise
+
+
+def _size_bucket(iops: float, bytes_per_second: float) -> int:
+    """Request sizes by powers of two (4 KiB, 8 KiB, ... 1 MiB): IOPS compare only at one size."""
+    return round(math.log2(max(bytes_per_second / iops, 512.0))) if iops > 0 else 0
+
+
+def _note_best(d: _Device, iops: float, bytes_per_second: float, util_percent: float | None) -> None:
+    """The most the device has shown it can do at each request size: a window's rate scaled to full util.
+    A probe that ran for one second of a five-second window at 50,000 IOPS shows 50,000, not its 10,000
+    average; a backup at 1 MiB shows what 1 MiB requests get, and is compared with that alone."""
+    if iops <= 0 or util_percent is None or util_percent < BEST_MIN_UTIL_PERCENT:
+        return
+    scale = 100.0 / min(util_percent, 100.0)
+    size = _size_bucket(iops, bytes_per_second)
+    old = d.best.get(size, (0.0, 0.0))
+    d.best[size] = (max(old[0], iops * scale), max(old[1], bytes_per_second * scale))

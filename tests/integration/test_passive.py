@@ -187,7 +187,8 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         out = d.output()
         line = next(x for x in out.splitlines() if "ALERT VolumeAtLimit" in x)
         # the log names the device and the ceiling it sits at
-        ceiling = re.search(r"at its limit: ([\d,]+) IOPS, queue ([\d.]+), await ([\d.]+) ms", line)
+        ceiling = re.search(r"at its limit: ([\d,]+) IOPS \(\d+% of the [\d,]+ IOPS it has delivered\), queue ([\d.]+), "
+                            r"await ([\d.]+) ms", line)
         assert upper.name in line and ceiling, line
         at = int(ceiling.group(1).replace(",", ""))
         # reads are capped at `cap`, writes (30 % of the mix) ride along under their own cap

@@ -139,6 +139,25 @@ def test_a_volume_held_flat_at_a_ceiling_with_a_queue_is_at_its_limit():
     assert det.views()[0].ceiling == "2,000 IOPS"
 
 
+def test_what_a_volume_has_shown_is_its_rate_at_full_util_and_at_one_request_size():
+    """A probe busy for a second of a five-second window showed its full speed, not the window's average;
+    a backup of 1 MiB requests is compared with what 1 MiB requests got, not with 4 KiB IOPS."""
+    det = PassiveDetector()
+    events = det.observe([pt.window("sdb", -1, 10000, 0.5, queue=6.0, util=20.0)])   # the probe's window
+    for i in range(10):
+        events += det.observe([pt.window("sdb", i, 2000 * (1 + 0.01 * (-1) ** i), 12.0, queue=24.0, util=100.0)])
+    (raised,) = [t for t in events if t.state == "raised"]
+    assert "2,000 IOPS (4% of the 50,000 IOPS it has delivered)" in raised.summary, raised.summary
+    det = PassiveDetector()
+    events = det.observe([pt.window("sdb", -1, 10000, 0.5, queue=6.0, util=20.0)])
+    for i in range(20):   # the backup: 500 requests of 1 MiB a second, flat, queued, at full util
+        w = pt.window("sdb", i, 500 * (1 + 0.01 * (-1) ** i), 30.0, queue=16.0, util=100.0)
+        w = dataclasses.replace(w, flows={"read": dataclasses.replace(w.flows["read"],
+                                                                      kib_per_second=w.flows["read"].iops * 1024)})
+        events += det.observe([w])
+    assert [t for t in events if t.state == "raised"] == []
+
+
 def test_a_healthy_volume_at_full_speed_is_busy_not_at_a_limit():
     """A backup or a compaction at the device's own best: flat, queued, and not a page (issue 33)."""
     det = PassiveDetector()
@@ -171,7 +190,7 @@ def test_an_array_held_back_by_one_member_names_the_member_not_the_array():
         for m in members:
             slow = throttled and m == "vdd"
             batch.append(pt.window(m, i, 30 * (1 + 0.01 * (-1) ** i) if slow else 100, 125.0 if slow else 0.7,
-                                   queue=3.8 if slow else 0.1, util=100.0 if slow else 8.0))
+                                   queue=3.8 if slow else 0.1, util=100.0 if slow else 8.0 if throttled else 40.0))
         events += det.observe(batch, [members], {"md0": members})
     raised = {(t.kind, t.device) for t in events if t.state == "raised"}
     assert ("peers", "vdd") in raised
@@ -184,7 +203,8 @@ def test_an_array_held_back_by_one_member_names_the_member_not_the_array():
     det = PassiveDetector()
     # what they delivered before the throttle: the array 400 IOPS, each member 100
     events = det.observe([pt.window("md0", -1, 400, 1.2, queue=0.5, util=40.0)]
-                         + [pt.window(m, -1, 100, 0.7, queue=0.1, util=8.0) for m in members], [members], {"md0": members})
+                         + [pt.window(m, -1, 100, 0.7, queue=0.1, util=40.0) for m in members], [members],
+                         {"md0": members})
     for i in range(30):
         batch = [pt.window("md0", i, 120 * (1 + 0.01 * (-1) ** i), 35.0, queue=3.9, util=100.0)]
         if i >= 10:
