@@ -168,9 +168,12 @@ class Health:
 
     def _take_ack(self, alert_id: str | None) -> None:
         """`iowarden ack` wrote who and why on the alert's row and queued its id: the open alert takes them."""
-        ack = self.state.alert_ack(int(alert_id)) if alert_id and alert_id.isdigit() else None
+        if not (alert_id and alert_id.isdigit()):
+            return
+        aid = int(alert_id)
+        ack = self.state.alert_ack(aid)
         for a in self.open.values():
-            if ack is not None and a.id == int(alert_id):
+            if ack is not None and a.id == aid:
                 a.acked_by, a.ack_note = ack
                 log.warning("ALERT %s #%d acknowledged by %s: %s", a.alert, a.id, a.acked_by, a.ack_note or "no note",
                             extra={"ALERT": a.alert, "TARGET": a.target})

@@ -23,6 +23,12 @@ def _run(s: FakeRun, seconds: int):
 WARMUP = "[detector]\nwarmup_probes = 6\n"
 
 
+def _history(contended: bool = False) -> list[dict]:
+    """Six stored results of db/rr: a learned volume (or, contended, one that learned nothing)."""
+    return [{"target": "db", "profile": "rr", "ok": True, "contended": contended, "device": None,
+             "started_at": 0.0, "duration_seconds": 1.0}] * 6
+
+
 def test_a_new_volume_is_probed_every_minute_until_learned_then_at_its_interval():
     clock = Clock()
     s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
@@ -38,8 +44,7 @@ def test_a_new_volume_is_probed_every_minute_until_learned_then_at_its_interval(
 
 def test_a_restart_of_a_learned_volume_does_not_warm_up_again():
     clock = Clock()
-    history = [{"target": "db", "profile": "rr", "ok": True, "contended": False, "device": None,
-                "started_at": 0.0, "duration_seconds": 1.0}] * 6
+    history = _history()
     s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
                  Roots(), Sampler(), lambda e: None, clock=clock, history=history)
     times = _run(s, 3600)
@@ -48,8 +53,7 @@ def test_a_restart_of_a_learned_volume_does_not_warm_up_again():
 
 def test_contended_probes_do_not_count_as_learning():
     clock = Clock()
-    history = [{"target": "db", "profile": "rr", "ok": True, "contended": True, "device": None,
-                "started_at": 0.0, "duration_seconds": 1.0}] * 6
+    history = _history(contended=True)
     s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
                  Roots(), Sampler(), lambda e: None, clock=clock, history=history)
     assert s.warming_up("db", "rr")
@@ -85,8 +89,7 @@ ramp_time_seconds = 0.0
 
 def test_a_probe_far_off_its_normal_is_confirmed_a_minute_later_not_an_interval():
     clock = Clock()
-    history = [{"target": "db", "profile": "rr", "ok": True, "contended": False, "device": None,
-                "started_at": 0.0, "duration_seconds": 1.0}] * 6      # learned: its interval is 1800 s
+    history = _history()      # learned: its interval is 1800 s
     suspicion = {"on": False}
     s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
                  Roots(), Sampler(), lambda e: None, clock=clock, history=history,
