@@ -26,6 +26,7 @@ from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.common import Roots, printable, read_str
 from iowarden.probes.fio_run import end_leftover_probes
 
+from iowarden.daemon.logrepeat import RepeatFilter
 from iowarden.daemon import config as configmod
 from iowarden.daemon.config import Target
 from iowarden.daemon.core.core import Core, CounterReaders
@@ -93,6 +94,7 @@ def setup_logging(level: str) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(RepeatFilter())      # first: it keys a message by its template and text arguments
     handler.addFilter(PrintableFilter())
     root.addHandler(handler)
 

@@ -176,3 +176,40 @@ def shared_loop_xfs():
     fs = LoopXfs("2G")
     yield fs
     fs.close()
+
+
+# --- the lane: half-hour scenarios run beside the rest of the suite (tests/integration/lane.py) ---
+
+_LANE: list = []
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lane(scenario): the test's scenario runs on the lane, beside the suite; "
+                                       "the test, run last, waits for its report")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # the lane's tests last: by then their scenarios have had the whole run to go by
+    items.sort(key=lambda item: item.get_closest_marker("lane") is not None)
+
+
+def pytest_collection_finish(session):
+    scenarios = [item.get_closest_marker("lane").args[0] for item in session.items
+                 if item.get_closest_marker("lane") is not None]
+    if scenarios and not session.config.option.collectonly:
+        from tests.integration.lane import Lane
+        lane = Lane(scenarios)
+        lane.start()
+        _LANE.append(lane)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for lane in _LANE:
+        lane.stop()   # a scenario still running is cancelled: it removes its devices on the way out
+
+
+@pytest.fixture
+def lane():
+    if not _LANE:
+        pytest.fail("the lane did not start (is the test marked @pytest.mark.lane.with_args(scenario)?)")
+    return _LANE[0]

@@ -221,7 +221,8 @@ class PassiveDetector(GroupRules):
         d = self._dev(w.device)
         d.last_total = (sum(f.iops or 0.0 for f in w.flows.values()),
                         sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024)
-        _note_best(d, *d.last_total, w.util_percent)
+        mix = _mostly(w.flows)
+        _note_best(d, *d.last_total, w.util_percent, mix)
         if not flows or w.util_percent is None or w.queue_size is None:
             d.sat_ring.append(None)
         else:
@@ -247,7 +248,7 @@ class PassiveDetector(GroupRules):
             value, unit = ceiling
             measured = cap_iops if unit == "IOPS" else (cap_bw / 1024 if cap_bw else None)
             # what it has shown it can do at this request size: characterized, or its best in a window this run
-            size = _size_bucket(statistics.fmean(s[0] for s in busy), statistics.fmean(s[1] for s in busy) * 1024)
+            size = (mix, _size_bucket(statistics.fmean(s[0] for s in busy), statistics.fmean(s[1] for s in busy) * 1024))
             shown = d.best.get(size, (0.0, 0.0))
             best = max(measured or 0.0, shown[0] if unit == "IOPS" else shown[1] / 1024)
             if value >= self.p.saturation_below_best * best:
@@ -327,13 +328,22 @@ def _size_bucket(iops: float, bytes_per_second: float) -> int:
     return round(math.log2(max(bytes_per_second / iops, 512.0))) if iops > 0 else 0
 
 
-def _note_best(d: _Device, iops: float, bytes_per_second: float, util_percent: float | None) -> None:
-    """The most the device has shown it can do at each request size: a window's rate scaled to full util.
-    A probe that ran for one second of a five-second window at 50,000 IOPS shows 50,000, not its 10,000
-    average; a backup at 1 MiB shows what 1 MiB requests get, and is compared with that alone."""
+def _mostly(flows: dict) -> str:
+    """The direction that moved most of a window's bytes: 1 MiB writes and 1 MiB reads are not one speed
+    (a compaction's writes compared with a backup's reads looked like a ceiling at 26 % of the best)."""
+    read = (flows["read"].kib_per_second or 0.0) if "read" in flows else 0.0
+    written = sum(f.kib_per_second or 0.0 for k, f in flows.items() if k != "read")
+    return "read" if read >= written else "write"
+
+
+def _note_best(d: _Device, iops: float, bytes_per_second: float, util_percent: float | None,
+               mix: str = "read") -> None:
+    """The most the device has shown it can do at each request size and direction: a window's rate scaled
+    to full util. A probe that ran for one second of a five-second window at 50,000 IOPS shows 50,000, not
+    its 10,000 average; a backup at 1 MiB shows what 1 MiB reads get, and is compared with that alone."""
     if iops <= 0 or util_percent is None or util_percent < BEST_MIN_UTIL_PERCENT:
         return
     scale = 100.0 / min(util_percent, 100.0)
-    size = _size_bucket(iops, bytes_per_second)
+    size = (mix, _size_bucket(iops, bytes_per_second))
     old = d.best.get(size, (0.0, 0.0))
     d.best[size] = (max(old[0], iops * scale), max(old[1], bytes_per_second * scale))

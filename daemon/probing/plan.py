@@ -90,8 +90,13 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
             hold(refusal, next_at=now + BUDGET_RETRY_SECONDS)
             continue
         util = max((load.util_percent.get(x) or 0.0 for x in c.disks), default=0.0)
+        # PSI is the whole host's: it holds routine probes only. A volume still learning is unprotected until
+        # it is armed, and one under suspicion needs its probe as evidence; a host whose other disks stall all
+        # day would keep both waiting for ever (twelve warm-up probes, each held max_deferral_seconds: two
+        # hours). Their own disks' util still defers them, and marks them contended when it does.
         stalled = ((load.io_full_avg10_percent or 0.0) > DEFER_IO_PRESSURE_FULL_PERCENT and not busy_disks
-                   and load.seconds_since_own_probe > OWN_PRESSURE_SECONDS)
+                   and load.seconds_since_own_probe > OWN_PRESSURE_SECONDS
+                   and not c.warming_up and not c.suspected)
         contended = False
         if util > rules.defer_util_percent or stalled:
             since = c.deferred_since if c.deferred_since is not None else now

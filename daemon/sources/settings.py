@@ -34,6 +34,9 @@ def md_array_mode(array_state: str | None) -> str | None:
     return "read-write" if array_state in MD_IN_SERVICE else array_state
 
 
+IDENTITY = "identity"   # not a setting: what the name held at that poll (a change makes it another device)
+
+
 def watched_settings(devices: dict, power: cpupower.PowerSettings,
                      wanted=None) -> dict[tuple[str, str], object]:
     """(device or 'host', setting) -> value: everything whose change is recorded as drift. `wanted`: the
@@ -44,6 +47,7 @@ def watched_settings(devices: dict, power: cpupower.PowerSettings,
             continue
         if wanted is not None and name not in wanted:
             continue   # another's device ([sampler] devices / exclude_devices leave it out)
+        out[(name, IDENTITY)] = d.identity
         if d.queue:
             for f in QUEUE_FIELDS:
                 out[(name, f)] = getattr(d.queue, f)
@@ -61,9 +65,14 @@ def watched_settings(devices: dict, power: cpupower.PowerSettings,
 
 def settings_changes(last: dict, now: dict) -> list[tuple[str, str, object, object]]:
     """(device, setting, old, new) for every watched setting whose value changed between two polls
-    (a setting new to this poll is no change: a device that appeared brings its settings with it)."""
+    (a setting new to this poll is no change: a device that appeared brings its settings with it; nor is a
+    name that now holds another device: a loop device detached and attached to another image between two
+    polls is a new device with the kernel's defaults, not a drifted one)."""
+    replaced = {key[0] for key, new in now.items() if key[1] == IDENTITY and last.get(key, new) != new}
     out = []
     for key, new in now.items():
+        if key[1] == IDENTITY or key[0] in replaced:
+            continue
         old = last.get(key, new)
         if old != new:
             out.append((key[0], key[1], old, new))

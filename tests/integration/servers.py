@@ -86,6 +86,12 @@ def query(port: int, expr: str, at: float | None = None) -> dict:
         return json.loads(exc.read())
 
 
+def query_alerts(port: int) -> list[dict]:
+    """Prometheus's alerts now (pending and firing), with their labels, annotations and activeAt."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=10) as r:
+        return json.loads(r.read())["data"]["alerts"]
+
+
 def alertmanager(tmp_path, webhook_port: int) -> tuple[Server, int]:
     port = free_port()
     cfg = tmp_path / "alertmanager.yml"

@@ -32,6 +32,19 @@ def test_every_alert_has_a_unit_test_and_annotations():
         assert a["annotations"]["summary"] and a["annotations"]["description"]
 
 
+def test_every_alert_fires_on_its_first_event_from_an_empty_series():
+    """Issue 33: a rule that needs a second event (increase() over a series born at its first count) misses
+    the first; the promtool group "from an empty series" must name every alert."""
+    import yaml
+    rules = yaml.safe_load((PROM / "iowarden.rules.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    tests = yaml.safe_load((PROM / "tests" / "iowarden.rules.test.yml").read_text())["tests"]
+    group = next(t for t in tests if "from an empty series" in t.get("name", ""))
+    assert all(s["values"].startswith("_ _ ") for s in group["input_series"]), "a series exists from the start"
+    fired = {s["labels"].split('"')[1] for e in group["promql_expr_test"] for s in e["exp_samples"]}
+    assert fired == alerts, f"not shown firing from an empty series: {sorted(alerts - fired)}"
+
+
 def test_every_alert_links_its_own_section_of_the_runbook_and_waits_or_says_why_not():
     import re
     import yaml

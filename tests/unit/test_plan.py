@@ -82,6 +82,18 @@ def test_io_pressure_defers_only_when_it_is_not_our_own():
     assert run(0.0, [c("db")], load=Load({}, 40.0, 5.0))[("db", "rr")].action == "run"
 
 
+def test_host_wide_pressure_does_not_hold_a_volume_still_learning_or_under_suspicion():
+    """Issue 32: on a host whose other disks stall all day, twelve warm-up probes each held max_deferral_seconds
+    left a new volume unarmed for two hours. Its own disk's util still holds it."""
+    stalled = Load({}, 40.0, 60.0)
+    assert run(0.0, [c("db")], load=stalled)[("db", "rr")].reason == "io_pressure"   # routine: waits
+    for kind in ({"warming_up": True}, {"suspected": True}):
+        d = run(0.0, [c("db", **kind)], load=stalled)[("db", "rr")]
+        assert (d.action, d.contended) == ("run", False), kind   # not contended: its own disk is quiet
+        busy = run(0.0, [c("db", **kind)], load=Load({"sdb": 90.0}, 40.0, 60.0))[("db", "rr")]
+        assert busy.reason == "busy", kind
+
+
 def test_an_unmounted_target_is_held_and_counted():
     d = run(7.0, [c("disk:/srv/a", mounted=False)])[("disk:/srv/a", "rr")]
     assert (d.action, d.reason, d.next_at) == ("hold", "unmounted", 8.0)

@@ -80,3 +80,20 @@ def test_drift_is_watched_only_on_the_samplers_devices(tree):
     only = pollers.watched_settings(devices, power, wanted=frozenset({"sdb"}))
     assert {d for d, _ in every} > {"sdb", "host"}
     assert {d for d, _ in only} == {"sdb", "host"}
+
+
+def test_a_name_that_now_holds_another_device_is_no_drift(tree):
+    """Issue 36: IowardenSettingsDrift fired whenever other software re-attached a loop device ("loop0
+    scheduler: mq-deadline -> none"): a new device with the kernel's defaults, not a drifted one."""
+    from dataclasses import replace
+    from iowarden.probes import blockqueue, cpupower
+    devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
+    power = cpupower.read_power_settings(tree("cpu-bare-metal.tree"), run_tuned_adm_verify=False)
+    before = pollers.watched_settings(devices, power)
+    sdb = devices["sdb"]
+    other_queue = replace(sdb.queue, scheduler="none" if sdb.queue.scheduler != "none" else "mq-deadline")
+    same_disk = pollers.watched_settings({**devices, "sdb": replace(sdb, queue=other_queue)}, power)
+    assert [(d, s) for d, s, _, _ in pollers.settings_changes(before, same_disk)] == [("sdb", "scheduler")]
+    another = pollers.watched_settings({**devices, "sdb": replace(sdb, queue=other_queue,
+                                                                  identity="fs-uuid:another")}, power)
+    assert pollers.settings_changes(before, another) == []

@@ -1,0 +1,119 @@
+"""Time to detect a volume slowed 10x, 3x and 1.5x, at the shipped example's schedule, under the week's workload.
+
+    .venv/bin/python bench/time_to_detect.py [--factors 10,3,1.5] [--give-up-minutes 30]
+
+Four stacked loop XFS volumes of one size carry the compressed week's mix (tests/integration/soak_mix.py:
+a database mix on a daily cycle, backups and compactions at full speed, moving writes, fsync-heavy writes,
+page-cache reads, fstrim). One daemon runs the shipped example's configuration as it is (probes every
+300 s, a warm-up every 60 s until 12 probes are learned, 15 s passive windows); only where it looks is
+changed. Once every volume is armed, volume 0 is slowed by each factor in turn (a cgroup v1 limit on the
+device under it, at its normal 4k random-read IOPS divided by the factor, reads and writes), until the
+daemon raises an alert for it or the give-up time passes; then the limit is lifted and the bench waits for
+the alert to clear. The reference, printed beside each figure, is the probe interval: a detector that
+needs k probes takes about k intervals. Needs root; about an hour.
+"""
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tests.conftest import LoopXfs  # noqa: E402
+from tests.integration.helpers import DaemonProc, blkio_cap, free_port  # noqa: E402
+from tests.integration.soak_mix import Mix, mix_config  # noqa: E402
+
+INTERVAL_S = 300.0
+
+
+def samples(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return {f.name: f.samples for f in text_string_to_metric_families(r.read().decode())}
+
+
+def alerts_for(fams: dict, target: str, devices: set[str]) -> list[str]:
+    return sorted({f"{s.labels['alert']}({s.labels.get('profile') or s.labels.get('device')})"
+                   for s in fams.get("iowarden_alert_active", [])
+                   if s.value == 1 and (s.labels.get("target") == target or s.labels.get("device") in devices)})
+
+
+def wait(fn, timeout: float, every: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--factors", default="10,3,1.5")
+    ap.add_argument("--give-up-minutes", type=float, default=30.0)
+    ap.add_argument("--base-iops", type=int, default=1200, help="the database mix's peak per volume")
+    args = ap.parse_args()
+    factors = [float(f) for f in args.factors.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="iowarden-bench-ttd-"))
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, True)
+        lowers, uppers = [], []
+        for i in range(4):
+            lower = LoopXfs("1536M", direct_io=True)
+            stack.callback(lower.close)
+            upper = LoopXfs("1G", direct_io=True, image_dir=lower.mountpoint, mountpoint=tmp / f"vol{i}")
+            stack.callback(upper.close)
+            lowers.append(lower)
+            uppers.append(upper)
+        mix = Mix([u.mountpoint for u in uppers], args.base_iops)
+        mix.lay_out()
+        port = free_port()
+        daemon = DaemonProc(tmp, mix_config(tmp / "state", port, [u.mountpoint for u in uppers],
+                                            [v.name for v in lowers + uppers], compressed=False))
+        stack.callback(daemon.close)
+        daemon.wait_message("READY=1", timeout=60)
+        mix.start()
+        stack.callback(mix.stop)
+        t0 = time.monotonic()
+        armed = wait(lambda: (f := samples(port)).get("iowarden_baseline_learning") and
+                     not [s for s in f["iowarden_baseline_learning"] if s.value == 1], 3600, every=15)
+        print(f"every volume armed after {time.monotonic() - t0:.0f} s (warm-up: a probe per profile every "
+              f"60 s until 12 are learned)" if armed else "NOT armed within an hour", flush=True)
+        if not armed:
+            raise SystemExit(1)
+        target, devices = uppers[0].mountpoint.name, {uppers[0].name, lowers[0].name}
+        print(f"\n{'slowdown':>9} {'limit IOPS':>10} {'time to detect':>15} {'in intervals':>12} "
+              f"{'time to clear':>14}  first alert")
+        for factor in factors:
+            fams = samples(port)
+            normal = next(s.value for s in fams["iowarden_probe_iops"]
+                          if s.labels.get("target") == target and s.labels.get("profile") == "randread-4k"
+                          and s.labels.get("direction") == "read")
+            cap = max(20, int(normal / factor))
+            start = time.monotonic()
+            with blkio_cap("read_iops_device", lowers[0].major_minor, cap), \
+                    blkio_cap("write_iops_device", lowers[0].major_minor, cap):
+                raised = wait(lambda: alerts_for(samples(port), target, devices), args.give_up_minutes * 60)
+                took = time.monotonic() - start
+            lifted = time.monotonic()
+            cleared = wait(lambda: not alerts_for(samples(port), target, devices), 30 * 60) if raised else True
+            clear_s = time.monotonic() - lifted
+            print(f"{factor:>8g}x {cap:>10d} "
+                  f"{(f'{took:.0f} s' if raised else f'> {args.give_up_minutes:g} min'):>15} "
+                  f"{(f'{took / INTERVAL_S:.1f}' if raised else '-'):>12} "
+                  f"{(f'{clear_s:.0f} s' if raised and cleared else ('-' if not raised else '> 30 min')):>14}  "
+                  f"{', '.join(raised) if raised else 'none'}", flush=True)
+            time.sleep(120)   # the volume settles before the next factor
+        others = [a for u, lo in zip(uppers[1:], lowers[1:])
+                  for a in alerts_for(samples(port), u.mountpoint.name, {u.name, lo.name})]
+        print(f"\nreference: the probe interval is {INTERVAL_S:.0f} s; alerts open on the three healthy volumes at "
+              f"the end: {others or 'none'}")
+
+
+if __name__ == "__main__":
+    main()

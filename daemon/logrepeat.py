@@ -1,0 +1,55 @@
+"""A log line said once, then how often it repeated: no message more than once a minute per subject.
+
+A probe held by a busy device is looked at again every 5 s; logged each time, one busy afternoon wrote
+184 "deferred: device busy" lines in 35 minutes (issue 36). The filter keys a record by its logger, level,
+message template and its text arguments (the target, the profile: the subject), not its numbers (the
+util of the moment), so "probe db/rr deferred: device busy (71% util)" and "(93% util)" are one message.
+The first is logged; the same message within `window_seconds` is counted, not logged; the next one after
+the window is logged with "(N more like this in the last S s)". Alerts (records with an ALERT field: the
+journal's ALERT=) are never held back: each raise and clear is an event of its own.
+
+The clock is monotonic and passed in (tests use a fake one). The table of keys is bounded: past
+MAX_KEYS the oldest quiet keys are forgotten (a flood of distinct subjects costs memory, not silence).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+REPEAT_WINDOW_SECONDS = 60.0
+MAX_KEYS = 4096
+
+
+class RepeatFilter(logging.Filter):
+    def __init__(self, window_seconds: float = REPEAT_WINDOW_SECONDS,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.window_seconds = window_seconds
+        self.clock = clock
+        self._seen: dict[tuple, list] = {}   # key -> [last logged at, repeats held back since]
+
+    @staticmethod
+    def key(record: logging.LogRecord) -> tuple:
+        args = record.args if isinstance(record.args, tuple) else ()
+        words = tuple(a for a in args if isinstance(a, str))
+        return record.name, record.levelno, str(record.msg), words
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "ALERT", None) is not None:
+            return True
+        now = self.clock()
+        k = self.key(record)
+        seen = self._seen.get(k)
+        if seen is not None and now - seen[0] < self.window_seconds:
+            seen[1] += 1
+            return False
+        if seen is not None and seen[1]:
+            record.msg = f"{record.getMessage()} ({seen[1]} more like this in the last {now - seen[0]:.0f} s)"
+            record.args = None
+        self._seen.pop(k, None)
+        self._seen[k] = [now, 0]   # re-inserted: the dict's order is the keys' age
+        if len(self._seen) > MAX_KEYS:
+            for old in list(self._seen)[:len(self._seen) - MAX_KEYS]:
+                del self._seen[old]
+        return True

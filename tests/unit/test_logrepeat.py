@@ -1,0 +1,57 @@
+"""A log line said once, then how often it repeated (issue 36: 184 'deferred: device busy' lines in 35 min)."""
+import logging
+
+from iowarden.daemon.logrepeat import RepeatFilter
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def record(msg, *args, **extra):
+    r = logging.LogRecord("iowarden.probing", logging.INFO, __file__, 1, msg, args, None)
+    r.__dict__.update(extra)
+    return r
+
+
+def shown(f, msg, *args, **extra):
+    r = record(msg, *args, **extra)
+    return r.getMessage() if f.filter(r) else None
+
+
+def test_a_repeated_message_is_said_once_a_minute_with_its_count():
+    clock = Clock()
+    f = RepeatFilter(60.0, clock)
+    said = []
+    for i in range(36):   # every 5 s for three minutes, the util of the moment changing
+        said.append(shown(f, "probe %s/%s deferred: device busy (%.0f%% util)", "db", "rr", 60.0 + i))
+        clock.now += 5.0
+    lines = [s for s in said if s]
+    assert len(lines) == 3, lines
+    assert lines[0] == "probe db/rr deferred: device busy (60% util)"
+    assert lines[1] == "probe db/rr deferred: device busy (72% util) (11 more like this in the last 60 s)"
+
+
+def test_each_subject_is_its_own_message_and_alerts_always_pass():
+    clock = Clock()
+    f = RepeatFilter(60.0, clock)
+    assert shown(f, "probe %s/%s deferred: device busy", "db", "rr")
+    assert shown(f, "probe %s/%s deferred: device busy", "db", "rw")        # another profile
+    assert shown(f, "probe %s/%s deferred: device busy", "logs", "rr")      # another target
+    assert shown(f, "probe %s/%s deferred: device busy", "db", "rr") is None
+    for _ in range(3):   # a raise and a clear are events, however close
+        assert shown(f, "ALERT %s #%d cleared", "VolumeDegraded", 7, ALERT="VolumeDegraded")
+    # a message formatted before logging (a probe's result with its figures) differs each time: kept
+    assert shown(f, "probe db/rr on sdb: read 100 IOPS") and shown(f, "probe db/rr on sdb: read 101 IOPS")
+
+
+def test_the_table_of_messages_is_bounded():
+    clock = Clock()
+    f = RepeatFilter(60.0, clock)
+    for i in range(5000):
+        shown(f, "device %s added", f"loop{i}")
+    assert len(f._seen) <= 4096
