@@ -158,8 +158,12 @@ def cmd_status(args) -> int:
 
 
 def cmd_baseline(args) -> int:
-    from iowarden.daemon.commands.status import baseline_command
-    _print(baseline_command(configmod.load(args.config), args.action, args.target, args.profile))
+    from iowarden.daemon.commands.status import NothingMatches, baseline_command
+    try:
+        _print(baseline_command(configmod.load(args.config), args.action, args.target, args.profile))
+    except NothingMatches as exc:
+        print(f"iowarden baseline {args.action}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

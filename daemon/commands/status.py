@@ -197,10 +197,21 @@ def render_tail(t: dict, table) -> str:
                    for r, lat in zip(rows, cells)]))
 
 
+class NothingMatches(Exception):
+    """A --target or --profile that names nothing this daemon knows: exit 1, nothing queued."""
+
+
 def baseline_command(cfg: Config, action: str, target: str | None, profile: str | None) -> str:
     state = open_state(cfg)
     try:
+        measured = state.target_identities()
+        if target is not None and target not in measured and target not in {t.name for t in cfg.targets}:
+            known = sorted(set(measured) | {t.name for t in cfg.targets})
+            raise NothingMatches(f"no target named {target!r} (known: {', '.join(map(_p, known)) or 'none'})")
+        if profile is not None and profile not in cfg.profiles:
+            raise NothingMatches(f"no profile named {profile!r} (configured: {', '.join(sorted(cfg.profiles))})")
         if action == "show":
+            volumes = measured.get(target, set()) if target is not None else None
             return "\n".join(f"{_p(b['identity'])} {_p(b['profile'])} {metric_label(b['metric'])}: "
                              + (f"learning ({b['samples']} of {b['warmup']} probes)" if b["learning"] else
                                 f"{human_metric(b['metric'], b['baseline'])} over {b['samples']} probes")
@@ -208,8 +219,10 @@ def baseline_command(cfg: Config, action: str, target: str | None, profile: str 
                              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b['learned_at']))}"
                              + (" (ALERTING)" if b["alerting"] else "")
                              for b in baseline_rows(state, detector_params(cfg))
-                             if not profile or b["profile"] == profile) \
-                or "no baselines yet"
+                             if (not profile or b["profile"] == profile)
+                             and (volumes is None or b["identity"] in volumes)) \
+                or ("no baselines yet" if target is None and profile is None else
+                    f"no baselines yet for {' '.join(x for x in (target and f'target {target}', profile and f'profile {profile}') if x)}")
         state.request_baseline(action, target, profile)
         what = " ".join(x for x in (target and f"target {target}", profile and f"profile {profile}") if x)
         return (f"baseline {action} queued for {what or 'every volume'}; the daemon applies it before "

@@ -462,6 +462,15 @@ class State:
                                   (alert_id,)).fetchone()
         return None if row is None else (row[0] or "unknown", row[1] or "")
 
+    def target_identities(self) -> dict[str, set[str]]:
+        """Each target ever probed -> the volumes (identities) its probes measured."""
+        out: dict[str, set[str]] = {}
+        with self._lock:
+            for target, identity in self.db.execute(
+                    "SELECT DISTINCT target, identity FROM probe_results WHERE identity IS NOT NULL"):
+                out.setdefault(target, set()).add(identity)
+        return out
+
     def pins(self) -> dict[str, str]:
         with self._lock:
             return dict(self.db.execute("SELECT target, identity FROM target_pins").fetchall())

@@ -45,6 +45,7 @@ class Rules:
     defer_util_percent: float
     max_deferral_seconds: float
     jitter_ratio: float
+    suspect_deferral_seconds: float = float("inf")   # a suspected volume's probe waits no longer for a busy disk
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,11 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
         contended = False
         if util > rules.defer_util_percent or stalled:
             since = c.deferred_since if c.deferred_since is not None else now
-            # a probe of a volume under suspicion is the evidence: deferred one interval at most, not the
-            # whole max_deferral_seconds a routine probe may wait for a busy disk
-            limit = min(rules.max_deferral_seconds, c.interval_seconds) if c.suspected else rules.max_deferral_seconds
+            # a probe of a volume under suspicion is the evidence: deferred one interval at most (and no longer
+            # than the warm-up's interval: a minute), not the whole max_deferral_seconds a routine probe may
+            # wait for a busy disk; a volume held at a limit is busy because of the fault
+            limit = min(rules.max_deferral_seconds, c.interval_seconds, rules.suspect_deferral_seconds) \
+                if c.suspected else rules.max_deferral_seconds
             if now - since < limit:
                 hold("busy" if util > rules.defer_util_percent else "io_pressure",
                      next_at=now + DEFER_RETRY_SECONDS, deferred_since=since)

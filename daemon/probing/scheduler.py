@@ -140,8 +140,8 @@ class Scheduler:
         self.sampler = sampler
         self.post = post                  # a ProbeFinished event to the core
         self.pin_check = pin_check or (lambda target, device: None)
-        # (target, profile) -> is a fault suspected there (read from the core's published snapshot)
-        self.suspected = suspected or (lambda target, profile: False)
+        # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
+        self.suspected = suspected or (lambda target, profile: None)
         # the block devices as last read (the settings poller's view, kept current by hotplug):
         # a probe waiting for a busy disk must not re-read all of sysfs every second
         self.devices = devices or (lambda: blockqueue.read_sysfs_and_superblocks(roots))
@@ -232,7 +232,7 @@ class Scheduler:
         soon = self.cfg.section("scheduling").warmup_interval_seconds
         for d in self.due:
             if d.started_at is not None and d.next_at > d.started_at + soon and d.next_at > now \
-                    and self.suspected(d.target.name, d.profile):
+                    and self.suspected(d.target.name, d.profile) == BY_PROBE:
                 d.next_at = max(now, d.started_at + soon)
 
     def warming_up(self, target: str, profile: str) -> bool:
@@ -278,11 +278,11 @@ class Scheduler:
                 else d.target.interval_seconds
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
-                                        self.suspected(d.target.name, d.profile)))
+                                        bool(self.suspected(d.target.name, d.profile))))
         psi = getattr(self.sampler, "io_pressure", None)
         load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
                     psi.full_avg10_percent if psi is not None else None, since_own_probe)
-        rules = Rules(sch.defer_util_percent, sch.max_deferral_seconds, sch.jitter_ratio)
+        rules = Rules(sch.defer_util_percent, sch.max_deferral_seconds, sch.jitter_ratio, sch.warmup_interval_seconds)
         decisions = plan(now, candidates, busy, lambda disks, needed, warming: self.budget.refuses(
                          disks, needed, warming_up=warming), load, rules,
                          lambda ratio: self.rng.uniform(-ratio, ratio))
@@ -405,20 +405,34 @@ class Scheduler:
 SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): the next probe is the evidence
 
 
-def suspected_fault(snapshot, target: str, profile: str) -> bool:
-    """An open VolumeDegraded on this target's profile, or its last probe far off the volume's normal."""
-    return snapshot is not None and (target, profile) in _suspected_set(snapshot)
+BY_PROBE, BY_PASSIVE = "probe", "passive"
 
 
-_SUSPECTED: list = [None, frozenset()]   # (the snapshot it was computed for, its set): once per snapshot
+def suspected_fault(snapshot, target: str, profile: str) -> str | None:
+    """Why a fault is suspected on this target's profile, or None. BY_PROBE: an open VolumeDegraded there, or
+    its last probe far off the volume's normal (the next probe confirms it, soon). BY_PASSIVE: a passive
+    verdict open on its volume or its device (at its limit, slower than its normal): a probe is not deferred
+    long for the busy device that verdict is about, but is not hurried either (a volume may sit at its
+    provisioned limit all week)."""
+    if snapshot is None:
+        return None
+    by_probe, by_passive = _suspected_sets(snapshot)
+    return BY_PROBE if (target, profile) in by_probe else BY_PASSIVE if (target, profile) in by_passive else None
 
 
-def _suspected_set(snapshot) -> frozenset:
+_SUSPECTED: list = [None, (frozenset(), frozenset())]   # (the snapshot they were computed for, the sets)
+
+
+def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
     if _SUSPECTED[0] is not snapshot:
         far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
-        out = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
-        out |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far}
-        _SUSPECTED[:] = [snapshot, frozenset(out)]
+        by_probe = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
+        by_probe |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far}
+        passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
+        places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
+        by_passive = {(p.target, p.profile) for p in snapshot.probes
+                      if p.volume in places or getattr(p.result, "device", None) in places}
+        _SUSPECTED[:] = [snapshot, (frozenset(by_probe), frozenset(by_passive))]
     return _SUSPECTED[1]
 
 

@@ -107,3 +107,28 @@ def test_iostat_count_is_the_number_of_reports_as_sysstats(capsys):
             assert len(stamps) == int(argv[-1]), (argv, out[:300])
         else:
             assert out.count("Device") == 1, out
+
+
+def test_baseline_for_a_target_or_profile_that_does_not_exist_exits_1_and_queues_nothing(tmp_path, capsys):
+    """Issue 36: `baseline accept --target nosuch` answered "queued for target nosuch" and exited 0."""
+    from iowarden.daemon import cli
+    from iowarden.daemon.core.state import State
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[profiles.p]\nrw = "randread"\n'
+                   f'[[targets]]\nname = "db"\npath = "{tmp_path}"\nprofiles = ["p"]\n')
+    (tmp_path / "state").mkdir()
+    State(str(tmp_path / "state" / "state.db")).close()   # the daemon has run once
+    for argv in (["baseline", "show", "--target", "nosuch"], ["baseline", "accept", "--target", "nosuch"],
+                 ["baseline", "reset", "--profile", "nosuch"]):
+        assert cli.main([*argv, "-c", str(cfg)]) == 1, argv
+        err = capsys.readouterr().err
+        assert "no target named 'nosuch' (known: db)" in err or "no profile named 'nosuch' (configured: p)" in err
+    assert cli.main(["baseline", "show", "--target", "db", "-c", str(cfg)]) == 0
+    assert "no baselines yet for target db" in capsys.readouterr().out
+    assert cli.main(["baseline", "accept", "--target", "db", "-c", str(cfg)]) == 0
+    assert "queued for target db" in capsys.readouterr().out
+    state = State(str(tmp_path / "state" / "state.db"))
+    try:
+        assert state.take_baseline_requests() == [("accept", "db", None)]
+    finally:
+        state.close()

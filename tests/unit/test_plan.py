@@ -56,6 +56,11 @@ def test_a_probe_of_a_suspected_volume_waits_for_a_busy_disk_one_interval_at_mos
     now = run(300.0, [c("db", deferred_since=0.0, suspected=True)], load=busy)[("db", "rr")]
     assert now.action == "run" and now.contended
     assert run(300.0, [c("db", deferred_since=0.0)], load=busy)[("db", "rr")].action == "hold"
+    # and no longer than the warm-up's minute when the rules say so (the scheduler's do)
+    minute = Rules(RULES.defer_util_percent, RULES.max_deferral_seconds, RULES.jitter_ratio, 60.0)
+    assert run(59.0, [c("db", deferred_since=0.0, suspected=True)], load=busy, rules=minute)[("db", "rr")].action \
+        == "hold"
+    assert run(60.0, [c("db", deferred_since=0.0, suspected=True)], load=busy, rules=minute)[("db", "rr")].contended
 
 
 def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
@@ -70,7 +75,15 @@ def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
     assert suspected_fault(far, "db", "rr") and not suspected_fault(far, "db", "rw")
     alert = Snapshot(taken_at=0.0, version="t", alerts=(AlertView("VolumeDegraded", "vol", "rr", "db", "critical",
                                                                   0.0, 1),))
-    assert suspected_fault(alert, "db", "rr")
+    assert suspected_fault(alert, "db", "rr") == "probe"
+    # issue 33: a passive verdict open on the probe's volume (or its device): the busy disk is the fault's
+    for passive in (AlertView("VolumeAtLimit", "vol", "passive", "sdb", "warning", 0.0, 2),
+                    AlertView("DeviceSlow", "other", "passive", "sdx", "critical", 0.0, 3, devices=("vol",))):
+        on = Snapshot(taken_at=0.0, version="t", probes=(probe,), alerts=(passive,))
+        assert suspected_fault(on, "db", "rr") == "passive" and suspected_fault(on, "logs", "rr") is None
+    elsewhere = Snapshot(taken_at=0.0, version="t", probes=(probe,),
+                         alerts=(AlertView("VolumeAtLimit", "v2", "passive", "sdc", "warning", 0.0, 2),))
+    assert suspected_fault(elsewhere, "db", "rr") is None
 
 
 def test_io_pressure_defers_only_when_it_is_not_our_own():

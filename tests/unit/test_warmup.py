@@ -93,7 +93,7 @@ def test_a_probe_far_off_its_normal_is_confirmed_a_minute_later_not_an_interval(
     suspicion = {"on": False}
     s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
                  Roots(), Sampler(), lambda e: None, clock=clock, history=history,
-                 suspected=lambda target, profile: suspicion["on"])
+                 suspected=lambda target, profile: "probe" if suspicion["on"] else None)
     while not s.ran:
         s.tick()
     s.tick()
