@@ -64,7 +64,9 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             latest[(rec["target"], rec["profile"])] = rec
         b = cfg.section("budget")
         budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day)
-        budget.replay(state.probe_results(limit=5000), blockqueue.read_sysfs_and_superblocks(roots))
+        budget.warmup_time_ratio = b.warmup_device_time_ratio
+        budget.replay(state.probe_results(limit=5000), blockqueue.read_sysfs_and_superblocks(roots),
+                      cfg.section("detector").warmup_probes)
         return {
             "probes": [latest[k] for k in sorted(latest)],
             "baselines": baseline_rows(state, detector_params(cfg)),
@@ -150,9 +152,11 @@ def render(st: dict, table) -> str:
     else:
         out.append("no open alerts")
     for disk, b in st["budget"].items():
+        warmup = b.get("warmup_seconds_used", 0.0) - b["device_seconds_used"]
         out.append(f"budget {_p(disk)}: {b['device_seconds_used']:.0f} of {b['device_seconds_allowed']:.0f} device-"
-                   f"seconds used, {b['written_bytes_24h'] >> 20} of {b['written_bytes_allowed'] >> 20} MiB "
-                   "written in 24 h")
+                   f"seconds used" + (f" (and {warmup:.0f} by warm-ups, of their {b['warmup_seconds_allowed']:.0f})"
+                                      if warmup > 0.5 else "") +
+                   f", {b['written_bytes_24h'] >> 20} of {b['written_bytes_allowed'] >> 20} MiB written in 24 h")
     for d in st["drift"][-5:]:
         out.append(f"drift {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['at']))} {_p(d['device'])} "
                    f"{_p(d['setting'])}: {_p(d['old'])} -> {_p(d['new'])}")

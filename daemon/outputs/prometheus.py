@@ -242,7 +242,14 @@ class SnapshotCollector:
             for reason in SKIP_REASONS:
                 skipped.add_metric([t, reason], s.skipped_total.get((t, reason), 0))
         budget_used = GaugeMetricFamily("iowarden_budget_device_time_used_seconds",
-                                        "Probe device-time spent on the disk in the budget window", labels=["device"])
+                                        "Routine probes' device-time on the disk in the budget window (the warm-up's "
+                                        "is iowarden_budget_warmup_device_time_used_seconds)", labels=["device"])
+        warmup_used = GaugeMetricFamily("iowarden_budget_warmup_device_time_used_seconds",
+                                        "Every probe's device-time on the disk in the budget window, counted against "
+                                        "the warm-up's share while a volume on it is learning", labels=["device"])
+        warmup_allowed = GaugeMetricFamily("iowarden_budget_warmup_device_time_allowed_seconds",
+                                           "Probe device-time a volume still learning may use in the budget window",
+                                           labels=["device"])
         budget_allowed = GaugeMetricFamily("iowarden_budget_device_time_allowed_seconds",
                                            "Probe device-time allowed in the budget window", labels=["device"])
         written = GaugeMetricFamily("iowarden_budget_written_bytes", "Bytes probes wrote to the disk in 24 h",
@@ -252,10 +259,12 @@ class SnapshotCollector:
         for disk, b in sorted(s.budget.items()):
             budget_used.add_metric([disk], b.device_seconds_used)
             budget_allowed.add_metric([disk], b.device_seconds_allowed)
+            warmup_used.add_metric([disk], b.warmup_seconds_used)
+            warmup_allowed.add_metric([disk], b.warmup_seconds_allowed)
             written.add_metric([disk], b.written_bytes_24h)
             written_allowed.add_metric([disk], b.written_bytes_allowed)
         yield from (iops, bw, hist, pct, success, last_ok, dur, cont, skipped,
-                    budget_used, budget_allowed, written, written_allowed)
+                    budget_used, budget_allowed, warmup_used, warmup_allowed, written, written_allowed)
 
     # -- baselines and alerts -----------------------------------------------------------------
     def _baselines(self, s):

@@ -27,96 +27,15 @@ from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
 from iowarden.daemon.config import Config, Target
 from iowarden.daemon.core.events import ProbeFinished, ProbeStarted
 from iowarden.daemon.sources.discovery import st_dev_of
+from iowarden.daemon.probing.budget import DAY_SECONDS, Budget, BudgetStatus  # noqa: F401 (BudgetStatus: re-exported)
 from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
 
 log = logging.getLogger("iowarden")
 
-DAY_SECONDS = 86400.0
 # Probes running at once, whatever their disks: one per physical disk already, and this bounds the threads
 # (and fio processes) when disks cannot be told apart (a target whose device is not found): 1,000
 # discovered targets started 1,000 workers in one step.
 MAX_PROBE_WORKERS = 8
-
-
-@dataclass(frozen=True)
-class BudgetStatus:
-    """One physical disk's budget as it stands: device-time in the window and bytes written in a day."""
-    device_seconds_used: float
-    device_seconds_allowed: float
-    written_bytes_24h: int
-    written_bytes_allowed: int
-
-
-class Budget:
-    """Per physical disk: probe device-time as a share of wall time, and bytes written per day.
-
-    Cloud volumes bill per I/O and burst-credit volumes pay for every probe in
-    credits: a monitor must not become the load it is watching.
-
-    Probe workers record, the scheduler and every scrape read: one lock guards the
-    history, so a reader never iterates a deque a worker is appending to.
-    """
-
-    def __init__(self, time_ratio: float, window_seconds: float, write_bytes_per_day: int, clock=time.monotonic,
-                 wall=time.time):
-        """clock: the budget's time, monotonic: a wall clock stepped back an hour must not hold a spent budget
-        for an hour more, nor one stepped forward a day hand out a new day's writes. `wall` only dates the
-        stored results that replay() converts."""
-        self.time_ratio, self.window_seconds = time_ratio, window_seconds
-        self.write_bytes_per_day = write_bytes_per_day
-        self.clock, self.wall = clock, wall
-        self.warmup_time_ratio = 0.0   # the share a volume still learning may use ([budget] warmup_device_time_ratio)
-        self.spent: dict[str, collections.deque] = {}   # disk -> (clock time, device seconds, bytes written)
-        self._lock = threading.Lock()
-
-    def replay(self, records: list[dict], devices: dict) -> None:
-        """Count stored probe results (from the state database, dated by the wall clock) against their disks,
-        each at its age on the budget's clock. A result dated in the future (the wall clock was stepped
-        back since) counts as spent now: the budget errs towards probing less."""
-        now, wall_now = self.clock(), self.wall()
-        for rec in records:
-            if rec.get("device"):
-                disks = blockqueue.physical_devices(rec["device"], devices) or (rec["device"],)
-                age = max(0.0, wall_now - rec["started_at"])
-                self.record(disks, now - age, rec["duration_seconds"],
-                            rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0))
-
-    def record(self, disks, at: float, seconds: float, written: int) -> None:
-        """`at`: when the probe started, on the budget's clock."""
-        with self._lock:
-            for disk in disks:
-                self.spent.setdefault(disk, collections.deque()).append((at, seconds, written))
-
-    def disks(self) -> list[str]:
-        with self._lock:
-            return sorted(self.spent)
-
-    def _trim(self, disk: str, now: float) -> collections.deque:
-        q = self.spent.setdefault(disk, collections.deque())
-        while q and q[0][0] < now - max(self.window_seconds, DAY_SECONDS):
-            q.popleft()
-        return q
-
-    def status(self, disk: str, now: float | None = None) -> BudgetStatus:
-        now = self.clock() if now is None else now
-        with self._lock:
-            q = self._trim(disk, now)
-            used = sum(sec for at, sec, _ in q if at >= now - self.window_seconds)
-            written = sum(b for at, _, b in q if at >= now - DAY_SECONDS)
-        return BudgetStatus(used, self.time_ratio * self.window_seconds, written, self.write_bytes_per_day)
-
-    def refuses(self, disks, needed_seconds: float, now: float | None = None, warming_up: bool = False) -> str | None:
-        """Why these disks cannot take a probe of `needed_seconds` now, or None. A volume still learning its
-        normal may use `warmup_time_ratio` of the window instead (the warm-up's own, stated budget)."""
-        for disk in disks:
-            st = self.status(disk, now)
-            allowed = max(st.device_seconds_allowed, self.warmup_time_ratio * self.window_seconds) if warming_up \
-                else st.device_seconds_allowed
-            if st.device_seconds_used + needed_seconds > allowed:
-                return "budget_time"
-            if st.written_bytes_24h >= st.written_bytes_allowed:
-                return "budget_bytes"
-        return None
 
 
 @dataclass
@@ -163,7 +82,7 @@ class Scheduler:
         b = cfg.section("budget")
         self.budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day, clock=clock)
         if history:  # what was spent before a restart still counts
-            self.budget.replay(history, self.devices())
+            self.budget.replay(history, self.devices(), cfg.section("detector").warmup_probes)
         # (target, profile) -> measured probes so far (ok, uncontended: what a baseline learns from), this run's
         # and the stored ones: fewer than [detector] warmup_probes is a volume still learning its normal
         self.learned: collections.Counter = collections.Counter(
@@ -353,7 +272,8 @@ class Scheduler:
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
             self.budget.record(disks, self.clock() - result.duration_seconds, result.duration_seconds,
-                               result.write_io_bytes + result.layout_bytes)
+                               result.write_io_bytes + result.layout_bytes,
+                               warmup=self.warming_up(d.target.name, d.profile))
             if self._stopping and not result.ok:
                 result.error = "interrupted: iowarden is stopping"
             with self._lock:

@@ -87,12 +87,15 @@ def first_half_hour(lane) -> list[str]:
             if armed_at is None and fams.get("iowarden_baseline_learning") and not learning:
                 armed_at = time.monotonic() - start
                 budget_at_arming = (
-                    f"device time {value(fams, 'iowarden_budget_device_time_used_seconds', device=device):.1f} s "
-                    f"of {value(fams, 'iowarden_budget_device_time_allowed_seconds', device=device):.0f} s allowed "
-                    f"per hour (the warm-up may use up to 0.15 of the hour, {0.15 * 3600:.0f} s); "
+                    f"device time {value(fams, 'iowarden_budget_warmup_device_time_used_seconds', device=device):.1f}"
+                    f" s of the warm-up's "
+                    f"{value(fams, 'iowarden_budget_warmup_device_time_allowed_seconds', device=device):.0f} s "
+                    f"an hour (the routine budget: "
+                    f"{value(fams, 'iowarden_budget_device_time_used_seconds', device=device):.1f} s of "
+                    f"{value(fams, 'iowarden_budget_device_time_allowed_seconds', device=device):.0f} s); "
                     f"written {value(fams, 'iowarden_budget_written_bytes', device=device) / 2**20:.0f} MiB of "
                     f"{value(fams, 'iowarden_budget_written_allowed_bytes', device=device) / 2**20:.0f} MiB "
-                    f"allowed per day")
+                    f"allowed a day")
             alerts_before += [f"{s.labels['alert']} {s.labels.get('profile', '')}"
                               for s in fams.get("iowarden_alert_active", []) if s.value == 1]
             lane.sleep(15)
