@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 
 
-import math
 import os
 import stat
 
@@ -20,9 +19,10 @@ from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_f
 from iowarden.probes.fio_run import ProbeLimits, run_probe
 
 from iowarden.daemon import config as configmod
-from iowarden.daemon.sources.discovery import targets_now
+from iowarden.daemon.probing.discovery import targets_now
 from iowarden.daemon.core.state import StateDamaged, StateUnavailable
 from iowarden.daemon.core.statedir import state_dir_problem
+from iowarden.daemon.commands.args import positive_int, positive_seconds, version_text
 from iowarden.daemon.commands.inspect import cmd_settings, cmd_xfs
 from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
 from iowarden.daemon.commands.tables import dumps, human_bytes, latency_columns, print_lines as _print, table
@@ -184,37 +184,6 @@ def cmd_ack(args) -> int:
 
 
 # ---- argument parsing -----------------------------------------------------------------------
-
-def positive_seconds(text: str) -> float:
-    """A number of seconds for argparse: finite and above zero (nan, inf and -1 are refused, not looped on)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
-
-
-def version_text() -> str:
-    import importlib.metadata
-    import platform
-    try:
-        version = importlib.metadata.version("iowarden")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown (not installed)"
-    return f"iowarden {version} (Python {platform.python_version()})"
-
 
 def cmd_version(args) -> int:
     print(version_text())

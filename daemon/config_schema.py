@@ -6,6 +6,7 @@ and the docs. A registered source (sources/registry.py) brings its own section; 
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -13,13 +14,26 @@ from typing import Any, Callable
 from iowarden.probes.fio_job import PROFILE_RW
 from iowarden.probes.fio_run import directory_target_problem
 
-from iowarden.daemon.sources.sampler import DEFAULT_EXCLUDE
-
 MAX_SIZE_BYTES = 1 << 50         # a size key's bound unless it names a smaller one (1 PiB)
+# [sampler] exclude_devices when none is given: ram and zram disks are memory, not storage (node_exporter
+# leaves them out too)
+DEFAULT_EXCLUDE = ("ram*", "zram*")
+
+
+def parse_listen_address(text: str) -> tuple[tuple, int]:
+    """':29110' (all interfaces), '127.0.0.1:29110', '[::1]:29110' -> (bind address, family)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listen address {text!r} is not HOST:PORT")
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"listen address {text!r}: the port must be 1-65535")
+    host = host.strip("[]")
+    if host in ("", "::"):
+        return ("::", int(port)), socket.AF_INET6
+    return (host, int(port)), socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def listen_address_problem(text: str) -> str | None:
-    from iowarden.daemon.outputs.http import parse_listen_address
     try:
         parse_listen_address(text)
     except ValueError as exc:
@@ -118,7 +132,9 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                                  minimum=0.0, maximum=1.0),
         "warmup_device_time_ratio": Key("float", 0.15, "The share a volume may use while it learns its normal "
                                         "([scheduling] warmup_interval_seconds): the example's 6 s a minute is 10 %, "
-                                        "and its whole warm-up (12 rounds) 72 s of device time.",
+                                        "and its whole warm-up (12 rounds) 72 s of device time. It counts every probe "
+                                        "on the disk; device_time_ratio counts only the probes of armed volumes, so "
+                                        "a warm-up just done leaves their budget whole.",
                                         minimum=0.0, maximum=1.0),
         "window_seconds": Key("float", 3600.0, "The window that share is measured over", minimum=60.0, maximum=7 * 86400.0),
         "write_bytes_per_day": Key("size", "10GiB", 'Bytes probes may write per disk per day (cloud volumes bill per request).'),

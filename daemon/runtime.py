@@ -30,8 +30,8 @@ from iowarden.daemon.logrepeat import RepeatFilter
 from iowarden.daemon import config as configmod
 from iowarden.daemon.config import Target
 from iowarden.daemon.core.core import Core, CounterReaders
-from iowarden.daemon.core.events import Housekeeping, SourceRead, TargetsChanged
-from iowarden.daemon.sources.discovery import discover
+from iowarden.daemon.events import Housekeeping, SourceRead, TargetsChanged
+from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
 from iowarden.daemon.outputs.http import WebConfigError

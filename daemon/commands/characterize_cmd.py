@@ -17,7 +17,7 @@ from iowarden.probes.common import Roots, parse_size_bytes
 from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
 
 from iowarden.daemon.commands import characterize as ch
-from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE
+from iowarden.daemon.snapshot import CAPABILITY_PROFILE
 from iowarden.daemon.commands.tables import latency_columns, table
 
 BUSY_UTIL_PERCENT = 20.0
@@ -199,7 +199,7 @@ def _earlier_run(out_dir: str | None) -> str | None:
 
 def run_parameters(args, kept: list, results: list, size: int, budget_bytes: int) -> dict:
     """How the run was made, so a reader of characterize.json can compare two runs or repeat one."""
-    from iowarden.daemon.cli import version_text
+    from iowarden.daemon.commands.args import version_text
     engines = sorted({s.profile.ioengine for s in kept})
     finished = time.time()
     return {

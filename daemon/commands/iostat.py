@@ -36,7 +36,7 @@ class Operands(argparse.Action):
     """Split sysstat's operands: device names first, then an interval and a count (numbers)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from iowarden.daemon.cli import positive_int, positive_seconds
+        from iowarden.daemon.commands.args import positive_int, positive_seconds
         devices, numbers = [], []
         for token in values:
             if _is_number(token):

@@ -17,9 +17,9 @@ from iowarden.probes.common import Roots, printable
 from iowarden.daemon.config import Config
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.outputs.prometheus import BAND_SPREADS
-from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE, NOT_PROBE_PROFILES, PASSIVE_PROFILE, SOURCE_PROFILE
+from iowarden.daemon.snapshot import CAPABILITY_PROFILE, NOT_PROBE_PROFILES, PASSIVE_PROFILE, SOURCE_PROFILE
 from iowarden.daemon.commands.tables import human_metric, human_seconds, latency_columns, metric_label
-from iowarden.daemon.probing.scheduler import Budget
+from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
 from iowarden.daemon.verdicts.sentence import alert_text
 

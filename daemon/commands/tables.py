@@ -10,8 +10,8 @@ from typing import Any, Iterable, Sequence
 
 from iowarden.probes.common import printable, printable_lines
 
-# re-exported: the wording of one number lives with the verdicts that say it (verdicts/wording.py)
-from iowarden.daemon.verdicts.wording import METRIC_LABELS, human_metric, human_seconds, metric_label  # noqa: F401
+# re-exported: the wording of one number lives with the verdicts that say it (daemon/wording.py)
+from iowarden.daemon.wording import METRIC_LABELS, human_metric, human_seconds, metric_label  # noqa: F401
 
 CELL_MAX_CHARS = 300
 

@@ -1,6 +1,6 @@
 """The daemon's core: the one thread that changes what the daemon knows, and publishes it.
 
-Parts read the machine on threads of their own and post typed events (core/events.py). The core
+Parts read the machine on threads of their own and post typed events (daemon/events.py). The core
 applies them in the order they came, each by the one handler HANDLERS names for its type:
 
 - everything the daemon knows lives here, in `Knowledge`: the latest results, the device view,
@@ -25,9 +25,9 @@ from types import MappingProxyType
 from typing import Callable
 
 from iowarden.daemon.core import knowledge, retention
-from iowarden.daemon.core.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
+from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
                                          ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
-from iowarden.daemon.core.snapshot import Snapshot
+from iowarden.daemon.snapshot import Snapshot
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
 

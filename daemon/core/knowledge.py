@@ -16,14 +16,14 @@ from iowarden.probes.blockqueue import identity_of, physical_devices
 from iowarden.probes.diskstats import DiskSample, compute_rates
 
 from iowarden.daemon.core import latency
-from iowarden.daemon.core.events import DevicesRead, ProbeFinished
-from iowarden.daemon.core.snapshot import ProbeView
+from iowarden.daemon.events import DevicesRead, ProbeFinished
+from iowarden.daemon.snapshot import ProbeView
 from iowarden.daemon.probing.scheduler import result_summary
 from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
-from iowarden.daemon.verdicts.health import PASSIVE_PROFILE, SOURCE_PROFILE
+from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
 log = logging.getLogger("iowarden")
 __all__ = ["Knowledge", "apply_result", "apply_settings", "PASSIVE_PROFILE", "SOURCE_PROFILE"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from prometheus_client.core import GaugeMetricFamily
 
 from iowarden.daemon.sources.xfs import mount_of
-from iowarden.daemon.verdicts.health import PASSIVE_PROFILE
+from iowarden.daemon.snapshot import PASSIVE_PROFILE
 from iowarden.daemon.verdicts.sentence import alert_text, cut
 
 DEFAULT_RUNBOOK_URL = "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md"

@@ -60,8 +60,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from iowarden.daemon.outputs import exposition
 from iowarden.daemon.outputs.auth import FAILED_AUTH_WINDOW_SECONDS, BasicAuth, FairHasher
 # what callers import from here: the server's config, read by web_config.py
+from iowarden.daemon.config_schema import parse_listen_address  # noqa: F401 (checked by the config too)
 from iowarden.daemon.outputs.web_config import (WebConfig, WebConfigError, _parse_basic,  # noqa: F401
-                                                load_web_config, parse_listen_address)
+                                                load_web_config)
 
 log = logging.getLogger("iowarden")
 

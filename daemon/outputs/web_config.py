@@ -5,7 +5,6 @@ from __future__ import annotations
 
 
 import base64
-import socket
 import ssl
 from dataclasses import dataclass, field
 
@@ -87,16 +86,3 @@ def _parse_basic(header: str) -> tuple[str, bytes] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return (user, password.encode()) if sep else None
-
-
-def parse_listen_address(text: str) -> tuple[tuple, int]:
-    """':29110' (all interfaces), '127.0.0.1:29110', '[::1]:29110' -> (bind address, family)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"listen address {text!r} is not HOST:PORT")
-    if not 1 <= int(port) <= 65535:
-        raise ValueError(f"listen address {text!r}: the port must be 1-65535")
-    host = host.strip("[]")
-    if host in ("", "::"):
-        return ("::", int(port)), socket.AF_INET6
-    return (host, int(port)), socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -19,8 +19,8 @@ from collections import defaultdict
 from iowarden.probes import diskstats
 from iowarden.probes.blockqueue import identity_of
 
-from iowarden.daemon.core.events import PassiveJudged
-from iowarden.daemon.verdicts.health import CAPABILITY_PROFILE, PASSIVE_PROFILE
+from iowarden.daemon.events import PassiveJudged
+from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE
 from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window
 
 log = logging.getLogger("iowarden")

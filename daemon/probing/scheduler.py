@@ -25,9 +25,9 @@ from iowarden.probes.common import Roots, kill_group
 from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
 
 from iowarden.daemon.config import Config, Target
-from iowarden.daemon.core.events import ProbeFinished, ProbeStarted
-from iowarden.daemon.sources.discovery import st_dev_of
-from iowarden.daemon.probing.budget import DAY_SECONDS, Budget, BudgetStatus  # noqa: F401 (BudgetStatus: re-exported)
+from iowarden.daemon.events import ProbeFinished, ProbeStarted
+from iowarden.daemon.probing.discovery import st_dev_of
+from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
 
 log = logging.getLogger("iowarden")

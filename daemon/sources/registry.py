@@ -14,7 +14,7 @@ of that value, called where the daemon needs it:
 
 Adding a source is one module that defines a spec, one line in SOURCES, its fixture and its tests.
 The built-in sources that came before the seam (the diskstats sampler, the settings poller, the XFS
-poller, the passive detector) post typed events of their own (core/events.py): their values feed
+poller, the passive detector) post typed events of their own (daemon/events.py): their values feed
 other subsystems (the scheduler, the passive detector, drift), not only /metrics and causes.
 """
 from __future__ import annotations

@@ -16,7 +16,8 @@ from types import MappingProxyType
 from iowarden.probes import diskstats, pressure
 from iowarden.probes.common import Roots
 
-from iowarden.daemon.core.events import DisksSampled
+from iowarden.daemon import config_schema
+from iowarden.daemon.events import DisksSampled
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,8 @@ class SamplerReading:
 
 
 # Devices nobody asked about, left out unless [sampler] devices names them (node_exporter's default
-# also leaves out ram and zram disks); [sampler] exclude_devices overrides it.
-DEFAULT_EXCLUDE = ("ram*", "zram*")
+# also leaves out ram and zram disks); [sampler] exclude_devices overrides it. The configuration's default.
+DEFAULT_EXCLUDE = config_schema.DEFAULT_EXCLUDE
 
 
 class Sampler:

@@ -15,7 +15,7 @@ from iowarden.probes import blockqueue, cpupower
 from iowarden.probes.common import Roots
 from iowarden.probes.vocabulary import WATCHED_QUEUE_SETTINGS
 
-from iowarden.daemon.core.events import DevicesRead, SettingsRead
+from iowarden.daemon.events import DevicesRead, SettingsRead
 
 log = logging.getLogger("iowarden")
 

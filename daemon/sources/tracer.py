@@ -452,7 +452,7 @@ def where_the_time_goes(r: TraceReading, disk: str, direction: str) -> str | Non
     if not p99:
         return None
     in_device = min(1.0, dev99 / p99)
-    from iowarden.daemon.verdicts.wording import human_seconds
+    from iowarden.daemon.wording import human_seconds
     where = ("the device" if in_device >= 0.8 else
              "the kernel's queue in front of the device (I/O scheduler, nr_requests, writeback throttling)"
              if in_device <= 0.5 else "both the device and the kernel's queue")

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from iowarden.probes import xfs
 from iowarden.probes.common import Roots, is_utf8
 
-from iowarden.daemon.core.events import XfsRead
+from iowarden.daemon.events import XfsRead
 
 log = logging.getLogger("iowarden")
 

@@ -16,16 +16,13 @@ from dataclasses import dataclass, field
 
 from iowarden.probes.vocabulary import BASELINED_LATENCIES, DIRECTIONS
 
+from iowarden.daemon.snapshot import NOT_PROBE_PROFILES, PASSIVE_PROFILE
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.verdicts.sentence import alert_text
 
 log = logging.getLogger("iowarden")
 
 FAILURES_BEFORE_ALERT = 2
-PASSIVE_PROFILE = "passive"
-CAPABILITY_PROFILE = "capability"
-SOURCE_PROFILE = "source"        # a registered source's last summary, for `status` (sources/spec.py)
-NOT_PROBE_PROFILES = (PASSIVE_PROFILE, CAPABILITY_PROFILE, SOURCE_PROFILE)
 CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
 CONTENDED_RECOVERED = 0.75
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
@@ -100,7 +97,7 @@ class Health:
 
     @_locked
     def open_alert_views(self) -> list:
-        from iowarden.daemon.core.snapshot import AlertView
+        from iowarden.daemon.snapshot import AlertView
         return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id,
                           tuple((m, v.get("value"), v.get("baseline")) for m, v in a.metrics.items()),
                           tuple(a.causes), a.acked_by, a.ack_note, a.mountpoint, a.devices)
@@ -109,7 +106,7 @@ class Health:
     @_locked
     def baseline_views(self) -> list:
         """Every baseline with its latest verdict, read in one go (for a snapshot)."""
-        from iowarden.daemon.core.snapshot import BaselineView
+        from iowarden.daemon.snapshot import BaselineView
         views = []
         for (volume, profile, metric), det in self.detectors.items():
             base = det.baseline()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from iowarden.daemon.verdicts.wording import human_metric, metric_label
+from iowarden.daemon.wording import human_metric, metric_label
 
 MAX_TEXT_CHARS = 400       # per label value: Prometheus has no limit, Alertmanager's receivers (chat, SMS) do
 MAX_MOVED = 4              # metrics named in `what`; the rest are counted

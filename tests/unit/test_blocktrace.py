@@ -175,9 +175,10 @@ def test_status_shows_the_last_windows_tail_saved_by_the_core_at_most_every_15_s
     from iowarden.daemon.commands.status import render_tail
     from iowarden.daemon.commands.tables import table
     from iowarden.daemon.core.core import Core
-    from iowarden.daemon.core.events import SourceRead
+    from iowarden.daemon.events import SourceRead
     from iowarden.daemon.core.state import State
-    from iowarden.daemon.verdicts.health import SOURCE_PROFILE, Health
+    from iowarden.daemon.snapshot import SOURCE_PROFILE
+    from iowarden.daemon.verdicts.health import Health
 
     now = [100.0]
     st = State(str(tmp_path / "s.db"))

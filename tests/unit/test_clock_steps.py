@@ -5,9 +5,9 @@ import time
 
 from iowarden.daemon.core import retention
 from iowarden.daemon.core.core import Core
-from iowarden.daemon.core.events import Housekeeping
+from iowarden.daemon.events import Housekeeping
 from iowarden.daemon.core.state import State
-from iowarden.daemon.probing.scheduler import Budget
+from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
 

@@ -20,7 +20,7 @@ from types import MappingProxyType, SimpleNamespace
 import pytest
 
 from iowarden.daemon.core.core import Core, CounterReaders
-from iowarden.daemon.core.events import (DevicesRead, DisksSampled, PassiveJudged, ProbeFinished, SettingsRead,
+from iowarden.daemon.events import (DevicesRead, DisksSampled, PassiveJudged, ProbeFinished, SettingsRead,
                                          TargetsChanged, XfsRead)
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
@@ -220,7 +220,7 @@ def test_the_core_keeps_counters_only_of_the_disk_a_probe_runs_on_from_the_sampl
     """Issue 38's 130 whole samples (260 MiB at 4,000 disks) are now only the probed device's, from the sample
     just before ProbeStarted: a 1 s probe between two 1 Hz samples is still bracketed (the integration test
     test_passive.py::test_busy_volume_... judges contended probes by what the disk delivered)."""
-    from iowarden.daemon.core.events import ProbeStarted
+    from iowarden.daemon.events import ProbeStarted
     st = State(str(tmp_path / "s.db"))
     core = Core(st, Health(st), "t")
     base = diskstats.parse("   7       5 loop5 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n"

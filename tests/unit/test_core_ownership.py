@@ -16,9 +16,9 @@ from types import MappingProxyType
 
 import pytest
 
-from iowarden.daemon.core import events
+from iowarden.daemon import events
 from iowarden.daemon.core.core import HANDLERS, Core
-from iowarden.daemon.core.events import Housekeeping
+from iowarden.daemon.events import Housekeeping
 from iowarden.daemon.core.state import OffCoreWrite, State
 from iowarden.daemon.verdicts.health import Health
 from iowarden.probes import diskstats

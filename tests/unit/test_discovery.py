@@ -2,7 +2,7 @@
 import pytest
 
 from iowarden.daemon import config
-from iowarden.daemon.sources.discovery import match, read_mounts, read_only_matches, targets_now
+from iowarden.daemon.probing.discovery import match, read_mounts, read_only_matches, targets_now
 from iowarden.probes.common import Roots
 
 PROFILES = """
@@ -123,7 +123,7 @@ def test_discovered_targets_are_capped_and_the_rest_counted():
     """Hardening round three: 10,000 discovered targets took a scheduler step of 28.8 s against its 10 s
     deadline, and nothing capped them."""
     from iowarden.daemon.config import DiscoveryRule
-    from iowarden.daemon.sources.discovery import match, over_limit
+    from iowarden.daemon.probing.discovery import match, over_limit
     rules = (DiscoveryRule("vol", ("/srv/*",), ("xfs",), ("rr",), 3600.0),)
     mounts = [(f"/dev/sd{i}", f"/srv/v{i}", "xfs", False) for i in range(10_000)] + [("/dev/x", "/srv/ro", "xfs", True)]
     found = match(rules, mounts, (), lambda m: 42, limit=1000)

@@ -10,8 +10,8 @@ from iowarden.daemon.outputs.http import WebConfigError, load_web_config, parse_
 from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS, LatencyTotal, add_probe, rebucket
 from iowarden.daemon.outputs.prometheus import SnapshotCollector
 from iowarden.daemon.registry import PartStats
-from iowarden.daemon.probing.scheduler import BudgetStatus
-from iowarden.daemon.core.snapshot import AlertView, BaselineView, ProbeView, Snapshot
+from iowarden.daemon.probing.budget import BudgetStatus
+from iowarden.daemon.snapshot import AlertView, BaselineView, ProbeView, Snapshot
 from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
 from iowarden.probes.fio_run import ProbeResult
 from tests.conftest import FIXTURES

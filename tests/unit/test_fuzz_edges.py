@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from iowarden.daemon import cli
 from iowarden.daemon import config
-from iowarden.daemon.sources import discovery
+from iowarden.daemon.probing import discovery
 from iowarden.daemon.outputs.http import WebConfig, serve
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots

@@ -10,7 +10,8 @@ from iowarden.daemon import config
 from iowarden.daemon.verdicts.causes import Evidence, likely_causes
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
-from iowarden.daemon.probing.scheduler import Budget, Scheduler
+from iowarden.daemon.probing.budget import Budget
+from iowarden.daemon.probing.scheduler import Scheduler
 from iowarden.daemon.core.state import State
 from iowarden.probes import blockqueue
 from iowarden.probes.common import Roots

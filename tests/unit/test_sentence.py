@@ -7,7 +7,7 @@ from prometheus_client.core import GaugeMetricFamily  # noqa: F401 - the familie
 
 from iowarden.daemon.commands import status
 from iowarden.daemon.commands.tables import table
-from iowarden.daemon.core.snapshot import AlertView, Snapshot
+from iowarden.daemon.snapshot import AlertView, Snapshot
 from iowarden.daemon.core.state import State
 from iowarden.daemon.outputs.alert_metrics import alert_families
 from iowarden.daemon.verdicts.detect import DetectorParams

@@ -5,7 +5,7 @@ import threading
 import time
 
 from iowarden.daemon.verdicts.health import Health
-from iowarden.daemon.probing.scheduler import Budget
+from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
 
 

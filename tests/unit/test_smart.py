@@ -116,7 +116,7 @@ def test_a_volume_degraded_on_a_disk_with_a_critical_warning_says_so(tmp_path):
     import dataclasses
 
     from iowarden.daemon.core.core import Core
-    from iowarden.daemon.core.events import ProbeFinished, SourceRead, TargetsChanged
+    from iowarden.daemon.events import ProbeFinished, SourceRead, TargetsChanged
     from iowarden.daemon.core.state import State
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.verdicts.health import Health

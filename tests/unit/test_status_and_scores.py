@@ -5,7 +5,7 @@ import pytest
 
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
-from iowarden.daemon.core.snapshot import BaselineView, Snapshot
+from iowarden.daemon.snapshot import BaselineView, Snapshot
 from iowarden.daemon.core.state import State
 from iowarden.daemon.commands.status import baseline_rows, render
 from iowarden.daemon.commands.tables import (human_bytes, human_metric, human_seconds, latency_columns,

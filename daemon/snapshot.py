@@ -12,6 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+# the profile of what is not a probe's: a passive verdict's alert, a characterized capability, a source's summary
+PASSIVE_PROFILE = "passive"
+CAPABILITY_PROFILE = "capability"
+SOURCE_PROFILE = "source"        # a registered source's last summary, for `status` (sources/spec.py)
+NOT_PROBE_PROFILES = (PASSIVE_PROFILE, CAPABILITY_PROFILE, SOURCE_PROFILE)
+
+
 @dataclass(frozen=True)
 class ProbeView:
     target: str
