@@ -65,8 +65,8 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
         b = cfg.section("budget")
         budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day)
         budget.warmup_time_ratio = b.warmup_device_time_ratio
-        budget.replay(state.probe_results(limit=5000), blockqueue.read_sysfs_and_superblocks(roots),
-                      cfg.section("detector").warmup_probes)
+        devices = blockqueue.read_sysfs_and_superblocks(roots)
+        budget.replay(state.probe_results(limit=5000), devices, cfg.section("detector").warmup_probes)
         return {
             "probes": [latest[k] for k in sorted(latest)],
             "baselines": baseline_rows(state, detector_params(cfg)),
@@ -75,8 +75,8 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
                       for at, d, i, s, o, n in state.drift_events(limit=20)],
             "budget": {disk: dataclasses.asdict(budget.status(disk)) for disk in budget.disks()},
             "capability": {i: st for i, p, m, at, st in state.load_baselines() if p == CAPABILITY_PROFILE},
-            "passive": sorted(({"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
-                               if p == PASSIVE_PROFILE and m == "view"), key=lambda v: v["device"]),
+            "passive": present_views([{"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
+                                      if p == PASSIVE_PROFILE and m == "view"], devices),
             "sources": {i: {"at": at, **st} for i, p, m, at, st in state.load_baselines() if p == SOURCE_PROFILE},
         }
     finally:
@@ -161,6 +161,17 @@ def render(st: dict, table) -> str:
         out.append(f"drift {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['at']))} {_p(d['device'])} "
                    f"{_p(d['setting'])}: {_p(d['old'])} -> {_p(d['new'])}")
     return "\n".join(out)
+
+
+def present_views(views: list[dict], devices: dict) -> list[dict]:
+    """The passive table of the devices there now, each name once: its newest view. A loop device detached
+    and attached to another image left a row per image it ever held (three `loop10` rows, issue 36)."""
+    newest: dict[str, dict] = {}
+    for v in views:
+        name = v.get("device")
+        if name in devices and (name not in newest or v["at"] > newest[name]["at"]):
+            newest[name] = v
+    return [newest[name] for name in sorted(newest)]
 
 
 def render_passive(views: list[dict], table) -> str:

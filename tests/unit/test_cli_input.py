@@ -132,3 +132,14 @@ def test_baseline_for_a_target_or_profile_that_does_not_exist_exits_1_and_queues
         assert state.take_baseline_requests() == [("accept", "db", None)]
     finally:
         state.close()
+
+
+def test_the_passive_table_shows_the_devices_there_now_each_once():
+    from iowarden.daemon.commands.status import present_views
+    views = [{"device": "loop10", "identity": "loop-file:/a", "at": 10.0},
+             {"device": "loop10", "identity": "loop-file:/b", "at": 30.0},
+             {"device": "loop10", "identity": "loop-file:/c", "at": 20.0},
+             {"device": "sdb", "identity": "wwn:1", "at": 5.0},
+             {"device": "loop11", "identity": "loop-file:/gone", "at": 40.0}]
+    shown = present_views(views, {"loop10": object(), "sdb": object()})
+    assert [(v["device"], v["identity"]) for v in shown] == [("loop10", "loop-file:/b"), ("sdb", "wwn:1")]
