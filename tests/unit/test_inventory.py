@@ -1,0 +1,55 @@
+"""Hotplug events: a burst is one re-read, and a failing event source is retried, not a dead thread."""
+import threading
+import time
+
+from iowarden.daemon.sources import inventory
+
+
+class Event:
+    def __init__(self, action, name):
+        self.action, self.sys_name = action, name
+
+
+class Monitor:
+    """A netlink monitor whose events are a list: `at` seconds after the start, each."""
+
+    def __init__(self, events, fail_first=0):
+        self.t0 = time.monotonic()
+        self.events = list(events)
+        self.fail_first = fail_first
+
+    def poll(self, timeout):
+        if self.fail_first:
+            self.fail_first -= 1
+            raise OSError("netlink buffer overrun")
+        if self.events and time.monotonic() - self.t0 >= self.events[0][0]:
+            at, action, name = self.events.pop(0)
+            return Event(action, name)
+        time.sleep(min(timeout, 0.01))
+        return None
+
+
+def run(monitor, seconds):
+    calls = []
+    inv = inventory.Inventory(lambda action, name: calls.append((action, name)), "/nonexistent")
+    inv._monitor = monitor
+    stop = threading.Event()
+    t = threading.Thread(target=inv._loop, args=(stop,))
+    t.start()
+    time.sleep(seconds)
+    stop.set()
+    t.join(5)
+    return inv, calls
+
+
+def test_a_burst_of_hotplug_events_is_one_reread_not_one_each():
+    burst = [(0.0, "add", f"loop{i}") for i in range(500)] + [(0.6, "remove", "sdz")]
+    inv, calls = run(Monitor(burst), 1.5)
+    assert inv.events_total == 501
+    assert 1 <= len(calls) <= 2, len(calls)      # 500 events: one (or two) re-reads, not 500
+    assert calls[-1] == ("remove", "sdz")
+
+
+def test_a_failing_event_source_is_retried_and_events_still_handled():
+    inv, calls = run(Monitor([(0.0, "add", "sdb")], fail_first=2), 2.5)
+    assert calls == [("add", "sdb")]
