@@ -129,6 +129,10 @@ def apply_result(core, e: ProbeFinished) -> None:
         if total is not None:
             context["delivered_iops"] = total.reads_per_second + total.writes_per_second
             context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
+        view = next((v for v in k.passive_views if v.device == result.device), None)
+        if view is not None and view.slowdown_ratio and not view.flagged:
+            # the passive view of the same device: is it serving the load it carries at its normal latency?
+            context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
     core.health.on_result(record, identity, lambda since: causes_of(core, e, since), context)
 
 

@@ -25,6 +25,7 @@ log = logging.getLogger("iowarden")
 FAILURES_BEFORE_ALERT = 2
 CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
 CONTENDED_RECOVERED = 0.75
+PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
 
@@ -282,6 +283,16 @@ class Health:
         if a is not None and delivered_iops >= normal_iops * CONTENDED_RECOVERED:
             self._close(akey, f"the busy device delivers its normal again ({delivered_iops:,.0f} IOPS in total, "
                               f"probe and other work, against the probe's normal {normal_iops:,.0f})")
+            return ["VolumeDegraded cleared"]
+        slowdown = context.get("passive_slowdown")
+        # a probe of 32 requests in flight beside a database's own cannot show the probe's quiet figure, yet the
+        # fault is gone: the device serves the load it carries at its normal latency (the passive view), and
+        # delivers at least half the probe's normal in total (a limit above the block layer, which the passive
+        # view cannot see, holds it far below that)
+        if a is not None and slowdown is not None and slowdown <= PASSIVE_RECOVERED_SLOWDOWN \
+                and not short:
+            self._close(akey, f"the busy device serves its load at its normal latency again ({slowdown:.2f}x of "
+                              f"its normal at this load, passive), {delivered_iops:,.0f} IOPS in total")
             return ["VolumeDegraded cleared"]
         return []
 

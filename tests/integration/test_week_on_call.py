@@ -53,6 +53,13 @@ def of_volume(alert: dict, target: str, devices: set[str]) -> bool:
 
 def week_on_call(lane) -> list[str]:
     report: list[str] = []
+    try:
+        return _week_on_call(lane, report)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n" + "\n".join(report)) from None
+
+
+def _week_on_call(lane, report: list[str]) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="iowarden-lane-"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
@@ -70,6 +77,9 @@ def week_on_call(lane) -> list[str]:
         port = free_port()
         daemon = DaemonProc(tmp, mix_config(tmp / "state", port, mounts, [v.name for v in lowers + uppers]))
         stack.callback(daemon.close)
+        # what the daemon said, in the report whether the scenario passes or not (its directory goes with it)
+        stack.callback(lambda: report.extend(
+            ["daemon: " + x[:400] for x in daemon.output().splitlines() if "ALERT" in x or "Traceback" in x]))
         daemon.wait_message("READY=1", timeout=60)
         prom, prom_port = servers.prometheus(tmp, port, rule_files=[RULES], interval="15s")
         stack.callback(prom.stop)

@@ -171,4 +171,5 @@ def test_the_architecture_doc_names_every_event_and_the_folders_it_describes_exi
     for folder in re.findall(r"^  (\w+)/ ", doc, flags=re.M):
         assert (repo / "daemon" / folder).is_dir(), folder
     for module in re.findall(r"\b([a-z_]+/[a-z_]+\.py)\b", doc):
-        assert (repo / "daemon" / module).exists() or (repo / module).exists(), module
+        assert (repo / "daemon" / module).exists() or (repo / module).exists() or \
+            (repo / "tests" / module).exists(), module
