@@ -12,6 +12,7 @@ from typing import Callable, Mapping
 
 DEFER_IO_PRESSURE_FULL_PERCENT = 20.0  # /proc/pressure/io "full avg10": every task stalled on I/O
 OWN_PRESSURE_SECONDS = 15.0            # PSI is system-wide: ignore it this long after a probe of ours
+PRESSURE_DEFERRAL_SECONDS = 60.0       # host-wide pressure alone holds a probe this long at most
 BUDGET_RETRY_SECONDS = 60.0
 DEFER_RETRY_SECONDS = 5.0
 UNMOUNTED_RETRY_SECONDS = 1.0
@@ -98,19 +99,23 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
         stalled = ((load.io_full_avg10_percent or 0.0) > DEFER_IO_PRESSURE_FULL_PERCENT and not busy_disks
                    and load.seconds_since_own_probe > OWN_PRESSURE_SECONDS
                    and not c.warming_up and not c.suspected)
-        contended = False
-        if util > rules.defer_util_percent or stalled:
+        busy = util > rules.defer_util_percent
+        if busy or stalled:
             since = c.deferred_since if c.deferred_since is not None else now
             # a probe of a volume under suspicion is the evidence: deferred one interval at most (and no longer
             # than the warm-up's interval: a minute), not the whole max_deferral_seconds a routine probe may
             # wait for a busy disk; a volume held at a limit is busy because of the fault
             limit = min(rules.max_deferral_seconds, c.interval_seconds, rules.suspect_deferral_seconds) \
                 if c.suspected else rules.max_deferral_seconds
+            if not busy:
+                # the stall is the host's, its own disk is quiet: a short stall is waited out, a long one (the
+                # other disks busy all afternoon) would leave this volume unwatched for max_deferral_seconds
+                # every interval, and a throttle on it paged an hour late
+                limit = min(limit, PRESSURE_DEFERRAL_SECONDS)
             if now - since < limit:
-                hold("busy" if util > rules.defer_util_percent else "io_pressure",
-                     next_at=now + DEFER_RETRY_SECONDS, deferred_since=since)
+                hold("busy" if busy else "io_pressure", next_at=now + DEFER_RETRY_SECONDS, deferred_since=since)
                 continue
-            contended = True   # waited long enough: run, and say the result was measured under load
+        contended = busy   # waited long enough for a busy disk: run, and say it was measured under load
         held |= set(c.disks)
         out.append(Decision(c.target, c.profile, "run", None, False,
                             now + c.interval_seconds * (1 + jitter(rules.jitter_ratio)), None, False,

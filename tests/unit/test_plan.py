@@ -95,6 +95,20 @@ def test_io_pressure_defers_only_when_it_is_not_our_own():
     assert run(0.0, [c("db")], load=Load({}, 40.0, 5.0))[("db", "rr")].action == "run"
 
 
+def test_host_wide_pressure_holds_a_routine_probe_a_minute_and_it_is_then_no_contended_measurement():
+    """The first half hour beside a busy suite: PSI (the host's) held an armed volume's probes for the whole
+    max_deferral_seconds (600 s) each interval, and the probe of a volume throttled at minute 20 ran at minute
+    31. Its own disk is quiet: the stall is waited out a minute, and its result is a measurement, not contended."""
+    stalled = Load({"sdb": 5.0}, 40.0, 60.0)
+    assert run(59.0, [c("db", deferred_since=0.0)], load=stalled)[("db", "rr")].reason == "io_pressure"
+    d = run(60.0, [c("db", deferred_since=0.0)], load=stalled)[("db", "rr")]
+    assert (d.action, d.contended) == ("run", False)
+    # its own disk busy too: the routine wait for a busy disk, and contended when it runs
+    both = Load({"sdb": 80.0}, 40.0, 60.0)
+    assert run(60.0, [c("db", deferred_since=0.0)], load=both)[("db", "rr")].reason == "busy"
+    assert run(600.0, [c("db", deferred_since=0.0)], load=both)[("db", "rr")].contended
+
+
 def test_host_wide_pressure_does_not_hold_a_volume_still_learning_or_under_suspicion():
     """Issue 32: on a host whose other disks stall all day, twelve warm-up probes each held max_deferral_seconds
     left a new volume unarmed for two hours. Its own disk's util still holds it."""
