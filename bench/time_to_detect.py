@@ -24,9 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from tests.conftest import LoopXfs  # noqa: E402
 from tests.integration.helpers import DaemonProc, blkio_cap, free_port  # noqa: E402
-from tests.integration.soak_mix import Mix, mix_config  # noqa: E402
+from tests.integration.soak_mix import Mix, mix_config, stacked_volumes  # noqa: E402
 
 INTERVAL_S = 300.0
 
@@ -62,14 +61,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="iowarden-bench-ttd-"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
-        lowers, uppers = [], []
-        for i in range(4):
-            lower = LoopXfs("1536M", direct_io=True)
-            stack.callback(lower.close)
-            upper = LoopXfs("1G", direct_io=True, image_dir=lower.mountpoint, mountpoint=tmp / f"vol{i}")
-            stack.callback(upper.close)
-            lowers.append(lower)
-            uppers.append(upper)
+        lowers, uppers = stacked_volumes(stack, tmp)
         mix = Mix([u.mountpoint for u in uppers], args.base_iops)
         mix.lay_out()
         port = free_port()

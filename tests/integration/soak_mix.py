@@ -127,6 +127,22 @@ window_seconds = 5.0
 """
 
 
+def stacked_volumes(stack, where: Path, count: int = 4) -> tuple[list, list]:
+    """`count` loop XFS volumes of 1 GiB, each on a loop device of its own (so a throttle of the lower device
+    slows the volume below its block layer, as a provisioned cap does), mounted at where/vol0...; removed
+    by the ExitStack `stack`. Returns (lowers, uppers)."""
+    from tests.conftest import LoopXfs
+    lowers, uppers = [], []
+    for i in range(count):
+        lower = LoopXfs("1536M", direct_io=True)
+        stack.callback(lower.close)
+        upper = LoopXfs("1G", direct_io=True, image_dir=lower.mountpoint, mountpoint=where / f"vol{i}")
+        stack.callback(upper.close)
+        lowers.append(lower)
+        uppers.append(upper)
+    return lowers, uppers
+
+
 def example_profiles() -> str:
     """The shipped example's [profiles.*] sections, their files made 128 MiB (the volumes are 1 GiB)."""
     text = EXAMPLE.read_text()

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LoopXfs
 from tests.integration import servers
 from tests.integration.helpers import DaemonProc, blkio_cap, free_port
-from tests.integration.soak_mix import Mix, mix_config
+from tests.integration.soak_mix import Mix, mix_config, stacked_volumes
 
 RULES = Path(__file__).resolve().parents[2] / "packaging" / "prometheus" / "iowarden.rules.yml"
 VOLUMES = 4
@@ -63,14 +62,7 @@ def _week_on_call(lane, report: list[str]) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="iowarden-lane-"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
-        lowers, uppers = [], []
-        for i in range(VOLUMES):
-            lower = LoopXfs("1536M", direct_io=True)
-            stack.callback(lower.close)
-            upper = LoopXfs("1G", direct_io=True, image_dir=lower.mountpoint, mountpoint=tmp / f"vol{i}")
-            stack.callback(upper.close)
-            lowers.append(lower)
-            uppers.append(upper)
+        lowers, uppers = stacked_volumes(stack, tmp, VOLUMES)
         mounts = [u.mountpoint for u in uppers]
         mix = Mix(mounts, BASE_IOPS)
         mix.lay_out()
