@@ -61,3 +61,16 @@ def plan(last: ClockMark | None, now: ClockMark, keep_seconds: float) -> Retenti
 def rows_per_pass(rows_in_table: int) -> int:
     """The most rows one pass deletes from a table of this size."""
     return max(MIN_ROWS_PER_PASS, math.ceil(rows_in_table * MAX_SHARE_PER_PASS))
+
+
+def prune_statements(id_range, cutoff_wall_seconds: float) -> list[tuple[str, tuple]]:
+    """The deletes of one pass: results and drift older than the cutoff, at most rows_per_pass() of each table,
+    the oldest first. id_range(table) -> (min id, max id), or (None, None) for an empty table."""
+    statements = []
+    for table, column in (("probe_results", "started_at"), ("drift_events", "at")):
+        low, high = id_range(table)
+        if low is None:
+            continue
+        statements.append((f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {column} < ?"
+                           f" ORDER BY id LIMIT ?)", (cutoff_wall_seconds, rows_per_pass(high - low + 1))))
+    return statements

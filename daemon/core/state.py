@@ -25,141 +25,13 @@ import threading
 import time
 
 from . import retention
+from .state_schema import (DAMAGE_MARK_SUFFIX, SCHEMA, OffCoreWrite, StateDamaged, StateUnavailable,  # noqa: F401
+                           _add_missing_columns, is_corrupt, is_transient, quick_check)
 
 log = logging.getLogger("iowarden")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS probe_results (
-    id INTEGER PRIMARY KEY,
-    started_at REAL NOT NULL,
-    target TEXT NOT NULL,
-    profile TEXT NOT NULL,
-    device TEXT,
-    identity TEXT,
-    ok INTEGER NOT NULL,
-    error TEXT,
-    contended INTEGER NOT NULL DEFAULT 0,
-    read_iops REAL, write_iops REAL, read_bw_bytes REAL, write_bw_bytes REAL,
-    clat_p50_seconds REAL, clat_p99_seconds REAL, clat_p999_seconds REAL,
-    duration_seconds REAL,
-    record TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS probe_results_key ON probe_results (identity, profile, started_at);
-CREATE TABLE IF NOT EXISTS baselines (
-    identity TEXT NOT NULL,
-    profile TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    learned_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    state TEXT NOT NULL,
-    PRIMARY KEY (identity, profile, metric)
-);
-CREATE TABLE IF NOT EXISTS alerts (
-    id INTEGER PRIMARY KEY,
-    alert TEXT NOT NULL,
-    identity TEXT NOT NULL,
-    target TEXT NOT NULL,
-    profile TEXT NOT NULL,
-    metric TEXT,
-    severity TEXT NOT NULL,
-    raised_at REAL NOT NULL,
-    cleared_at REAL,
-    acked_at REAL,
-    ack_note TEXT,
-    ack_by TEXT,
-    evidence TEXT NOT NULL,
-    causes TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS baseline_requests (
-    id INTEGER PRIMARY KEY,
-    at REAL NOT NULL,
-    action TEXT NOT NULL,
-    target TEXT,
-    profile TEXT
-);
-CREATE TABLE IF NOT EXISTS settings_snapshot (
-    key TEXT PRIMARY KEY,
-    value TEXT
-);
-CREATE TABLE IF NOT EXISTS target_pins (
-    target TEXT PRIMARY KEY,
-    identity TEXT NOT NULL,
-    pinned_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS marks (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS drift_events (
-    id INTEGER PRIMARY KEY,
-    at REAL NOT NULL,
-    device TEXT NOT NULL,
-    identity TEXT,
-    setting TEXT NOT NULL,
-    old_value TEXT,
-    new_value TEXT
-);
-"""
-
-
-# SQLite's primary result codes (sqlite3.h): the file is damaged ...
-SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
-# ... or only unavailable for now: locked, full, read-only, unreadable.
-SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = \
-    3, 5, 6, 8, 10, 13, 14
-TRANSIENT_CODES = {SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL,
-                   SQLITE_CANTOPEN}
-DAMAGE_MARK_SUFFIX = ".damaged"     # left by check_integrity(): the next start checks fully and repairs
 MAX_PENDING_WRITES = 20000          # transactions kept in memory while the database cannot take them
 BUSY_TIMEOUT_SECONDS = 2.0          # how long a write waits for another process's lock before it queues
-
-
-# Columns added after a table was first shipped: a database of an older version gets them at its open.
-ADDED_COLUMNS = (("alerts", "ack_by", "TEXT"),)
-
-
-def _add_missing_columns(db: sqlite3.Connection) -> None:
-    for table, column, kind in ADDED_COLUMNS:
-        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-        if column not in have:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-
-
-class StateUnavailable(Exception):
-    """The database is there and healthy as far as anyone knows, but cannot be opened now."""
-
-
-class StateDamaged(Exception):
-    """The database is corrupt (and this opener may not move it aside)."""
-
-
-def _code(exc: BaseException) -> int | None:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return None if code is None else code & 0xFF
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A write that may succeed later (full, locked, read-only for now), as opposed to a bad statement."""
-    if isinstance(exc, OSError):
-        return True
-    code = _code(exc)
-    if code is not None:
-        return code in TRANSIENT_CODES
-    # without a code (older Python), the messages SQLite uses for these
-    text = str(exc).lower()
-    return any(w in text for w in ("locked", "full", "unable to open", "readonly", "disk i/o", "busy"))
-
-
-def is_corrupt(exc: BaseException) -> bool:
-    code = _code(exc)
-    if code is not None:
-        return code in (SQLITE_CORRUPT, SQLITE_NOTADB)
-    text = str(exc).lower()
-    return "malformed" in text or "not a database" in text
-
-
-class OffCoreWrite(RuntimeError):
-    """A write from a thread that is not the database's one writer (the core, once bound)."""
 
 
 class State:
@@ -231,17 +103,8 @@ class State:
         """SQLite's quick_check on a connection of its own, read-only: any thread, while the core writes. None
         when the file is sound; else what is wrong, and the mark that has the next start check and repair it
         (the daemon does not move a database it is writing)."""
-        try:
-            db = sqlite3.connect(f"file:{self._file}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_SECONDS)
-            try:
-                verdict = db.execute("PRAGMA quick_check").fetchone()[0]
-            finally:
-                db.close()
-        except (sqlite3.Error, OSError) as exc:
-            if not is_corrupt(exc):
-                return None   # locked, unreadable now: not a finding
-            verdict = str(exc)
-        if verdict == "ok":
+        verdict = quick_check(self._file, BUSY_TIMEOUT_SECONDS)
+        if verdict is None:
             return None
         try:
             os.close(os.open(self.damage_mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
@@ -496,15 +359,10 @@ class State:
     def prune(self, cutoff_wall_seconds: float) -> None:
         """Delete results and drift older than the cutoff, at most retention.rows_per_pass() of each table
         (the oldest first): a wrong cutoff costs a share of the history, never all of it."""
-        statements = []
-        for table, column in (("probe_results", "started_at"), ("drift_events", "at")):
+        def id_range(table):
             with self._lock:   # the table's size from its ids: count(*) would read a 9 GB table
-                low, high = self.db.execute(f"SELECT min(id), max(id) FROM {table}").fetchone()
-            if low is None:
-                continue
-            limit = retention.rows_per_pass(high - low + 1)
-            statements.append((f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {column} < ?"
-                               f" ORDER BY id LIMIT ?)", (cutoff_wall_seconds, limit)))
+                return self.db.execute(f"SELECT min(id), max(id) FROM {table}").fetchone()
+        statements = retention.prune_statements(id_range, cutoff_wall_seconds)
         if statements:
             self._write(*statements)
 
