@@ -34,7 +34,7 @@ from iowarden.daemon.events import Housekeeping, SourceRead, TargetsChanged
 from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
-from iowarden.daemon.outputs.http import WebConfigError
+from iowarden.daemon.outputs.web_config import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory
 from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus

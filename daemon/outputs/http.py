@@ -48,7 +48,6 @@ import collections
 import concurrent.futures
 import gzip
 import logging
-import resource
 import socket
 import ssl
 import threading
@@ -58,23 +57,20 @@ from dataclasses import dataclass, field
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from iowarden.daemon.outputs import exposition
+from iowarden.daemon.outputs.http_wire import (MAX_HEADER_BYTES, ServerCollector, bind, failed, raise_fd_limit,
+                                              read_headers, readable, send, source_of)
 from iowarden.daemon.outputs.auth import FAILED_AUTH_WINDOW_SECONDS, BasicAuth, FairHasher
-# what callers import from here: the server's config, read by web_config.py
-from iowarden.daemon.config_schema import parse_listen_address  # noqa: F401 (checked by the config too)
-from iowarden.daemon.outputs.web_config import (WebConfig, WebConfigError, _parse_basic,  # noqa: F401
-                                                load_web_config)
+from iowarden.daemon.config_schema import parse_listen_address
+from iowarden.daemon.outputs.web_config import WebConfig, _parse_basic
 
 log = logging.getLogger("iowarden")
 
 REQUEST_READ_TIMEOUT_SECONDS = 10.0
 KEEPALIVE_IDLE_SECONDS = 60.0
 HANDSHAKE_TIMEOUT_SECONDS = 10.0
-WRITE_TIMEOUT_SECONDS = 30.0
 MAX_CONNECTIONS = 512
 MAX_CONNECTIONS_PER_SOURCE = 64      # Prometheus keeps one or two; 50 at once from one host still fit
 MAX_REQUESTS = 40
-LISTEN_BACKLOG = 1024
-MAX_HEADER_BYTES = 16384
 
 STALE_OK_SECONDS = 1.0   # the sampler's period: how long ago the render a scrape gets without waiting was current
 
@@ -121,8 +117,8 @@ class MetricsServer:
         self._fresh_version = 0   # without version_of_snapshot: a version per scrape
         self._per_source: collections.Counter = collections.Counter()   # open connections by source address
         self._serving: set[asyncio.Task] = set()
-        self._raise_fd_limit()
-        self.socket = self._bind(addr, family)
+        raise_fd_limit()
+        self.socket = bind(addr, family)
         self.server_address = self.socket.getsockname()
         self._loop = asyncio.new_event_loop()
         self._fair = FairHasher(self._loop, self._hasher, self.auth) if self.auth is not None else None
@@ -131,28 +127,6 @@ class MetricsServer:
         self._thread = threading.Thread(target=self._run, name="iowarden-http", daemon=True)
         self._thread.start()
         self._ready.wait(10)
-
-    @staticmethod
-    def _raise_fd_limit():
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = min(hard, max(soft, 4096)) if hard != resource.RLIM_INFINITY else max(soft, 4096)
-        if want > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-
-    @staticmethod
-    def _bind(addr, family) -> socket.socket:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)   # ":port" serves IPv4 too
-        try:
-            sock.bind(addr)
-            sock.listen(LISTEN_BACKLOG)
-        except OSError:
-            sock.close()
-            raise
-        sock.setblocking(False)
-        return sock
 
     def _run(self):
         asyncio.set_event_loop(self._loop)
@@ -202,7 +176,7 @@ class MetricsServer:
                 self.rejected_total["accept_failed"] += 1
                 await asyncio.sleep(0.05)
                 continue
-            source = _source_of(peer)
+            source = source_of(peer)
             reason = "per_source" if self._per_source[source] >= MAX_CONNECTIONS_PER_SOURCE else None
             if reason is None and self.connections - self._evicting >= MAX_CONNECTIONS:
                 victim = self._victim_for(source)
@@ -260,7 +234,7 @@ class MetricsServer:
         deadline = conn.accepted_at + REQUEST_READ_TIMEOUT_SECONDS
         # the place, counters and socket are given back by _release, when this task is done
         try:
-            await asyncio.wait_for(_readable(loop, sock), deadline - loop.time())
+            await asyncio.wait_for(readable(loop, sock), deadline - loop.time())
             reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES, loop=loop)
             protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
             transport, _ = await asyncio.wait_for(loop.connect_accepted_socket(
@@ -295,7 +269,7 @@ class MetricsServer:
                     return
                 if head.get("content-length", "0").strip() not in ("", "0") or "transfer-encoding" in head:
                     self.rejected_total["request_body"] += 1
-                    await self._send(writer, 400, b"a request with a body is not accepted here\n", close=True)
+                    await send(writer, 400, b"a request with a body is not accepted here\n", close=True)
                     return
                 keep_alive = await self._respond(first + line, head, writer, conn)
                 if not keep_alive:
@@ -312,34 +286,18 @@ class MetricsServer:
         line = await reader.readline()
         if not line:
             return b"", None
-        return line, await self._read_headers(reader)
-
-    @staticmethod
-    async def _read_headers(reader) -> dict | None:
-        headers, size = {}, 0
-        while True:
-            raw = await reader.readline()
-            if not raw:
-                return None
-            size += len(raw)
-            if size > MAX_HEADER_BYTES:
-                raise ValueError("headers too large")
-            text = raw.decode("latin-1").rstrip("\r\n")
-            if not text:
-                return headers
-            name, _, value = text.partition(":")
-            headers[name.strip().lower()] = value.strip()
+        return line, await read_headers(reader)
 
     async def _respond(self, first: bytes, headers: dict, writer, conn: Conn) -> bool:
         parts = first.decode("latin-1").split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            await self._send(writer, 400, b"bad request\n", close=True)
+            await send(writer, 400, b"bad request\n", close=True)
             return False
         method, target, version = parts
         asked = headers.get("connection", "").lower()
         keep_alive = (version == "HTTP/1.1" and asked != "close") or asked == "keep-alive"
         if method not in ("GET", "HEAD"):
-            await self._send(writer, 405, b"method not allowed\n", keep_alive, extra={"Allow": "GET, HEAD"})
+            await send(writer, 405, b"method not allowed\n", keep_alive, extra={"Allow": "GET, HEAD"})
             return keep_alive
         if self.auth is not None:
             verdict = await self._authorize(headers.get("authorization", ""), conn.source)
@@ -348,14 +306,14 @@ class MetricsServer:
                                  "busy": (503, {"Retry-After": "1"})}.get(
                     verdict, (401, {"WWW-Authenticate": 'Basic realm="iowarden"'}))
                 # closed: a client without the password holds a place for one answer, no longer
-                await self._send(writer, status, b"unauthorized\n", extra=extra, close=True)
+                await send(writer, status, b"unauthorized\n", extra=extra, close=True)
                 return False
             conn.trusted = True
         path = target.split("?")[0]
         if path == "/metrics":
             if self.requests_in_flight >= MAX_REQUESTS:
                 self.rejected_total["max_requests"] += 1
-                await self._send(writer, 503, b"too many concurrent scrapes\n", extra={"Retry-After": "1"},
+                await send(writer, 503, b"too many concurrent scrapes\n", extra={"Retry-After": "1"},
                                  close=True)
                 return False
             self.requests_in_flight += 1
@@ -367,12 +325,12 @@ class MetricsServer:
             if zipped is not None:
                 body = zipped
                 extra["Content-Encoding"] = "gzip"
-            await self._send(writer, 200, body, keep_alive, CONTENT_TYPE_LATEST, extra, head=method == "HEAD")
+            await send(writer, 200, body, keep_alive, CONTENT_TYPE_LATEST, extra, head=method == "HEAD")
         elif path == "/":
-            await self._send(writer, 200, b"<html><body><h1>iowarden</h1><a href='/metrics'>metrics</a></body></html>",
+            await send(writer, 200, b"<html><body><h1>iowarden</h1><a href='/metrics'>metrics</a></body></html>",
                              keep_alive, "text/html", head=method == "HEAD")
         else:
-            await self._send(writer, 404, b"not found\n", keep_alive)
+            await send(writer, 404, b"not found\n", keep_alive)
         return keep_alive
 
     async def _render(self, gzipped: bool) -> tuple[bytes, bytes | None]:
@@ -386,7 +344,7 @@ class MetricsServer:
             version, published = self._fresh_version, float("-inf")
         done = self._rendered
         if done is None or done.version != version:
-            if self._rendering is None or self._rendering[0] != version or _failed(self._rendering[1]):
+            if self._rendering is None or self._rendering[0] != version or failed(self._rendering[1]):
                 future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, self._renderer.render,
                                                                           self.registry))
                 future.add_done_callback(lambda f, v=version: self._keep(v, f))
@@ -405,7 +363,7 @@ class MetricsServer:
         return done.body, done.gzipped if gzipped else None
 
     def _keep(self, version: int, future: asyncio.Future) -> None:
-        if _failed(future):
+        if failed(future):
             return   # the scrapes awaiting it get the error; the next scrape tries again
         if self._rendered is None or self._rendered.version < version:
             self._rendered = Rendered(version, future.result())
@@ -432,66 +390,6 @@ class MetricsServer:
         if took < auth.check_seconds:   # every check as long as the costliest user's: no one told apart
             await asyncio.sleep(auth.check_seconds - took)
         return "ok" if ok else "denied"
-
-    async def _send(self, writer, status: int, body: bytes, keep_alive: bool = False,
-                    content_type: str = "text/plain; charset=utf-8", extra: dict | None = None,
-                    head: bool = False, close: bool = False):
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-                  429: "Too Many Requests", 503: "Service Unavailable"}[status]
-        lines = [f"HTTP/1.1 {status} {reason}", "Server: iowarden", f"Content-Type: {content_type}",
-                 f"Content-Length: {len(body)}", f"Connection: {'keep-alive' if keep_alive and not close else 'close'}"]
-        lines += [f"{k}: {v}" for k, v in (extra or {}).items()]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body))
-        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_SECONDS)
-
-
-class ServerCollector:
-    """The endpoint's own counters: what clients made it hash, and what it turned away."""
-
-    def __init__(self, server: MetricsServer):
-        self.server = server
-
-    def describe(self):
-        return []
-
-    def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-        srv = self.server
-        g = GaugeMetricFamily("iowarden_http_connections", "Open connections to the metrics endpoint")
-        g.add_metric([], srv.connections)
-        yield g
-        c = CounterMetricFamily("iowarden_http_rejected", "Connections or requests turned away, by reason",
-                                labels=["reason"])
-        for reason in ("connections", "per_source", "evicted", "timeout_or_oversize", "request_body",
-                       "max_requests", "accept_failed"):
-            c.add_metric([reason], srv.rejected_total[reason])
-        if srv.auth is not None:
-            c.add_metric(["auth_limited_or_busy"], srv.auth.refused_total)
-            h = CounterMetricFamily("iowarden_http_auth_hashes", "bcrypt checks clients made the daemon run")
-            h.add_metric([], srv.auth.hashes_total)
-            yield h
-        yield c
-
-
-def _source_of(peer) -> str:
-    """The client's address, an IPv4 client of a dual-stack socket as its IPv4 address."""
-    host = str(peer[0]) if peer else "?"
-    return host[7:] if host.startswith("::ffff:") and "." in host else host
-
-
-async def _readable(loop, sock: socket.socket) -> None:
-    """Until the socket has something to read (or is closed by its peer)."""
-    ready = loop.create_future()
-    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
-    try:
-        await ready
-    finally:
-        loop.remove_reader(sock.fileno())
-
-
-def _failed(future: asyncio.Future) -> bool:
-    return future.done() and (future.cancelled() or future.exception() is not None)
-
 
 def serve(listen: str, registry, web: WebConfig, version_of_snapshot=None) -> MetricsServer:
     addr, family = parse_listen_address(listen)

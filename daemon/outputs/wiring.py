@@ -23,7 +23,8 @@ def start_prometheus(cfg: dict, core, roots):
     roots: where /proc is (the disk counters are read at each scrape)."""
     from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-    from iowarden.daemon.outputs.http import WebConfig, load_web_config, serve
+    from iowarden.daemon.outputs.http import serve
+    from iowarden.daemon.outputs.web_config import WebConfig, load_web_config
     from iowarden.daemon.outputs.prometheus import SnapshotCollector
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
@@ -44,7 +45,7 @@ def reload_prometheus(server, old: dict, new: dict, core, roots):
     a reload is how new users, hashes or certificates are taken. The same address keeps its socket and
     takes the new TLS and auth for what it accepts and reads from now on; a new address is bound first,
     and only then is the old one closed, so a port that cannot be had leaves the old endpoint as it was."""
-    from iowarden.daemon.outputs.http import WebConfig, WebConfigError, load_web_config
+    from iowarden.daemon.outputs.web_config import WebConfig, WebConfigError, load_web_config
     if not new.enabled:
         if server is not None:
             server.shutdown()

@@ -6,7 +6,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from iowarden.daemon.outputs import influx
-from iowarden.daemon.outputs.http import WebConfigError, load_web_config, parse_listen_address
+from iowarden.daemon.config_schema import parse_listen_address
+from iowarden.daemon.outputs.web_config import WebConfigError, load_web_config
 from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS, LatencyTotal, add_probe, rebucket
 from iowarden.daemon.outputs.prometheus import SnapshotCollector
 from iowarden.daemon.registry import PartStats

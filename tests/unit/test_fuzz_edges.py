@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from iowarden.daemon import cli
 from iowarden.daemon import config
 from iowarden.daemon.probing import discovery
-from iowarden.daemon.outputs.http import WebConfig, serve
+from iowarden.daemon.outputs.http import serve
+from iowarden.daemon.outputs.web_config import WebConfig
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots
 

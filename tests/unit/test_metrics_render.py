@@ -7,7 +7,8 @@ import urllib.request
 
 from prometheus_client.core import GaugeMetricFamily
 
-from iowarden.daemon.outputs.http import STALE_OK_SECONDS, WebConfig, serve
+from iowarden.daemon.outputs.http import STALE_OK_SECONDS, serve
+from iowarden.daemon.outputs.web_config import WebConfig
 
 RENDER_SECONDS = 0.3
 

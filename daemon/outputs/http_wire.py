@@ -1,0 +1,110 @@
+"""The metrics endpoint's HTTP/1.1 on the wire (headers read within a bound, an answer written within a
+deadline), the small socket and future helpers its loop uses, and the endpoint's own counters."""
+from __future__ import annotations
+
+import asyncio
+import resource
+import socket
+
+MAX_HEADER_BYTES = 16384
+WRITE_TIMEOUT_SECONDS = 30.0
+LISTEN_BACKLOG = 1024          # a real server's, not socketserver's 5
+
+
+async def read_headers(reader) -> dict | None:
+    headers, size = {}, 0
+    while True:
+        raw = await reader.readline()
+        if not raw:
+            return None
+        size += len(raw)
+        if size > MAX_HEADER_BYTES:
+            raise ValueError("headers too large")
+        text = raw.decode("latin-1").rstrip("\r\n")
+        if not text:
+            return headers
+        name, _, value = text.partition(":")
+        headers[name.strip().lower()] = value.strip()
+
+
+async def send(writer, status: int, body: bytes, keep_alive: bool = False,
+            content_type: str = "text/plain; charset=utf-8", extra: dict | None = None,
+            head: bool = False, close: bool = False):
+    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+              429: "Too Many Requests", 503: "Service Unavailable"}[status]
+    lines = [f"HTTP/1.1 {status} {reason}", "Server: iowarden", f"Content-Type: {content_type}",
+             f"Content-Length: {len(body)}", f"Connection: {'keep-alive' if keep_alive and not close else 'close'}"]
+    lines += [f"{k}: {v}" for k, v in (extra or {}).items()]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body))
+    await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_SECONDS)
+
+
+class ServerCollector:
+    """The endpoint's own counters: what clients made it hash, and what it turned away."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        srv = self.server
+        g = GaugeMetricFamily("iowarden_http_connections", "Open connections to the metrics endpoint")
+        g.add_metric([], srv.connections)
+        yield g
+        c = CounterMetricFamily("iowarden_http_rejected", "Connections or requests turned away, by reason",
+                                labels=["reason"])
+        for reason in ("connections", "per_source", "evicted", "timeout_or_oversize", "request_body",
+                       "max_requests", "accept_failed"):
+            c.add_metric([reason], srv.rejected_total[reason])
+        if srv.auth is not None:
+            c.add_metric(["auth_limited_or_busy"], srv.auth.refused_total)
+            h = CounterMetricFamily("iowarden_http_auth_hashes", "bcrypt checks clients made the daemon run")
+            h.add_metric([], srv.auth.hashes_total)
+            yield h
+        yield c
+
+
+def source_of(peer) -> str:
+    """The client's address, an IPv4 client of a dual-stack socket as its IPv4 address."""
+    host = str(peer[0]) if peer else "?"
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+async def readable(loop, sock: socket.socket) -> None:
+    """Until the socket has something to read (or is closed by its peer)."""
+    ready = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
+def failed(future: asyncio.Future) -> bool:
+    return future.done() and (future.cancelled() or future.exception() is not None)
+
+
+def raise_fd_limit() -> None:
+    """Room for MAX_CONNECTIONS sockets: the soft limit raised to 4,096 where the hard one allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, max(soft, 4096)) if hard != resource.RLIM_INFINITY else max(soft, 4096)
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+def bind(addr, family) -> socket.socket:
+    """The listening socket, non-blocking, with a real server's backlog; dual-stack on ":port"."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)   # ":port" serves IPv4 too
+    try:
+        sock.bind(addr)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
