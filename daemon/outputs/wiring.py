@@ -13,7 +13,7 @@ from iowarden.probes.blockqueue import identity_of
 from iowarden.probes import diskstats
 from iowarden.probes.vocabulary import MEASURED_METRICS
 
-from iowarden.daemon.outputs import influx
+from iowarden.daemon.outputs import influx, line_protocol
 
 log = logging.getLogger("iowarden")
 
@@ -99,14 +99,14 @@ class InfluxOutput:
         fields.update(ok=bool(record["ok"]), contended=bool(record["contended"]))
         if record["error"]:
             fields["error"] = record["error"]
-        self.writer.add([influx.line("iowarden_probe", tags, fields, record["started_at"])])
+        self.writer.add([line_protocol.line("iowarden_probe", tags, fields, record["started_at"])])
 
     def event(self, kind: str, **data) -> None:
         tags = {"host": self.host, "kind": kind}
         for k in ("device", "volume", "target", "profile", "alert", "setting", "severity"):
             if data.get(k):
                 tags[k] = data.pop(k)
-        self.writer.add([influx.line("iowarden_event", tags, {k: str(v) for k, v in data.items()}, time.time())])
+        self.writer.add([line_protocol.line("iowarden_event", tags, {k: str(v) for k, v in data.items()}, time.time())])
 
     def step(self) -> None:
         now = time.monotonic()
@@ -120,7 +120,7 @@ class InfluxOutput:
                     if name not in snap.disk_rates:
                         continue  # only what the sampler watches (whole devices by default)
                     tags = {"host": self.host, "device": name, "volume": identity_of(name, snap.devices)}
-                    lines.append(influx.line("iowarden_disk", tags, {k.replace("/", "_per_").replace("-", "_"):
+                    lines.append(line_protocol.line("iowarden_disk", tags, {k.replace("/", "_per_").replace("-", "_"):
                                                                      float(v) for k, v in r.as_sysstat().items()
                                                                      if k != "disk_device"}, time.time()))
                 self.writer.add(lines)

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from iowarden.daemon.outputs.influx import InfluxWriter, line
+from iowarden.daemon.outputs.influx import InfluxWriter
+from iowarden.daemon.outputs.line_protocol import line
 from tests.conftest import LoopXfs
 from tests.integration.helpers import config_text, free_port
 from tests.integration.test_hardening_state import fill
@@ -99,7 +100,8 @@ def _huge_error(c, stopping):
 
 WRITER_SCRIPT = """
 import json, logging, resource, sys, time
-from iowarden.daemon.outputs.influx import InfluxWriter, line
+from iowarden.daemon.outputs.influx import InfluxWriter
+from iowarden.daemon.outputs.line_protocol import line
 log = logging.getLogger("iowarden")
 log.addHandler(logging.StreamHandler(sys.stderr))
 w = InfluxWriter(sys.argv[1], "o", "b", "", sys.argv[2], 1 << 20, timeout_seconds=10.0)

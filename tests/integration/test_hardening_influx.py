@@ -17,7 +17,8 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from iowarden.daemon.outputs.influx import InfluxWriter, line
+from iowarden.daemon.outputs.influx import InfluxWriter
+from iowarden.daemon.outputs.line_protocol import line
 from tests.integration import servers
 from tests.integration.helpers import config_text, free_port, wait_for
 

@@ -5,7 +5,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from iowarden.daemon.outputs import influx
+from iowarden.daemon.outputs import influx, line_protocol
 from iowarden.daemon.config_schema import parse_listen_address
 from iowarden.daemon.outputs.web_config import WebConfigError, load_web_config
 from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS, LatencyTotal, add_probe, rebucket
@@ -255,11 +255,11 @@ def test_listen_addresses(text, addr):
 
 
 def test_line_protocol_escaping():
-    ln = influx.line("iowarden_probe", {"target": "my db", "volume": "by-id:a,b=c"},
+    ln = line_protocol.line("iowarden_probe", {"target": "my db", "volume": "by-id:a,b=c"},
                      {"read_iops": 1.5, "ok": True, "n": 3, "error": 'say "hi"', "skip": None}, 1.5)
     assert ln == ('iowarden_probe,target=my\\ db,volume=by-id:a\\,b\\=c read_iops=1.5,ok=true,n=3i,'
                   'error="say \\"hi\\"" 1500000000')
-    assert influx.line("m", {}, {"x": None}, 0) is None
+    assert line_protocol.line("m", {}, {"x": None}, 0) is None
 
 
 def test_spool_bounds_and_order(tmp_path):
