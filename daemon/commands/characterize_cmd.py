@@ -17,6 +17,7 @@ from iowarden.probes.common import Roots, parse_size_bytes
 from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
 
 from iowarden.daemon.commands import characterize as ch
+from iowarden.daemon.commands.characterize_compare import cmd_compare
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE
 from iowarden.daemon.commands.tables import latency_columns, table
 
@@ -150,36 +151,6 @@ def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict)
         state.close()
     return (f"capability of {identity} stored: {cap['saturation_iops']:,.0f} IOPS"
             + (f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap["bandwidth_bytes"] else ""))
-
-
-def cmd_compare(args) -> int:
-    docs = []
-    for path in args.compare:
-        try:
-            with open(path) as f:
-                docs.append(json.load(f))
-        except (OSError, ValueError) as exc:
-            print(f"iowarden characterize: {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
-            return 2
-    rows = ch.compare(docs[0]["points"], docs[1]["points"])
-    if args.out:
-        from iowarden.daemon.commands import characterize_plots
-        os.makedirs(args.out, exist_ok=True)
-        if characterize_plots.available():
-            path = characterize_plots.write_compare_plot(rows, (os.path.basename(args.compare[0]),
-                                                               os.path.basename(args.compare[1])),
-                                                         os.path.join(args.out, "compare.png"))
-            print(f"plot: {path}", file=sys.stderr)
-    out = [{"sweep": sw, "value": v, "a_iops": x, "b_iops": y, "change": c} for sw, v, x, y, c in rows]
-    if args.json:
-        print(json.dumps({"a": args.compare[0], "b": args.compare[1], "points": out}))
-        return 0
-    print(f"A: {args.compare[0]} ({docs[0].get('path')})\nB: {args.compare[1]} ({docs[1].get('path')})")
-    print(table(["sweep", "step", "A IOPS", "B IOPS", "change"],
-                [[sw, ch._size(v) if sw in ("bs", "working-set") else v,
-                  f"{x:.0f}" if x is not None else "-", f"{y:.0f}" if y is not None else "-",
-                  f"{c:+.1%}" if c is not None else "-"] for sw, v, x, y, c in rows]))
-    return 0
 
 
 def _earlier_run(out_dir: str | None) -> str | None:
