@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from iowarden.probes.fio_job import PROFILE_RW
-from iowarden.probes.fio_run import directory_target_problem
+from iowarden.probes.probe_dir import directory_target_problem
 
 MAX_SIZE_BYTES = 1 << 50         # a size key's bound unless it names a smaller one (1 PiB)
 # [sampler] exclude_devices when none is given: ram and zram disks are memory, not storage (node_exporter
