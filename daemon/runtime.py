@@ -16,8 +16,6 @@ import importlib.metadata
 import logging
 import os
 import signal
-import socket
-import sys
 import threading
 import time
 
@@ -26,7 +24,7 @@ from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.common import Roots, printable, read_str
 from iowarden.probes.fio_run import end_leftover_probes
 
-from iowarden.daemon.logrepeat import RepeatFilter
+from iowarden.daemon.logs import setup_logging
 from iowarden.daemon import config as configmod
 from iowarden.daemon.config import Target
 from iowarden.daemon.core.core import Core, CounterReaders
@@ -44,74 +42,18 @@ from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.sources.settings import SettingsPoller
 from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry
+from iowarden.daemon.service import notify
 from iowarden.daemon.sources.sampler import Sampler
 from iowarden.daemon.probing.scheduler import Scheduler, suspected_fault
 from iowarden.daemon.core import statedir
-from iowarden.daemon.core.state import State, StateUnavailable
+from iowarden.daemon.core.opening import (EXIT_CONFIG, STATE_RETRY_SECONDS, StartRefused, StopRequested, open_state_waiting,
+                                          own_state_dir)
 
 log = logging.getLogger("iowarden")
 STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, exit well within 5 s
-STATE_RETRY_SECONDS = 2.0
 CORE_STOP_SECONDS = 4.0          # the core's last batch: a write may wait out SQLite's busy timeout (2 s) once
 CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 RESULT_RETENTION_SECONDS = 90 * 86400
-LOG_MESSAGE_MAX_CHARS = 2000
-EXIT_CONFIG = 78                 # EX_CONFIG, as check-config: the state directory is not the daemon's own
-
-
-def notify(message: str) -> None:
-    """sd_notify, never blocking; a no-op outside systemd (no NOTIFY_SOCKET).
-
-    Written out rather than systemd.daemon.notify(): that call holds the GIL while
-    it blocks, and a notify socket whose reader falls behind would freeze every
-    thread, the sampler and the probes included (seen in tests). A message that
-    cannot be queued at once is dropped; the next one a second later carries on.
-    """
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.sendto(message.encode(), socket.MSG_DONTWAIT, addr)
-    except (BlockingIOError, ConnectionRefusedError, FileNotFoundError) as exc:
-        log.debug("sd_notify dropped (%s): %s", exc.__class__.__name__, message.split("\n")[0])
-
-
-def setup_logging(level: str) -> None:
-    root = logging.getLogger("iowarden")
-    root.handlers.clear()
-    root.setLevel(level.upper())
-    handler: logging.Handler
-    if os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"):
-        try:
-            from systemd.journal import JournalHandler
-            # extra={"DEVICE": ...} fields become journal fields (DEVICE=, TARGET=, PROBE=)
-            handler = JournalHandler(SYSLOG_IDENTIFIER="iowarden")
-        except ImportError:
-            handler = logging.StreamHandler(sys.stderr)
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handler.addFilter(RepeatFilter())      # first: it keys a message by its template and text arguments
-    handler.addFilter(PrintableFilter())
-    root.addHandler(handler)
-
-
-class PrintableFilter(logging.Filter):
-    """Every log message escaped before a handler sees it: a name with a line feed cannot forge a log line,
-    an ESC cannot drive the reader's terminal, and no message runs past LOG_MESSAGE_MAX_CHARS (a traceback,
-    added by the handler after this, keeps its lines)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = printable(record.getMessage(), LOG_MESSAGE_MAX_CHARS)
-        record.args = None
-        return True
-
-
-class StopRequested(Exception):
-    """SIGTERM arrived before the daemon was running."""
 
 
 def sampler_filter(section, sampler):
@@ -119,64 +61,6 @@ def sampler_filter(section, sampler):
     if getattr(section, "devices", None) == () and sampler.devices:
         return dataclasses.replace(section, devices=tuple(sampler.devices))
     return section
-
-
-class StartRefused(Exception):
-    """The daemon cannot start as configured here (said in one log line); `code` is its exit status."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
-
-
-def own_state_dir(path: str, stop_event: threading.Event) -> statedir.StateDir:
-    """The state directory, verified as the daemon's own and locked for this run, or StartRefused. A lock
-    file that cannot be made now (a full filesystem, an I/O error) is waited for, as the database is."""
-    try:
-        d = statedir.open_state_dir(path)
-    except statedir.StateDirRefused as exc:
-        raise StartRefused(f"refusing to start: {exc}", EXIT_CONFIG) from None
-    said = None
-    while True:
-        try:
-            statedir.lock(d)
-            return d
-        except statedir.StateDirLocked as exc:
-            d.close()
-            raise StartRefused(f"refusing to start: {exc}", statedir.EXIT_STATE_LOCKED) from None
-        except OSError as exc:
-            if exc.strerror != said:
-                said = exc.strerror
-                log.error("the state directory's lock %s/%s cannot be made now (%s); retrying every %g s", path,
-                          statedir.LOCK_FILE, exc.strerror, STATE_RETRY_SECONDS)
-            notify(f"STATUS=waiting for the state directory {path}: {exc.strerror}")
-            if stop_event.wait(STATE_RETRY_SECONDS):
-                d.close()
-                raise StopRequested from None
-
-
-def open_state_waiting(path: str, stop_event: threading.Event, opened_at: str | None = None) -> State:
-    """The state database, waiting while it is locked, on a full filesystem or unreadable.
-
-    Never a reason to start on an empty database: that would throw away every volume's
-    learned normal. One log line per distinct reason, and the systemd status says why.
-    """
-    said = None
-    while True:
-        try:
-            state = State(path, opened_at=opened_at)
-        except StateUnavailable as exc:
-            if str(exc) != said:
-                said = str(exc)
-                log.error("state database %s cannot be opened now (%s); it is left as it is, retrying every %g s",
-                          path, exc, STATE_RETRY_SECONDS)
-            notify(f"STATUS=waiting for the state database {path}: {exc}")
-            if stop_event.wait(STATE_RETRY_SECONDS):
-                raise StopRequested from None
-            continue
-        if said:
-            log.warning("state database %s opened", path)
-        return state
 
 
 class Daemon:

@@ -1,7 +1,7 @@
 """A log line said once, then how often it repeated (issue 36: 184 'deferred: device busy' lines in 35 min)."""
 import logging
 
-from iowarden.daemon.logrepeat import RepeatFilter
+from iowarden.daemon.logs import RepeatFilter
 
 
 class Clock:

@@ -1,4 +1,5 @@
-"""A log line said once, then how often it repeated: no message more than once a minute per subject.
+"""The daemon's log: to the journal (with its fields) or stderr, every message printable and bounded, and a
+line said once, then how often it repeated: no message more than once a minute per subject.
 
 A probe held by a busy device is looked at again every 5 s; logged each time, one busy afternoon wrote
 184 "deferred: device busy" lines in 35 minutes (issue 36). The filter keys a record by its logger, level,
@@ -14,10 +15,15 @@ MAX_KEYS the oldest quiet keys are forgotten (a flood of distinct subjects costs
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from typing import Callable
 
+from iowarden.probes.common import printable
+
 REPEAT_WINDOW_SECONDS = 60.0
+LOG_MESSAGE_MAX_CHARS = 2000
 MAX_KEYS = 4096
 
 
@@ -52,4 +58,35 @@ class RepeatFilter(logging.Filter):
         if len(self._seen) > MAX_KEYS:
             for old in list(self._seen)[:len(self._seen) - MAX_KEYS]:
                 del self._seen[old]
+        return True
+
+
+def setup_logging(level: str) -> None:
+    root = logging.getLogger("iowarden")
+    root.handlers.clear()
+    root.setLevel(level.upper())
+    handler: logging.Handler
+    if os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"):
+        try:
+            from systemd.journal import JournalHandler
+            # extra={"DEVICE": ...} fields become journal fields (DEVICE=, TARGET=, PROBE=)
+            handler = JournalHandler(SYSLOG_IDENTIFIER="iowarden")
+        except ImportError:
+            handler = logging.StreamHandler(sys.stderr)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(RepeatFilter())      # first: it keys a message by its template and text arguments
+    handler.addFilter(PrintableFilter())
+    root.addHandler(handler)
+
+
+class PrintableFilter(logging.Filter):
+    """Every log message escaped before a handler sees it: a name with a line feed cannot forge a log line,
+    an ESC cannot drive the reader's terminal, and no message runs past LOG_MESSAGE_MAX_CHARS (a traceback,
+    added by the handler after this, keeps its lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = printable(record.getMessage(), LOG_MESSAGE_MAX_CHARS)
+        record.args = None
         return True
