@@ -30,26 +30,22 @@ import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
 from iowarden.probes import blocktrace, diskstats
-from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
 from iowarden.daemon.sources.spec import SourceSpec
+from iowarden.daemon.sources.tracer_views import TraceReading, causes, families, summary
 
 log = logging.getLogger("iowarden")
 
 # Octave buckets of nanoseconds, 2^12 ns (4.1 µs) to 2^35 ns (34 s): the program's eighth-octave counts
 # add up into them exactly, as both are powers of two of the same unit.
-TRACE_BUCKETS_SECONDS = tuple(2 ** k / 1e9 for k in range(12, 36))
 NOT_TRACED = ("ram*", "zram*")
 RESTART_BACKOFF_SECONDS = (30.0, 60.0, 120.0, 300.0, 600.0)
 COMPILE_GRACE_SECONDS = 300.0  # before its first line bpftrace compiles: minutes on a slow (emulated) CPU
 PAUSE_MIN_SECONDS = 60.0    # a paused tracer stays off at least this long (each start compiles for seconds)
 PAUSED = "paused: the host's I/O rate would take the tracepoints over [tracer] max_cpu_cores"
-MIN_TAIL_SAMPLES = 200      # timed I/Os in a window before its p99 is quoted as a cause
 
 CONFIG = {
     "enabled": Key("bool", True, "Trace the block layer with bpftrace (when installed): latency of real I/O per "
@@ -74,19 +70,6 @@ CONFIG = {
     "replan_seconds": Key("float", 600.0, "At most this often the program is restarted to follow a disk's rate.",
                           minimum=60.0, maximum=86400.0),
 }
-
-
-@dataclass(frozen=True)
-class TraceReading:
-    unix_time: float
-    up: bool
-    reason: str | None                                   # why it is off (or what went wrong last)
-    window_seconds: float
-    sampled_share: MappingProxyType                      # kernel name -> share of requests timed
-    total: MappingProxyType                              # (name, direction, stage) -> StageHistogram
-    sums_seconds: MappingProxyType                       # the same keys -> summed latency (approximate)
-    window: MappingProxyType                             # the same keys -> this window's StageHistogram
-    unknown_keys_dropped: int = 0                        # entries naming a disk the program was not given
 
 
 def merge_tracepoint(roots: Roots) -> bool:
@@ -391,98 +374,6 @@ def start(section, roots: Roots):
 
 
 # ---- /metrics ----------------------------------------------------------------------------------
-
-def octave_buckets(h: blocktrace.StageHistogram) -> list[tuple[str, int]]:
-    """Cumulative counts on TRACE_BUCKETS_SECONDS (exact: every fine bucket lies inside one octave)."""
-    out, running, counts, i = [], 0, list(h.counts), 0
-    for le in TRACE_BUCKETS_SECONDS:
-        le_ns = le * 1e9
-        while i < len(counts) and blocktrace.bucket_upper_ns(counts[i][0]) <= le_ns * (1 + 1e-9):
-            running += counts[i][1]
-            i += 1
-        out.append((repr(le), running))
-    out.append(("+Inf", h.total))
-    return out
-
-
-def families(r: TraceReading | None, snap):
-    up = GaugeMetricFamily("iowarden_tracer_up", "1 while the block-layer tracer (bpftrace) runs; 0 when it is "
-                           "off (iowarden_tracer_off_reason says why)")
-    why = GaugeMetricFamily("iowarden_tracer_off_reason", "Why the tracer is off (value 1)", labels=["reason"])
-    if r is None:
-        up.add_metric([], 0)
-        why.add_metric(["no reading yet, or [tracer] enabled = false"], 1)
-        yield from (up, why)
-        return
-    up.add_metric([], 1 if r.up else 0)
-    if not r.up:
-        why.add_metric([r.reason or "unknown"], 1)
-    labels = ["device", "volume", "direction", "stage"]
-    hist = HistogramMetricFamily("iowarden_io_latency_seconds", "Latency of the timed requests of real I/O, per "
-                                 "disk, direction and stage (queue: submission to issue; device: issue to "
-                                 "completion; total), since the daemon started", labels=labels)
-    last = GaugeMetricFamily("iowarden_io_latency_last_window_seconds", "Latency percentiles (50, 99, 99.9) of the "
-                             "last window's timed requests", labels=labels + ["percentile"])
-    share = GaugeMetricFamily("iowarden_io_latency_timed_ratio", "The share of a disk's requests that are timed "
-                              "(sampled by a hash of the sector above [tracer] max_timed_iops)", labels=["device"])
-    for (name, direction, stage), h in sorted(r.total.items()):
-        lv = [name, identity_of(name, snap.devices), direction, stage]
-        hist.add_metric(lv, octave_buckets(h), r.sums_seconds.get((name, direction, stage), 0.0))
-        w = r.window.get((name, direction, stage))
-        if w is not None and w.total:
-            for pct in ("50", "99", "99.9"):
-                last.add_metric(lv + [pct], w.quantile_seconds(float(pct) / 100))
-    for name, s in sorted(r.sampled_share.items()):
-        share.add_metric([name], s)
-    dropped = CounterMetricFamily("iowarden_tracer_unknown_keys_dropped", "Map entries bpftrace printed for a "
-                                  "disk it was not told to trace, dropped (none from a sound program)")
-    dropped.add_metric([], r.unknown_keys_dropped)
-    yield from (up, why, hist, last, share, dropped)
-
-
-# ---- causes ------------------------------------------------------------------------------------
-
-def where_the_time_goes(r: TraceReading, disk: str, direction: str) -> str | None:
-    """"p99 read 180 ms, 97 % of it in the device", from the last window, or None with too few I/Os."""
-    total = r.window.get((disk, direction, "total"))
-    device = r.window.get((disk, direction, "device"))
-    if total is None or device is None or total.total < MIN_TAIL_SAMPLES:
-        return None
-    p99, dev99 = total.quantile_seconds(0.99), device.quantile_seconds(0.99)
-    if not p99:
-        return None
-    in_device = min(1.0, dev99 / p99)
-    from iowarden.daemon.wording import human_seconds
-    where = ("the device" if in_device >= 0.8 else
-             "the kernel's queue in front of the device (I/O scheduler, nr_requests, writeback throttling)"
-             if in_device <= 0.5 else "both the device and the kernel's queue")
-    return (f"{disk}: p99 {direction} {human_seconds(p99)} over the last {r.window_seconds:.0f} s, "
-            f"{in_device:.0%} of it in the device: the time goes to {where}")
-
-
-def causes(r: TraceReading | None, disks: set[str]) -> list[str]:
-    if r is None or not r.up:
-        return []
-    return [text for disk in sorted(disks) for direction in blocktrace.DIRECTIONS
-            if (text := where_the_time_goes(r, disk, direction))]
-
-
-def summary(r: TraceReading) -> dict:
-    """For `iowarden status`: per disk and direction, the last window's tail and its share in the device."""
-    rows = []
-    for (disk, direction, stage), total in sorted(r.window.items()):
-        if stage != "total" or not total.total:
-            continue
-        device = r.window.get((disk, direction, "device"))
-        p99, dev99 = total.quantile_seconds(0.99), device.quantile_seconds(0.99) if device else None
-        rows.append({"device": disk, "direction": direction, "timed": total.total,
-                     "p50_seconds": total.quantile_seconds(0.5), "p99_seconds": p99,
-                     "p999_seconds": total.quantile_seconds(0.999),
-                     "in_device_p99": min(1.0, dev99 / p99) if p99 and dev99 is not None else None,
-                     "sampled_share": r.sampled_share.get(disk)})
-    return {"up": r.up, "reason": r.reason, "window_seconds": r.window_seconds, "unix_time": r.unix_time,
-            "rows": rows}
-
 
 SPEC = SourceSpec("tracer", CONFIG, start,
                   # one read drains a pipe and may stop and start bpftrace (5 s to stop, its start returns at once)

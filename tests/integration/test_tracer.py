@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from iowarden.daemon.sources import tracer
+from iowarden.daemon.sources import tracer, tracer_views
 from iowarden.probes.common import Roots
 from tests.conftest import LoopXfs
 from tests.integration.helpers import blkio_cap, config_text, free_port, wait_for
@@ -92,7 +92,7 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
     assert abs(ours[50.0] - fio_p[50.0]) <= 0.10 * fio_p[50.0]
     assert abs(ours[99.0] - fio_p[99.0]) <= 0.20 * fio_p[99.0]
     # the time is below the block layer: the cause says the device
-    said = tracer.where_the_time_goes(_reading_between(before, after), outer.name, "read")
+    said = tracer_views.where_the_time_goes(_reading_between(before, after), outer.name, "read")
     print(said)
     assert said and "in the device: the time goes to the device" in said
 
@@ -193,7 +193,7 @@ def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_d
 
     def p99(depth, stage):
         return windows[depth].window[(name, "read", stage)].quantile_seconds(0.99)
-    shallow, deep = (tracer.where_the_time_goes(windows[d], name, "read") for d in (128, 1024))
+    shallow, deep = (tracer_views.where_the_time_goes(windows[d], name, "read") for d in (128, 1024))
     print(f"QD128: queue p99 {p99(128, 'queue') * 1e3:.3f} ms, device p99 {p99(128, 'device') * 1e3:.3f} ms; "
           f"QD1024: queue p99 {p99(1024, 'queue') * 1e3:.3f} ms, device p99 {p99(1024, 'device') * 1e3:.3f} ms")
     print(shallow, deep, sep="\n")

@@ -21,7 +21,7 @@ import time
 import traceback
 import types
 
-from iowarden.daemon.sources import tracer
+from iowarden.daemon.sources import tracer, tracer_views
 from iowarden.probes.common import Roots
 
 WINDOW_SECONDS = 2.0
@@ -150,7 +150,7 @@ def job(traced: Traced, step: dict) -> dict:
             "fio": {"p50": clat["50.000000"] / 1e6, "p99": clat["99.000000"] / 1e6,
                     "mean": read["clat_ns"]["mean"] / 1e6, "lat_mean": read["lat_ns"]["mean"] / 1e6},
             "tracer": {st: percentiles(window.get((disk, "read", st))) for st in STAGES},
-            "cause": tracer.where_the_time_goes(between, disk, "read")}
+            "cause": tracer_views.where_the_time_goes(between, disk, "read")}
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from iowarden.daemon.sources import tracer
+from iowarden.daemon.sources import tracer, tracer_views
 from iowarden.probes import blocktrace as bt
 from iowarden.probes.common import ParseError, Roots
 
@@ -96,7 +96,7 @@ def test_sampling_keeps_about_the_configured_rate_and_replans_only_on_a_fourfold
 
 def test_octave_buckets_add_the_fine_counts_up_exactly():
     h = bt.StageHistogram(((bt.bucket_of_ns(5_000), 2), (bt.bucket_of_ns(7_900), 3), (bt.bucket_of_ns(9_000), 4)))
-    buckets = dict(tracer.octave_buckets(h))
+    buckets = dict(tracer_views.octave_buckets(h))
     assert buckets[repr(2 ** 13 / 1e9)] == 5 and buckets[repr(2 ** 14 / 1e9)] == 9 and buckets["+Inf"] == 9
     assert buckets[repr(2 ** 12 / 1e9)] == 0
 
