@@ -48,3 +48,10 @@ def test_the_check_fails_on_a_call_back_up(tmp_path):
     assert r.returncode != 0, r.stdout[-2000:]
     assert "iowarden.daemon.sources is not allowed to import iowarden.daemon.core" in r.stdout, r.stdout[-2000:]
     assert "iowarden.daemon.sources.xfs -> iowarden.daemon.core.knowledge" in r.stdout
+
+
+def test_no_file_of_the_daemon_is_over_400_lines():
+    """The house's rule (issue 35): a file that grows past 400 lines is split where its parts are."""
+    long = {str(p.relative_to(ROOT)): n for p in [*ROOT.glob("daemon/**/*.py"), *ROOT.glob("probes/*.py")]
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
