@@ -31,7 +31,7 @@ from iowarden.daemon.core.core import Core, CounterReaders
 from iowarden.daemon.events import Housekeeping, SourceRead, TargetsChanged
 from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.verdicts.health import Health, pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory
 from iowarden.daemon.outputs import influx
@@ -233,7 +233,9 @@ class Daemon:
             # a discovered target is whatever its rule finds mounted there (the scheduler checks
             # that it still is); its baselines follow the volume's identity, so no pin
             return None
-        return self.health.pin_refusal(target.name, identity_of(device, self.settings.devices) if device else None)
+        # on a probe worker: the pins as the core last published them (health is the core's alone)
+        return pin_refusal(self.core.snapshot.pins, target.name,
+                           identity_of(device, self.settings.devices) if device else None)
 
     def reload(self) -> None:
         notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")

@@ -82,3 +82,4 @@ class Snapshot:
     passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)
     sources: dict = field(default_factory=dict)              # registered source -> its last reading
     probe_latency: dict = field(default_factory=dict)        # (target, profile, direction) -> latency.LatencyTotal
+    pins: dict = field(default_factory=dict)                 # target -> the volume it was first probed on

@@ -162,7 +162,8 @@ class Core:
             probe_intervals={(t.name, p): t.interval_seconds for t in k.targets for p in t.profiles},
             discovery_over_limit=k.discovery_over_limit,
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
-            sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)))
+            sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)),
+            pins=MappingProxyType(dict(self.health.pins)))
         self.published = (self.published[0] + 1, self.clock())
 
     # -- the handlers: one per event type ---------------------------------------------------------

@@ -133,7 +133,10 @@ def apply_result(core, e: ProbeFinished) -> None:
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
-    core.health.on_result(record, identity, lambda since: causes_of(core, e, since), context)
+    # the evidence is gathered before the judgement: health judges on what it is given, and never calls back
+    # into the core (a callback that read health again was the reason for a re-entrant lock)
+    causes = causes_of(core, e, core.health.baseline_since(identity, result.profile))
+    core.health.on_result(record, identity, lambda since: causes, context)
 
 
 def causes_of(core, e: ProbeFinished, since: float) -> list[str]:

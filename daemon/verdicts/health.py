@@ -7,10 +7,8 @@ deviates, so one degradation pages once.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -58,18 +56,21 @@ class OpenAlert:
     devices: tuple = ()
 
 
-def _locked(method):
-    """Probe workers feed results concurrently and scrapes read views: one lock per Health."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return wrapper
+def pin_refusal(pins, target: str, identity: str | None) -> str | None:
+    """Why a probe of `target` on the volume `identity` is refused, or None. `pins`: target -> the volume it was
+    first probed on (Health.pins, published in the snapshot for the probe workers)."""
+    pinned = pins.get(target)
+    if pinned is None or identity == pinned:
+        return None
+    return (f"target {target} is now on {identity or 'no block device'}, but it was first probed on {pinned}: "
+            "a different volume (is its filesystem still mounted? was the device name reused?); "
+            f"`iowarden baseline reset --target {target}` accepts the new one")
 
 
 class Health:
     def __init__(self, state, params: DetectorParams = DetectorParams(), on_event=None):
-        self._lock = threading.RLock()
+        """Owned by the core: every method runs on the core's thread (probe workers read the pins from the
+        snapshot, outputs the views), so there is no lock; the evidence of a judgement is gathered first."""
         self.state = state
         self.on_event = on_event or (lambda **event: None)   # alert transitions, for the outputs
         # (target or device) -> (mount point, devices): where an alert is, for its sentence (set by the core)
@@ -96,7 +97,6 @@ class Health:
                 (a["evidence"].get("where") or {}).get("mountpoint"),
                 tuple((a["evidence"].get("where") or {}).get("devices") or ()))
 
-    @_locked
     def open_alert_views(self) -> list:
         from iowarden.daemon.snapshot import AlertView
         return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id,
@@ -104,7 +104,6 @@ class Health:
                           tuple(a.causes), a.acked_by, a.ack_note, a.mountpoint, a.devices)
                 for k, a in self.open.items()]
 
-    @_locked
     def baseline_views(self) -> list:
         """Every baseline with its latest verdict, read in one go (for a snapshot)."""
         from iowarden.daemon.snapshot import BaselineView
@@ -119,21 +118,13 @@ class Health:
                                       base[1] if base else None, score, len(det.values), base is None))
         return views
 
-    @_locked
     def baseline_since(self, identity: str, profile: str) -> float:
         times = [t for (i, p, _), t in self.learned_at.items() if i == identity and p == profile]
         return min(times) if times else time.time()
 
-    @_locked
     def pin_refusal(self, target: str, identity: str | None) -> str | None:
-        pinned = self.pins.get(target)
-        if pinned is None or identity == pinned:
-            return None
-        return (f"target {target} is now on {identity or 'no block device'}, but it was first probed on {pinned}: "
-                "a different volume (is its filesystem still mounted? was the device name reused?); "
-                f"`iowarden baseline reset --target {target}` accepts the new one")
+        return pin_refusal(self.pins, target, identity)
 
-    @_locked
     def apply_requests(self, identity_of_target) -> None:
         """Operator requests from `iowarden baseline accept|reset` (queued in the state database)."""
         for action, target, profile in self.state.take_baseline_requests():
@@ -176,7 +167,6 @@ class Health:
                 log.warning("ALERT %s #%d acknowledged by %s: %s", a.alert, a.id, a.acked_by, a.ack_note or "no note",
                             extra={"ALERT": a.alert, "TARGET": a.target})
 
-    @_locked
     def on_result(self, record: dict, identity: str, causes_fn, context: dict | None = None) -> list[str]:
         """Feed one probe result; returns the alert transitions it caused (for logs and tests)."""
         target, profile = record["target"], record["profile"]
@@ -296,7 +286,6 @@ class Health:
             return ["VolumeDegraded cleared"]
         return []
 
-    @_locked
     def on_passive(self, t, device: str, more_causes=()) -> str | None:
         """A passive verdict's transition (passive.Transition) as an alert on the device's volume;
         more_causes: what else is known of the device (its drive health), named after the verdict."""
@@ -315,7 +304,6 @@ class Health:
             return f"{t.alert} cleared"
         return None
 
-    @_locked
     def passive_findings(self, devices: set[str]) -> list[str]:
         """What the passive detector holds open on these kernel devices: evidence for a probe alert's causes."""
         out = []
@@ -324,7 +312,6 @@ class Health:
                 out.extend(a.causes[:1])
         return out
 
-    @_locked
     def target_dropped(self, target: str, why: str) -> None:
         """A discovered target is gone (unmounted): its probe failures are no longer news."""
         for fkey in [k for k in self.failures if k[0] == f"target:{target}"]:

@@ -45,41 +45,67 @@ def _record(target, i, iops):
             "write_bw_bytes": 0.0, "clat_p50_seconds": 1e-4, "clat_p99_seconds": 2e-4, "clat_p999_seconds": 3e-4}
 
 
-def test_health_fed_by_concurrent_workers_while_scrapes_read(tmp_path):
+def test_the_core_fed_by_concurrent_workers_reloads_and_scrapes_loses_nothing(tmp_path):
+    """Issue 35: health lives on the core thread only (no lock). Four probe workers post results, a reload
+    thread posts new targets, a scraper renders every snapshot, with the GIL switching every microsecond:
+    no exception, every result a row, every result in its volume's detector."""
+    import sys
+    from iowarden.daemon.core.core import Core
+    from iowarden.daemon.events import ProbeFinished, TargetsChanged
+    from iowarden.daemon.config import Target
+    from tests.unit.test_core import _result
+    from tests.unit.test_exporter import scrape
     state = State(str(tmp_path / "state.db"))
-    health = Health(state)
-    errors, per_worker = [], 150
+    core = Core(state, Health(state), "test")
+    errors, per_worker, workers_n = [], 150, 4
+    targets = tuple(Target(f"t{n}", f"/srv/t{n}", ("rr",), 300.0) for n in range(workers_n))
 
     def feed(n):
         rng = random.Random(n)
         for i in range(per_worker):
             try:
-                health.on_result(_record(f"t{n}", i, 1000 * rng.uniform(0.95, 1.05)), f"vol{n}", lambda since: [])
+                core.post(ProbeFinished(_result(i, 1000 * rng.uniform(0.95, 1.05), target=f"t{n}",
+                                                device=f"sd{chr(97 + n)}"), (f"sd{chr(97 + n)}",), False))
             except Exception as exc:   # noqa: BLE001 - any escape is the failure
                 errors.append(exc)
+
+    def reload(stop):
+        while not stop.is_set():
+            core.post(TargetsChanged(targets))
+            time.sleep(0.01)
 
     def read(stop):
         while not stop.is_set():
             try:
-                health.baseline_views()
-                health.open_alert_views()
+                scrape(core.snapshot)
             except Exception as exc:   # noqa: BLE001
                 errors.append(exc)
 
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
     stop = threading.Event()
-    reader = threading.Thread(target=read, args=(stop,))
-    reader.start()
-    workers = [threading.Thread(target=feed, args=(n,)) for n in range(4)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    stop.set()
-    reader.join()
+    core.start()
+    try:
+        helpers = [threading.Thread(target=read, args=(stop,)), threading.Thread(target=reload, args=(stop,))]
+        for t in helpers:
+            t.start()
+        workers = [threading.Thread(target=feed, args=(n,)) for n in range(workers_n)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        stop.set()
+        for t in helpers:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+        assert core.stop(30.0)
     assert errors == []
-    views = health.baseline_views()
-    # every result reached its detector: window-capped, but each volume's iops detector saw them all
-    iops = {v.volume: v.samples for v in views if v.metric == "read_iops"}
-    assert set(iops) == {"vol0", "vol1", "vol2", "vol3"}
-    assert all(n == min(per_worker, health.params.window) for n in iops.values())
-    state.close()
+    check = State(str(tmp_path / "state.db"))
+    try:
+        rows = check.db.execute("SELECT target, count(*) FROM probe_results GROUP BY target").fetchall()
+    finally:
+        check.close()
+    assert dict(rows) == {f"t{n}": per_worker for n in range(workers_n)}
+    iops = {v.volume: v.samples for v in core.snapshot.baselines if v.metric == "read_iops"}
+    assert len(iops) == workers_n and all(n == min(per_worker, core.health.params.window) for n in iops.values())
