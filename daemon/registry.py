@@ -57,6 +57,7 @@ class Part:
     step: Callable[[], None]
     stats: PartStats = field(default_factory=PartStats)
     thread: threading.Thread | None = None
+    vital: bool = False              # its last step failed: the daemon is not well (the watchdog is withheld)
 
 
 class Registry:
@@ -66,8 +67,11 @@ class Registry:
         self._lock = threading.Lock()
         self._stop: threading.Event | None = None
 
-    def add(self, name: str, cadence_seconds: float, deadline_seconds: float, step: Callable[[], None]) -> Part:
-        part = Part(name, cadence_seconds, deadline_seconds, step)
+    def add(self, name: str, cadence_seconds: float, deadline_seconds: float, step: Callable[[], None],
+            vital: bool = False) -> Part:
+        """vital: a failed step is a stuck part until a step succeeds (the /metrics watch: a daemon whose endpoint
+        cannot be started again is restarted by systemd), where a failing SMART read is only a counted error."""
+        part = Part(name, cadence_seconds, deadline_seconds, step, vital=vital)
         part.stats.last_completed_monotonic = self.clock()
         part.stats.deadline_seconds = deadline_seconds
         self.parts[name] = part
@@ -142,7 +146,7 @@ class Registry:
                 part.thread.join(max(0.0, deadline - time.monotonic()))
 
     def stuck(self) -> list[str]:
-        """Parts that are dead, over their deadline in a step, or not stepping on time."""
+        """Parts that are dead, over their deadline in a step, not stepping on time, or vital and failing."""
         now = self.clock()
         running = self._stop is not None and not self._stop.is_set()
         out = []
@@ -153,7 +157,8 @@ class Registry:
                 over = s.step_started_monotonic is not None and now - s.step_started_monotonic > p.deadline_seconds
                 late = s.step_started_monotonic is None and \
                     now - s.last_completed_monotonic > p.cadence_seconds + p.deadline_seconds
-                if dead or over or late:
+                failed = p.vital and s.last_error is not None
+                if dead or over or late or failed:
                     out.append(p.name)
         return out
 

@@ -35,7 +35,7 @@ from iowarden.daemon.verdicts.health import Health, pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory
 from iowarden.daemon.outputs import influx
-from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus
+from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus, watch_endpoint
 from iowarden.daemon.passive.detector import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
 from iowarden.daemon.sources.registry import SOURCES
@@ -54,6 +54,8 @@ STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, ex
 CORE_STOP_SECONDS = 4.0          # the core's last batch: a write may wait out SQLite's busy timeout (2 s) once
 CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 RESULT_RETENTION_SECONDS = 90 * 86400
+UEVENTS_DEADLINE_SECONDS = 60.0  # one burst of hotplug events and the re-read of every device it causes
+HTTP_WATCH_SECONDS = 5.0
 
 
 def sampler_filter(section, sampler):
@@ -78,6 +80,7 @@ class Daemon:
         self.state = open_state_waiting(os.path.join(state_dir, "state.db"), self.stop_event,
                                         self.state_dir.at("state.db"))
         self.reload_requested = threading.Event()
+        self._http_lock = threading.Lock()   # the endpoint is replaced by a reload (main) or its watch (a part)
         c = self.cfg
         # outputs first: drift and alert transitions become InfluxDB points as they happen
         self.influx = None
@@ -228,6 +231,15 @@ class Daemon:
         if self.cfg.discover:
             self.rediscover()
 
+    def _watch_http(self) -> None:
+        with self._http_lock:
+            if self.http is None:
+                return
+            self.http, problem = watch_endpoint(self.http, lambda: start_prometheus(
+                self.cfg.section("prometheus"), self.core, self.roots), HTTP_WATCH_SECONDS)
+        if problem:
+            raise RuntimeError(problem)   # counted by the registry as the part's error; it is serving again
+
     def _pin_check(self, target, device: str | None) -> str | None:
         if target.found_on_dev is not None:
             # a discovered target is whatever its rule finds mounted there (the scheduler checks
@@ -251,8 +263,9 @@ class Daemon:
         else:
             refused = None
             if self.http is not None or new.section("prometheus").enabled:
-                self.http, refused = reload_prometheus(self.http, self.cfg.section("prometheus"),
-                                                       new.section("prometheus"), self.core, self.roots)
+                with self._http_lock:
+                    self.http, refused = reload_prometheus(self.http, self.cfg.section("prometheus"),
+                                                           new.section("prometheus"), self.core, self.roots)
             if refused:   # the endpoint as it was, with the [prometheus] it was started with
                 log.error("reload: the metrics endpoint keeps its address, TLS and auth as they were: %s", refused)
                 new = new.with_section("prometheus", self.cfg.section("prometheus"))
@@ -286,8 +299,12 @@ class Daemon:
             log.warning("ended %d fio process(es) a previous run of iowarden left running (pids %s), before "
                         "probing their disks again", len(ended), ", ".join(map(str, ended)))
         self.rediscover()  # what is mounted already is a target from the start
+        if self.inventory.open():   # a part like the others: its failures counted, a hang withholds the watchdog
+            self.registry.add("uevents", 0.0, UEVENTS_DEADLINE_SECONDS, lambda: self.inventory.step(self.stop_event))
+        if self.http is not None:   # the endpoint's loop runs on a thread of its own; this part watches it
+            self.registry.add("metrics-endpoint", HTTP_WATCH_SECONDS, HTTP_WATCH_SECONDS * 2, self._watch_http,
+                              vital=True)
         self.registry.start(self.stop_event)
-        self.inventory.start(self.stop_event)
         ready = False
         while not self.stop_event.is_set():
             if not ready and self.sampler.first_sample_done.wait(0.2):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import socket
+import threading
 
 MAX_HEADER_BYTES = 16384
 WRITE_TIMEOUT_SECONDS = 30.0
@@ -108,3 +109,17 @@ def bind(addr, family) -> socket.socket:
         raise
     sock.setblocking(False)
     return sock
+
+
+def check_server(server, timeout_seconds: float) -> None:
+    """Raise unless a MetricsServer's thread lives and its loop answers within the timeout: the step of the
+    part that watches the endpoint (its loop runs on a thread of its own, outside the registry)."""
+    if not server._thread.is_alive():
+        raise RuntimeError("its thread has ended")
+    answered = threading.Event()
+    try:
+        server._loop.call_soon_threadsafe(answered.set)
+    except RuntimeError as exc:   # the loop is closed
+        raise RuntimeError(f"its loop is closed ({exc})") from None
+    if not answered.wait(timeout_seconds):
+        raise RuntimeError(f"its loop did not answer within {timeout_seconds:g} s")

@@ -39,6 +39,23 @@ def start_prometheus(cfg: dict, core, roots):
     return server
 
 
+def watch_endpoint(server, restart, timeout_seconds: float):
+    """The step of the part that watches /metrics: (the server serving now, None), or, when it was down and
+    has been started again, (the new server, what was wrong). A restart that fails raises (the next step
+    tries again); the part counts it either way, and the registry's stats and the log say so."""
+    from iowarden.daemon.outputs.http_wire import check_server
+    try:
+        check_server(server, timeout_seconds)
+        return server, None
+    except RuntimeError as exc:
+        problem = f"the metrics endpoint was down ({exc}); started again"
+    try:
+        server.shutdown()
+    except Exception:   # noqa: BLE001 - what is left of it must not keep the new one from starting
+        log.exception("stopping what was left of the metrics endpoint failed")
+    return restart(), problem
+
+
 def reload_prometheus(server, old: dict, new: dict, core, roots):
     """Apply a reloaded [prometheus] section, or refuse it whole: (the endpoint serving now, None), or (the
     endpoint as it was, why the new section was refused). The web-config file is read again either way:

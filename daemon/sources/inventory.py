@@ -30,9 +30,10 @@ class Inventory:
         self.source = "udev" if udevd_running(run_root) else "kernel"
         self.events_total = 0
         self._monitor = None
-        self._thread: threading.Thread | None = None
+        self._failures = 0
 
-    def start(self, stop: threading.Event) -> None:
+    def open(self) -> bool:
+        """Listen for block device events; False where netlink is unavailable (the pollers still see devices)."""
         import pyudev
         try:
             monitor = pyudev.Monitor.from_netlink(pyudev.Context(), source=self.source)
@@ -40,32 +41,28 @@ class Inventory:
             monitor.start()
         except Exception as exc:  # no netlink (a restricted sandbox): polling still sees devices
             log.warning("hotplug events unavailable (%s); devices are picked up by the pollers only", exc)
-            return
+            return False
         self._monitor = monitor
-        self._thread = threading.Thread(target=self._loop, args=(stop,), name="iowarden-inventory", daemon=True)
-        self._thread.start()
         log.info("listening for block device events (source: %s)", self.source)
+        return True
 
-    def _loop(self, stop: threading.Event) -> None:
-        failures = 0
-        while not stop.is_set():
-            try:
-                batch = self._next_batch(stop)
-            except Exception:   # netlink or pyudev failed: said, then retried (the pollers still see devices)
-                failures += 1
-                if failures == 1 or failures % 100 == 0:
-                    log.exception("reading block device events failed (%d times); retrying", failures)
-                stop.wait(min(30.0, 0.5 * failures))
-                continue
-            failures = 0
-            if not batch:
-                continue
-            self.events_total += len(batch)
-            action, name = batch[-1]
-            try:
-                self.on_change(action, name)
-            except Exception:
-                log.exception("handling %s of %s (and %d more events) failed", action, name, len(batch) - 1)
+    def step(self, stop: threading.Event) -> None:
+        """One burst of events (or half a second of none), handled: the registry's part "uevents" calls it in a
+        loop, so a failure is counted and logged there, a hang withholds the watchdog, and nothing ends the
+        listening in silence (pyudev's poll() raised outside any handler before)."""
+        try:
+            batch = self._next_batch(stop)
+        except Exception:
+            # counted and logged by the registry; waited out here, doubling, so a broken socket is no busy loop
+            self._failures += 1
+            stop.wait(min(30.0, 0.5 * self._failures))
+            raise
+        self._failures = 0
+        if not batch:
+            return
+        self.events_total += len(batch)
+        action, name = batch[-1]
+        self.on_change(action, name)
 
     def _next_batch(self, stop: threading.Event) -> list[tuple[str, str]]:
         """The next event and every one that follows it closely: one re-read of the devices for a burst.

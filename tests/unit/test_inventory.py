@@ -30,15 +30,19 @@ class Monitor:
 
 
 def run(monitor, seconds):
+    """The listener as the daemon runs it: the registry's part "uevents", its step called in a loop."""
+    from iowarden.daemon.registry import Registry
     calls = []
     inv = inventory.Inventory(lambda action, name: calls.append((action, name)), "/nonexistent")
     inv._monitor = monitor
     stop = threading.Event()
-    t = threading.Thread(target=inv._loop, args=(stop,))
-    t.start()
+    registry = Registry()
+    registry.add("uevents", 0.0, 60.0, lambda: inv.step(stop))
+    registry.start(stop)
     time.sleep(seconds)
     stop.set()
-    t.join(5)
+    registry.join(5)
+    inv.stats = registry.stats()["uevents"]
     return inv, calls
 
 
@@ -50,6 +54,9 @@ def test_a_burst_of_hotplug_events_is_one_reread_not_one_each():
     assert calls[-1] == ("remove", "sdz")
 
 
-def test_a_failing_event_source_is_retried_and_events_still_handled():
+def test_a_failing_event_source_is_counted_waited_out_and_events_still_handled():
+    """pyudev's poll() raised outside any handler and ended the listener in silence (issue 35): now each
+    failure is the part's counted error, waited out (no busy loop), and the events after it are handled."""
     inv, calls = run(Monitor([(0.0, "add", "sdb")], fail_first=2), 2.5)
     assert calls == [("add", "sdb")]
+    assert inv.stats.errors_total == 2 and inv.stats.restarts_total == 0, inv.stats

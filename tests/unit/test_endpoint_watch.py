@@ -1,0 +1,95 @@
+"""/metrics is watched like every part (issue 35): its loop runs on a thread of its own, so a part of the
+registry checks that the thread lives and its loop answers; a dead endpoint is counted as the part's error
+and started again. The real endpoint on loopback, no root."""
+import socket
+import threading
+import time
+import urllib.request
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+
+from iowarden.daemon.outputs.http import serve
+from iowarden.daemon.outputs.web_config import WebConfig
+from iowarden.daemon.outputs.wiring import watch_endpoint
+from iowarden.daemon.registry import Registry
+
+
+class One:
+    def describe(self):
+        return []
+
+    def collect(self):
+        g = GaugeMetricFamily("iowarden_up_for_the_test", "1")
+        g.add_metric([], 1)
+        yield g
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(port):
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(One())
+    return serve(f"127.0.0.1:{port}", reg, WebConfig(), version_of_snapshot=lambda: (1, time.monotonic()))
+
+
+def served(port) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return b"iowarden_up_for_the_test 1.0" in r.read()
+    except OSError:
+        return False
+
+
+def test_a_dead_endpoint_is_counted_and_started_again_by_its_watch():
+    port = free_port()
+    holder = {"server": start(port)}
+
+    def watch():
+        holder["server"], problem = watch_endpoint(holder["server"], lambda: start(port), 2.0)
+        if problem:
+            raise RuntimeError(problem)
+
+    registry, stop = Registry(), threading.Event()
+    registry.add("metrics-endpoint", 0.2, 5.0, watch, vital=True)
+    registry.start(stop)
+    try:
+        assert served(port)
+        time.sleep(0.5)
+        assert registry.stats()["metrics-endpoint"].errors_total == 0   # alive and answering: no error
+        holder["server"].shutdown()          # the endpoint's thread ends (as an escaped fault would end it)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and registry.stats()["metrics-endpoint"].errors_total == 0:
+            time.sleep(0.05)
+        stats = registry.stats()["metrics-endpoint"]
+        assert stats.errors_total == 1 and "the metrics endpoint was down (its thread has ended)" in stats.last_error
+        assert served(port)                  # started again on the same address
+        time.sleep(0.5)
+        assert registry.stats()["metrics-endpoint"].errors_total == 1   # and watched as healthy since
+        assert registry.stuck() == []        # the watchdog goes on: it serves
+        # an endpoint that cannot be started again (its address taken): stuck, the watchdog withheld
+        holder["server"].shutdown()
+        squatter = socket.socket()
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen(1)
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and "metrics-endpoint" not in registry.stuck():
+                time.sleep(0.05)
+            assert registry.stuck() == ["metrics-endpoint"]
+            assert not served(port)
+        finally:
+            squatter.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and registry.stuck():
+            time.sleep(0.05)
+        assert registry.stuck() == [] and served(port)   # its address free again: serving, and well
+    finally:
+        stop.set()
+        registry.join(5)
+        holder["server"].shutdown()
