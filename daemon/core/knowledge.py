@@ -129,7 +129,7 @@ def apply_result(core, e: ProbeFinished) -> None:
         if total is not None:
             context["delivered_iops"] = total.reads_per_second + total.writes_per_second
             context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
-        view = next((v for v in k.passive_views if v.device == result.device), None)
+        view = next((v for name, _, v in k.passive_views if name == result.device), None)
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)

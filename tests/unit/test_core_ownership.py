@@ -173,3 +173,20 @@ def test_the_architecture_doc_names_every_event_and_the_folders_it_describes_exi
     for module in re.findall(r"\b([a-z_]+/[a-z_]+\.py)\b", doc):
         assert (repo / "daemon" / module).exists() or (repo / module).exists() or \
             (repo / "tests" / module).exists(), module
+
+
+def test_a_contended_result_is_handled_beside_the_passive_views(tmp_path):
+    """CI, issue 33's clear: the core looked up the passive view of a contended probe's device in tuples it took
+    for views ('tuple' object has no attribute 'device'), and every contended result failed to be judged."""
+    import dataclasses
+    from iowarden.daemon.events import ProbeFinished
+    from iowarden.daemon.passive.values import DeviceView
+    from tests.unit.test_core import _result
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "test")
+    view = DeviceView("wwn:1", {"read": 1.1}, {"read": 0.5}, {"read": 40}, None, None, ())
+    core.known.passive_views = (("dm-0", "wwn:1", view),)
+    result = dataclasses.replace(_result(1, 900.0), contended=True)
+    core.handle(ProbeFinished(result, ("sdb",), False))   # raised before
+    assert [r["contended"] for r in st.probe_results()] == [1]
+    st.close()
