@@ -208,6 +208,13 @@ def pytest_sessionfinish(session, exitstatus):
         lane.stop()   # a scenario still running is cancelled: it removes its devices on the way out
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The lane's reports, passed or not: their figures (time to arm, to page, to clear) are what they show."""
+    for lane in _LANE:
+        for line in lane.reports():
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def lane():
     if not _LANE:

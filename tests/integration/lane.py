@@ -7,7 +7,7 @@ thread as soon as the suite is collected; the scenarios run one at a time, besid
 on devices of their own (a busy neighbour is what every end-to-end test must hold against anyway), and
 the test itself, moved to the end of the run, waits for its scenario's report and fails with its error.
 
-A scenario is a function `scenario(lane) -> list[str]` (the lines of its report): it waits with
+A scenario is a function `scenario(lane)` that appends the lines of its report to `lane.report`: it waits with
 `lane.sleep()` or `lane.wait_for()`, which end it early (with `Cancelled`) when the session is ending,
 so its context managers remove what it made.
 """
@@ -31,17 +31,19 @@ class Lane(threading.Thread):
         self._done: dict[Callable, threading.Event] = {s: threading.Event() for s in self.scenarios}
         self._results: dict[Callable, tuple[list[str], BaseException | None, str]] = {}
         self.started_at = time.monotonic()
+        self.report: list[str] = []   # the running scenario's (each gets a list of its own)
 
     def run(self):
         for scenario in self.scenarios:
             report: list[str] = []
+            self.report = report   # the scenario writes its lines here: kept when it fails half way
             error, trace = None, ""
             t0 = time.monotonic()
             if self.stopping.is_set():
                 error = Cancelled("the session ended before this scenario started")
             else:
                 try:
-                    report = list(scenario(self) or [])
+                    scenario(self)
                 except BaseException as e:   # handed to the test that owns it; the next scenario still runs
                     error, trace = e, traceback.format_exc()
             report.append(f"[lane] {scenario.__name__}: {time.monotonic() - t0:.0f} s, started "
@@ -74,6 +76,16 @@ class Lane(threading.Thread):
                 raise AssertionError(f"{error}\n--- in the lane:\n{trace}")
             raise RuntimeError(f"{scenario.__name__} failed in the lane:\n{trace}") from error
         return report
+
+    def reports(self) -> list[str]:
+        """Every scenario's report so far, headed by its name (the session's summary prints them)."""
+        out = []
+        for scenario in self.scenarios:
+            if scenario in self._results:
+                report, error, _ = self._results[scenario]
+                out += [f"== lane: {scenario.__name__}: {'failed: ' + str(error)[:300] if error else 'passed'}",
+                        *report]
+        return out
 
     def stop(self, timeout: float = 60.0) -> None:
         self.stopping.set()

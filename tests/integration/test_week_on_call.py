@@ -50,15 +50,8 @@ def of_volume(alert: dict, target: str, devices: set[str]) -> bool:
     return lab.get("target") == target or lab.get("device") in devices
 
 
-def week_on_call(lane) -> list[str]:
-    report: list[str] = []
-    try:
-        return _week_on_call(lane, report)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n" + "\n".join(report)) from None
-
-
-def _week_on_call(lane, report: list[str]) -> list[str]:
+def week_on_call(lane) -> None:
+    report: list[str] = lane.report
     tmp = Path(tempfile.mkdtemp(prefix="iowarden-lane-"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
@@ -127,7 +120,6 @@ def _week_on_call(lane, report: list[str]) -> list[str]:
         for key in seen:
             assert "Likely cause:" in descriptions[key] and "no cause found" not in descriptions[key], \
                 descriptions[key]
-        return report
 
 
 @pytest.mark.lane.with_args(week_on_call)   # with_args: a lone function would be decorated
