@@ -182,6 +182,23 @@ def xfs_mounts(roots: Roots = Roots()) -> list[tuple[str, str]]:
     return out
 
 
+def drop_cached_pages(device: str) -> None:
+    """Forget what the page cache holds of the device itself before xfs_db reads it. The filesystem writes its
+    metadata past that cache, so pages read earlier through the device (blkid's probe when it was attached, a
+    superblock read) are stale, and xfs_db, which reads through it, counted a filesystem of 60 extents as 0
+    (xfs_db flushes the cache itself, but only as it exits). Clean pages only, read-only: nothing is written."""
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return   # xfs_db will say what is wrong with the device
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def read(mountpoint: str, device: str, timeout_seconds: float = 120.0) -> XfsReport:
     """Run the tools for one mounted XFS filesystem, each at idle I/O priority with a timeout."""
     errors: list[str] = []
@@ -197,6 +214,7 @@ def read(mountpoint: str, device: str, timeout_seconds: float = 120.0) -> XfsRep
             errors.append(f"{argv[0]}: {str(exc)[:300]}")
             return None
 
+    drop_cached_pages(device)
     frag = tool(["xfs_db", "-r", "-c", "frag", device], parse_frag)
     free, source = None, None
     if shutil.which("xfs_spaceman"):
