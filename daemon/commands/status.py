@@ -152,10 +152,10 @@ def render(st: dict, table) -> str:
     else:
         out.append("no open alerts")
     for disk, b in st["budget"].items():
-        warmup = b.get("warmup_seconds_used", 0.0) - b["device_seconds_used"]
-        out.append(f"budget {_p(disk)}: {b['device_seconds_used']:.0f} of {b['device_seconds_allowed']:.0f} device-"
-                   f"seconds used" + (f" (and {warmup:.0f} by warm-ups, of their {b['warmup_seconds_allowed']:.0f})"
-                                      if warmup > 0.5 else "") +
+        warmup = b["device_seconds_used"] - b.get("routine_seconds_used", b["device_seconds_used"])
+        out.append(f"budget {_p(disk)}: {b['device_seconds_used'] - warmup:.0f} of {b['device_seconds_allowed']:.0f} "
+                   f"device-seconds used" + (f" (and {warmup:.0f} by warm-ups, of their "
+                                             f"{b['warmup_seconds_allowed']:.0f})" if warmup > 0.5 else "") +
                    f", {b['written_bytes_24h'] >> 20} of {b['written_bytes_allowed'] >> 20} MiB written in 24 h")
     for d in st["drift"][-5:]:
         out.append(f"drift {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['at']))} {_p(d['device'])} "

@@ -243,11 +243,10 @@ class SnapshotCollector:
             for reason in SKIP_REASONS:
                 skipped.add_metric([t, reason], s.skipped_total.get((t, reason), 0))
         budget_used = GaugeMetricFamily("iowarden_budget_device_time_used_seconds",
-                                        "Routine probes' device-time on the disk in the budget window (the warm-up's "
-                                        "is iowarden_budget_warmup_device_time_used_seconds)", labels=["device"])
-        warmup_used = GaugeMetricFamily("iowarden_budget_warmup_device_time_used_seconds",
-                                        "Every probe's device-time on the disk in the budget window, counted against "
-                                        "the warm-up's share while a volume on it is learning", labels=["device"])
+                                        "Probe device-time spent on the disk in the budget window", labels=["device"])
+        routine_used = GaugeMetricFamily("iowarden_budget_routine_device_time_used_seconds",
+                                         "The share of it spent by armed volumes' probes: what counts against "
+                                         "iowarden_budget_device_time_allowed_seconds", labels=["device"])
         warmup_allowed = GaugeMetricFamily("iowarden_budget_warmup_device_time_allowed_seconds",
                                            "Probe device-time a volume still learning may use in the budget window",
                                            labels=["device"])
@@ -260,12 +259,12 @@ class SnapshotCollector:
         for disk, b in sorted(s.budget.items()):
             budget_used.add_metric([disk], b.device_seconds_used)
             budget_allowed.add_metric([disk], b.device_seconds_allowed)
-            warmup_used.add_metric([disk], b.warmup_seconds_used)
+            routine_used.add_metric([disk], b.routine_seconds_used)
             warmup_allowed.add_metric([disk], b.warmup_seconds_allowed)
             written.add_metric([disk], b.written_bytes_24h)
             written_allowed.add_metric([disk], b.written_bytes_allowed)
         yield from (iops, bw, hist, pct, success, last_ok, dur, cont, skipped,
-                    budget_used, budget_allowed, warmup_used, warmup_allowed, written, written_allowed)
+                    budget_used, routine_used, budget_allowed, warmup_allowed, written, written_allowed)
 
     # -- baselines and alerts -----------------------------------------------------------------
     def _baselines(self, s):

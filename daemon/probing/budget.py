@@ -19,14 +19,14 @@ DAY_SECONDS = 86400.0
 
 @dataclass(frozen=True)
 class BudgetStatus:
-    """One physical disk's budget as it stands: device-time in the window and bytes written in a day. The
-    routine budget counts the probes of armed volumes; the warm-up's (its own, stated share) counts every
-    probe, warm-up and routine."""
+    """One physical disk's budget as it stands: device-time in the window (every probe's) and bytes written in a
+    day. The routine budget (device_seconds_allowed) counts the probes of armed volumes (routine_seconds_used);
+    the warm-up's (its own, stated share) counts every probe."""
     device_seconds_used: float
     device_seconds_allowed: float
     written_bytes_24h: int
     written_bytes_allowed: int
-    warmup_seconds_used: float = 0.0
+    routine_seconds_used: float = 0.0
     warmup_seconds_allowed: float = 0.0
 
 
@@ -94,8 +94,8 @@ class Budget:
             recent = [(sec, warmup) for at, sec, _, warmup in q if at >= now - self.window_seconds]
             written = sum(b for at, _, b, _ in q if at >= now - DAY_SECONDS)
         routine = sum(sec for sec, warmup in recent if not warmup)
-        return BudgetStatus(routine, self.time_ratio * self.window_seconds, written, self.write_bytes_per_day,
-                            sum(sec for sec, _ in recent),
+        return BudgetStatus(sum(sec for sec, _ in recent), self.time_ratio * self.window_seconds, written,
+                            self.write_bytes_per_day, routine,
                             max(self.time_ratio, self.warmup_time_ratio) * self.window_seconds)
 
     def refuses(self, disks, needed_seconds: float, now: float | None = None, warming_up: bool = False) -> str | None:
@@ -106,8 +106,8 @@ class Budget:
         probe until minute 60)."""
         for disk in disks:
             st = self.status(disk, now)
-            used, allowed = ((st.warmup_seconds_used, st.warmup_seconds_allowed) if warming_up else
-                             (st.device_seconds_used, st.device_seconds_allowed))
+            used, allowed = ((st.device_seconds_used, st.warmup_seconds_allowed) if warming_up else
+                             (st.routine_seconds_used, st.device_seconds_allowed))
             if used + needed_seconds > allowed:
                 return "budget_time"
             if st.written_bytes_24h >= st.written_bytes_allowed:

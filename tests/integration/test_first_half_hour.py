@@ -87,11 +87,11 @@ def first_half_hour(lane) -> None:
             if armed_at is None and fams.get("iowarden_baseline_learning") and not learning:
                 armed_at = time.monotonic() - start
                 budget_at_arming = (
-                    f"device time {value(fams, 'iowarden_budget_warmup_device_time_used_seconds', device=device):.1f}"
+                    f"device time {value(fams, 'iowarden_budget_device_time_used_seconds', device=device):.1f}"
                     f" s of the warm-up's "
                     f"{value(fams, 'iowarden_budget_warmup_device_time_allowed_seconds', device=device):.0f} s "
                     f"an hour (the routine budget: "
-                    f"{value(fams, 'iowarden_budget_device_time_used_seconds', device=device):.1f} s of "
+                    f"{value(fams, 'iowarden_budget_routine_device_time_used_seconds', device=device):.1f} s of "
                     f"{value(fams, 'iowarden_budget_device_time_allowed_seconds', device=device):.0f} s); "
                     f"written {value(fams, 'iowarden_budget_written_bytes', device=device) / 2**20:.0f} MiB of "
                     f"{value(fams, 'iowarden_budget_written_allowed_bytes', device=device) / 2**20:.0f} MiB "

@@ -119,7 +119,7 @@ def test_the_warm_up_counts_every_probe_and_the_routine_budget_only_its_own():
     for _ in range(10):
         b.record(("sdb",), clock(), 17.0, 0, warmup=True)
     st = b.status("sdb")
-    assert (st.device_seconds_used, st.warmup_seconds_used, st.warmup_seconds_allowed) == (0.0, 170.0, 180.0)
+    assert (st.routine_seconds_used, st.device_seconds_used, st.warmup_seconds_allowed) == (0.0, 170.0, 180.0)
     assert b.refuses(("sdb",), 17.0, warming_up=True) == "budget_time"   # the warm-up's share is spent
     assert b.refuses(("sdb",), 17.0) is None                              # the routine one is whole
     b.record(("sdb",), clock(), 30.0, 0)
@@ -130,4 +130,4 @@ def test_the_warm_up_counts_every_probe_and_the_routine_budget_only_its_own():
            "started_at": 9_000.0, "duration_seconds": 17.0}
     again.replay([rec] * 3, {}, warmup_probes=2)
     st = again.status("sdb")
-    assert (st.device_seconds_used, st.warmup_seconds_used) == (17.0, 51.0)
+    assert (st.routine_seconds_used, st.device_seconds_used) == (17.0, 51.0)
