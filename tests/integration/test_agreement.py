@@ -99,15 +99,22 @@ def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
     # probe falling below the cap; at 3,000 IOPS the cap, not the machine's spare CPU, sets the pace
     cap = int(min(first.iops("read") / 3, 3000))
     path = fs.mountpoint / PROBE_DIR_NAME / probe_file_name(size)
-    with read_iops_cap(fs.major_minor, cap):
-        long = _fio_json(["fio", "--name=long", f"--filename={path}", "--allow_file_create=0", "--rw=randread",
-                          "--bs=4k", "--iodepth=8", "--ioengine=libaio", "--direct=1", f"--size={size}",
-                          "--time_based", "--runtime=30", "--ramp_time=1"])
-        probe = run_probe("t", str(fs.mountpoint), prof, LIMITS)
-    assert probe.ok, probe.error
-    long_iops = long["jobs"][0]["read"]["iops"]
-    figures = (f"uncapped probe {first.iops('read'):.0f} IOPS; capped at {cap}: probe {probe.iops('read'):.0f}, "
-               f"30 s fio {long_iops:.0f}")
+    # The comparison needs a steady pace: a 30 s run that fell below the cap measured the machine (another
+    # job's burst on the same 2-core VM: the test lane's probes, a neighbour's fio), not the probe. Such a
+    # pair is measured again, three times at most; the pair compared is one whose pace held.
+    tries = []
+    for _ in range(3):
+        with read_iops_cap(fs.major_minor, cap):
+            long = _fio_json(["fio", "--name=long", f"--filename={path}", "--allow_file_create=0",
+                              "--rw=randread", "--bs=4k", "--iodepth=8", "--ioengine=libaio", "--direct=1",
+                              f"--size={size}", "--time_based", "--runtime=30", "--ramp_time=1"])
+            probe = run_probe("t", str(fs.mountpoint), prof, LIMITS)
+        assert probe.ok, probe.error
+        long_iops = long["jobs"][0]["read"]["iops"]
+        tries.append(f"probe {probe.iops('read'):.0f}, 30 s fio {long_iops:.0f}")
+        if close(long_iops, cap, 0.10, 0):
+            break
+    figures = f"uncapped probe {first.iops('read'):.0f} IOPS; capped at {cap}: " + "; then ".join(tries)
     print(figures)
     assert close(long_iops, cap, 0.10, 0), f"the disk fell below the cap, the pace was not steady: {figures}"
     assert close(probe.iops("read"), long_iops, 0.10, 0), figures
