@@ -6,8 +6,10 @@ A probe held by a busy device is looked at again every 5 s; logged each time, on
 message template and its text arguments (the target, the profile: the subject), not its numbers (the
 util of the moment), so "probe db/rr deferred: device busy (71% util)" and "(93% util)" are one message.
 The first is logged; the same message within `window_seconds` is counted, not logged; the next one after
-the window is logged with "(N more like this in the last S s)". Alerts (records with an ALERT field: the
-journal's ALERT=) are never held back: each raise and clear is an event of its own.
+the window is logged with "(N more like this in the last S s)". Only a message that states a condition
+that persists is held back, and says so at its call: `extra={"REPEATS": True}` (a deferral, a failing
+part). An event is never held back, however close the next: a target discovered, a device added, an
+alert raised or cleared.
 
 The clock is monotonic and passed in (tests use a fake one). The table of keys is bounded: past
 MAX_KEYS the oldest quiet keys are forgotten (a flood of distinct subjects costs memory, not silence).
@@ -42,7 +44,7 @@ class RepeatFilter(logging.Filter):
         return record.name, record.levelno, str(record.msg), words
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "ALERT", None) is not None:
+        if not getattr(record, "REPEATS", False):
             return True
         now = self.clock()
         k = self.key(record)

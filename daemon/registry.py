@@ -87,7 +87,7 @@ class Registry:
             error = None
         except Exception as exc:  # a failing part is a counted error, never a dead daemon
             error = f"{type(exc).__name__}: {exc}"
-            log.exception("part %s failed", part.name, extra={"PART": part.name})
+            log.exception("part %s failed", part.name, extra={"PART": part.name, "REPEATS": True})
         with self._lock:
             s = part.stats
             s.runs_total += 1

@@ -226,7 +226,7 @@ class Scheduler:
 
     @staticmethod
     def _log_hold(dec: Decision, disks, load: Load) -> None:
-        extra = {"TARGET": dec.target, "PROBE": dec.profile}
+        extra = {"TARGET": dec.target, "PROBE": dec.profile, "REPEATS": True}   # a condition: said once a minute
         if dec.reason in ("budget_time", "budget_bytes"):
             log.info("probe %s/%s waits: %s budget spent on %s", dec.target, dec.profile,
                      "device-time" if dec.reason == "budget_time" else "write", ",".join(disks), extra=extra)

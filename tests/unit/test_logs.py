@@ -14,7 +14,7 @@ class Clock:
 
 def record(msg, *args, **extra):
     r = logging.LogRecord("iowarden.probing", logging.INFO, __file__, 1, msg, args, None)
-    r.__dict__.update(extra)
+    r.__dict__.update({"REPEATS": True, **extra})
     return r
 
 
@@ -43,8 +43,9 @@ def test_each_subject_is_its_own_message_and_alerts_always_pass():
     assert shown(f, "probe %s/%s deferred: device busy", "db", "rw")        # another profile
     assert shown(f, "probe %s/%s deferred: device busy", "logs", "rr")      # another target
     assert shown(f, "probe %s/%s deferred: device busy", "db", "rr") is None
-    for _ in range(3):   # a raise and a clear are events, however close
-        assert shown(f, "ALERT %s #%d cleared", "VolumeDegraded", 7, ALERT="VolumeDegraded")
+    for _ in range(3):   # events (not marked REPEATS), however close: a raise, a clear, a target discovered
+        assert shown(f, "ALERT %s #%d cleared", "VolumeDegraded", 7, REPEATS=False)
+        assert shown(f, "target %s discovered", "new:/srv/vol1", REPEATS=False)
     # a message formatted before logging (a probe's result with its figures) differs each time: kept
     assert shown(f, "probe db/rr on sdb: read 100 IOPS") and shown(f, "probe db/rr on sdb: read 101 IOPS")
 
