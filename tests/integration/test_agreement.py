@@ -99,9 +99,9 @@ def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
     # probe falling below the cap; at 3,000 IOPS the cap, not the machine's spare CPU, sets the pace
     cap = int(min(first.iops("read") / 3, 3000))
     path = fs.mountpoint / PROBE_DIR_NAME / probe_file_name(size)
-    # The comparison needs a steady pace: a 30 s run that fell below the cap measured the machine (another
-    # job's burst on the same 2-core VM: the test lane's probes, a neighbour's fio), not the probe. Such a
-    # pair is measured again, three times at most; the pair compared is one whose pace held.
+    # The comparison needs a steady pace: a run that fell below the cap measured the machine (another job's
+    # burst on the same 2-core VM: the test lane's probes, a neighbour's fio), not the probe (in CI beside
+    # other fio: 30 s fio 3,000, probe 1,697). Such a pair is measured again, three times at most.
     tries = []
     for _ in range(3):
         with read_iops_cap(fs.major_minor, cap):
@@ -112,8 +112,8 @@ def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
         assert probe.ok, probe.error
         long_iops = long["jobs"][0]["read"]["iops"]
         tries.append(f"probe {probe.iops('read'):.0f}, 30 s fio {long_iops:.0f}")
-        if close(long_iops, cap, 0.10, 0):
-            break
+        if close(long_iops, cap, 0.10, 0) and probe.iops("read") >= 0.9 * cap:
+            break   # both held the cap's pace (below it, a run was starved of CPU: it cannot go over the cap)
     figures = f"uncapped probe {first.iops('read'):.0f} IOPS; capped at {cap}: " + "; then ".join(tries)
     print(figures)
     assert close(long_iops, cap, 0.10, 0), f"the disk fell below the cap, the pace was not steady: {figures}"
