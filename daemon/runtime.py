@@ -33,7 +33,7 @@ from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health, pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
-from iowarden.daemon.sources.inventory import Inventory
+from iowarden.daemon.sources.inventory import Inventory, device_changes
 from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus, watch_endpoint
 from iowarden.daemon.passive.detector import PassiveParams
@@ -157,6 +157,7 @@ class Daemon:
                                                                                      "random" / "boot_id"))
         self.core.post(TargetsChanged(self.targets()))
         self.inventory = Inventory(self._on_device_change, str(roots.run))
+        self._devices_seen: dict[str, str] = {}   # {name: identity} as the last uevent burst found them
 
     def _check_state(self) -> None:
         problem = self.state.check_integrity()
@@ -216,18 +217,20 @@ class Daemon:
         Diffing, not trusting the action: a loop device that gets a backing file
         or loses it sends 'change', not 'add' or 'remove', and so do media changes.
         """
-        before = {n for n, d in self.settings.devices.items() if d.size_bytes}
         read = self.settings.read_devices()
         self.core.post(read)   # before any probe on it ends: its result finds the new device's identity
         devices = read.devices
-        present = {n for n, d in devices.items() if d.size_bytes}
-        for added in sorted(present - before):
-            ident = devices[added].identity
-            log.info("block device added: %s (%s)", added, ident, extra={"DEVICE": added, "VOLUME": ident})
-        for removed in sorted(before - present):
-            log.info("block device removed: %s", removed, extra={"DEVICE": removed})
-            if self.scheduler.abort_on(removed):
-                log.warning("probe on %s aborted: the device was removed", removed, extra={"DEVICE": removed})
+        # against what the last event saw, not the settings poll's view: a poll between the attach and
+        # this handler would already hold the new device, and its arrival would go unsaid
+        present = {n: d.identity for n, d in devices.items() if d.size_bytes}
+        added, removed = device_changes(self._devices_seen, present)
+        self._devices_seen = present
+        for gone in removed:
+            log.info("block device removed: %s", gone, extra={"DEVICE": gone})
+            if gone not in present and self.scheduler.abort_on(gone):
+                log.warning("probe on %s aborted: the device was removed", gone, extra={"DEVICE": gone})
+        for new in added:
+            log.info("block device added: %s (%s)", new, present[new], extra={"DEVICE": new, "VOLUME": present[new]})
         if self.cfg.discover:
             self.rediscover()
 
@@ -299,6 +302,7 @@ class Daemon:
             log.warning("ended %d fio process(es) a previous run of iowarden left running (pids %s), before "
                         "probing their disks again", len(ended), ", ".join(map(str, ended)))
         self.rediscover()  # what is mounted already is a target from the start
+        self._devices_seen = {n: d.identity for n, d in self.settings.read_devices().devices.items() if d.size_bytes}
         if self.inventory.open():   # a part like the others: its failures counted, a hang withholds the watchdog
             self.registry.add("uevents", 0.0, UEVENTS_DEADLINE_SECONDS, lambda: self.inventory.step(self.stop_event))
         if self.http is not None:   # the endpoint's loop runs on a thread of its own; this part watches it

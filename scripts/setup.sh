@@ -17,6 +17,7 @@ if [ "${1:-}" = "--test" ]; then
                iproute2    # the fleet test's hosts: network namespaces and veth
                libfuse3-3  # the tail test's disk with a weak region (tests/integration/weakfuse.py)
                libfaketime # the clock-step test: a wall clock stepped under the daemon (tests/integration/test_hardening3.py)
+               bpftool     # the tracer's tests: the kernel's count of program runs it skipped
                lintian rpmlint binutils)   # the packages' checks; strip
 fi
 missing=()

@@ -19,6 +19,16 @@ BURST_MAX_SECONDS = 1.0       # a burst is handled at least this often, however 
 BURST_MAX_EVENTS = 10_000
 
 
+def device_changes(before: dict[str, str], after: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(added, removed) between two views {kernel name: identity} of the devices present.
+
+    A name whose identity changed is both: a loop device detached and attached to
+    another file within one burst is another volume, not the same one."""
+    removed = sorted(n for n in before if after.get(n) != before[n])
+    added = sorted(n for n in after if before.get(n) != after[n])
+    return added, removed
+
+
 def udevd_running(run_root: str = "/run") -> bool:
     return os.path.exists(os.path.join(run_root, "udev", "control"))
 

@@ -64,7 +64,10 @@ def _the_slow_one_is_singled_out(pport: int, slow: str, volume: LoopXfs) -> None
         print(f"ratio to the fleet median before: {before}; {time.time() - capped_at:.0f} s after the cap: {after}")
         for instance, ratio in after.items():
             if instance != slow:
-                assert 0.5 < ratio < 2.0, (instance, after)   # the healthy hosts: unremarked
+                # the healthy hosts: unremarked. Only the slow side is remarked; faster than the median is not
+                # (with one of three capped the median is the slower healthy host, and on a busy machine two
+                # healthy loop volumes differ by 2x)
+                assert ratio > 0.5, (instance, after)
         # the rule's view from the fleet's side: the slow one is the only host far below the median
         far = servers.query(pport, f"{RATIO} < 0.5")["data"]["result"]
         assert [r["metric"]["instance"] for r in far] == [slow], far

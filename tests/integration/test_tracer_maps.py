@@ -26,8 +26,26 @@ COMPILE_AND_RUN_SECONDS = 600   # bpftrace's compile, the two fio jobs (seconds 
 LEFT_AT_MOST = 12   # requests a flush or a log write leaves for a while; the old program left one a merge
 
 
-def _run_program(text: str, workload) -> dict:
-    """bpftrace running `text` around workload(); the maps it prints at exit."""
+DELETING = ("block_rq_comple", "block_bio_backm", "block_bio_front", "block_rq_merge")   # bpftool's names: 15 chars
+
+
+def _tracepoint_programs() -> dict[int, tuple[str, int]]:
+    """{program id: (name, recursion misses)} of the tracepoint programs loaded now."""
+    out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    return {p["id"]: (p.get("name", ""), int(p.get("recursion_misses", 0)))
+            for p in json.loads(out) if p.get("type") == "tracepoint"}
+
+
+def _run_program(text: str, workload) -> tuple[dict, int]:
+    """bpftrace running `text` around workload(); the maps it prints at exit, and how many runs of its
+    deleting programs the kernel skipped.
+
+    A tracepoint program that fires while the same program runs on that CPU (a completion in an
+    interrupt while a completion of another disk is being counted) is skipped by the kernel and
+    counted as a recursion miss: a request whose deletion was skipped leaves its key, whatever the
+    program says. On a busy machine that is about one request in a hundred."""
+    before = set(_tracepoint_programs())
     proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", text], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(bt.START_MAP_ENTRIES)},
@@ -39,6 +57,7 @@ def _run_program(text: str, workload) -> dict:
         first = json.loads(proc.stdout.readline() or "{}")   # attached_probes: it has compiled and attached
         assert first.get("type") == "attached_probes", proc.stderr.read()[-2000:]
         workload()
+        misses = sum(m for pid, (name, m) in _tracepoint_programs().items() if pid not in before and name in DELETING)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -52,7 +71,7 @@ def _run_program(text: str, workload) -> dict:
         msg = json.loads(line)
         if msg.get("type") == "map":
             maps.update(msg["data"])
-    return maps
+    return maps, misses
 
 
 def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
@@ -77,15 +96,16 @@ def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
             subprocess.run(["sync"], check=True, timeout=120)
             time.sleep(2)   # the disk idle: what is still in the maps was left there
 
-        maps = _run_program(text, workload)
+        maps, misses = _run_program(text, workload)
     finally:
         fs.close()
     seen = maps.get("@seen", {})
     left = {name: len(maps.get(name, {})) for name in ("@start", "@issue")}
-    print(f"seen {seen}, left {left}")
+    print(f"seen {seen}, left {left}, deletions the kernel skipped (recursion misses, any disk) {misses}")
     assert seen.get("block_rq_complete", 0) > 10_000, seen
     assert seen.get("block_bio_backmerge", 0) + seen.get("block_bio_frontmerge", 0) > 2 * LEFT_AT_MOST, \
         f"the workload did not merge enough to tell: {seen}"
     timed = sum(n for key, n in maps.get("@lat", {}).items() if key.split(",")[2] == "1")   # device stage
     assert timed > 0.9 * seen["block_rq_complete"], (timed, seen)
-    assert left["@start"] <= LEFT_AT_MOST and left["@issue"] <= LEFT_AT_MOST, (left, seen)
+    # every key left needs a deletion the program did not run: a flush or log write, or a skipped run
+    assert left["@start"] <= LEFT_AT_MOST + misses and left["@issue"] <= LEFT_AT_MOST + misses, (left, misses, seen)

@@ -60,3 +60,14 @@ def test_a_failing_event_source_is_counted_waited_out_and_events_still_handled()
     inv, calls = run(Monitor([(0.0, "add", "sdb")], fail_first=2), 2.5)
     assert calls == [("add", "sdb")]
     assert inv.stats.errors_total == 2 and inv.stats.restarts_total == 0, inv.stats
+
+
+def test_device_changes_diff_names_and_identities():
+    from iowarden.daemon.sources.inventory import device_changes
+    before = {"loop0": "loop-file:/a", "sda": "wwn-0x5000"}
+    # the settings poll may have seen loop1 already; the diff is against what the last burst saw
+    assert device_changes(before, {**before, "loop1": "loop-file:/b"}) == (["loop1"], [])
+    assert device_changes(before, {"sda": "wwn-0x5000"}) == ([], ["loop0"])
+    # detached and attached to another file within one burst: another volume
+    assert device_changes(before, {"loop0": "loop-file:/c", "sda": "wwn-0x5000"}) == (["loop0"], ["loop0"])
+    assert device_changes(before, dict(before)) == ([], [])
