@@ -75,20 +75,23 @@ def _bucket_code(var: str) -> str:
     return " ".join(lines)
 
 
+HASH = "((args->sector * (uint64)0x9E3779B97F4A7C15) >> 54)"   # a sector's place in SAMPLE_SCALE
+
+
 def program(skip_by_dev: dict[int, int], interval_seconds: float, merge_probes: bool = True) -> str:
     """The bpftrace program. skip_by_dev: the disks to trace, kernel dev_t (major << 20 | minor) -> how
     many of SAMPLE_SCALE hash values to skip (0: time every request). A disk not named is not traced.
     merge_probes: the kernel has block_rq_merge (the reader looks in tracefs: bpftrace refuses a whole
-    program that names a tracepoint the kernel lacks)."""
-    # The filter is constants, not a map lookup: it runs on every request of every disk, timed or not,
-    # and is most of what the tracer costs when it samples.
-    disks = sorted(skip_by_dev.items()) or [(0, 0)]
+    program that names a tracepoint the kernel lacks).
 
-    def sampled(sector: str) -> str:
-        return "(" + " || ".join(
-            f"(args->dev == {int(dev)}" + (f" && (({sector} * (uint64)0x9E3779B97F4A7C15) >> 54) >= {int(skip)})"
-                                           if skip else ")") for dev, skip in disks) + ")"
-    traced = "(" + " || ".join(f"args->dev == {int(dev)}" for dev, _ in disks) + ")"
+    The disks are a map the program fills at its start (@sk: dev_t -> skip + 1, 0 for a disk not traced),
+    looked up once per event: the program is the same size and each request costs the same one lookup
+    for 1 disk or 4,000. A chain of comparisons, one per disk, grew with the disks: the verifier refused
+    it from about ten disks, and above some 700 its text no longer fitted one argument."""
+    disks = sorted(skip_by_dev.items())
+    fill = " ".join(f"@sk[(uint64){int(dev)}] = {int(skip) + 1};" for dev, skip in disks)
+    lookup = "$k = (uint64)@sk[(uint64)args->dev];"
+    sampled = f"$k > 0 && {HASH} + 1 >= $k"   # the sector's hash at or above the disk's skip
     ms = max(100, int(interval_seconds * 1000))
     # rwbs: R read, W write, FW a write with a preflush; D, F, N (discard, flush, other) are not timed
     direction = ('$d = strncmp(args->rwbs, "R", 1) == 0 ? 0 : (strncmp(args->rwbs, "W", 1) == 0 || '
@@ -98,33 +101,38 @@ def program(skip_by_dev: dict[int, int], interval_seconds: float, merge_probes: 
     # elem: -2") under load. A bio merged at the back of a request, or a request merged into the one
     # before it, leaves its key; one merged at the front takes over the request's key and its older time.
     merges = f"""
-tracepoint:block:block_bio_backmerge / {traced} / {{ delete(@start[args->dev, args->sector]); }}
-tracepoint:block:block_bio_frontmerge / {traced} / {{
-  $o = @start[args->dev, args->sector + args->nr_sector]; delete(@start[args->dev, args->sector + args->nr_sector]);
-  if ($o > 0 && {sampled("args->sector")}) {{ @start[args->dev, args->sector] = $o; }}
+tracepoint:block:block_bio_backmerge {{ {lookup} if ($k > 0) {{ delete(@start[args->dev, args->sector]); }} }}
+tracepoint:block:block_bio_frontmerge {{ {lookup}
+  if ($k > 0) {{
+    $o = @start[args->dev, args->sector + args->nr_sector]; delete(@start[args->dev, args->sector + args->nr_sector]);
+    if ($o > 0 && {HASH} + 1 >= $k) {{ @start[args->dev, args->sector] = $o; }}
+  }}
 }}"""
     if merge_probes:
         merges += f"""
-tracepoint:block:block_rq_merge / {traced} / {{
-  delete(@start[args->dev, args->sector]); delete(@issue[args->dev, args->sector]);
+tracepoint:block:block_rq_merge {{ {lookup}
+  if ($k > 0) {{ delete(@start[args->dev, args->sector]); delete(@issue[args->dev, args->sector]); }}
 }}"""
     return f"""
-tracepoint:block:block_bio_queue / {sampled("args->sector")} / {{ @start[args->dev, args->sector] = nsecs; }}
-tracepoint:block:block_rq_issue / {sampled("args->sector")} / {{ @issue[args->dev, args->sector] = nsecs; }}
-tracepoint:block:block_rq_complete / {sampled("args->sector")} / {{
-  $now = nsecs; {direction}
-  $s = @start[args->dev, args->sector]; $i = @issue[args->dev, args->sector];
-  if ($d < 2 && $i > 0) {{
-    {_bucket_code("($now - $i)")} @lat[args->dev, $d, 1, $b] = count(); @ns[args->dev, $d, 1] = sum($now - $i);
-    if ($s > 0 && $s <= $i) {{
-      {_bucket_code("($i - $s)")} @lat[args->dev, $d, 0, $b] = count(); @ns[args->dev, $d, 0] = sum($i - $s);
-      {_bucket_code("($now - $s)")} @lat[args->dev, $d, 2, $b] = count(); @ns[args->dev, $d, 2] = sum($now - $s);
+BEGIN {{ {fill} }}
+tracepoint:block:block_bio_queue {{ {lookup} if ({sampled}) {{ @start[args->dev, args->sector] = nsecs; }} }}
+tracepoint:block:block_rq_issue {{ {lookup} if ({sampled}) {{ @issue[args->dev, args->sector] = nsecs; }} }}
+tracepoint:block:block_rq_complete {{ {lookup}
+  if ({sampled}) {{
+    $now = nsecs; {direction}
+    $s = @start[args->dev, args->sector]; $i = @issue[args->dev, args->sector];
+    if ($d < 2 && $i > 0) {{
+      {_bucket_code("($now - $i)")} @lat[args->dev, $d, 1, $b] = count(); @ns[args->dev, $d, 1] = sum($now - $i);
+      if ($s > 0 && $s <= $i) {{
+        {_bucket_code("($i - $s)")} @lat[args->dev, $d, 0, $b] = count(); @ns[args->dev, $d, 0] = sum($i - $s);
+        {_bucket_code("($now - $s)")} @lat[args->dev, $d, 2, $b] = count(); @ns[args->dev, $d, 2] = sum($now - $s);
+      }}
     }}
+    delete(@start[args->dev, args->sector]); delete(@issue[args->dev, args->sector]);
   }}
-  delete(@start[args->dev, args->sector]); delete(@issue[args->dev, args->sector]);
 }}{merges}
 interval:ms:{ms} {{ print(@lat); print(@ns); }}
-END {{ clear(@start); clear(@issue); clear(@lat); clear(@ns); }}
+END {{ clear(@start); clear(@issue); clear(@lat); clear(@ns); clear(@sk); }}
 """
 
 

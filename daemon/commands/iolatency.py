@@ -19,7 +19,7 @@ from iowarden.probes import blocktrace
 from iowarden.probes.common import ParseError, Roots
 
 from iowarden.daemon.commands.tables import latency_columns, print_lines as _print, table
-from iowarden.daemon.sources.tracer import merge_tracepoint, traceable_disks
+from iowarden.daemon.sources.tracer import bpftrace_process, merge_tracepoint, traceable_disks
 
 COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)
 
@@ -37,9 +37,7 @@ def cmd_latency(args) -> int:
     count = args.count or 1
     names = {dev: name for name, dev in disks.items()}
     text = blocktrace.program({dev: 0 for dev in disks.values()}, interval, merge_probes=merge_tracepoint(roots))
-    proc = subprocess.Popen([binary, "-f", "json", "-e", text], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)})
+    proc = bpftrace_process(binary, text, text=True)
     previous: dict = {}
     deadline = time.monotonic() + COMPILE_SECONDS + interval * (count + 1)
     # a bpftrace that prints nothing (stuck compiling) is killed, which ends the loop below

@@ -45,6 +45,7 @@ NOT_TRACED = ("ram*", "zram*")
 RESTART_BACKOFF_SECONDS = (30.0, 60.0, 120.0, 300.0, 600.0)
 COMPILE_GRACE_SECONDS = 300.0  # before its first line bpftrace compiles: minutes on a slow (emulated) CPU
 PAUSE_MIN_SECONDS = 60.0    # a paused tracer stays off at least this long (each start compiles for seconds)
+RATE_AVERAGE_SECONDS = 60.0  # the budget is judged on the host's I/O rate over this (sustained_rate)
 PAUSED = "paused: the host's I/O rate would take the tracepoints over [tracer] max_cpu_cores"
 
 CONFIG = {
@@ -99,6 +100,24 @@ def traceable_disks(roots: Roots, globs: list[str]) -> dict[str, int]:
     return out
 
 
+def bpftrace_process(binary: str, program_text: str, **popen) -> subprocess.Popen:
+    """bpftrace running `program_text` with JSON output. The program is a file it reads at its start (in memory:
+    nothing written to disk), not an `-e` argument, which holds at most 128 KiB."""
+    fd = os.memfd_create("iowarden-blocktrace.bt", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(program_text.encode())
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
+               "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)}
+        return subprocess.Popen([binary, "-f", "json", f"/proc/self/fd/{fd}"], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, pass_fds=(fd,),
+                                start_new_session=True, **popen)
+    finally:
+        os.close(fd)
+
+
 def skip_for(iops: float, max_timed_iops: float) -> int:
     """How many of SAMPLE_SCALE hash values to skip so that about max_timed_iops are timed."""
     if iops <= max_timed_iops:
@@ -114,6 +133,19 @@ def over_budget(host_iops: float, paused: bool, section) -> bool:
     rate near the line does not start and stop it every window."""
     cores = host_iops * section.cost_per_io_ns / 1e9
     return cores > (section.max_cpu_cores / 2 if paused else section.max_cpu_cores)
+
+
+def sustained_rate(rates: list[tuple[float, float, float]], now: float, span_seconds: float) -> float:
+    """The host's I/O rate over the last span_seconds: the mean of readings (at, rate, seconds it covers),
+    each weighted by the part of its seconds inside the span. The budget is judged on it, not on one
+    window: a burst of seconds (iowarden's own probe, a job's start) costs the tracepoints a fraction of
+    a CPU-second and does not stop the tracer; a rate held for a minute does."""
+    start = now - span_seconds
+    weighted = covered = 0.0
+    for at, rate, seconds in rates:
+        inside = max(0.0, min(seconds, at - start))
+        weighted, covered = weighted + rate * inside, covered + inside
+    return weighted / covered if covered > 0 else (rates[-1][1] if rates else 0.0)
 
 
 def needs_replan(current: dict[str, int], wanted: dict[str, int]) -> bool:
@@ -149,6 +181,9 @@ class _Tracer:
     current_sums: dict = field(default_factory=dict)
     previous_total: dict = field(default_factory=dict)   # the last reading's totals (for the window)
     rates_prev: diskstats.DiskSample | None = None
+    last_iops: dict = field(default_factory=dict)
+    last_interval: float = 0.0                           # seconds the last rates cover
+    host_rates: list = field(default_factory=list)       # (monotonic, the host's I/O rate, seconds it covers)
     paused: bool = False
     heard: bool = False                                  # the running process has printed a line
     unknown_dropped: int = 0                             # map entries for a dev_t not traced, dropped
@@ -185,12 +220,17 @@ class _Tracer:
 
     def _paused(self, now: float, iops: dict[str, float]) -> bool:
         whole = os.listdir(self.roots.sys / "block") if (self.roots.sys / "block").is_dir() else []
-        host_iops = sum(iops.get(n, 0.0) for n in whole)   # partitions are their disk's requests again
+        rate_now = sum(iops.get(n, 0.0) for n in whole)   # partitions are their disk's requests again
+        if iops:
+            self.host_rates = [r for r in self.host_rates if r[0] > now - RATE_AVERAGE_SECONDS]
+            self.host_rates.append((now, rate_now, self.last_interval))
+        host_iops = sustained_rate(self.host_rates, now, RATE_AVERAGE_SECONDS)
         if over_budget(host_iops, self.paused, self.section):
             if not self.paused:
                 self._stop("over its CPU budget")
                 self.paused, self.next_start_at = True, now + PAUSE_MIN_SECONDS
-                log.warning("tracer: paused: the host does %.0f I/O per second; at %.0f ns each the tracepoints "
+                log.warning("tracer: paused: the host does %.0f I/O per second (over the last minute); at %.0f ns "
+                            "each the tracepoints "
                             "would cost %.2f cores, over [tracer] max_cpu_cores = %g", host_iops,
                             self.section.cost_per_io_ns, host_iops * self.section.cost_per_io_ns / 1e9,
                             self.section.max_cpu_cores)
@@ -208,12 +248,8 @@ class _Tracer:
     def _start(self, binary: str, disks: dict[str, int], wanted: dict[str, int]) -> None:
         text = blocktrace.program({disks[n]: s for n, s in wanted.items()}, self.section.interval_seconds,
                                   merge_probes=merge_tracepoint(self.roots))
-        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
-               "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)}
         try:
-            self.proc = subprocess.Popen([binary, "-f", "json", "-e", text], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                         start_new_session=True)
+            self.proc = bpftrace_process(binary, text)
         except OSError as exc:
             self._failed(f"cannot start {binary}: {exc.strerror or exc}")
             return
@@ -314,10 +350,16 @@ class _Tracer:
 
     def _iops(self) -> dict[str, float]:
         cur = diskstats.read(self.roots)
-        prev, self.rates_prev = self.rates_prev, cur
+        prev = self.rates_prev
+        if prev is not None and cur.monotonic_seconds <= prev.monotonic_seconds:
+            return self.last_iops   # read again within the same instant: the rates it had
+        self.rates_prev = cur
         if prev is None:
             return {}
-        return {n: r.reads_per_second + r.writes_per_second for n, r in diskstats.rates_between(prev, cur).items()}
+        self.last_interval = cur.monotonic_seconds - prev.monotonic_seconds
+        self.last_iops = {n: r.reads_per_second + r.writes_per_second
+                          for n, r in diskstats.rates_between(prev, cur).items()}
+        return self.last_iops
 
     # ---- the reading ----
 
@@ -334,8 +376,11 @@ class _Tracer:
         window = {k: h.minus(self.previous_total.get(k)) for k, h in total.items()}
         self.previous_total = total
         share = {n: (blocktrace.SAMPLE_SCALE - s) / blocktrace.SAMPLE_SCALE for n, s in self.plan.items()}
-        up = self.proc is not None and self.proc.poll() is None
-        return TraceReading(time.time(), up, None if up else (self.reason or "not started yet"),
+        # up once the program is attached (its first line), not while bpftrace compiles or the kernel refuses it
+        up = self.proc is not None and self.proc.poll() is None and self.heard
+        starting = self.proc is not None and not up and self.proc.poll() is None
+        return TraceReading(time.time(), up, None if up else ("compiling the program" if starting and not self.reason
+                                                              else self.reason or "not started yet"),
                             self.section.interval_seconds, MappingProxyType(share if up else {}),
                             MappingProxyType(total), MappingProxyType(sums), MappingProxyType(window),
                             self.unknown_dropped)

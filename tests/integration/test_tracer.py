@@ -47,12 +47,17 @@ def _fio(path, *args, runtime=8):
     return json.loads(r.stdout)["jobs"][0]["read"]
 
 
+def _until_up(read) -> None:
+    """Readings until bpftrace has compiled and attached the program (its first line)."""
+    last = []
+    wait_for(lambda: last.append(read()) or last[-1].up, timeout=300, what="the tracer up")
+
+
 def _traced(outer, *fio_args):
     """fio on the outer volume with the tracer running: (fio's read stats, the tracer's last reading)."""
     read = tracer.start(_section(outer.name), Roots())
     try:
-        first = read()
-        assert first.up, first.reason
+        _until_up(read)
         _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--size=128m", "--rw=read", "--bs=1m")  # lay out
         time.sleep(WINDOW_SECONDS + 0.5)
         before = read()
@@ -181,7 +186,7 @@ def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_d
         stack.enter_context(queue_settings(name, scheduler="mq-deadline", nr_requests=1024))
         read = tracer.start(_section(name), Roots())
         stack.callback(read.stop)
-        assert read().up
+        _until_up(read)
         _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--rw=read", "--bs=1m")   # lay out
         stack.enter_context(blkio_cap("read_iops_device", inner.major_minor, 4000))
         for depth in (128, 1024):

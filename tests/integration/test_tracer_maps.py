@@ -82,9 +82,9 @@ def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
         merge_probes = os.path.isdir("/sys/kernel/tracing/events/block/block_rq_merge")
         text = bt.program({dev: 0}, 1.0, merge_probes=merge_probes)
         assert "clear(@start)" not in text.split("END")[0], "the program clears a hot map from user space"
-        end = "END { clear(@start); clear(@issue); clear(@lat); clear(@ns); }"
+        end = "END { clear(@start); clear(@issue); clear(@lat); clear(@ns); clear(@sk); }"
         assert end in text
-        text = text.replace(end, "END { clear(@lat); clear(@ns); }")
+        text = text.replace(end, "END { clear(@lat); clear(@ns); clear(@sk); }")
         for tp in ("block_bio_backmerge", "block_bio_frontmerge", "block_rq_complete"):   # the test's own counts
             text += f'tracepoint:block:{tp} / args->dev == {dev} / {{ @seen["{tp}"] = count(); }}\n'
 
