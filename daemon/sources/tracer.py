@@ -15,14 +15,13 @@ Bounds: one line of output at most MAX_LINE_BYTES; a process that prints nothing
 killed and started again; restarts back off from 30 s to 10 min. The program samples requests on a
 disk faster than max_timed_iops (one in N by a hash of the sector) and re-plans N when a disk's rate
 moves by a factor of four, at most every replan_seconds. Sampling bounds the programs' own time, not the
-tracepoints' (about 1.8 us per request here, timed or not): above max_cpu_cores' worth of the host's
-I/O rate the tracer pauses (over_budget).
+tracepoints' (some 300-400 ns per request here, timed or not): above max_cpu_cores' worth of the host's
+I/O rate over the last minute the tracer pauses (over_budget, sustained_rate).
 """
 from __future__ import annotations
 
 import fnmatch
 import logging
-import math
 import os
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
 from iowarden.daemon.sources.spec import SourceSpec
+from iowarden.daemon.sources.tracer_plan import needs_replan, over_budget, skip_for, sustained_rate
 from iowarden.daemon.sources.tracer_views import TraceReading, causes, families, summary
 
 log = logging.getLogger("iowarden")
@@ -62,12 +62,14 @@ CONFIG = {
                           minimum=10.0, maximum=1e7),
     "max_cpu_cores": Key("float", 0.05, "The tracer's CPU budget. The kernel's tracepoints cost about "
                          "cost_per_io_ns on every request of every disk, timed or not; when the host's I/O rate "
-                         "would take them over this share of a core the tracer pauses (for at least a minute, "
-                         "until the cost is below half of it). 0.05 pauses above some 28,000 IOPS.",
+                         "over the last minute would take them over this share of a core the tracer pauses (for "
+                         "at least a minute, until the cost is below half of it). 0.05 pauses above some "
+                         "125,000 IOPS held for a minute; a burst of seconds (iowarden's own probe) does not.",
                          minimum=0.001, maximum=64.0),
-    "cost_per_io_ns": Key("float", 1800.0, "What the tracer costs per request, before sampling saves anything "
-                          "(bench/tracer_overhead.py measures it: about 1.8 us on a 2-core VM).",
-                          minimum=10.0, maximum=1e6),
+    "cost_per_io_ns": Key("float", 400.0, "What the tracer costs the machine per request, before sampling saves "
+                          "anything: the three tracepoints and the disk lookup of each. bench/tracer_overhead.py "
+                          "measures it (307 ns on a 2-core VM for the sampled program; its lookup adds a few "
+                          "tens of ns per event).", minimum=10.0, maximum=1e6),
     "replan_seconds": Key("float", 600.0, "At most this often the program is restarted to follow a disk's rate.",
                           minimum=60.0, maximum=86400.0),
 }
@@ -116,48 +118,6 @@ def bpftrace_process(binary: str, program_text: str, **popen) -> subprocess.Pope
                                 start_new_session=True, **popen)
     finally:
         os.close(fd)
-
-
-def skip_for(iops: float, max_timed_iops: float) -> int:
-    """How many of SAMPLE_SCALE hash values to skip so that about max_timed_iops are timed."""
-    if iops <= max_timed_iops:
-        return 0
-    keep = max(1, math.ceil(blocktrace.SAMPLE_SCALE * max_timed_iops / iops))
-    return blocktrace.SAMPLE_SCALE - keep
-
-
-def over_budget(host_iops: float, paused: bool, section) -> bool:
-    """Whether the tracer must be off. The tracepoints cost about cost_per_io_ns on every request of every
-    disk before the program decides anything (sampling saves only the program's own time), so the only
-    bound on that cost is to detach: above max_cpu_cores it pauses, and it resumes below half of it, so a
-    rate near the line does not start and stop it every window."""
-    cores = host_iops * section.cost_per_io_ns / 1e9
-    return cores > (section.max_cpu_cores / 2 if paused else section.max_cpu_cores)
-
-
-def sustained_rate(rates: list[tuple[float, float, float]], now: float, span_seconds: float) -> float:
-    """The host's I/O rate over the last span_seconds: the mean of readings (at, rate, seconds it covers),
-    each weighted by the part of its seconds inside the span. The budget is judged on it, not on one
-    window: a burst of seconds (iowarden's own probe, a job's start) costs the tracepoints a fraction of
-    a CPU-second and does not stop the tracer; a rate held for a minute does."""
-    start = now - span_seconds
-    weighted = covered = 0.0
-    for at, rate, seconds in rates:
-        inside = max(0.0, min(seconds, at - start))
-        weighted, covered = weighted + rate * inside, covered + inside
-    return weighted / covered if covered > 0 else (rates[-1][1] if rates else 0.0)
-
-
-def needs_replan(current: dict[str, int], wanted: dict[str, int]) -> bool:
-    """A disk came or went, or its kept share moved by a factor of four."""
-    if current.keys() != wanted.keys():
-        return True
-    scale = blocktrace.SAMPLE_SCALE
-    for name, skip in wanted.items():
-        a, b = scale - current[name], scale - skip
-        if max(a, b) >= 4 * min(a, b):
-            return True
-    return False
 
 
 @dataclass

@@ -1,0 +1,49 @@
+"""The tracer's policy, pure: how much of a disk's requests to time, when its cost is over budget, when the
+program must be re-planned. The reader (sources/tracer.py) applies it."""
+from __future__ import annotations
+
+import math
+
+from iowarden.probes import blocktrace
+
+
+def skip_for(iops: float, max_timed_iops: float) -> int:
+    """How many of SAMPLE_SCALE hash values to skip so that about max_timed_iops are timed."""
+    if iops <= max_timed_iops:
+        return 0
+    keep = max(1, math.ceil(blocktrace.SAMPLE_SCALE * max_timed_iops / iops))
+    return blocktrace.SAMPLE_SCALE - keep
+
+
+def over_budget(host_iops: float, paused: bool, section) -> bool:
+    """Whether the tracer must be off. The tracepoints cost about cost_per_io_ns on every request of every
+    disk before the program decides anything (sampling saves only the program's own time), so the only
+    bound on that cost is to detach: above max_cpu_cores it pauses, and it resumes below half of it, so a
+    rate near the line does not start and stop it every window."""
+    cores = host_iops * section.cost_per_io_ns / 1e9
+    return cores > (section.max_cpu_cores / 2 if paused else section.max_cpu_cores)
+
+
+def sustained_rate(rates: list[tuple[float, float, float]], now: float, span_seconds: float) -> float:
+    """The host's I/O rate over the last span_seconds: the mean of readings (at, rate, seconds it covers),
+    each weighted by the part of its seconds inside the span. The budget is judged on it, not on one
+    window: a burst of seconds (iowarden's own probe, a job's start) costs the tracepoints a fraction of
+    a CPU-second and does not stop the tracer; a rate held for a minute does."""
+    start = now - span_seconds
+    weighted = covered = 0.0
+    for at, rate, seconds in rates:
+        inside = max(0.0, min(seconds, at - start))
+        weighted, covered = weighted + rate * inside, covered + inside
+    return weighted / covered if covered > 0 else (rates[-1][1] if rates else 0.0)
+
+
+def needs_replan(current: dict[str, int], wanted: dict[str, int]) -> bool:
+    """A disk came or went, or its kept share moved by a factor of four."""
+    if current.keys() != wanted.keys():
+        return True
+    scale = blocktrace.SAMPLE_SCALE
+    for name, skip in wanted.items():
+        a, b = scale - current[name], scale - skip
+        if max(a, b) >= 4 * min(a, b):
+            return True
+    return False
