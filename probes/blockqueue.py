@@ -84,6 +84,7 @@ class BlockDevice:
     udev: dict[str, str] = field(default_factory=dict)
     udev_links: tuple[str, ...] = ()
     identity: str = ""
+    loop_backing_devno: str | None = None   # "MAJ:MIN" of the filesystem's device that holds the backing file
 
 
 def parse_scheduler(text: str) -> tuple[str | None, tuple[str, ...]]:
@@ -256,7 +257,38 @@ def _device(devdir, parent: str | None, roots: Roots) -> BlockDevice | None:
         ident = stable_identity(name, udev, links, wwid, serial, dm, backing, read_fs_uuid(roots.dev / name))
     return BlockDevice(name, major, minor, kind, sectors * 512 if sectors is not None else None, parent,
                        _listdir(devdir / "slaves"), _listdir(devdir / "holders"), queue, md, dm, backing,
-                       udev, links, ident)
+                       udev, links, ident, _backing_devno(backing, roots))
+
+
+def _backing_devno(backing: str | None, roots: Roots) -> str | None:
+    """The device of the filesystem a loop device's backing file is on (its stat's st_dev): what a limit
+    below the loop device sits on. Only on the real root (a fake tree's paths are not the host's)."""
+    if not backing or str(roots.sys) != "/sys":
+        return None
+    try:
+        st = os.stat(backing.removesuffix(" (deleted)"))
+    except OSError:
+        return None
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+
+
+def devices_below(name: str, devices: dict[str, "BlockDevice"]) -> tuple[str, ...]:
+    """Every device a device is built on, nearest first: a partition's disk, an md/dm device's members,
+    the device holding a loop device's backing file, and theirs in turn (not the device itself)."""
+    by_devno = {f"{d.major}:{d.minor}": n for n, d in devices.items()}
+    out: list[str] = []
+    stack = [name]
+    while stack:
+        dev = devices.get(stack.pop(0))
+        if dev is None:
+            continue
+        below = ([dev.parent] if dev.parent else list(dev.slaves)) + \
+            ([by_devno[dev.loop_backing_devno]] if dev.loop_backing_devno in by_devno else [])
+        for b in below:
+            if b != name and b not in out:
+                out.append(b)
+                stack.append(b)
+    return tuple(out)
 
 
 def _links_to(name: str, roots: Roots) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from iowarden.probes import blockqueue
 from iowarden.probes.blockqueue import identity_of, physical_devices
 from iowarden.probes.diskstats import DiskSample, compute_rates
 
@@ -177,7 +178,11 @@ def probe_window(k: Knowledge, result) -> ProbeWindow | None:
 def cgroup_evidence(k: Knowledge, devices: set[str]) -> dict:
     """The cgroup source's last reading, on these devices: the limits on iowarden's own I/O, who else did I/O."""
     view = k.sources.get(cgroups.SPEC.name)
-    return {"cgroup_limits": cgroups.limits_holding(view, devices), "who": cgroups.who(view, devices),
+    limits = cgroups.limits_holding(view, devices)
+    if not limits:   # a limit on what the volume is built on (a loop device's file system, a member) holds it too
+        below = {b for d in devices for b in blockqueue.devices_below(d, k.devices or {})} - devices
+        limits = [f"below {', '.join(sorted(devices))}: {held}" for held in cgroups.limits_holding(view, below)]
+    return {"cgroup_limits": limits, "who": cgroups.who(view, devices),
             "foreign_share": cgroups.foreign_share(view, devices)}
 
 

@@ -72,8 +72,10 @@ class Lane(threading.Thread):
         report, error, trace = self._results[scenario]
         print("\n".join(report))
         if error is not None:
+            # what the scenario saw, in the failure itself: a CI log that keeps only the failures keeps it
+            said = "\n".join(x[:300] for x in report[-60:])
             if isinstance(error, AssertionError):
-                raise AssertionError(f"{error}\n--- in the lane:\n{trace}")
+                raise AssertionError(f"{error}\n--- the scenario's report:\n{said}\n--- in the lane:\n{trace}")
             raise RuntimeError(f"{scenario.__name__} failed in the lane:\n{trace}") from error
         return report
 

@@ -90,3 +90,16 @@ def test_filesystem_uuid_read_like_blkid_names_a_device_without_udev(tree, tmp_p
     # a whole-disk filesystem names the disk; the partition is then "its disk, partition 1"
     assert (devs["sdc"].identity, devs["sdc1"].identity) == (f"fs-uuid:{xfs_uuid}", f"fs-uuid:{xfs_uuid}-part1")
     assert devs["sdb"].identity == "wwn:0x5000c500a1b2c3d4"   # a hardware name still comes first
+
+
+def test_devices_below_follow_partitions_members_and_a_loop_devices_backing_file(tree):
+    devs = dict(blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree")))
+    assert blockqueue.devices_below("dm-0", devs)[:1] == ("md0",)
+    assert set(blockqueue.devices_below("dm-0", devs)) >= {"md0", "sdb1", "sdc1", "sdb", "sdc"}
+    assert blockqueue.devices_below("sdb", devs) == ()
+    # a loop device over a file on loop7's file system: loop7 is below it (the limit there holds it)
+    lower = blockqueue.BlockDevice("loop7", 7, 7, "loop", 1 << 30, None, (), (), None)
+    upper = blockqueue.BlockDevice("loop8", 7, 8, "loop", 1 << 29, None, (), (), None,
+                                   loop_backing_file="/mnt/lower/vol.img", loop_backing_devno="7:7")
+    assert blockqueue.devices_below("loop8", {"loop7": lower, "loop8": upper}) == ("loop7",)
+    assert blockqueue.devices_below("loop7", {"loop7": lower, "loop8": upper}) == ()

@@ -143,3 +143,18 @@ def test_a_slow_device_with_no_other_work_is_the_device_itself():
 def test_without_the_devices_view_no_layer_is_claimed():
     assert layer_of(_evidence()) is None
     assert likely_causes(_evidence()) == []
+
+
+def test_a_limit_on_the_device_under_a_stacked_loop_device_is_named_for_the_upper_one():
+    """The v1 fixture limits loop7; loop8's image lives on loop7's file system: the limit holds loop8 too."""
+    from types import SimpleNamespace
+    from iowarden.daemon.core import knowledge
+    from iowarden.probes.blockqueue import BlockDevice
+    view = _view(V1)()
+    lower = BlockDevice("loop7", 7, 7, "loop", 1 << 30, None, (), (), None)
+    upper = BlockDevice("loop8", 7, 8, "loop", 1 << 29, None, (), (), None, loop_backing_devno="7:7")
+    k = SimpleNamespace(sources={cgroups.SPEC.name: view}, devices={"loop7": lower, "loop8": upper})
+    found = knowledge.cgroup_evidence(k, {"loop8"})["cgroup_limits"]
+    assert found == ["below loop8: a cgroup I/O limit holds loop7 (7:7) at 200 read IOPS (blkio.throttle."
+                     "read_iops_device of the root cgroup: every process not in a cgroup of its own)"]
+    assert knowledge.cgroup_evidence(k, {"loop7"})["cgroup_limits"][0].startswith("a cgroup I/O limit holds loop7")
