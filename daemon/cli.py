@@ -106,7 +106,7 @@ def cmd_probe(args) -> int:
     for target, path, profile, sizes in plan:
         if not args.json and sys.stderr.isatty():
             print(f"probing {target} with {profile.name} ...", file=sys.stderr)
-        results.append(run_probe(target, path, profile, limits, keep_sizes=sizes))
+        results.append(run_probe(target, path, profile, limits, keep_sizes=sizes, files_of="probe"))
     if args.json:
         _print(dumps([r.to_json() for r in results]))
     else:
@@ -172,8 +172,9 @@ def cmd_cleanup(args) -> int:
     cfg = configmod.load(args.config)
     for t in targets_now(cfg):
         if os.path.isdir(t.path):
-            for path in remove_probe_dir(t.path):
-                _print(f"removed {path}")
+            for user in ("daemon", "probe"):   # what the daemon and `iowarden probe` left on its targets
+                for path in remove_probe_dir(t.path, user):
+                    _print(f"removed {path}")
     return 0
 
 

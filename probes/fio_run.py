@@ -31,7 +31,10 @@ from .probe_dir import PROBE_DIR_NAME, ProbeRefused, device_name_for, open_probe
 # (by state directory) started it, so a restarted daemon can find a fio its
 # predecessor left running and end it before it probes that disk again.
 OWNER_ENV = "IOWARDEN_PROBE_OWNER"
-PROBE_FILE_PREFIX = "probe-"
+PROBE_FILE_PREFIX = "probe-"   # the daemon's (the name it has always had: an upgrade lays nothing out again)
+# Each user of a probe directory has files of its own and removes only those: characterize's 1 GiB file and
+# the daemon's 256 MiB one live side by side, and neither's clean-up touches the other's.
+FILE_PREFIXES = {"daemon": PROBE_FILE_PREFIX, "characterize": "characterize-", "probe": "adhoc-"}
 LAYOUT_CHUNK_BYTES = 1 << 20
 
 
@@ -103,16 +106,23 @@ class ProbeResult:
         }
 
 
-def probe_file_name(size_bytes: int) -> str:
-    return f"{PROBE_FILE_PREFIX}{size_bytes}.dat"
+def probe_file_name(size_bytes: int, user: str = "daemon") -> str:
+    return f"{FILE_PREFIXES[user]}{size_bytes}.dat"
 
 
-def clean_leftovers(dir_fd: int, keep_sizes: set[int]) -> list[str]:
-    """Remove interrupted layouts and probe files of sizes no profile uses any more."""
-    keep = {probe_file_name(s) for s in keep_sizes}
+def is_file_of(name: str, user: str) -> bool:
+    """A probe file (or an interrupted layout) of this user's: its prefix, then a size."""
+    prefix = FILE_PREFIXES[user]
+    stem = name[len(prefix):-4] if name.startswith(prefix) and name.endswith((".dat", ".tmp")) else ""
+    return stem.isdigit()
+
+
+def clean_leftovers(dir_fd: int, keep_sizes: set[int], user: str = "daemon") -> list[str]:
+    """Remove this user's interrupted layouts and probe files of sizes it no longer uses (never another's)."""
+    keep = {probe_file_name(s, user) for s in keep_sizes}
     removed = []
     for name in os.listdir(dir_fd):
-        ours = name.startswith(PROBE_FILE_PREFIX) and (name.endswith(".dat") or name.endswith(".tmp"))
+        ours = is_file_of(name, user)
         if ours and name not in keep:
             os.unlink(name, dir_fd=dir_fd)
             removed.append(name)
@@ -219,9 +229,12 @@ def build_argv(profile: ProbeProfile, filename: str, limits: ProbeLimits, readon
 
 def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
               roots: Roots = Roots(), fio_binary: str = "fio", keep_sizes: set[int] | None = None,
-              on_start=None, expect_dev: int | None = None, owner: str | None = None) -> ProbeResult:
+              on_start=None, expect_dev: int | None = None, owner: str | None = None,
+              files_of: str = "daemon") -> ProbeResult:
     """Run one profile once. Never raises for a probe's failure: the result says what went wrong.
 
+    files_of: whose probe files these are ("daemon", "characterize", "probe"): each user lays out and
+    removes only its own in the probe directory.
     expect_dev: for a directory target, the filesystem (st_dev) it must still be on.
     """
     started_wall, started = time.time(), time.monotonic()
@@ -250,8 +263,8 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         elif stat.S_ISDIR(st.st_mode):
             result.device = device_name_for(st.st_dev, roots)
             dir_fd = open_probe_dir(path, expect_dev)
-            name = probe_file_name(size)
-            clean_leftovers(dir_fd, (keep_sizes or set()) | {size})
+            name = probe_file_name(size, files_of)
+            clean_leftovers(dir_fd, (keep_sizes or set()) | {size}, files_of)
             try:
                 exists = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size == size
             except FileNotFoundError:
@@ -334,10 +347,11 @@ def end_leftover_probes(owner: str, wait_seconds: float = 5.0) -> list[int]:
     return [p.pid for p in found]
 
 
-def remove_probe_dir(target_dir: str) -> list[str]:
-    """Remove iowarden's probe files from `<target_dir>/.iowarden`, and the directory if nothing else is in it.
+def remove_probe_dir(target_dir: str, user: str = "daemon") -> list[str]:
+    """Remove one user's probe files from `<target_dir>/.iowarden`, and the directory if nothing else is in it
+    (a running daemon's file keeps it, and characterize's --cleanup leaves the daemon's alone).
 
-    Only files of iowarden's own naming are removed, never through a symlink.
+    Only files of that user's naming are removed, never through a symlink.
     """
     path = os.path.join(target_dir, PROBE_DIR_NAME)
     try:
@@ -348,7 +362,7 @@ def remove_probe_dir(target_dir: str) -> list[str]:
         return []
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        removed = [os.path.join(path, n) for n in clean_leftovers(fd, set())]
+        removed = [os.path.join(path, n) for n in clean_leftovers(fd, set(), user)]
         left = os.listdir(fd)
     finally:
         os.close(fd)

@@ -188,15 +188,16 @@ def run_parameters(args, kept: list, results: list, size: int, budget_bytes: int
 def _probe_files_notice(path: str, remove: bool) -> str:
     """Say what the run left on the volume (a 1 GiB file is not left in silence), or remove it with --cleanup."""
     from iowarden.daemon.commands.tables import human_bytes
-    from iowarden.probes.fio_run import PROBE_DIR_NAME, remove_probe_dir
+    from iowarden.probes.fio_run import PROBE_DIR_NAME, is_file_of, remove_probe_dir
     probe_dir = os.path.join(path, PROBE_DIR_NAME)
-    try:
-        files = [e for e in os.scandir(probe_dir) if e.is_file(follow_symlinks=False)]
+    try:   # its own files: a daemon's beside them are the daemon's
+        files = [e for e in os.scandir(probe_dir) if e.is_file(follow_symlinks=False) and
+                 is_file_of(e.name, "characterize")]
         total = sum(e.stat(follow_symlinks=False).st_size for e in files)
     except OSError:
         return f"no probe files left in {probe_dir}"
     if remove:
-        removed = remove_probe_dir(path)
+        removed = remove_probe_dir(path, "characterize")
         return f"removed the probe files ({human_bytes(total)}): {', '.join(removed) or 'none'}"
     return (f"probe files left in {probe_dir}: {len(files)} files, {human_bytes(total)}, so that the next run "
             "need not lay them out again; --cleanup removes them at the end of a run")
@@ -289,7 +290,7 @@ def cmd_characterize(args) -> int:
                 print(f"\r[{i}/{len(kept)}] {step.sweep} {step.label}   ", end="", file=sys.stderr, flush=True)
             size_of = step.value if step.sweep in ("warm", "working-set") else step.profile.size_bytes
             before = _bytes_written_to(dev, roots) if cap else None
-            r = run_probe("characterize", args.path, profile, limits, keep_sizes={size_of})
+            r = run_probe("characterize", args.path, profile, limits, keep_sizes={size_of}, files_of="characterize")
             if step.sweep == "warm":
                 continue   # a first pass over the file, not a measurement
             results.append(r)

@@ -141,3 +141,24 @@ def test_the_free_space_floor_scales_with_small_volumes():
     # on large ones the larger of the two governs
     assert free_space_floor(1 << 40, limits) == int(0.1 * (1 << 40))
     assert free_space_floor(100 * gib, ProbeLimits(min_free_ratio=0.001)) == gib
+
+
+def test_each_user_of_a_probe_directory_removes_only_its_own_files(tmp_path):
+    """characterize deleted the daemon's 256 MiB file, and the daemon's next probe deleted characterize's
+    1 GiB one (issue 36): each user now has its own names and cleans only those."""
+    import os
+    from iowarden.probes import fio_run
+    names = ["probe-268435456.dat", "probe-4096.tmp", "characterize-1073741824.dat", "adhoc-16777216.dat",
+             "notes.txt", "probe-x.dat", "characterize-.dat"]
+    for n in names:
+        (tmp_path / n).write_bytes(b"")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert fio_run.clean_leftovers(fd, {16 << 20}, "characterize") == ["characterize-1073741824.dat"]
+        assert sorted(fio_run.clean_leftovers(fd, {256 << 20}, "daemon")) == ["probe-4096.tmp"]
+        assert fio_run.clean_leftovers(fd, set(), "probe") == ["adhoc-16777216.dat"]
+    finally:
+        os.close(fd)
+    assert sorted(os.listdir(tmp_path)) == ["characterize-.dat", "notes.txt", "probe-268435456.dat", "probe-x.dat"]
+    assert fio_run.probe_file_name(1 << 30, "characterize") == "characterize-1073741824.dat"
+    assert fio_run.probe_file_name(1 << 20) == "probe-1048576.dat"   # the daemon's: the name it always had
