@@ -78,11 +78,17 @@ def _bucket_code(var: str) -> str:
 HASH = "((args->sector * (uint64)0x9E3779B97F4A7C15) >> 54)"   # a sector's place in SAMPLE_SCALE
 
 
-def program(skip_by_dev: dict[int, int], interval_seconds: float, merge_probes: bool = True) -> str:
+REQUIRED_TRACEPOINTS = ("block_bio_queue", "block_rq_issue", "block_rq_complete")   # the three stages' edges
+MERGE_TRACEPOINTS = ("block_bio_backmerge", "block_bio_frontmerge", "block_rq_merge")  # keys merged away
+
+
+def program(skip_by_dev: dict[int, int], interval_seconds: float,
+            tracepoints: "tuple[str, ...] | frozenset[str]" = REQUIRED_TRACEPOINTS + MERGE_TRACEPOINTS) -> str:
     """The bpftrace program. skip_by_dev: the disks to trace, kernel dev_t (major << 20 | minor) -> how
     many of SAMPLE_SCALE hash values to skip (0: time every request). A disk not named is not traced.
-    merge_probes: the kernel has block_rq_merge (the reader looks in tracefs: bpftrace refuses a whole
-    program that names a tracepoint the kernel lacks).
+    tracepoints: the block tracepoints this kernel has (the reader looks in tracefs before compiling:
+    bpftrace refuses a whole program that names one the kernel lacks); a merge tracepoint it lacks is
+    left out (a key merged away then waits for its sector's next request).
 
     The disks are a map the program fills at its start (@sk: dev_t -> skip + 1, 0 for a disk not traced),
     looked up once per event: the program is the same size and each request costs the same one lookup
@@ -100,19 +106,21 @@ def program(skip_by_dev: dict[int, int], interval_seconds: float, merge_probes: 
     # from user space while the kernel deletes from it made bpftrace 0.17 abort ("failed to look up
     # elem: -2") under load. A bio merged at the back of a request, or a request merged into the one
     # before it, leaves its key; one merged at the front takes over the request's key and its older time.
-    merges = f"""
-tracepoint:block:block_bio_backmerge {{ {lookup} if ($k > 0) {{ delete(@start[args->dev, args->sector]); }} }}
+    merge_probes = {
+        "block_bio_backmerge": f"""
+tracepoint:block:block_bio_backmerge {{ {lookup} if ($k > 0) {{ delete(@start[args->dev, args->sector]); }} }}""",
+        "block_bio_frontmerge": f"""
 tracepoint:block:block_bio_frontmerge {{ {lookup}
   if ($k > 0) {{
     $o = @start[args->dev, args->sector + args->nr_sector]; delete(@start[args->dev, args->sector + args->nr_sector]);
     if ($o > 0 && {HASH} + 1 >= $k) {{ @start[args->dev, args->sector] = $o; }}
   }}
-}}"""
-    if merge_probes:
-        merges += f"""
+}}""",
+        "block_rq_merge": f"""
 tracepoint:block:block_rq_merge {{ {lookup}
   if ($k > 0) {{ delete(@start[args->dev, args->sector]); delete(@issue[args->dev, args->sector]); }}
-}}"""
+}}"""}
+    merges = "".join(text for tp, text in merge_probes.items() if tp in tracepoints)
     return f"""
 BEGIN {{ {fill} }}
 tracepoint:block:block_bio_queue {{ {lookup} if ({sampled}) {{ @start[args->dev, args->sector] = nsecs; }} }}

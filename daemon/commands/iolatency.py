@@ -19,7 +19,8 @@ from iowarden.probes import blocktrace
 from iowarden.probes.common import ParseError, Roots
 
 from iowarden.daemon.commands.tables import latency_columns, print_lines as _print, table
-from iowarden.daemon.sources.tracer import bpftrace_process, merge_tracepoint, traceable_disks
+from iowarden.daemon.sources.tracer import (block_tracepoints, bpftrace_process, missing_tracepoints,
+                                             traceable_disks)
 
 COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)
 
@@ -36,7 +37,10 @@ def cmd_latency(args) -> int:
     interval = args.interval or 5.0
     count = args.count or 1
     names = {dev: name for name, dev in disks.items()}
-    text = blocktrace.program({dev: 0 for dev in disks.values()}, interval, merge_probes=merge_tracepoint(roots))
+    present = block_tracepoints(roots)
+    if missing_tracepoints(present):
+        raise SystemExit(f"iowarden iostat --latency: {missing_tracepoints(present)}")
+    text = blocktrace.program({dev: 0 for dev in disks.values()}, interval, present)
     proc = bpftrace_process(binary, text, text=True)
     previous: dict = {}
     deadline = time.monotonic() + COMPILE_SECONDS + interval * (count + 1)

@@ -75,10 +75,18 @@ CONFIG = {
 }
 
 
-def merge_tracepoint(roots: Roots) -> bool:
-    """block_rq_merge is there (the program deletes a merged request's keys on it; a kernel without it
-    would make bpftrace refuse the whole program)."""
-    return (roots.sys / "kernel" / "tracing" / "events" / "block" / "block_rq_merge").is_dir()
+def block_tracepoints(roots: Roots) -> frozenset[str]:
+    """The block tracepoints this kernel has (tracefs events/block/), looked up before the program is
+    compiled: bpftrace refuses a whole program that names one the kernel lacks."""
+    base = roots.sys / "kernel" / "tracing" / "events" / "block"
+    wanted = blocktrace.REQUIRED_TRACEPOINTS + blocktrace.MERGE_TRACEPOINTS
+    return frozenset(tp for tp in wanted if (base / tp).is_dir())
+
+
+def missing_tracepoints(present: frozenset[str]) -> str | None:
+    """Why the program cannot time requests on this kernel (a stage's edge is missing), or None."""
+    lacking = [tp for tp in blocktrace.REQUIRED_TRACEPOINTS if tp not in present]
+    return f"the kernel has no tracepoint {', '.join(lacking)} (tracefs events/block)" if lacking else None
 
 
 def traceable_disks(roots: Roots, globs: list[str]) -> dict[str, int]:
@@ -206,8 +214,12 @@ class _Tracer:
     # ---- the process ----
 
     def _start(self, binary: str, disks: dict[str, int], wanted: dict[str, int]) -> None:
-        text = blocktrace.program({disks[n]: s for n, s in wanted.items()}, self.section.interval_seconds,
-                                  merge_probes=merge_tracepoint(self.roots))
+        present = block_tracepoints(self.roots)
+        lacking = missing_tracepoints(present)
+        if lacking:
+            self._failed(lacking)
+            return
+        text = blocktrace.program({disks[n]: s for n, s in wanted.items()}, self.section.interval_seconds, present)
         try:
             self.proc = bpftrace_process(binary, text)
         except OSError as exc:

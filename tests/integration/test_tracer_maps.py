@@ -79,8 +79,9 @@ def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
     try:
         major, minor = map(int, open(f"/sys/block/{fs.name}/dev").read().split(":"))
         dev = bt.dev_t(major, minor)
-        merge_probes = os.path.isdir("/sys/kernel/tracing/events/block/block_rq_merge")
-        text = bt.program({dev: 0}, 1.0, merge_probes=merge_probes)
+        from iowarden.daemon.sources.tracer import block_tracepoints
+        from iowarden.probes.common import Roots
+        text = bt.program({dev: 0}, 1.0, block_tracepoints(Roots()))
         assert "clear(@start)" not in text.split("END")[0], "the program clears a hot map from user space"
         end = "END { clear(@start); clear(@issue); clear(@lat); clear(@ns); clear(@sk); }"
         assert end in text

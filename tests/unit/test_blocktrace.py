@@ -49,7 +49,24 @@ def test_the_program_deletes_merged_keys_in_the_kernel_and_clears_nothing_while_
         probe = running[running.index(f"tracepoint:block:{tp} "):]
         assert probe.startswith(f"tracepoint:block:{tp} {{ $k = (uint64)@sk[(uint64)args->dev];")
         assert "if ($k > 0)" in probe.split("\ntracepoint:")[0]
-    assert "block_rq_merge" not in bt.program({bt.dev_t(8, 0): 0}, 15.0, merge_probes=False)
+    lacking = bt.program({bt.dev_t(8, 0): 0}, 15.0, bt.REQUIRED_TRACEPOINTS + ("block_bio_backmerge",))
+    assert "block_rq_merge" not in lacking and "block_bio_frontmerge" not in lacking
+    assert "tracepoint:block:block_bio_backmerge " in lacking
+
+
+def test_the_kernels_tracepoints_are_looked_up_before_compiling_and_a_missing_stage_says_so(tmp_path):
+    """A kernel without block_rq_merge (the lab's 6.1 guest has it; older ones do not) gets a program
+    without it; one without a stage's edge gets no program, and the reason."""
+    events = tmp_path / "sys" / "kernel" / "tracing" / "events" / "block"
+    for tp in bt.REQUIRED_TRACEPOINTS + ("block_bio_backmerge", "block_bio_frontmerge", "block_getrq"):
+        (events / tp).mkdir(parents=True)
+    roots = Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev")
+    present = tracer.block_tracepoints(roots)
+    assert present == frozenset(bt.REQUIRED_TRACEPOINTS + ("block_bio_backmerge", "block_bio_frontmerge"))
+    assert tracer.missing_tracepoints(present) is None
+    (events / "block_rq_issue").rmdir()
+    assert tracer.missing_tracepoints(tracer.block_tracepoints(roots)) == \
+        "the kernel has no tracepoint block_rq_issue (tracefs events/block)"
 
 
 def test_a_front_merge_moves_the_older_start_only_to_a_sampled_sector():
@@ -235,6 +252,8 @@ def _fake_host(tmp_path, monkeypatch, script: str):
     disk = tmp_path / "sys" / "block" / "sda"
     (disk / "mq").mkdir(parents=True, exist_ok=True)
     (disk / "dev").write_text("8:0\n")
+    for tp in bt.REQUIRED_TRACEPOINTS + bt.MERGE_TRACEPOINTS:   # the kernel's block tracepoints, in tracefs
+        (tmp_path / "sys" / "kernel" / "tracing" / "events" / "block" / tp).mkdir(parents=True, exist_ok=True)
     fake = tmp_path / f"bpftrace-{len(list(tmp_path.glob('bpftrace-*')))}"
     fake.write_text("#!/bin/sh\n" + script)
     fake.chmod(0o755)
