@@ -17,6 +17,14 @@ import pytest
 from iowarden.probes.common import Roots
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# This run's id, in the name of every directory the tests make outside pytest's own (loop images, the lane's
+# volumes): what a run left behind can be told from another run's, and removed by it
+RUN_ID = os.environ.setdefault("IOWARDEN_TEST_RUN", time.strftime("%m%d-%H%M%S") + f"-{os.getpid()}")
+
+
+def run_prefix(kind: str) -> str:
+    """A temporary directory's prefix: iowarden-KIND-RUN_ID-."""
+    return f"iowarden-{kind}-{RUN_ID}-"
 
 
 def materialize(tree_file: str | Path, dest: Path) -> Roots:
@@ -88,7 +96,7 @@ class LoopXfs:
         image_dir: where the image file lives (another LoopXfs's mountpoint makes a stacked volume
         whose slowness lies below its own block layer, as a cloud volume's throttle does)."""
         require_root()
-        self.workdir = Path(tempfile.mkdtemp(prefix="iowarden-test-", dir=image_dir))
+        self.workdir = Path(tempfile.mkdtemp(prefix=run_prefix("test"), dir=image_dir))
         self.image = self.workdir / "xfs.img"
         self.mountpoint = mountpoint or self.workdir / "mnt"
         self.mountpoint.mkdir(exist_ok=True)
@@ -183,7 +191,11 @@ def shared_loop_xfs():
 _LANE: list = []
 
 
+_CONFIG: list = []
+
+
 def pytest_configure(config):
+    _CONFIG.append(config)
     config.addinivalue_line("markers", "lane(scenario): the test's scenario runs on the lane, beside the suite; "
                                        "the test, run last, waits for its report")
 
@@ -206,6 +218,22 @@ def pytest_collection_finish(session):
 def pytest_sessionfinish(session, exitstatus):
     for lane in _LANE:
         lane.stop()   # a scenario still running is cancelled: it removes its devices on the way out
+
+
+_PHASE: list[str] = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """A line as each phase begins (unit, integration, lab): where a long run is, and since when."""
+    parts = nodeid.split("/")
+    phase = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+    if _PHASE and _PHASE[-1] == phase:
+        return
+    _PHASE.append(phase)
+    reporter = _CONFIG[0].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(f"== phase: {phase} (run {RUN_ID}), from {time.strftime('%H:%M:%S')}")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import LoopXfs
+from tests.conftest import LoopXfs, run_prefix
 from tests.integration.helpers import DaemonProc, blkio_cap, free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
@@ -69,7 +69,7 @@ def value(fams: dict, name: str, **labels) -> float | None:
 
 def first_half_hour(lane) -> None:
     report: list[str] = lane.report
-    tmp = Path(tempfile.mkdtemp(prefix="iowarden-lane-"))
+    tmp = Path(tempfile.mkdtemp(prefix=run_prefix("lane")))
     vol = LoopXfs("2G", direct_io=True)
     daemon = None
     try:

@@ -147,9 +147,15 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         rows = [line.split() for line in out.stdout.splitlines() if line.startswith(outer.name + " ")]
+        said[:] = [out.stdout[-1500:]]
         return out.stdout if "where the time goes (real I/O" in out.stdout and \
             any(r[1] == "read" and int(r[2]) > 0 and r[-1].endswith("%") for r in rows) else None
-    wait_for(status, timeout=60, what="the tracer's tail in `iowarden status`")
+    said = [""]
+    try:
+        wait_for(status, timeout=60, what="the tracer's tail in `iowarden status`")
+    except AssertionError:
+        print(said[0])
+        raise
     tracers = _children_named(d.proc.pid, "bpftrace")
     assert len(tracers) == 1
     d.close()

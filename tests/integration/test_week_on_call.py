@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_prefix
 from tests.integration import servers
 from tests.integration.helpers import DaemonProc, blkio_cap, free_port
 from tests.integration.soak_mix import Mix, mix_config, stacked_volumes
@@ -52,7 +53,7 @@ def of_volume(alert: dict, target: str, devices: set[str]) -> bool:
 
 def week_on_call(lane) -> None:
     report: list[str] = lane.report
-    tmp = Path(tempfile.mkdtemp(prefix="iowarden-lane-"))
+    tmp = Path(tempfile.mkdtemp(prefix=run_prefix("lane")))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
         lowers, uppers = stacked_volumes(stack, tmp, VOLUMES)
