@@ -302,7 +302,11 @@ class Daemon:
             log.warning("ended %d fio process(es) a previous run of iowarden left running (pids %s), before "
                         "probing their disks again", len(ended), ", ".join(map(str, ended)))
         self.rediscover()  # what is mounted already is a target from the start
-        self._devices_seen = {n: d.identity for n, d in self.settings.read_devices().devices.items() if d.size_bytes}
+        # the devices, known to the core before any probe ends: a result on a device the view lacks would get
+        # the fallback identity kernel:NAME
+        read = self.settings.read_devices()
+        self.core.post(read)
+        self._devices_seen = {n: d.identity for n, d in read.devices.items() if d.size_bytes}
         if self.inventory.open():   # a part like the others: its failures counted, a hang withholds the watchdog
             self.registry.add("uevents", 0.0, UEVENTS_DEADLINE_SECONDS, lambda: self.inventory.step(self.stop_event))
         if self.http is not None:   # the endpoint's loop runs on a thread of its own; this part watches it

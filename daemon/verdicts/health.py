@@ -56,11 +56,17 @@ class OpenAlert:
     devices: tuple = ()
 
 
+def stable_identity(identity: str | None) -> bool:
+    """An identity a target can be held to: not `kernel:NAME`, the fallback for a device the view did not
+    know yet (a device attached just before the daemon started, probed before its first read of them)."""
+    return bool(identity) and not identity.startswith("kernel:")
+
+
 def pin_refusal(pins, target: str, identity: str | None) -> str | None:
     """Why a probe of `target` on the volume `identity` is refused, or None. `pins`: target -> the volume it was
     first probed on (Health.pins, published in the snapshot for the probe workers)."""
     pinned = pins.get(target)
-    if pinned is None or identity == pinned:
+    if pinned is None or identity == pinned or not stable_identity(pinned):
         return None
     return (f"target {target} is now on {identity or 'no block device'}, but it was first probed on {pinned}: "
             "a different volume (is its filesystem still mounted? was the device name reused?); "
@@ -182,7 +188,7 @@ class Health:
                 events.append("ProbeFailing raised")
             return events
         self.failures[fkey] = 0
-        if target not in self.pins:
+        if not stable_identity(self.pins.get(target)) and stable_identity(identity):
             self.pins[target] = identity
             self.state.set_pin(target, identity)
         if ("ProbeFailing",) + fkey in self.open:

@@ -124,3 +124,16 @@ def test_an_ack_reaches_the_running_daemon_with_who_and_why(tmp_path):
 def _result(i, iops):
     return {"target": "db", "profile": "rr", "ok": True, "error": None, "contended": False, "started_at": i,
             "read_iops": iops, "write_iops": 0.0, "read_bw_bytes": iops * 4096, "write_bw_bytes": 0.0}
+
+
+def test_a_fallback_identity_is_never_pinned_and_never_refuses_the_volume_found_next(tmp_path):
+    """A device attached just before the start, probed before the daemon's first read of the devices, was
+    pinned as kernel:loop1; every later probe (on its fs-uuid) was then refused as a different volume."""
+    from iowarden.daemon.verdicts.health import pin_refusal
+    h = Health(State(str(tmp_path / "s.db")), DetectorParams())
+    h.on_result(_result(0, 1000.0), "kernel:loop1", lambda since: [])
+    assert "db" not in h.pins and h.pin_refusal("db", "fs-uuid:f1") is None
+    h.on_result(_result(1, 1000.0), "fs-uuid:f1", lambda since: [])
+    assert h.pins["db"] == "fs-uuid:f1" and h.pin_refusal("db", "fs-uuid:other") is not None
+    # a kernel: pin an earlier version stored is not held against the volume either
+    assert pin_refusal({"db": "kernel:loop1"}, "db", "fs-uuid:f1") is None
