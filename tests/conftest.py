@@ -198,11 +198,13 @@ def pytest_configure(config):
     _CONFIG.append(config)
     config.addinivalue_line("markers", "lane(scenario): the test's scenario runs on the lane, beside the suite; "
                                        "the test, run last, waits for its report")
+    config.addinivalue_line("markers", "alone: run after everything else, the lane included, when nothing else runs")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    # the lane's tests last: by then their scenarios have had the whole run to go by
-    items.sort(key=lambda item: item.get_closest_marker("lane") is not None)
+    # the lane's tests last: by then their scenarios have had the whole run to go by; after them the tests
+    # that must run alone (a storm of a thousand hotplugs would be every running daemon's to read)
+    items.sort(key=lambda item: 2 if item.get_closest_marker("alone") else 1 if item.get_closest_marker("lane") else 0)
 
 
 def pytest_collection_finish(session):

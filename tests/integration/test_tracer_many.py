@@ -5,6 +5,7 @@ disks, and above some 700 its text no longer fitted bpftrace's one -e argument.
 
 The devices are the test's own (loop devices over 8 MiB sparse files), named one by one to the tracer.
 """
+import fcntl
 import os
 import subprocess
 import types
@@ -16,12 +17,18 @@ from iowarden.daemon.sources import tracer
 from iowarden.probes.common import Roots
 from tests.integration.helpers import wait_for
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]   # bpftrace: scripts/setup.sh installs it
+# alone: a thousand devices attached and removed are a storm of uevents, and diskstats lines, for every daemon
+# running beside it (the lane's timed scenarios, another test's): it runs last, when none is
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.alone]   # bpftrace: scripts/setup.sh installs it
+LOOP_CTL_REMOVE = 0x4C81   # linux/loop.h
 
 
 @contextmanager
 def loop_devices(count: int, directory):
-    """`count` loop devices of the test's own, detached on the way out (only these, by name)."""
+    """`count` loop devices of the test's own, detached on the way out (only these, by name), and those the
+    kernel made for them removed (LOOP_CTL_REMOVE): a thousand idle loop devices left in /sys/block and
+    /proc/diskstats would be every later test's daemon's to read."""
+    existed = set(os.listdir("/sys/block"))
     attached = []
     try:
         for i in range(count):
@@ -34,6 +41,16 @@ def loop_devices(count: int, directory):
     finally:
         for dev in attached:
             subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=60)
+        control = os.open("/dev/loop-control", os.O_RDWR)
+        try:
+            for dev in attached:
+                if os.path.basename(dev) not in existed:
+                    try:
+                        fcntl.ioctl(control, LOOP_CTL_REMOVE, int(dev.removeprefix("/dev/loop")))
+                    except OSError:
+                        pass   # busy a moment longer (udev): an idle device, harmless
+        finally:
+            os.close(control)
 
 
 @pytest.mark.parametrize("count", [64, 1024])
