@@ -14,6 +14,7 @@ needs k probes takes about k intervals. Needs root; about an hour.
 """
 import argparse
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -52,6 +53,8 @@ def wait(fn, timeout: float, every: float = 5.0):
 
 
 def main() -> None:
+    # SIGTERM ends the bench through its exit handlers: its daemon, fio jobs, mounts and loop devices go too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--factors", default="10,3,1.5")
     ap.add_argument("--give-up-minutes", type=float, default=30.0)
@@ -72,10 +75,17 @@ def main() -> None:
         mix.start()
         stack.callback(mix.stop)
         t0 = time.monotonic()
-        armed = wait(lambda: (f := samples(port)).get("iowarden_baseline_learning") and
-                     not [s for s in f["iowarden_baseline_learning"] if s.value == 1], 3600, every=15)
-        print(f"every volume armed after {time.monotonic() - t0:.0f} s (warm-up: a probe per profile every "
-              f"60 s until 12 are learned)" if armed else "NOT armed within an hour", flush=True)
+        # the volume to be slowed armed: the others carry the workload (one of them, busy with the mix's
+        # full-speed jobs, may take longer: a warm-up probe deferred on a busy device is not learned)
+        volume = f"fs-uuid:{uppers[0].fs_uuid}"
+
+        def armed_now():
+            learning = [s for s in samples(port).get("iowarden_baseline_learning", [])
+                        if s.labels.get("volume") == volume]
+            return learning and not [s for s in learning if s.value == 1]
+        armed = wait(armed_now, 3600, every=15)
+        print(f"{uppers[0].mountpoint.name} armed after {time.monotonic() - t0:.0f} s (warm-up: a probe per profile "
+              f"every 60 s until 12 are learned)" if armed else "NOT armed within an hour", flush=True)
         if not armed:
             raise SystemExit(1)
         target, devices = uppers[0].mountpoint.name, {uppers[0].name, lowers[0].name}
