@@ -23,6 +23,9 @@ KNEE_NARROW = 1.25            # a cache knee is narrowed by midpoints until its 
 CACHE_DROP = 0.5              # a cache knee: IOPS below half of what the smaller working sets got
 KNEE_SHARE = 0.9              # the knee: the shallowest depth within 10 % of the saturation IOPS
 BANDWIDTH_BOUND_SHARE = 0.9   # bandwidth-bound from the block size reaching 90 % of the sweep's best MB/s
+CHECKED_SWEEPS = ("qd", "qd-write", "jobs", "bs")   # sweeps with a shape a step can break (mix and working set fall by design)
+OUT_OF_LINE_SHARE = 0.7       # a step below 70 % of what a smaller one reached breaks a rising sweep
+FOREIGN_SHARE = 0.1           # a step whose device moved over 10 % more bytes than the step's own was disturbed
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Point:
     p999_seconds: float | None
     ok: bool = True
     error: str | None = None
+    suspect: str | None = None         # out of line twice: measured, shown, left out of the findings
+    first_iops: float | None = None    # a step measured again: the first run's IOPS (the spread of the two)
 
 
 def working_sets(largest_bytes: int) -> list[int]:
@@ -236,3 +241,47 @@ def compare(a: list[dict], b: list[dict]) -> list[tuple[str, int, float | None, 
         y = ib[key]["iops"] if key in ib and ib[key]["ok"] else None
         out.append((key[0], key[1], x, y, (y / x - 1) if x and y is not None else None))
     return out
+
+
+def step_problem(point: Point, earlier: list[Point], own_bytes: int | None = None,
+                 device_bytes: int | None = None) -> str | None:
+    """Why a step's figure cannot be trusted as it is, or None: the device did other work in its seconds,
+    or the figure breaks its sweep's shape (depth and jobs: IOPS do not fall as they grow, a device past its
+    knee holds its IOPS; block size: MB/s do not fall as blocks grow)."""
+    if not point.ok or point.sweep not in CHECKED_SWEEPS:
+        return None
+    # bytes, not I/Os: the device splits and merges requests, and moves the same bytes
+    if own_bytes and device_bytes is not None and device_bytes - own_bytes > FOREIGN_SHARE * own_bytes:
+        return (f"the device moved {(device_bytes - own_bytes) / 1048576:,.1f} MiB for other work beside the step's "
+                f"{own_bytes / 1048576:,.1f} MiB: it was busy with something else")
+    field, unit = ("bw_bytes", "MiB/s") if point.sweep == "bs" else ("iops", "IOPS")
+    scale = 1048576 if point.sweep == "bs" else 1
+    smaller = [p for p in earlier if p.sweep == point.sweep and p.ok and not p.suspect and p.value < point.value]
+    if not smaller:
+        return None
+    best = max(smaller, key=lambda p: getattr(p, field))
+    if getattr(point, field) < OUT_OF_LINE_SHARE * getattr(best, field):
+        label = Step(point.sweep, point.value, None).label
+        return (f"{getattr(point, field) / scale:,.0f} {unit} at {label}, below the {getattr(best, field) / scale:,.0f} "
+                f"at {Step(best.sweep, best.value, None).label}: out of line with the sweep")
+    return None
+
+
+def settle(first: Point, again: Point, still: str | None) -> Point:
+    """A step measured twice: the second run, carrying the first's IOPS; marked suspect (left out of the
+    findings) when it is out of line again."""
+    return replace(again, first_iops=first.iops, suspect=still)
+
+
+def trusted(points: list[Point]) -> list[Point]:
+    return [p for p in points if not p.suspect]
+
+
+def confidence(points: list[Point]) -> dict:
+    """How far a sweep's findings can be trusted: the steps measured again and the spread of their two
+    runs, and the steps left out."""
+    again = [p for p in points if p.first_iops is not None and p.ok]
+    spread = max((abs(p.iops - p.first_iops) / max(p.iops, p.first_iops) for p in again
+                  if max(p.iops, p.first_iops) > 0), default=None)
+    return {"measured_again": [p.value for p in again], "repeat_spread": spread,
+            "left_out": [p.value for p in points if p.suspect], "trusted": not any(p.suspect for p in points)}

@@ -17,9 +17,9 @@ from iowarden.probes.common import Roots, parse_size_bytes
 from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
 
 from iowarden.daemon.commands import characterize as ch
+from iowarden.daemon.commands.characterize_report import findings, render_tables
 from iowarden.daemon.commands.characterize_compare import cmd_compare
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE
-from iowarden.daemon.commands.tables import latency_columns, table
 
 BUSY_UTIL_PERCENT = 20.0
 
@@ -50,6 +50,29 @@ def _bytes_written_to(dev: str | None, roots: Roots) -> int | None:
     return counters.sectors_written * 512 if counters else None
 
 
+def _bytes_moved(dev: str | None, roots: Roots) -> int | None:
+    """Bytes the device has read and written since boot."""
+    try:
+        counters = diskstats.read(roots).counters.get(dev) if dev else None
+    except OSError:
+        return None
+    return (counters.sectors_read + counters.sectors_written) * 512 if counters else None
+
+
+def _measured(step: ch.Step, profile, path: str, limits: ProbeLimits, size_of: int, dev: str | None, roots: Roots,
+              earlier: list[ch.Point]):
+    """One run of a step: (its result, its point, why it cannot be taken as it is or None), the device's own
+    count of the bytes it moved set against the step's (its ramp's included: fio leaves them out)."""
+    before = _bytes_moved(dev, roots)
+    r = run_probe("characterize", path, profile, limits, keep_sizes={size_of}, files_of="characterize")
+    after = _bytes_moved(dev, roots)
+    point = _point(step, r)
+    own = int(sum(d.io_bytes + d.bw_bytes * r.ramp_seconds for d in r.report.directions.values())) \
+        if r.ok and r.report is not None else None
+    moved = after - before if before is not None and after is not None else None
+    return r, point, ch.step_problem(point, earlier, own, moved)
+
+
 def _charge(fio_measured: int, before: int | None, after: int | None, cap: int) -> int:
     """What a write step cost the budget. fio's figure leaves out its ramp, so the device's own count is
     taken where it is known (it can only count more: metadata, another writer); else the whole cap."""
@@ -75,60 +98,6 @@ def _point(step: ch.Step, r) -> ch.Point:
     mean = sum(d.clat.mean_seconds * d.total_ios for d in dirs if d.clat) / ios if ios else None
     return ch.Point(step.sweep, step.value, sum(d.iops for d in dirs), sum(d.bw_bytes for d in dirs), mean,
                     r.clat_percentile_seconds(99.0), r.clat_percentile_seconds(99.9))
-
-
-def findings(points: list[ch.Point]) -> dict:
-    out = {}
-    qd = [p for p in points if p.sweep == "qd"]
-    if qd:
-        depth, sat = ch.knee(qd)
-        out["qd"] = {"knee_depth": depth, "saturation_iops": sat}
-    ws = [p for p in points if p.sweep == "working-set"]
-    if ws:
-        out["working-set"] = {"cache_knee_bytes": ch.cache_knee(ws)}
-    bs = [p for p in points if p.sweep == "bs"]
-    if bs:
-        bound = ch.bandwidth_bound_from(bs)
-        ok = [p for p in bs if p.ok]
-        best = max(ok, key=lambda p: p.bw_bytes, default=None)
-        out["bs"] = {"bandwidth_bound_from_bytes": bound,
-                     "bound_bw_bytes": next((p.bw_bytes for p in ok if p.value == bound), None),
-                     "best_bw_bytes": best.bw_bytes if best else None,
-                     "best_bw_block_bytes": best.value if best else None}
-    return out
-
-
-def render_tables(points: list[ch.Point], found: dict) -> str:
-    parts = []
-    for sweep in dict.fromkeys(p.sweep for p in points):
-        pts = [p for p in points if p.sweep == sweep]
-        head = {"qd": "queue depth (4k random read)", "qd-write": "queue depth (4k random write)",
-                "bs": "block size (random read, QD 16)", "jobs": "jobs (4k random read, QD 8 each)",
-                "mix": "read share (4k random, QD 16)",
-                "working-set": "working set (4k random read, QD 16)"}[sweep]
-        lat_headers, lat_rows = latency_columns({
-            "mean": [p.mean_latency_seconds if p.ok else None for p in pts],
-            "p99": [p.p99_seconds if p.ok else None for p in pts],
-            "p99.9": [p.p999_seconds if p.ok else None for p in pts]})
-        rows = [[ch.Step(sweep, p.value, None).label if sweep != "mix" else f"{p.value}%",
-                 f"{p.iops:.0f}" if p.ok else "FAILED", f"{p.bw_bytes / 1048576:.1f}" if p.ok else p.error, *lat]
-                for p, lat in zip(pts, lat_rows)]
-        parts.append(head + "\n" + table(["step", "IOPS", "MiB/s", *lat_headers], rows))
-    if "qd" in found and found["qd"]["saturation_iops"]:
-        parts.append(f"knee at queue depth {found['qd']['knee_depth']}; saturation {found['qd']['saturation_iops']:,.0f}"
-                     " IOPS")
-    if "bs" in found and found["bs"]["bandwidth_bound_from_bytes"]:
-        b = found["bs"]
-        # the figure quoted is the one at the block size named; the best, when elsewhere, is said as such
-        best = (f"; {b['best_bw_bytes'] / 1048576:,.1f} MiB/s at most, at {ch._size(b['best_bw_block_bytes'])}"
-                if b.get("best_bw_block_bytes") not in (None, b["bandwidth_bound_from_bytes"]) else "")
-        parts.append(f"bandwidth-bound from {ch._size(b['bandwidth_bound_from_bytes'])} blocks "
-                     f"({b['bound_bw_bytes'] / 1048576:,.1f} MiB/s there{best}); IOPS-bound below")
-    if "working-set" in found:
-        k = found["working-set"]["cache_knee_bytes"]
-        parts.append(f"cache knee: IOPS fall past a {ch._size(k)} working set" if k else
-                     "no cache knee in the working sets measured")
-    return "\n\n".join(parts)
 
 
 def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict) -> str:
@@ -290,11 +259,17 @@ def cmd_characterize(args) -> int:
                 print(f"\r[{i}/{len(kept)}] {step.sweep} {step.label}   ", end="", file=sys.stderr, flush=True)
             size_of = step.value if step.sweep in ("warm", "working-set") else step.profile.size_bytes
             before = _bytes_written_to(dev, roots) if cap else None
-            r = run_probe("characterize", args.path, profile, limits, keep_sizes={size_of}, files_of="characterize")
+            r, point, why = _measured(step, profile, args.path, limits, size_of, dev, roots, points)
             if step.sweep == "warm":
                 continue   # a first pass over the file, not a measurement
+            if why:   # measured again, once: a disturbed or out-of-line step is not taken as the volume's
+                say(f"{step.sweep} {step.label}: {why}; measured again")
+                r, again, still = _measured(step, profile, args.path, limits, size_of, dev, roots, points)
+                point = ch.settle(point, again, still)
+                if still:
+                    say(f"{step.sweep} {step.label}: the same again ({still}): left out of the findings")
             results.append(r)
-            points.append(_point(step, r))
+            points.append(point)
             if step.sweep == "working-set" and not any(s.sweep == "working-set" for s in kept[i:]):
                 # the doubling sweep is done: narrow its cache knee with a point in the middle
                 ws = ch.next_knee_point([p for p in points if p.sweep == "working-set"])

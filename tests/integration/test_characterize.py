@@ -229,3 +229,34 @@ def test_write_sweeps_on_a_raw_device_are_refused(direct_loop_xfs):
     r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path", direct_loop_xfs.device,
                         "--sweep", "qd", "--writes"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "never writes to a raw device" in r.stderr, r.stderr
+
+
+def test_a_workload_switched_on_mid_sweep_is_noticed_its_steps_measured_again_and_the_knee_holds(direct_loop_xfs):
+    """Issue 36: a depth sweep under a cap, once quiet and once with another job reading the same device for
+    a few seconds mid-sweep. The disturbed steps are noticed (the device moved bytes that were not the
+    step's) and measured again; the knee stays within one step of the quiet run's, or the run says its
+    findings cannot be trusted."""
+    iops_cap = int(1.6 * qd1_iops(direct_loop_xfs.mountpoint))
+    other = direct_loop_xfs.mountpoint / "other-work"
+    other.mkdir(exist_ok=True)
+    with cap("read_iops_device", direct_loop_xfs.major_minor, iops_cap):
+        quiet, _ = characterize(direct_loop_xfs.mountpoint, "--sweep", "qd", "--step-seconds", "1")
+        job = ["fio", "--name=other", f"--directory={other}", "--size=64m", "--rw=randread", "--bs=64k",
+               "--direct=1", "--ioengine=libaio", "--iodepth=8", "--time_based", "--runtime=4",
+               "--output=/dev/null"]
+        subprocess.run(job[:-3] + ["--runtime=0", "--time_based=0"], check=True, capture_output=True)  # lay out
+        timer = threading.Timer(5.0, lambda: subprocess.run(job, capture_output=True))
+        timer.start()
+        try:
+            busy, said = characterize(direct_loop_xfs.mountpoint, "--sweep", "qd", "--step-seconds", "1")
+        finally:
+            timer.cancel()
+            timer.join()
+    steps = {p["value"]: round(p["iops"]) for p in busy["points"]}
+    print(f"quiet: {quiet['findings']['qd']}; disturbed: {busy['findings']['qd']} {steps}\n{said}")
+    conf = busy["findings"]["qd"]["confidence"]
+    assert conf["measured_again"], f"nothing noticed: {said}"
+    assert "busy with something else" in said or "out of line" in said, said
+    depths = sorted(steps)
+    knee_quiet, knee_busy = quiet["findings"]["qd"]["knee_depth"], busy["findings"]["qd"]["knee_depth"]
+    assert not conf["trusted"] or abs(depths.index(knee_busy) - depths.index(knee_quiet)) <= 1, (knee_quiet, knee_busy)

@@ -159,7 +159,7 @@ def test_a_step_starts_only_if_it_ends_within_the_time_budget_by_the_clock():
 
 def test_the_headline_quotes_the_figure_of_the_block_size_it_names():
     """On main: "bandwidth-bound from 128k blocks (4,103.9 MiB/s)", the 256k figure."""
-    from iowarden.daemon.commands.characterize_cmd import findings, render_tables
+    from iowarden.daemon.commands.characterize_report import findings, render_tables
     mib = 1 << 20
     bw = {4096: 400, 16384: 1500, 65536: 3000, 131072: 3900, 262144: 4103.9, 1 << 20: 4000}
     pts = [ch.Point("bs", b, v * mib / b, v * mib, 1e-3, 2e-3, 3e-3) for b, v in bw.items()]
@@ -168,3 +168,34 @@ def test_the_headline_quotes_the_figure_of_the_block_size_it_names():
     text = render_tables(pts, found)
     assert "bandwidth-bound from 128k blocks (3,900.0 MiB/s there; 4,103.9 MiB/s at most, at 256k)" in text, text
     assert "p99 usec" in text and "2000" in text   # latency columns in one unit, fio's
+
+
+def test_a_step_out_of_its_sweeps_line_or_beside_other_work_is_measured_again_and_left_out_if_still_so():
+    """Issue 36: QD8 29,184 IOPS then QD16 3,862 (the device was busy) made 'knee at 8'; a rerun said 32."""
+    from iowarden.daemon.commands import characterize as ch
+    from iowarden.daemon.commands.characterize_report import findings, render_tables
+
+    def qd(depth, iops, **kw):
+        return ch.Point("qd", depth, iops, iops * 4096, 1e-3, 2e-3, 3e-3, **kw)
+    earlier = [qd(1, 5000), qd(2, 9000), qd(4, 16000), qd(8, 29184)]
+    why = ch.step_problem(qd(16, 3862), earlier)
+    assert why and "out of line" in why and "29,184" in why
+    assert ch.step_problem(qd(16, 27000), earlier) is None          # past the knee IOPS hold: in line
+    busy = ch.step_problem(qd(16, 30000), earlier, own_bytes=100 << 20, device_bytes=130 << 20)
+    assert busy and "busy with something else" in busy             # 30 MiB of other work beside 100
+    assert ch.step_problem(qd(16, 30000), earlier, own_bytes=100 << 20, device_bytes=105 << 20) is None
+    assert ch.step_problem(ch.Point("mix", 0, 100, 1, None, None, None), earlier) is None   # falls by design
+    # measured again: in line the second time, it counts; out of line again, it is left out and said
+    good = ch.settle(qd(16, 3862), qd(16, 30500), None)
+    assert good.first_iops == 3862 and not good.suspect
+    bad = ch.settle(qd(32, 4000), qd(32, 4100), "out of line")
+    found = findings(earlier + [good, bad, qd(64, 30600)])
+    assert found["qd"]["knee_depth"] == 8 and round(found["qd"]["saturation_iops"]) == 30600
+    c = found["qd"]["confidence"]
+    assert c["measured_again"] == [16, 32] and c["left_out"] == [32] and not c["trusted"]
+    assert 0.87 < c["repeat_spread"] < 0.88
+    text = render_tables(earlier + [good, bad], found)
+    assert "steps 32 out of line twice" in text and "left out" in text
+    # a block-size step whose MB/s fall as blocks grow is out of line too
+    bs = [ch.Point("bs", 4096, 20000, 20000 * 4096, None, None, None)]
+    assert "MiB/s" in ch.step_problem(ch.Point("bs", 8192, 2000, 2000 * 8192, None, None, None), bs)

@@ -1,0 +1,67 @@
+"""What a characterize run found, and its tables: pure functions of its points (characterize_cmd runs them)."""
+from __future__ import annotations
+
+from iowarden.daemon.commands import characterize as ch
+from iowarden.daemon.commands.tables import latency_columns, table
+
+
+def findings(points: list[ch.Point]) -> dict:
+    out = {}
+    qd = [p for p in points if p.sweep == "qd"]
+    if qd:
+        depth, sat = ch.knee(ch.trusted(qd))
+        out["qd"] = {"knee_depth": depth, "saturation_iops": sat, "confidence": ch.confidence(qd)}
+    ws = [p for p in points if p.sweep == "working-set"]
+    if ws:
+        out["working-set"] = {"cache_knee_bytes": ch.cache_knee(ws)}
+    bs = [p for p in points if p.sweep == "bs"]
+    if bs:
+        bound = ch.bandwidth_bound_from(ch.trusted(bs))
+        ok = [p for p in ch.trusted(bs) if p.ok]
+        best = max(ok, key=lambda p: p.bw_bytes, default=None)
+        out["bs"] = {"bandwidth_bound_from_bytes": bound,
+                     "bound_bw_bytes": next((p.bw_bytes for p in ok if p.value == bound), None),
+                     "best_bw_bytes": best.bw_bytes if best else None,
+                     "best_bw_block_bytes": best.value if best else None, "confidence": ch.confidence(bs)}
+    return out
+
+
+def render_tables(points: list[ch.Point], found: dict) -> str:
+    parts = []
+    for sweep in dict.fromkeys(p.sweep for p in points):
+        pts = [p for p in points if p.sweep == sweep]
+        head = {"qd": "queue depth (4k random read)", "qd-write": "queue depth (4k random write)",
+                "bs": "block size (random read, QD 16)", "jobs": "jobs (4k random read, QD 8 each)",
+                "mix": "read share (4k random, QD 16)",
+                "working-set": "working set (4k random read, QD 16)"}[sweep]
+        lat_headers, lat_rows = latency_columns({
+            "mean": [p.mean_latency_seconds if p.ok else None for p in pts],
+            "p99": [p.p99_seconds if p.ok else None for p in pts],
+            "p99.9": [p.p999_seconds if p.ok else None for p in pts]})
+        rows = [[ch.Step(sweep, p.value, None).label if sweep != "mix" else f"{p.value}%",
+                 f"{p.iops:.0f}" if p.ok else "FAILED", f"{p.bw_bytes / 1048576:.1f}" if p.ok else p.error, *lat]
+                for p, lat in zip(pts, lat_rows)]
+        parts.append(head + "\n" + table(["step", "IOPS", "MiB/s", *lat_headers], rows))
+    for sweep, f in found.items():
+        c = f.get("confidence") or {}
+        if c.get("left_out"):
+            parts.append(f"{sweep}: steps {', '.join(map(str, c['left_out']))} out of line twice (the device busy, or a "
+                         "figure against the sweep's shape): left out; what follows may not be the volume's")
+        elif c.get("measured_again"):
+            parts.append(f"{sweep}: steps {', '.join(map(str, c['measured_again']))} measured again (out of line the "
+                         f"first time); the two runs differ by {c['repeat_spread']:.0%} at most")
+    if "qd" in found and found["qd"]["saturation_iops"]:
+        parts.append(f"knee at queue depth {found['qd']['knee_depth']}; saturation {found['qd']['saturation_iops']:,.0f}"
+                     " IOPS")
+    if "bs" in found and found["bs"]["bandwidth_bound_from_bytes"]:
+        b = found["bs"]
+        # the figure quoted is the one at the block size named; the best, when elsewhere, is said as such
+        best = (f"; {b['best_bw_bytes'] / 1048576:,.1f} MiB/s at most, at {ch._size(b['best_bw_block_bytes'])}"
+                if b.get("best_bw_block_bytes") not in (None, b["bandwidth_bound_from_bytes"]) else "")
+        parts.append(f"bandwidth-bound from {ch._size(b['bandwidth_bound_from_bytes'])} blocks "
+                     f"({b['bound_bw_bytes'] / 1048576:,.1f} MiB/s there{best}); IOPS-bound below")
+    if "working-set" in found:
+        k = found["working-set"]["cache_knee_bytes"]
+        parts.append(f"cache knee: IOPS fall past a {ch._size(k)} working set" if k else
+                     "no cache knee in the working sets measured")
+    return "\n\n".join(parts)
