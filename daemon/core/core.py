@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable
 
-from iowarden.probes import blockqueue
-
 from iowarden.daemon.core import knowledge, retention
 from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
                                          ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
@@ -243,10 +241,7 @@ class Core:
         """A passive verdict's causes beyond its own finding: a cgroup limit on the device, who does its I/O,
         what its drive says; with no limit, a device slower than its own curve or its peers is itself slow."""
         view = self.known.sources.get(cgroups.SPEC.name)
-        limits = cgroups.limits_holding(view, {device}, anyone=True)
-        if not limits:   # a limit on what it is built on (a loop device's file system, a member) holds it too
-            limits = [f"below {device}: {held}" for held in cgroups.limits_holding(
-                view, set(blockqueue.devices_below(device, self.known.devices or {})), anyone=True)]
+        limits = knowledge.limits_on_stack(self.known, {device}, anyone=True)
         out = list(limits)
         if not limits and transition.kind in ("self", "peers"):
             out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "

@@ -175,14 +175,21 @@ def probe_window(k: Knowledge, result) -> ProbeWindow | None:
     return ProbeWindow(result.device, result.clat_percentile_seconds(50.0), await_ms, seen.util_percent)
 
 
+def limits_on_stack(k: Knowledge, devices: set[str], anyone: bool = False) -> list[str]:
+    """The cgroup limits holding these devices (cgroups.limits_holding), or else those on what they are built
+    on (a loop device's file system, a member), which hold them too."""
+    view = k.sources.get(cgroups.SPEC.name)
+    limits = cgroups.limits_holding(view, devices, anyone)
+    if limits:
+        return limits
+    below = {b for d in devices for b in blockqueue.devices_below(d, k.devices or {})} - devices
+    return [f"below {', '.join(sorted(devices))}: {held}" for held in cgroups.limits_holding(view, below, anyone)]
+
+
 def cgroup_evidence(k: Knowledge, devices: set[str]) -> dict:
     """The cgroup source's last reading, on these devices: the limits on iowarden's own I/O, who else did I/O."""
     view = k.sources.get(cgroups.SPEC.name)
-    limits = cgroups.limits_holding(view, devices)
-    if not limits:   # a limit on what the volume is built on (a loop device's file system, a member) holds it too
-        below = {b for d in devices for b in blockqueue.devices_below(d, k.devices or {})} - devices
-        limits = [f"below {', '.join(sorted(devices))}: {held}" for held in cgroups.limits_holding(view, below)]
-    return {"cgroup_limits": limits, "who": cgroups.who(view, devices),
+    return {"cgroup_limits": limits_on_stack(k, devices), "who": cgroups.who(view, devices),
             "foreign_share": cgroups.foreign_share(view, devices)}
 
 

@@ -189,7 +189,7 @@ class _Tracer:
     def _paused(self, now: float, iops: dict[str, float]) -> bool:
         whole = os.listdir(self.roots.sys / "block") if (self.roots.sys / "block").is_dir() else []
         rate_now = sum(iops.get(n, 0.0) for n in whole)   # partitions are their disk's requests again
-        if iops:
+        if iops and (not self.host_rates or now > self.host_rates[-1][0]):
             self.host_rates = [r for r in self.host_rates if r[0] > now - RATE_AVERAGE_SECONDS]
             self.host_rates.append((now, rate_now, self.last_interval))
         host_iops = sustained_rate(self.host_rates, now, RATE_AVERAGE_SECONDS)
