@@ -199,7 +199,7 @@ def test_an_offset_past_the_probe_file_is_refused_and_the_file_is_not_laid_out_a
     mount = shared_loop_xfs.mountpoint
     first = iowarden("probe", "--path", str(mount), "--size", "16MiB", "--runtime", "0.3", "--json", check=False)
     assert first.returncode == 0, first.stdout
-    probe_file = mount / ".iowarden" / "probe-16777216.dat"
+    probe_file = mount / ".iowarden" / "adhoc-16777216.dat"   # `iowarden probe`'s own file
     inode = os.stat(probe_file).st_ino
     jf = tmp_path / "far.fio"
     jf.write_text("[a]\nrw=randread\nbs=4k\nsize=16m\noffset=1P\nruntime=0.3\n")
