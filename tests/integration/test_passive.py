@@ -199,7 +199,7 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
 
 def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_factory):
     """(c) of the page: one member of a peer group slowed below its block layer. The notification names the
-    member, its peer and the ratio, and says it is the device itself (no cgroup limit on it)."""
+    member, its peer and the ratio, and names the limit on the device below it (b's image lives on lower_b)."""
     port = free_port()
     with stacked_volume() as (lower_a, a), stacked_volume() as (lower_b, b):
         d = daemon_factory(config_text(a.mountpoint, tmp_path / "state", interval=3600.0, port=port,
@@ -223,4 +223,6 @@ def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_fac
         notes = page["annotations"]
         assert page["labels"]["device"] == b.name and a.name in notes["summary"], notes["summary"]
         assert re.search(r"await [\d.]+ ms vs their [\d.]+ ms", notes["summary"]), notes["summary"]   # the figures
-        assert f"Likely cause: the device itself: {b.name}'s own service time moved" in notes["description"], notes
+        # the cap sits on the device under b (b's image is on it): the cause names that limit, not b itself
+        assert f"Likely cause: below {b.name}: a cgroup I/O limit holds {lower_b.name} ({lower_b.major_minor}) at 100 " \
+            in notes["description"], notes
