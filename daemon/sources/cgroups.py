@@ -138,11 +138,16 @@ def limits_holding(view: CgroupIoView | None, devices: set[str], anyone: bool = 
         name = view.names.get(devno)
         if name not in devices or not (anyone or cgroup in chain):
             continue
+        # one sentence per cgroup and device, its limits joined: a page's text is bounded (sentence.py), and
+        # a read and a write limit said twice over would crowd out who was doing the I/O
+        values, wheres = [], []
         for kind, value in limit.items():
             words, v1_file, v2_key = LIMIT_WORDS[kind]
-            where = f"blkio.throttle.{v1_file}" if view.version == 1 else f"io.max {v2_key}"
-            out.append(f"a cgroup I/O limit holds {name} ({devno}) at {_limit_value(kind, value)} {words} "
-                       f"({where} of {_cgroup_words(cgroup)})")
+            values.append(f"{_limit_value(kind, value)} {words}")
+            wheres.append(f"blkio.throttle.{v1_file}" if view.version == 1 else f"io.max {v2_key}")
+        if values:
+            out.append(f"a cgroup I/O limit holds {name} ({devno}) at {' and '.join(values)} "
+                       f"({', '.join(wheres)} of {_cgroup_words(cgroup)})")
     return out
 
 

@@ -110,13 +110,16 @@ def likely_causes(ev: Evidence) -> list[str]:
             where = "host" if device == "host" else device
             causes.append(f"setting changed since the baseline was learned: {where} {setting} {old} -> {new}")
     layer = layer_of(ev)
-    causes.extend(_layer_causes(ev, layer))
     if ev.contended or (ev.foreign_util_percent or 0) > 50 or layer == "contention":
+        # first: a probe run on a device busy with others' work says so, and who, before what else held it
         util = f" ({ev.foreign_util_percent:.0f}% util from other I/O)" if ev.foreign_util_percent else ""
         causes.append(f"contention: the device was busy with other work during the probe{util}"
                       + (f"; {ev.who}" if ev.who else ""))
-    elif ev.who and layer != "above":
-        causes.append(ev.who)
+        causes.extend(_layer_causes(ev, layer))
+    else:
+        causes.extend(_layer_causes(ev, layer))
+        if ev.who and layer != "above":
+            causes.append(ev.who)
     for name in sorted(stack):
         d = ev.devices.get(name)
         if d is not None and d.md is not None:

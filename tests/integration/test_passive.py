@@ -161,8 +161,12 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
                                  timeout=120, what=f"VolumeAtLimit on {upper.name} (cap {cap} IOPS on {lower.name})")
                 took = time.monotonic() - t0
                 # the probes, run contended on the busy disk, are judged by what it delivered in total
-                page = wait_for(lambda: notification(hook, "IowardenVolumeDegraded", "by cgroup:"), timeout=150,
-                                what="VolumeDegraded from the contended probes, naming who, at the webhook")
+                try:
+                    page = wait_for(lambda: notification(hook, "IowardenVolumeDegraded", "by cgroup:"), timeout=150,
+                                    what="VolumeDegraded from the contended probes, naming who, at the webhook")
+                except AssertionError:
+                    print("\n".join(x[:600] for x in d.output().splitlines() if "ALERT" in x or "probe loop" in x))
+                    raise
         print("notification (b):", json.dumps({"labels": page["labels"], "annotations": page["annotations"]}, indent=1))
         notes = page["annotations"]
         assert notes["summary"].startswith(f"loop on {upper.mountpoint} ({upper.name}, ")

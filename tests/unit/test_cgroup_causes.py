@@ -158,3 +158,21 @@ def test_a_limit_on_the_device_under_a_stacked_loop_device_is_named_for_the_uppe
     assert found == ["below loop8: a cgroup I/O limit holds loop7 (7:7) at 200 read IOPS (blkio.throttle."
                      "read_iops_device of the root cgroup: every process not in a cgroup of its own)"]
     assert knowledge.cgroup_evidence(k, {"loop7"})["cgroup_limits"][0].startswith("a cgroup I/O limit holds loop7")
+
+
+def test_a_contended_probe_says_who_first_and_a_devices_limits_are_one_sentence():
+    """A page's text is bounded: the read and write limits of a device in one sentence, and for a probe run
+    on a busy device the contention and who did it come first (issue 32's first question: who)."""
+    from types import SimpleNamespace
+    from iowarden.probes.cgroupio import IoLimit
+    view = SimpleNamespace(version=1, own_cgroup="/", names={"7:3": "loop3"},
+                           limits=[("/", "7:3", IoLimit(riops=2000, wiops=2000))])
+    limits = cgroups.limits_holding(view, {"loop3"})
+    assert limits == ["a cgroup I/O limit holds loop3 (7:3) at 2,000 read IOPS and 2,000 write IOPS "
+                      "(blkio.throttle.read_iops_device, blkio.throttle.write_iops_device of the root cgroup: "
+                      "every process not in a cgroup of its own)"]
+    ev = _evidence(window=ProbeWindow("loop4", 0.200, 0.26, 0.8), cgroup_limits=limits, contended=True,
+                   who="I/O on loop4 in the last 1 s by cgroup: /app 1,800 IOPS 7.0 MiB/s (90%)")
+    causes = likely_causes(ev)
+    assert causes[0].startswith("contention: the device was busy") and "by cgroup: /app" in causes[0]
+    assert any("2,000 read IOPS and 2,000 write IOPS" in c for c in causes[1:])
