@@ -41,22 +41,23 @@ def _busy_percent(path: str, roots: Roots) -> tuple[str | None, float | None]:
     return dev, rates.util_percent if rates else None
 
 
-def _bytes_written_to(dev: str | None, roots: Roots) -> int | None:
-    """Bytes the device has taken in writes since boot (diskstats' sectors are 512 bytes whatever the device)."""
+def _device_bytes(dev: str | None, roots: Roots) -> tuple[int, int] | None:
+    """(bytes read, bytes written) by the device since boot (diskstats' sectors are 512 bytes whatever the device)."""
     try:
         counters = diskstats.read(roots).counters.get(dev) if dev else None
     except OSError:
         return None
-    return counters.sectors_written * 512 if counters else None
+    return (counters.sectors_read * 512, counters.sectors_written * 512) if counters else None
+
+
+def _bytes_written_to(dev: str | None, roots: Roots) -> int | None:
+    both = _device_bytes(dev, roots)
+    return both[1] if both else None
 
 
 def _bytes_moved(dev: str | None, roots: Roots) -> int | None:
-    """Bytes the device has read and written since boot."""
-    try:
-        counters = diskstats.read(roots).counters.get(dev) if dev else None
-    except OSError:
-        return None
-    return (counters.sectors_read + counters.sectors_written) * 512 if counters else None
+    both = _device_bytes(dev, roots)
+    return sum(both) if both else None
 
 
 def _measured(step: ch.Step, profile, path: str, limits: ProbeLimits, size_of: int, dev: str | None, roots: Roots,
