@@ -167,7 +167,7 @@ def main() -> None:
                                capture_output=True, timeout=600)
         started = time.monotonic()
         traced = Traced(sorted({s["disk"] for s in jobs}))
-        if not traced.last.up:
+        if not traced.last.up and traced.state.proc is None:   # "compiling the program" is on its way up
             raise RuntimeError(f"the tracer is off: {traced.last.reason}")
         arm(traced, jobs[0], started)
         emit({"armed_after_seconds": round(time.monotonic() - started, 1)})
