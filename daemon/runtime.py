@@ -33,7 +33,7 @@ from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health, pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
-from iowarden.daemon.sources.inventory import Inventory, device_changes
+from iowarden.daemon.sources.inventory import Inventory, device_changes, watched
 from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus, watch_endpoint
 from iowarden.daemon.passive.detector import PassiveParams
@@ -225,12 +225,17 @@ class Daemon:
         present = {n: d.identity for n, d in devices.items() if d.size_bytes}
         added, removed = device_changes(self._devices_seen, present)
         self._devices_seen = present
+        sampler = self.cfg.section("sampler")
         for gone in removed:
-            log.info("block device removed: %s", gone, extra={"DEVICE": gone})
+            # another's device ([sampler] devices, exclude_devices) comes and goes unsaid: other software's
+            # loop devices would fill the log (the probe on it, if any, is aborted all the same)
+            log.log(logging.INFO if watched(gone, sampler) else logging.DEBUG, "block device removed: %s", gone,
+                    extra={"DEVICE": gone})
             if gone not in present and self.scheduler.abort_on(gone):
                 log.warning("probe on %s aborted: the device was removed", gone, extra={"DEVICE": gone})
         for new in added:
-            log.info("block device added: %s (%s)", new, present[new], extra={"DEVICE": new, "VOLUME": present[new]})
+            log.log(logging.INFO if watched(new, sampler) else logging.DEBUG, "block device added: %s (%s)", new,
+                    present[new], extra={"DEVICE": new, "VOLUME": present[new]})
         if self.cfg.discover:
             self.rediscover()
 

@@ -23,6 +23,7 @@ import pytest
 
 from tests.conftest import run_prefix
 from tests.integration import servers
+from tests.integration import logcount
 from tests.integration.helpers import DaemonProc, blkio_cap, free_port
 from tests.integration.soak_mix import Mix, mix_config, stacked_volumes
 
@@ -121,6 +122,10 @@ def week_on_call(lane) -> None:
         for key in seen:
             assert "Likely cause:" in descriptions[key] and "no cause found" not in descriptions[key], \
                 descriptions[key]
+        # the daemon's log of the whole run on busy volumes: nothing said more than once a minute uncounted
+        report.extend(logcount.summary(daemon.output()))
+        chatter = logcount.count(daemon.output())[1]
+        assert not chatter, f"said again within a minute without a repeat count: {chatter[:10]}"
 
 
 @pytest.mark.lane.with_args(week_on_call)   # with_args: a lone function would be decorated

@@ -71,3 +71,13 @@ def test_device_changes_diff_names_and_identities():
     # detached and attached to another file within one burst: another volume
     assert device_changes(before, {"loop0": "loop-file:/c", "sda": "wwn-0x5000"}) == (["loop0"], ["loop0"])
     assert device_changes(before, dict(before)) == ([], [])
+
+
+def test_the_one_device_filter_decides_which_arrivals_are_said():
+    import types
+    from iowarden.daemon.sources.inventory import watched
+    mine = types.SimpleNamespace(devices=("loop1", "nvme*n1"), exclude_devices=("ram*",))
+    assert watched("loop1", mine) and watched("nvme0n1", mine)
+    assert not watched("loop9", mine) and not watched("sda", mine)
+    every = types.SimpleNamespace(devices=(), exclude_devices=("ram*", "zram*"))
+    assert watched("loop9", every) and watched("sda", every) and not watched("zram0", every)

@@ -56,3 +56,19 @@ def test_the_table_of_messages_is_bounded():
     for i in range(5000):
         shown(f, "device %s added", f"loop{i}")
     assert len(f._seen) <= 4096
+
+
+def test_the_lanes_log_count_finds_a_message_said_twice_a_minute_and_passes_a_counted_one():
+    from tests.integration.logcount import count
+    log = "\n".join([
+        "2026-11-24 21:00:00,000 INFO probe vol0/rr deferred: device busy (71% util)",
+        "2026-11-24 21:00:30,000 INFO probe vol1/rr deferred: device busy (80% util)",     # another subject
+        "2026-11-24 21:01:05,000 INFO probe vol0/rr deferred: device busy (93% util) (12 more like this in the last 65 s)",
+        "2026-11-24 21:01:10,000 INFO probe vol0/randread-4k on loop1: read 900 IOPS, write 0 IOPS, clat p99 1.2 ms",
+        "2026-11-24 21:01:20,000 INFO probe vol0/randread-4k on loop1: read 950 IOPS, write 0 IOPS, clat p99 1.1 ms",
+        "2026-11-24 21:02:00,000 WARNING SMART: loop1 not read",
+        "2026-11-24 21:02:40,000 WARNING SMART: loop1 not read",
+    ])
+    counts, chatter = count(log)
+    assert len(chatter) == 1 and "40 s apart" in chatter[0] and "SMART" in chatter[0], chatter
+    assert counts["INFO probe vol0/rr deferred: device busy (#% util)"] == 1
