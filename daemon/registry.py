@@ -58,6 +58,8 @@ class Part:
     stats: PartStats = field(default_factory=PartStats)
     thread: threading.Thread | None = None
     vital: bool = False              # its last step failed: the daemon is not well (the watchdog is withheld)
+    one_shot: bool = False           # no loop: short-lived threads started by run_task (the probe workers)
+    tasks: dict = field(default_factory=dict)   # a running task -> (started, its deadline in seconds)
 
 
 class Registry:
@@ -76,6 +78,47 @@ class Registry:
         part.stats.deadline_seconds = deadline_seconds
         self.parts[name] = part
         return part
+
+    def add_tasks(self, name: str) -> Part:
+        """A part whose threads are short-lived tasks (a probe worker per probe), started by run_task."""
+        part = self.add(name, 0.0, 0.0, lambda: None)
+        part.one_shot = True
+        return part
+
+    def run_task(self, name: str, deadline_seconds: float, fn: Callable, *args) -> threading.Thread:
+        """Run fn(*args) on a thread of part `name` (add_tasks): each run counted in the part's stats, a
+        crash counted and said with its traceback (never silent), and a task running past
+        `deadline_seconds` makes the part stuck, so the watchdog sees a hung worker as it sees a hung loop."""
+        part = self.parts[name]
+        token = object()
+
+        def run() -> None:
+            started, wall = self.clock(), time.time()
+            error = None
+            try:
+                fn(*args)
+            except BaseException as exc:   # noqa: BLE001 - the supervisor: a task's end is never silent
+                error = f"{type(exc).__name__}: {exc}"
+                log.exception("part %s: a task crashed", name, extra={"PART": name, "REPEATS": True})
+            finally:
+                with self._lock:
+                    part.tasks.pop(token, None)
+                    s = part.stats
+                    s.runs_total += 1
+                    s.last_duration_seconds = self.clock() - started
+                    s.longest_duration_seconds = max(s.longest_duration_seconds, s.last_duration_seconds)
+                    s.last_completed_monotonic = self.clock()
+                    s.last_error = error
+                    if error:
+                        s.errors_total += 1
+                    else:
+                        s.last_success_timestamp_seconds = wall
+        with self._lock:
+            part.tasks[token] = (self.clock(), deadline_seconds)
+            part.stats.deadline_seconds = deadline_seconds
+        thread = threading.Thread(target=run, name=f"iowarden-{name}", daemon=True)
+        thread.start()
+        return thread
 
     def run_once(self, part: Part) -> None:
         started, wall = self.clock(), time.time()
@@ -104,6 +147,8 @@ class Registry:
     def start(self, stop: threading.Event) -> None:
         self._stop = stop
         for part in self.parts.values():
+            if part.one_shot:
+                continue   # its threads are its tasks
             part.thread = threading.Thread(target=self._supervise, args=(part, stop), name=f"iowarden-{part.name}",
                                            daemon=True)
             part.thread.start()
@@ -153,6 +198,10 @@ class Registry:
         with self._lock:
             for p in self.parts.values():
                 s = p.stats
+                if p.one_shot:
+                    if any(now - started > deadline for started, deadline in p.tasks.values()):
+                        out.append(p.name)
+                    continue
                 dead = running and p.thread is not None and not p.thread.is_alive()
                 over = s.step_started_monotonic is not None and now - s.step_started_monotonic > p.deadline_seconds
                 late = s.step_started_monotonic is None and \
@@ -189,6 +238,12 @@ def _test_hang(part_name: str) -> None:
 
 class InjectedFault(RuntimeError):
     pass
+
+
+def fault_switch(part_name: str) -> None:
+    """The test-only fault switch, for a task's own code to call where a crash must be handled (a probe
+    worker records a crashed probe as a failed result before its part counts the crash)."""
+    _test_fault(part_name)
 
 
 def _test_fault(part_name: str) -> None:

@@ -44,7 +44,7 @@ from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry
 from iowarden.daemon.service import notify
 from iowarden.daemon.sources.sampler import Sampler
-from iowarden.daemon.probing.scheduler import Scheduler, suspected_fault
+from iowarden.daemon.probing.scheduler import PROBE_PART, Scheduler, suspected_fault
 from iowarden.daemon.core import statedir
 from iowarden.daemon.core.opening import (EXIT_CONFIG, STATE_RETRY_SECONDS, StartRefused, StopRequested, open_state_waiting,
                                           own_state_dir)
@@ -101,6 +101,8 @@ class Daemon:
                                    devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots),
                                    suspected=lambda target, profile: suspected_fault(self.core.snapshot, target, profile))
         self.registry = Registry()
+        self.registry.add_tasks(PROBE_PART)        # each probe worker: a task the watchdog sees (deadline per probe)
+        self.scheduler.spawn = self.registry.run_task
         # the last argument: how long one step may take before the part is stuck (see registry.py)
         self.registry.add("sampler", c.section("sampler").interval_seconds, 5.0, self.sampler.step)
         self.passive = None

@@ -29,8 +29,11 @@ from iowarden.daemon.events import ProbeFinished, ProbeStarted
 from iowarden.daemon.probing.discovery import st_dev_of
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
+from iowarden.daemon.registry import fault_switch
 
 log = logging.getLogger("iowarden")
+
+PROBE_PART = "probe"   # the supervised part whose tasks the probe workers are
 
 # Probes running at once, whatever their disks: one per physical disk already, and this bounds the threads
 # (and fio processes) when disks cannot be told apart (a target whose device is not found): 1,000
@@ -51,8 +54,11 @@ class Due:
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, sampler, post, rng: random.Random | None = None,
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic,
-                 suspected=None):
+                 suspected=None, spawn=None):
         self.roots = roots
+        # spawn(part, deadline_seconds, fn, *args) -> Thread: a probe worker as a task of a supervised part
+        # (Registry.run_task: counted, a crash said, a hung one stuck for the watchdog); a bare thread in tests
+        self.spawn = spawn or _bare_thread
         self.clock = clock
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
         self.owner = os.path.realpath(cfg.section("daemon").state_dir)
@@ -205,7 +211,8 @@ class Scheduler:
         decisions = plan(now, candidates, busy, lambda disks, needed, warming: self.budget.refuses(
                          disks, needed, warming_up=warming), load, rules,
                          lambda ratio: self.rng.uniform(-ratio, ratio))
-        running = sum(1 for t in self._workers if t.is_alive())
+        with self._lock:
+            running = sum(1 for t in self._workers if t.is_alive())
         for dec in decisions:
             d, disks = by_key[(dec.target, dec.profile)]
             if dec.action == "run" and running >= MAX_PROBE_WORKERS:
@@ -239,10 +246,14 @@ class Scheduler:
 
     def start_worker(self, d: Due, disks, contended: bool, util: float) -> None:
         """Run the probe in a thread of its own; the scheduler keeps its cadence while fio runs."""
-        w = threading.Thread(target=self._run, args=(d, disks, contended, util), name="iowarden-probe",
-                             daemon=True)
-        self._workers = [t for t in self._workers if t.is_alive()] + [w]
-        w.start()
+        cfg = self.cfg
+        profile = cfg.profiles[d.profile]
+        # fio's own timeout, and the layout of its file at a slow disk's 4 MiB/s: past it the worker is hung
+        deadline = (profile.effective_runtime_seconds(cfg.limits.max_runtime_seconds) + cfg.limits.timeout_margin_seconds
+                    + 60.0 + min(profile.effective_size_bytes(), cfg.limits.max_size_bytes) / (4 << 20))
+        w = self.spawn(PROBE_PART, deadline, self._run, d, disks, contended, util)
+        with self._lock:
+            self._workers = [t for t in self._workers if t.is_alive()] + [w]
 
     def probe_done(self, disks) -> None:
         with self._lock:
@@ -252,6 +263,7 @@ class Scheduler:
     def _run(self, d: Due, disks, contended: bool, foreign_util: float) -> None:
         cfg = self.cfg
         try:
+            fault_switch(PROBE_PART)
             profile = cfg.profiles[d.profile]
             sizes = {min(cfg.profiles[p].effective_size_bytes(), cfg.limits.max_size_bytes)
                      for p in d.target.profiles if p in cfg.profiles}
@@ -285,8 +297,12 @@ class Scheduler:
                 with self._lock:
                     self.learned[(d.target.name, d.profile)] += 1
             self.post(ProbeFinished(result, tuple(disks), self.budget_exhausted(disks)))
-        except Exception:
-            log.exception("probe %s/%s crashed", d.target.name, d.profile)
+        except Exception as exc:
+            # a crashed worker is a failed probe on record (ProbeFailing can say so), then its part's crash
+            self.post(ProbeFinished(ProbeResult(d.target.name, d.target.path, None, d.profile, False,
+                                                f"crashed: {type(exc).__name__}: {exc}", time.time(), 0.0),
+                                    tuple(disks), False))
+            raise
         finally:
             self.probe_done(disks)
 
@@ -318,8 +334,21 @@ class Scheduler:
             kill_group(p)
         log.debug("stopping: killed %d running probe(s)", len(procs))
         deadline = time.monotonic() + timeout_seconds
-        for w in self._workers:
+        with self._lock:
+            workers = list(self._workers)
+        for w in workers:
             w.join(max(0.0, deadline - time.monotonic()))
+
+
+def _bare_thread(part: str, deadline_seconds: float, fn, *args) -> threading.Thread:
+    def run():
+        try:
+            fn(*args)
+        except Exception:   # noqa: BLE001 - no supervisor here (tests): say it
+            log.exception("%s: a task crashed", part)
+    t = threading.Thread(target=run, name=f"iowarden-{part}", daemon=True)
+    t.start()
+    return t
 
 
 SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): the next probe is the evidence

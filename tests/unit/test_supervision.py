@@ -120,3 +120,57 @@ def test_the_influxdb_summary_of_the_same_sample_twice_is_no_interval_not_a_cras
     out.step()
     spooled = "".join(open(p).read() for p in out.writer.spool.segments())
     assert spooled.count("iowarden_disk,") == 1 and "r_per_s=10.0" in spooled, spooled
+
+
+def test_a_task_is_counted_a_crash_said_and_a_hung_one_stuck(running, caplog):
+    """Issue 35: the probe workers are tasks of a supervised part: each run counted, a crash counted and
+    said with its traceback, and one running past its deadline makes the part stuck (the watchdog sees it)."""
+    clock = [0.0]
+    reg = Registry(clock=lambda: clock[0])
+    reg.add_tasks("probe")
+    running(reg)
+    reg.run_task("probe", 10.0, lambda: None).join(5)
+    assert reg.stats()["probe"].runs_total == 1 and reg.stats()["probe"].errors_total == 0
+
+    def crash():
+        raise RuntimeError("a worker's bug")
+    reg.run_task("probe", 10.0, crash).join(5)
+    s = reg.stats()["probe"]
+    assert s.runs_total == 2 and s.errors_total == 1 and "a worker's bug" in s.last_error
+    assert "part probe: a task crashed" in caplog.text and "Traceback" in caplog.text
+    assert reg.stuck() == []
+    release = threading.Event()
+    hung = reg.run_task("probe", 10.0, release.wait)
+    clock[0] += 9.0
+    assert reg.stuck() == []
+    clock[0] += 2.0          # past its deadline, still running
+    assert reg.stuck() == ["probe"]
+    release.set()
+    hung.join(5)
+    assert reg.stuck() == [] and reg.stats()["probe"].runs_total == 3
+
+
+def test_a_crashed_probe_worker_is_a_failed_probe_on_record(tmp_path, monkeypatch):
+    """The fault switch in a probe worker: its probe is posted as a failed result (never lost), its disks
+    freed for the next probe, and the crash is its part's to count."""
+    from iowarden.daemon.events import ProbeFinished
+    from iowarden.probes.common import Roots
+    from tests.unit.test_policy import Clock, _cfg, _target
+    fault = tmp_path / "fault"
+    fault.write_text("probe")
+    monkeypatch.setenv("IOWARDEN_TEST_FAULT_FILE", str(fault))
+    posted = []
+    sampler = type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0, "io_pressure": None})()
+    cfg = _cfg(_target("db", 1.0))
+    from iowarden.daemon.probing.scheduler import Scheduler
+    reg = Registry()
+    reg.add_tasks("probe")
+    sch = Scheduler(cfg, Roots(), sampler, posted.append, clock=Clock(), devices=lambda: {},
+                    spawn=reg.run_task)
+    d = sch.due[0]
+    sch.start_worker(d, ("sdb",), False, 0.0)
+    assert _wait(lambda: reg.stats()["probe"].runs_total == 1)
+    finished = [e for e in posted if isinstance(e, ProbeFinished)]
+    assert len(finished) == 1 and not finished[0].result.ok
+    assert finished[0].result.error.startswith("crashed: InjectedFault")
+    assert reg.stats()["probe"].errors_total == 1 and "sdb" not in sch._busy_disks
