@@ -246,6 +246,12 @@ def fault_switch(part_name: str) -> None:
     _test_fault(part_name)
 
 
+def down_switch(what: str) -> bool:
+    """Test-only: while the file named by IOWARDEN_TEST_DOWN_FILE names `what`, it is to be down and not to be
+    had again (the metrics endpoint: how the service test shows the watchdog withheld while /metrics is down)."""
+    return _test_switch("IOWARDEN_TEST_DOWN_FILE", what)
+
+
 def _test_fault(part_name: str) -> None:
     """While the file named by IOWARDEN_TEST_FAULT_FILE names this part, its loop (not its step) raises:
     how the tests show that a part whose thread fails is restarted, counted and said."""

@@ -41,7 +41,7 @@ from iowarden.daemon.passive.part import PassiveWatch
 from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.sources.settings import SettingsPoller
 from iowarden.daemon.sources.xfs import XfsPoller
-from iowarden.daemon.registry import Registry
+from iowarden.daemon.registry import Registry, down_switch
 from iowarden.daemon.service import notify
 from iowarden.daemon.sources.sampler import Sampler
 from iowarden.daemon.probing.scheduler import PROBE_PART, Scheduler, suspected_fault
@@ -245,6 +245,9 @@ class Daemon:
         with self._http_lock:
             if self.http is None:
                 return
+            if down_switch("metrics-endpoint"):
+                self.http.shutdown()
+                raise RuntimeError("the metrics endpoint is down and cannot be started again (test switch)")
             self.http, problem = watch_endpoint(self.http, lambda: start_prometheus(
                 self.cfg.section("prometheus"), self.core, self.roots), HTTP_WATCH_SECONDS)
         if problem:

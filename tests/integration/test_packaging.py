@@ -139,6 +139,14 @@ def test_unit_verifies_and_its_exposure_score_is_recorded(tmp_path):
         assert score < _score(str(reference))
 
 
+def _serves(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def _show(sd, *props) -> dict:
     out = sd.run("systemctl", "show", "iowarden", "-p", ",".join(props)).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -288,6 +296,27 @@ def test_service_under_a_real_systemd(packages, tmp_path):
         assert "Watchdog timeout" in log
         (sd.root / "var/lib/iowarden/hang").unlink()
         wait_for(lambda: _show(sd, "ActiveState")["ActiveState"] == "active", timeout=30, what="active again")
+        shutil.rmtree(dropin)
+        sd.run("systemctl", "daemon-reload")
+
+        # /metrics down and not to be had again (issue 35): the watchdog withheld, systemd restarts the daemon
+        dropin.mkdir(parents=True)
+        (dropin / "test-watchdog.conf").write_text(
+            "[Service]\nWatchdogSec=5\nEnvironment=IOWARDEN_TEST_DOWN_FILE=/var/lib/iowarden/down\n")
+        sd.run("systemctl", "daemon-reload")
+        sd.run("systemctl", "restart", "iowarden")
+        wait_for(lambda: _serves(port), timeout=60, what="/metrics before the switch")
+        pid, restarts = _show(sd, "MainPID")["MainPID"], int(_show(sd, "NRestarts")["NRestarts"])
+        (sd.root / "var/lib/iowarden/down").write_text("metrics-endpoint")
+        wait_for(lambda: not _serves(port), timeout=30, what="/metrics down")
+        wait_for(lambda: _show(sd, "MainPID")["MainPID"] not in (pid, "0"), timeout=60,
+                 what="a watchdog restart while /metrics is down")
+        assert int(_show(sd, "NRestarts")["NRestarts"]) > restarts
+        log = sd.run("journalctl", "-u", "iowarden", "--no-pager", check=False).stdout
+        assert "metrics endpoint is down" in log and re.search(
+            r"parts not completing: [^\n]*metrics-endpoint[^\n]*watchdog ping withheld", log), log[-3000:]
+        (sd.root / "var/lib/iowarden/down").unlink()
+        wait_for(lambda: _serves(port), timeout=60, what="/metrics again after the switch")
         shutil.rmtree(dropin)
         sd.run("systemctl", "daemon-reload")
 
