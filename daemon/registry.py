@@ -103,16 +103,7 @@ class Registry:
             finally:
                 with self._lock:
                     part.tasks.pop(token, None)
-                    s = part.stats
-                    s.runs_total += 1
-                    s.last_duration_seconds = self.clock() - started
-                    s.longest_duration_seconds = max(s.longest_duration_seconds, s.last_duration_seconds)
-                    s.last_completed_monotonic = self.clock()
-                    s.last_error = error
-                    if error:
-                        s.errors_total += 1
-                    else:
-                        s.last_success_timestamp_seconds = wall
+                    self._count(part.stats, started, wall, error)
         with self._lock:
             part.tasks[token] = (self.clock(), deadline_seconds)
             part.stats.deadline_seconds = deadline_seconds
@@ -132,17 +123,20 @@ class Registry:
             error = f"{type(exc).__name__}: {exc}"
             log.exception("part %s failed", part.name, extra={"PART": part.name, "REPEATS": True})
         with self._lock:
-            s = part.stats
-            s.runs_total += 1
-            s.last_duration_seconds = self.clock() - started
-            s.longest_duration_seconds = max(s.longest_duration_seconds, s.last_duration_seconds)
-            s.last_completed_monotonic = self.clock()
-            s.step_started_monotonic = None
-            s.last_error = error
-            if error:
-                s.errors_total += 1
-            else:
-                s.last_success_timestamp_seconds = wall
+            part.stats.step_started_monotonic = None
+            self._count(part.stats, started, wall, error)
+
+    def _count(self, s: PartStats, started: float, wall: float, error: str | None) -> None:
+        """One step or task done, under the lock: its run, its time, its error or its success."""
+        s.runs_total += 1
+        s.last_duration_seconds = self.clock() - started
+        s.longest_duration_seconds = max(s.longest_duration_seconds, s.last_duration_seconds)
+        s.last_completed_monotonic = self.clock()
+        s.last_error = error
+        if error:
+            s.errors_total += 1
+        else:
+            s.last_success_timestamp_seconds = wall
 
     def start(self, stop: threading.Event) -> None:
         self._stop = stop

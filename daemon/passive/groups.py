@@ -113,7 +113,7 @@ class GroupRules:
             elif "peers" in d.flagged and not severe:
                 rule = d.flagged["peers"].get("rule")
                 e = self.evidence.members.get(m)
-                if rule == "evidence" and (e is None or e.score <= 0.0):
+                if rule == "evidence" and (e is None or max(e.score, e.provisional) <= 0.0):
                     out.append(self._clear(m, d, "peers", "its evidence against its peers drained: in line for hours"))
                 elif rule not in ("evidence", "tail") and not named and med_log < math.log(self.p.peer_clear_ratio):
                     out.append(self._clear(m, d, "peers", "back in line with its peers"))
@@ -151,9 +151,13 @@ class GroupRules:
 
     def _evidence_ev(self, m: str, peers: list[str], excess_ms: float, peers_total: int | None = None) -> dict:
         e = self.evidence.members[m]
+        g = next((g for key, g in self.evidence.groups.items() if m in key), None)
+        open_windows = g.windows if g is not None and e.provisional > e.score else 0
         return {"ratio": round(e.ratio, 3), "excess_ms": round(excess_ms, 3), "peers": peers,
                 "peers_total": peers_total if peers_total is not None else len(peers), "rule": "evidence",
-                "score": round(e.score, 1), "threshold": self.evidence.p.threshold, "blocks_above": e.blocks_above,
+                "score": round(max(e.score, e.provisional), 1),
+                "open_minutes": round(open_windows * self.p.window_seconds / 60, 1),
+                "threshold": self.evidence.p.threshold, "blocks_above": e.blocks_above,
                 "blocks": e.blocks, "stray_ratio": round(math.exp(e.scale), 3), "windows": e.blocks}
 
     def _together(self, groups) -> list[Transition]:

@@ -216,8 +216,11 @@ def _evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
     hours = block_seconds / 3600
     peers, total = ev["peers"], ev.get("peers_total", len(ev["peers"]))
     named = ", ".join(peers) if total <= 3 else f"{total} peers ({', '.join(peers[:2])}, ...)"
+    so_far = ev.get("open_minutes")
+    when = (f"above them in {ev['blocks_above']} of {ev['blocks']} blocks of {hours:g} h"
+            + (f" and the {so_far:.0f} minutes since" if so_far else ""))
     return (f"{device} has been {ev['ratio']:.2f}x as slow as its {named} at comparable "
-            f"load: above them in {ev['blocks_above']} of {ev['blocks']} blocks of {hours:g} h, evidence "
+            f"load: {when}, evidence "
             f"{ev['score']:.1f} past the threshold {ev['threshold']:g} (in strays of healthy drives here, "
             f"{(ev['stray_ratio'] - 1) * 100:.1f} %)")
 

@@ -8,6 +8,7 @@ IOWARDEN_STRESS_SECONDS shortens or lengthens the minute."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -29,7 +30,7 @@ from iowarden.daemon.verdicts.health import Health
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots
 from tests.unit.test_core import _result
-from tests.unit.test_core_ownership import _cfgs, fast_switching  # noqa: F401 - the fixture
+from tests.unit.test_core_ownership import _cfgs, _hammer, fast_switching  # noqa: F401 - the fixture
 
 STRESS_SECONDS = float(os.environ.get("IOWARDEN_STRESS_SECONDS", "60"))
 DEVICES = [f"sd{c}" for c in "bcdefgh"]
@@ -79,8 +80,6 @@ def test_the_core_under_every_thread_for_a_minute_loses_and_duplicates_nothing(t
     numbers = itertools.count()
     posted: list[int] = []
     posted_lock = threading.Lock()
-    errors: list[str] = []
-    stop = threading.Event()
 
     def worker(target: str):
         i = next(numbers)
@@ -105,24 +104,10 @@ def test_the_core_under_every_thread_for_a_minute_loses_and_duplicates_nothing(t
         body = exposition.render(registry)
         assert body.startswith(b"# HELP") or not body, body[:200]
 
-    def loop(fn, *args):
-        try:
-            while not stop.is_set():
-                fn(*args)
-        except Exception as exc:   # noqa: BLE001 - the test's finding
-            errors.append(f"{fn.__name__}: {type(exc).__name__}: {exc}")
-            stop.set()
-
-    threads = [threading.Thread(target=loop, args=args) for args in
-               [(worker, "db"), (worker, "logs"), (worker, "web"), (sampler.step,), (passive.step,), (reload,),
-                (scrape,), (scrape,)]]
     try:
-        for th in threads:
-            th.start()
-        stop.wait(STRESS_SECONDS)
-        stop.set()
-        for th in threads:
-            th.join()
+        errors = _hammer(functools.partial(worker, "db"), functools.partial(worker, "logs"),
+                         functools.partial(worker, "web"), sampler.step, passive.step, reload, scrape, scrape,
+                         seconds=STRESS_SECONDS)
         drained_from = time.monotonic()
         assert core.stop(60.0), "the core did not drain what was posted"
         print(f"{len(posted)} results, {core.events_total} events in {STRESS_SECONDS:g} s; the core drained the "
