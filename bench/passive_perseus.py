@@ -2,6 +2,7 @@
 leave-one-cluster-out.
 
     .venv/bin/python bench/passive_perseus.py [--data ../shared/data/perseus-dev] [--keep DIR]
+    .venv/bin/python bench/passive_perseus.py --synthetic cluster_A/host_20,cluster_C/host_3,cluster_J/host_9
 
 Reads the Perseus development sample where it lies (never copied into the project), converts each
 host into `iowarden iostat --json` lines (throughput as rkB/s, latency as r_await in ms: the data's
@@ -115,16 +116,50 @@ def figures(flagged: set, drives: set, labels: set) -> str:
     return f"precision {p:.2f} recall {r:.2f} (named {len(flagged)}: true {tp}, false {fp}; missed {fn})"
 
 
+def synthetic(parsed_lines: dict[str, list[str]], hosts: list[str], hours: float = 9.0) -> None:
+    """Fail-slow cases made from healthy development hosts: one to four drives' latency scaled by 1.2 to 3
+    from the first window (at equal throughput), the first `hours` of trace; hours to each slow drive's
+    first alert, and any untouched drive named."""
+    import random
+    print(f"\nsynthetic cases: the first {hours:g} h of trace, k drives slowed by f from the first window")
+    print(f"{'host':<20} {'k':>2} {'f':>4}  hours to each slowed drive's first alert; untouched drives named")
+    for host in hosts:
+        objs = [json.loads(x) for x in parsed_lines[host]]
+        stamps = sorted({o["timestamp"] for o in objs})[: int(hours * 240)]
+        keep = set(stamps)
+        objs = [o for o in objs if o["timestamp"] in keep]
+        drives = sorted({o["disk_device"] for o in objs})
+        rng = random.Random(host.replace("/", "_"))   # the seed the figures in docs/detector.md were made with
+        for k in (1, 2, 3, 4):
+            chosen = set(rng.sample(drives, k))
+            for f in (1.2, 1.6, 2.0, 3.0):
+                text = "\n".join(json.dumps({**o, "r_await": o["r_await"] * f}
+                                            if o["disk_device"] in chosen and "r_await" in o else o) for o in objs)
+                intervals, _ = replay(parse_lines(host, text), PassiveParams())
+                first: dict[str, float] = {}
+                for i in intervals:
+                    first.setdefault(i["device"], sum(1 for t in stamps if t <= i["start"]) * 15 / 3600)
+                hit = ", ".join(f"{first[d]:.2f}" if d in first else "-" for d in sorted(chosen))
+                false = sorted(set(first) - chosen)
+                print(f"{host:<20} {k:>2} {f:>4g}  {hit}; {', '.join(false) or 'none'}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "perseus-dev"))
     ap.add_argument("--keep", help="write the converted replay files here")
+    ap.add_argument("--synthetic", metavar="HOSTS",
+                    help="only the synthetic cases, on these healthy hosts (e.g. cluster_A/host_20,cluster_C/host_3)")
+    ap.add_argument("--synthetic-hours", type=float, default=9.0)
     args = ap.parse_args()
     labels = set()
     with open(os.path.join(args.data, "labels.csv")) as f:
         for r in csv.DictReader(f):
             labels.add((f"{r['cluster']}/{r['host']}", r["disk"]))
     hosts = convert(os.path.join(args.data, "perseus-dev.tar.xz"))
+    if args.synthetic:
+        synthetic(hosts, args.synthetic.split(","), args.synthetic_hours)
+        return 0
     out_dir = args.keep or tempfile.mkdtemp(prefix="perseus-replay-")
     os.makedirs(out_dir, exist_ok=True)
     parsed, drives, host_days = {}, set(), 0
