@@ -33,7 +33,7 @@ from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health, pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
-from iowarden.daemon.sources.inventory import Inventory, device_changes, watched
+from iowarden.daemon.sources.inventory import Inventory, device_changes
 from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus, watch_endpoint
 from iowarden.daemon.passive.detector import PassiveParams
@@ -43,7 +43,7 @@ from iowarden.daemon.sources.settings import SettingsPoller
 from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry, down_switch
 from iowarden.daemon.service import notify
-from iowarden.daemon.sources.sampler import Sampler
+from iowarden.daemon.sources.sampler import Sampler, selected
 from iowarden.daemon.probing.scheduler import PROBE_PART, Scheduler, suspected_fault
 from iowarden.daemon.core import statedir
 from iowarden.daemon.core.opening import (EXIT_CONFIG, STATE_RETRY_SECONDS, StartRefused, StopRequested, open_state_waiting,
@@ -228,16 +228,18 @@ class Daemon:
         added, removed = device_changes(self._devices_seen, present)
         self._devices_seen = present
         sampler = self.cfg.section("sampler")
-        for gone in removed:
+
+        def level(name: str) -> int:
             # another's device ([sampler] devices, exclude_devices) comes and goes unsaid: other software's
             # loop devices would fill the log (the probe on it, if any, is aborted all the same)
-            log.log(logging.INFO if watched(gone, sampler) else logging.DEBUG, "block device removed: %s", gone,
-                    extra={"DEVICE": gone})
+            return logging.INFO if selected(name, sampler.devices, sampler.exclude_devices) else logging.DEBUG
+        for gone in removed:
+            log.log(level(gone), "block device removed: %s", gone, extra={"DEVICE": gone})
             if gone not in present and self.scheduler.abort_on(gone):
                 log.warning("probe on %s aborted: the device was removed", gone, extra={"DEVICE": gone})
         for new in added:
-            log.log(logging.INFO if watched(new, sampler) else logging.DEBUG, "block device added: %s (%s)", new,
-                    present[new], extra={"DEVICE": new, "VOLUME": present[new]})
+            log.log(level(new), "block device added: %s (%s)", new, present[new],
+                    extra={"DEVICE": new, "VOLUME": present[new]})
         if self.cfg.discover:
             self.rediscover()
 

@@ -7,7 +7,6 @@ arrive, and identity falls back to what sysfs says.
 """
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import threading
@@ -28,15 +27,6 @@ def device_changes(before: dict[str, str], after: dict[str, str]) -> tuple[list[
     removed = sorted(n for n in before if after.get(n) != before[n])
     added = sorted(n for n in after if before.get(n) != after[n])
     return added, removed
-
-
-def watched(name: str, sampler) -> bool:
-    """Is a device one this daemon watches: the sampler's globs (`devices`), else every name but the
-    excluded ones (`exclude_devices`)? The one device filter, asked of a name alone (a device that
-    just arrived has no diskstats line yet)."""
-    if sampler.devices:
-        return any(fnmatch.fnmatch(name, g) for g in sampler.devices)
-    return not any(fnmatch.fnmatch(name, g) for g in sampler.exclude_devices)
 
 
 def udevd_running(run_root: str = "/run") -> bool:

@@ -34,6 +34,15 @@ class SamplerReading:
 DEFAULT_EXCLUDE = config_schema.DEFAULT_EXCLUDE
 
 
+def selected(name: str, device_globs, exclude_globs) -> bool:
+    """The one device filter, by name alone: the configured globs ([sampler] devices), else every name but
+    the excluded ones (exclude_devices). The sampler also leaves out partitions and empty loop devices;
+    the hotplug log asks this of a device that just arrived (no diskstats line yet)."""
+    if device_globs:
+        return any(fnmatch.fnmatch(name, g) for g in device_globs)
+    return not any(fnmatch.fnmatch(name, g) for g in exclude_globs)
+
+
 class Sampler:
     HISTORY_TICKS = 10  # seconds of %util kept per device for the contention check
 
@@ -67,10 +76,10 @@ class Sampler:
         by default, as node_exporter leaves them out) and loop devices with nothing attached, which
         can do no I/O. A glob that names a device explicitly wins over both exclusions.
         """
-        if self.device_globs:
-            return any(fnmatch.fnmatch(name, g) for g in self.device_globs)
-        if any(fnmatch.fnmatch(name, g) for g in self.exclude_globs):
+        if not selected(name, self.device_globs, self.exclude_globs):
             return False
+        if self.device_globs:
+            return True   # named by a glob: sampled whatever its kind
         # one stat() per device per tick adds up at 1000 devices: a name's kind is asked once
         if name not in self._partition:
             self._partition[name] = diskstats.is_partition(name, self.roots)

@@ -74,10 +74,8 @@ def test_device_changes_diff_names_and_identities():
 
 
 def test_the_one_device_filter_decides_which_arrivals_are_said():
-    import types
-    from iowarden.daemon.sources.inventory import watched
-    mine = types.SimpleNamespace(devices=("loop1", "nvme*n1"), exclude_devices=("ram*",))
-    assert watched("loop1", mine) and watched("nvme0n1", mine)
-    assert not watched("loop9", mine) and not watched("sda", mine)
-    every = types.SimpleNamespace(devices=(), exclude_devices=("ram*", "zram*"))
-    assert watched("loop9", every) and watched("sda", every) and not watched("zram0", every)
+    from iowarden.daemon.sources.sampler import selected
+    assert selected("loop1", ("loop1", "nvme*n1"), ("ram*",)) and selected("nvme0n1", ("loop1", "nvme*n1"), ())
+    assert not selected("loop9", ("loop1", "nvme*n1"), ()) and not selected("sda", ("loop1",), ())
+    assert selected("loop9", (), ("ram*", "zram*")) and selected("sda", (), ("ram*",))
+    assert not selected("zram0", (), ("ram*", "zram*"))
