@@ -63,13 +63,16 @@ def _bytes_moved(dev: str | None, roots: Roots) -> int | None:
 def _measured(step: ch.Step, profile, path: str, limits: ProbeLimits, size_of: int, dev: str | None, roots: Roots,
               earlier: list[ch.Point]):
     """One run of a step: (its result, its point, why it cannot be taken as it is or None), the device's own
-    count of the bytes it moved set against the step's (its ramp's included: fio leaves them out)."""
+    count of the bytes it moved set against the step's (its ramp's and its file's layout included: fio's
+    report leaves them out)."""
     before = _bytes_moved(dev, roots)
     r = run_probe("characterize", path, profile, limits, keep_sizes={size_of}, files_of="characterize")
     after = _bytes_moved(dev, roots)
     point = _point(step, r)
-    own = int(sum(d.io_bytes + d.bw_bytes * r.ramp_seconds for d in r.report.directions.values())) \
-        if r.ok and r.report is not None else None
+    # the step's own: fio's I/O, its ramp's, and the probe file it laid out first (the first step of a run
+    # on a fresh volume writes the whole file: 64 MiB read as "other work" beside a 28 MiB step)
+    own = int(sum(d.io_bytes + d.bw_bytes * r.ramp_seconds for d in r.report.directions.values())
+              + r.layout_bytes) if r.ok and r.report is not None else None
     moved = after - before if before is not None and after is not None else None
     return r, point, ch.step_problem(point, earlier, own, moved)
 
