@@ -75,7 +75,7 @@ def examples(cfg, mount, device, tmp) -> dict[str, list[tuple]]:
                    (["iostat", "--json", device, "1", "3"], 0,
                     lambda out: all(k in o for o in record_day(out) for k in keys)),
                    (["iostat", "--latency", device, "2", "1"], 0,
-                    lambda out: "p50" in out or "no request" in out)],
+                    lambda out: ("p50" in out and "I/Os" in out) or "no I/O on the traced disks" in out)],
         "xfs": [([ "xfs", mount], 0, lambda out: "frag %" in out and device in out)],
         "settings": [(["settings"], 0, lambda out: all(c in out for c in ("scheduler", "identity", device)))],
     }
