@@ -1,5 +1,6 @@
 """The passive detector's policy on synthetic windows: no clock, no root, no devices."""
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -445,3 +446,24 @@ def test_the_ceiling_is_set_beside_the_characterized_capability_and_load_is_meas
     assert "at its limit: 2,000 IOPS (its characterized saturation: 8,100 IOPS)" in raised.summary
     (view,) = det.views()
     assert view.capability == (8100.0, None) and view.load_ratio["iops"] == pytest.approx(2000 / 8100, rel=0.02)
+
+
+def test_an_acute_alert_clears_when_the_fault_ends_on_a_host_busier_than_it_learned():
+    """CI, issue 33's soak: the device learned its normal, then ran 1.3x it in health (a busier host: below
+    a shift, nothing raised), then was throttled (acute: raised). Once the throttle is gone the hour's median
+    is 1.3x; the acute alert clears on the last ten minutes and what would raise a shift, not on 1.2x."""
+    busy = DAY + 240
+    det, events = run(itertools.chain(pt.device_trace(21, DAY), _scaled(pt.device_trace(22, 240), 1.3, DAY)))
+    assert events == [], [(i, t.state, t.summary) for i, t in events]
+    _, fault = run(_scaled(pt.device_trace(23, 60), 4.0, busy), det)
+    assert [t.state for _, t in fault] == ["raised"] and fault[0][1].evidence["rule"] == "acute"
+    _, after = run(_scaled(pt.device_trace(24, 300), 1.3, busy + 60), det)
+    assert [t.state for _, t in after] == ["cleared"], [(i, t.state, t.summary) for i, t in after]
+    assert after[0][0] <= 60, f"cleared {after[0][0]} windows after the fault"
+
+
+def _scaled(windows, factor: float, first: int):
+    """The windows with their latency `factor` times and their numbers from `first` on."""
+    for i, w in enumerate(windows):
+        flows = {d: dataclasses.replace(f, await_ms=f.await_ms * factor) for d, f in w.flows.items()}
+        yield dataclasses.replace(w, end=1.7e9 + (first + i) * pt.WINDOW_SECONDS, flows=flows)
