@@ -201,7 +201,10 @@ class PassiveDetector(GroupRules):
             return [self._raise(w.device, d, "self", ev, _self_summary(w.device, ev))]
         rule = d.flagged.get("self", {}).get("rule")
         if rule not in (None, "together") and sum(d.self_ring) <= self.p.clear_fraction * len(d.self_ring) and \
-                (len(d.self_log) == 0 or d.self_log.median() < self._hour_clear_limit(d, rule)):
+                (len(d.self_log) == 0 or d.self_log.median() - common_shift < self._hour_clear_limit(d, rule)):
+            # the hour less what its peers share, as a shift is raised: a member of three or more is judged on
+            # mild shifts by its peers (-inf here); the soak's whole group ran 2x its learned normal after the
+            # throttle, its slow member back in line with the rest, and DeviceSlow stayed open
             return [self._clear(w.device, d, "self", "latency back on its normal curve")]
         return []
 
