@@ -109,7 +109,8 @@ class Daemon:
         if c.section("passive").enabled:
             self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
                                         lambda: self.settings.devices, self.state, post,
-                                        trace_fn=lambda: self.core.snapshot.sources.get("tracer"))
+                                        trace_fn=lambda: self.core.snapshot.sources.get("tracer"),
+                                        own_probes_fn=lambda: self.core.snapshot.own_probes)
             self.registry.add("passive", c.section("passive").window_seconds, 10.0, self.passive.step)
         self.registry.add("scheduler", 1.0, 10.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()

@@ -83,3 +83,4 @@ class Snapshot:
     sources: dict = field(default_factory=dict)              # registered source -> its last reading
     probe_latency: dict = field(default_factory=dict)        # (target, profile, direction) -> latency.LatencyTotal
     pins: dict = field(default_factory=dict)                 # target -> the volume it was first probed on
+    own_probes: dict = field(default_factory=dict)           # device -> when a probe last ran on it (monotonic, inf: now)

@@ -163,13 +163,15 @@ class Core:
             discovery_over_limit=k.discovery_over_limit,
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
             sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)),
-            pins=MappingProxyType(dict(self.health.pins)))
+            pins=MappingProxyType(dict(self.health.pins)), own_probes=k.own_probes())
         self.published = (self.published[0] + 1, self.clock())
 
     # -- the handlers: one per event type ---------------------------------------------------------
     def _on_probe(self, e: ProbeFinished) -> None:
         knowledge.apply_result(self, e)
-        self.known.probing.pop((e.result.target, e.result.profile), None)
+        device = self.known.probing.pop((e.result.target, e.result.profile), None)
+        if device:
+            self.known.probe_ended_at[device] = self.clock()
 
     def _on_probe_started(self, e: ProbeStarted) -> None:
         self.known.probe_started(e.target, e.profile, e.device)

@@ -7,6 +7,7 @@ Evidence for causes is read from here: no sysfs, no database query, no call into
 from __future__ import annotations
 
 import collections
+import math
 import logging
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class Knowledge:
     sources: dict = field(default_factory=dict)
     latency_totals: dict = field(default_factory=dict)      # (target, profile, direction) -> LatencyTotal
     probing: dict = field(default_factory=dict)             # (target, profile) -> the device its probe runs on
+    probe_ended_at: dict = field(default_factory=dict)      # device -> when its last probe ended (monotonic)
     sample_at: float = 0.0                                  # the Unix time of `sample`
 
     def __post_init__(self):
@@ -82,6 +84,13 @@ class Knowledge:
         if watched:
             self.samples.append((unix_time, DiskSample(sample.monotonic_seconds,
                                                        {d: c for d, c in sample.counters.items() if d in watched})))
+
+    def own_probes(self) -> MappingProxyType:
+        """Device -> when a probe last ran on it (monotonic; infinity while one runs): windows of real traffic
+        that held iowarden's own fio are not evidence of a ceiling (a fixed-depth probe is flat by itself)."""
+        out = dict(self.probe_ended_at)
+        out.update({d: math.inf for d in self.probing.values() if d})
+        return MappingProxyType(out)
 
     def probe_started(self, target: str, profile: str, device: str | None) -> None:
         """Watch the device from now, starting with the sample just before (fio starts within the second:

@@ -235,6 +235,10 @@ class PassiveDetector(GroupRules):
                         sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024)
         mix = _mostly(w.flows)
         _note_best(d, *d.last_total, w.util_percent, mix)
+        if w.own_probe:
+            # iowarden's own fio at a fixed queue depth is flat by itself: such a window shows what the
+            # device delivers (its best, above), not a ceiling, and neither starts nor ends one
+            return []
         if not flows or w.util_percent is None or w.queue_size is None:
             d.sat_ring.append(None)
         else:

@@ -63,8 +63,9 @@ class PassiveWatch:
     nothing: what it learned goes to the core to be saved (every SAVE_EVERY_WINDOWS windows, on a verdict,
     and at the stop)."""
 
-    def __init__(self, params: PassiveParams, sampler, devices_fn, state, post, trace_fn=None):
+    def __init__(self, params: PassiveParams, sampler, devices_fn, state, post, trace_fn=None, own_probes_fn=None):
         self.params = params
+        self.own_probes_fn = own_probes_fn    # device -> when a probe of ours last ran on it (monotonic, inf: running)
         self.sampler = sampler
         self.trace_fn = trace_fn              # the tracer's latest TraceReading (or None): the tails of real I/O
         self._trace_before: dict = {}         # (kernel name, direction) -> its cumulative histogram at the last step
@@ -111,8 +112,9 @@ class PassiveWatch:
         now = time.time()
         rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if n in reading.sampled and n in ident}
         tails = self._tails()
-        windows = [Window.from_rates(ident[n], now, r, tails.get(n)) for n, r in rates.items()]
         stacked = stacked_members(devices)
+        own = self._own_probed(start.monotonic_seconds, stacked, devices)
+        windows = [Window.from_rates(ident[n], now, r, tails.get(n), n in own) for n, r in rates.items()]
         groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices, stacked)]
         name_of = {ident[n]: n for n in rates}
         stacks = {ident[n]: tuple(ident[m] for m in members if m in ident)
@@ -128,6 +130,18 @@ class PassiveWatch:
         self._windows += 1
         due = self._windows >= SAVE_EVERY_WINDOWS or transitions   # `status` sees a new verdict at once
         self.post(PassiveJudged(tuple(transitions), self.views, self._saves() if due else ()))
+
+    def _own_probed(self, since_monotonic: float, stacked: dict, devices: dict) -> set[str]:
+        """Kernel names a probe of ours ran on since the window began, with the disks under them (an
+        array's members, a partition's disk)."""
+        probed = self.own_probes_fn() if self.own_probes_fn is not None else {}
+        own = {d for d, last in (probed or {}).items() if last >= since_monotonic}
+        for d in list(own):
+            own.update(stacked.get(d, ()))
+            parent = getattr(devices.get(d), "parent", None)
+            if parent:
+                own.add(parent)
+        return own
 
     def _pattern(self, name_of: dict) -> re.Pattern | None:
         """The identities' regex, compiled again only when the devices change (34 ms an alert at 1,024 disks

@@ -116,13 +116,14 @@ class Window:
     queue_size: float | None = None   # iostat aqu-sz
     util_percent: float | None = None
     tails: dict = field(default_factory=dict)   # direction -> the tracer's StageHistogram of total latency
+    own_probe: bool = False           # iowarden's own fio ran on the device during the window
 
     @classmethod
-    def from_rates(cls, device: str, end: float, r, tails: dict | None = None) -> "Window":
+    def from_rates(cls, device: str, end: float, r, tails: dict | None = None, own_probe: bool = False) -> "Window":
         """From a diskstats.DiskRates over the window (and the tracer's histograms of it, when on)."""
         flows = {"read": Flow(r.reads_per_second, r.read_kib_per_second, r.read_await_ms),
                  "write": Flow(r.writes_per_second, r.write_kib_per_second, r.write_await_ms)}
-        return cls(device, end, r.interval_seconds, flows, r.queue_size, r.util_percent, tails or {})
+        return cls(device, end, r.interval_seconds, flows, r.queue_size, r.util_percent, tails or {}, own_probe)
 
 
 @dataclass(frozen=True)

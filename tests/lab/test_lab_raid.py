@@ -124,31 +124,46 @@ def test_raid0_slow_member_is_named_not_its_peers_nor_the_array(lab):
     g.run(["systemctl", "stop", "lab-load"], check=False)
     g.run(LOAD)
     try:
-        t0 = lab.guest_clock()
-        wait_for(lambda: _ok_probes(lab, "raid0", t0) >= 6, timeout=300, what="the array's warm-up probes")
-        assert [a for a in alerts(lab.metrics(), "SlowMember")] == []
-        throttled_at = time.monotonic()
-        g.throttle("r0c", 30)
-        found = wait_for(lambda: alerts(lab.metrics(), "SlowMember"), timeout=120, what="SlowMember")
-        took = time.monotonic() - throttled_at
-        assert {a["device"] for a in found} == {slow}, found
-        assert found[0]["volume"] == "serial:lab-r0c"
-        text = lab.metrics()
-        assert value(text, "iowarden_passive_peer_ratio", device=slow) > 4
-        for name in set(r0.values()) - {slow}:
-            assert value(text, "iowarden_passive_peer_ratio", device=name) < 2
-        # the probes of the array see it slow; the cause names the member, not the array's own limit
-        degraded = wait_for(lambda: _open_alerts(lab, "VolumeDegraded", "raid0"), timeout=240,
-                            what="VolumeDegraded on /srv/raid0")[0]
-        assert slow in degraded[1], degraded[1]
-        time.sleep(10)   # the array's own verdicts had their chance
-        text = lab.metrics()
-        on_array = [a for kind in ("VolumeAtLimit", "DeviceSlow", "SlowMember") for a in alerts(text, kind)
-                    if a["device"] == "md0"]
-        assert on_array == [], on_array
-        assert not [a for kind in ("SlowMember", "DeviceSlow") for a in alerts(text, kind)
-                    if a["device"] in set(r0.values()) - {slow}]
-        print(f"SlowMember {slow} after {took:.0f} s; VolumeDegraded causes: {degraded[1][:300]}")
+        _slow_member_scenario(lab, r0, slow)
+    except BaseException:
+        # CI failed here once with nothing to read: what the daemon said and saw goes with the failure
+        try:
+            alerts_said = [x for x in lab.journal().splitlines() if "ALERT" in x]
+            print("daemon's alerts:", *alerts_said[-30:], sep="\n  ")
+            print("peer ratios:", [l for l in lab.metrics().splitlines() if l.startswith("iowarden_passive_peer_ratio")])
+        except Exception as exc:   # the failure itself is what the report must carry
+            print(f"(no diagnostics: {exc})")
+        raise
     finally:
         g.throttle("r0c", 0)
         g.run(["systemctl", "stop", "lab-load"], check=False)
+
+
+def _slow_member_scenario(lab, r0: dict, slow: str) -> None:
+    g = lab.guest
+    t0 = lab.guest_clock()
+    wait_for(lambda: _ok_probes(lab, "raid0", t0) >= 6, timeout=300, what="the array's warm-up probes")
+    assert [a for a in alerts(lab.metrics(), "SlowMember")] == []
+    throttled_at = time.monotonic()
+    g.throttle("r0c", 30)
+    # 63 s on an idle machine (a minute of 2 s windows for the severe rule); the guest is slower beside the suite
+    found = wait_for(lambda: alerts(lab.metrics(), "SlowMember"), timeout=240, what="SlowMember")
+    took = time.monotonic() - throttled_at
+    assert {a["device"] for a in found} == {slow}, found
+    assert found[0]["volume"] == "serial:lab-r0c"
+    text = lab.metrics()
+    assert value(text, "iowarden_passive_peer_ratio", device=slow) > 4
+    for name in set(r0.values()) - {slow}:
+        assert value(text, "iowarden_passive_peer_ratio", device=name) < 2
+    # the probes of the array see it slow; the cause names the member, not the array's own limit
+    degraded = wait_for(lambda: _open_alerts(lab, "VolumeDegraded", "raid0"), timeout=240,
+                        what="VolumeDegraded on /srv/raid0")[0]
+    assert slow in degraded[1], degraded[1]
+    time.sleep(10)   # the array's own verdicts had their chance
+    text = lab.metrics()
+    on_array = [a for kind in ("VolumeAtLimit", "DeviceSlow", "SlowMember") for a in alerts(text, kind)
+                if a["device"] == "md0"]
+    assert on_array == [], on_array
+    assert not [a for kind in ("SlowMember", "DeviceSlow") for a in alerts(text, kind)
+                if a["device"] in set(r0.values()) - {slow}]
+    print(f"SlowMember {slow} after {took:.0f} s; VolumeDegraded causes: {degraded[1][:300]}")

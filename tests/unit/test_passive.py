@@ -1,5 +1,6 @@
 """The passive detector's policy on synthetic windows: no clock, no root, no devices."""
 import dataclasses
+import time
 import itertools
 import json
 
@@ -138,6 +139,27 @@ def test_a_volume_held_flat_at_a_ceiling_with_a_queue_is_at_its_limit():
     assert "at its limit: 2,000 IOPS (25% of the 8,000 IOPS it has delivered), queue 24, await 12 ms" \
         in raised[0].summary
     assert det.views()[0].ceiling == "2,000 IOPS"
+
+
+def test_iowardens_own_probe_held_flat_by_its_queue_depth_is_not_a_ceiling_but_shows_the_best():
+    """The week lane's warm-up (CI, stop 43): profiles back to back on one device, fio at a fixed depth, flat
+    for 30 s: VolumeAtLimit raised on the daemon's own probes. Such windows neither start nor end a ceiling,
+    and still show what the device delivers."""
+    det = PassiveDetector()
+    events = []
+    for i in range(12):
+        w = pt.window("sdb", i, 2000 * (1 + 0.01 * (-1) ** i), 12.0, queue=24.0, util=100.0)
+        events += det.observe([dataclasses.replace(w, own_probe=True)])
+    assert [t for t in events if t.state == "raised"] == []
+    # a real workload held at 2,000 IOPS is a ceiling, a probe window in the middle neither ends nor delays it
+    det = PassiveDetector()
+    events = det.observe([dataclasses.replace(pt.window("sdb", -1, 8000, 1.0, queue=8.0, util=100.0), own_probe=True)])
+    for i in range(7):
+        w = pt.window("sdb", i, 2000 * (1 + 0.01 * (-1) ** i), 12.0, queue=24.0, util=100.0)
+        events += det.observe([dataclasses.replace(w, own_probe=(i == 3))])
+    (raised,) = [t for t in events if t.state == "raised"]
+    assert "IOPS (25% of the 8,000 IOPS it has delivered)" in raised.summary, raised.summary
+    assert len(events) == 1 and det.devices["sdb"].flagged
 
 
 def test_what_a_volume_has_shown_is_its_rate_at_full_util_and_at_one_request_size():
@@ -378,6 +400,48 @@ def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path)
     # the curve and the view are in the database for `status` and the next start
     saved = {(m.split(":")[0]) for i, p, m, _, _ in st.load_baselines() if p == "passive"}
     assert saved == {"curve", "view"}
+    st.close()
+
+
+def test_the_part_takes_the_cores_word_for_which_devices_its_own_probes_ran_on(tmp_path):
+    """ProbeStarted to the core, the snapshot's own_probes to the part: the same flat, queued windows as
+    above while a probe of ours runs on sdz raise nothing; six after its end (ProbeFinished) do."""
+    from iowarden.daemon.events import ProbeFinished, ProbeStarted
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.core import Core
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.probes import diskstats
+    from iowarden.probes.fio_run import ProbeResult
+
+    def sample(t, reads, read_ms):
+        c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
+                                   io_ms=int(t * 1000 * 0.99), weighted_io_ms=int(t * 24000))
+        return diskstats.DiskSample(t, {"sdz": c})
+
+    st = State(str(tmp_path / "s.db"))
+    now = [0.0]   # the sampler's clock and the core's: one monotonic clock in the daemon
+    core = Core(st, Health(st, DetectorParams()), "test", clock=lambda: now[0])
+    sampler = FakeSampler()
+    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]),
+                        own_probes_fn=lambda: core.snapshot.own_probes)
+    core.run_batch([ProbeStarted("vol", "randread-4k", "sdz")])
+    reads = read_ms = 0
+    for i in range(15):
+        now[0] = 15.0 * i
+        if i == 7:
+            r = ProbeResult("vol", str(tmp_path), "sdz", "randread-4k", True, None, time.time(), 1.0)
+            core.run_batch([ProbeFinished(r, ("sdz",), False)])
+        sampler.last_sample = sample(15.0 * i, reads, read_ms)
+        part.step()
+        if i == 7:
+            assert st.alerts(open_only=True) == []   # six windows held flat while the probe ran: nothing
+        n = 120000 if i == 0 else 30000
+        reads += n
+        read_ms += n * (1 if i == 0 else 12)
+    (alert,) = st.alerts(open_only=True)
+    assert alert["alert"] == "VolumeAtLimit" and "sdz is at its limit: 2,000 IOPS" in alert["causes"][0]
     st.close()
 
 
