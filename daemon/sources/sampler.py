@@ -98,15 +98,15 @@ class Sampler:
         if set(self._partition) - set(cur.counters):  # devices went away: names may be reused
             self._partition = {n: p for n, p in self._partition.items() if n in cur.counters}
         sampled = frozenset(n for n in cur.counters if self._wanted(n))
-        rates = MappingProxyType({} if prev is None else {
-            n: r for n, r in diskstats.rates_between(prev, cur).items() if n in sampled})
+        rates = MappingProxyType({}) if prev is None or cur.monotonic_seconds <= prev.monotonic_seconds \
+            else diskstats.RatesBetween(prev, cur, sampled)
         self.reading = SamplerReading(cur, rates, sampled, io_pressure)
         self.post(DisksSampled(cur, rates, io_pressure, time.time(), sampled))
         if prev is None:
             return
         with self._lock:
-            for name, r in rates.items():
-                self._util.setdefault(name, collections.deque(maxlen=self.HISTORY_TICKS)).append(r.util_percent)
+            for name in rates:
+                self._util.setdefault(name, collections.deque(maxlen=self.HISTORY_TICKS)).append(rates.util_percent(name))
             for gone in set(self._util) - set(rates):
                 del self._util[gone]
         self.first_sample_done.set()

@@ -141,3 +141,20 @@ def test_the_sampler_leaves_out_ram_zram_and_unattached_loops_unless_asked(tmp_p
     s = Sampler(roots, [])
     s.step()
     assert "loop1" in s.reading.sampled
+
+
+def test_rates_computed_when_asked_for_are_the_rates_of_every_device_named_and_only_them():
+    a = diskstats.DiskSample(10.0, {n: _c(name=n, reads=100 * i, sectors_read=800 * i, read_ms=50 * i,
+                                             io_ms=300 * i, weighted_io_ms=400 * i)
+                                    for i, n in enumerate(("sda", "sdb", "sdc", "loop0"))})
+    b = diskstats.DiskSample(12.0, {n: _c(name=n, reads=100 * i + 90, sectors_read=800 * i + 720, read_ms=50 * i + 45,
+                                             io_ms=300 * i + 1500, weighted_io_ms=400 * i + 900)
+                                    for i, n in enumerate(("sda", "sdb", "sdc", "sdd"))})
+    lazy = diskstats.RatesBetween(a, b, {"sda", "sdb", "sdd", "loop0"})
+    # in both samples and named: sdd is new (no interval), loop0 went away, sdc is not named
+    assert list(lazy) == ["sda", "sdb"] and len(lazy) == 2 and "sdc" not in lazy and "sdd" not in lazy
+    full = diskstats.rates_between(a, b)
+    assert dict(lazy.items()) == {n: full[n] for n in ("sda", "sdb")}
+    assert lazy.util_percent("sdb") == full["sdb"].util_percent == 75.0
+    with pytest.raises(KeyError):
+        lazy["sdc"]
