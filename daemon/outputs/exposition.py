@@ -42,17 +42,22 @@ class TextFamily(Metric):
     device's labels do not change). `samples` is built only when something asks for it (generate_latest
     in the tests), so the exposition is the same either way."""
 
-    def __init__(self, name: str, documentation: str, typ: str, label_names: tuple[str, ...], rows: list):
+    def __init__(self, name: str, documentation: str, typ: str, label_names: tuple[str, ...], rows: list,
+                 lines: list[str] | None = None):
         super().__init__(name, documentation, typ)
         self.label_names = label_names
         self._rows = rows            # [(label text '{a="x",b="y"}', label values, value)]
+        self._lines = lines          # the rows' lines, when the caller wrote them (kept for rows that did not change)
         self._text: str | None = None
+
+    @property
+    def sample_name(self) -> str:
+        return self.name + ("_total" if self.type == "counter" else "")
 
     @property
     def samples(self):   # noqa: D401 - prometheus_client reads it as an attribute
         if self._samples is None:
-            sample_name = self.name + ("_total" if self.type == "counter" else "")
-            self._samples = [Sample(sample_name, dict(zip(self.label_names, values)), value)
+            self._samples = [Sample(self.sample_name, dict(zip(self.label_names, values)), value)
                              for _, values, value in self._rows]
         return self._samples
 
@@ -62,10 +67,16 @@ class TextFamily(Metric):
 
     def text(self) -> str:
         if self._text is None:
-            name = self.name + ("_total" if self.type == "counter" else "")
+            name = self.sample_name
             head = f"# HELP {name} {_escape_help(self.documentation)}\n# TYPE {name} {_TYPE_OF.get(self.type, self.type)}\n"
-            self._text = head + "".join([f"{name}{labels} {floatToGoString(value)}\n" for labels, _, value in self._rows])
+            lines = self._lines if self._lines is not None else [
+                sample_line(name, labels, value) for labels, _, value in self._rows]
+            self._text = head + "".join(lines)
         return self._text
+
+
+def sample_line(sample_name: str, labels: str, value) -> str:
+    return f"{sample_name}{labels} {floatToGoString(value)}\n"
 
 
 def label_text(names: tuple[str, ...], values: tuple[str, ...]) -> str:

@@ -22,7 +22,7 @@ from iowarden.probes.vocabulary import CLAT_PERCENTILE_KEYS
 
 from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS
 from iowarden.daemon.outputs.alert_metrics import DEFAULT_RUNBOOK_URL, alert_families
-from iowarden.daemon.outputs.exposition import TextFamily, label_text
+from iowarden.daemon.outputs.exposition import TextFamily, label_text, sample_line
 from iowarden.daemon.outputs.host_metrics import settings_families, xfs_families
 from iowarden.daemon.passive.metrics import passive_families
 from iowarden.daemon.sources.registry import SOURCES
@@ -79,7 +79,7 @@ class SnapshotCollector:
         self.runbook_url = runbook_url.rstrip("/#")
         self.read_disk_sample = read_disk_sample
         self._built: dict[str, tuple[tuple, list]] = {}   # section -> (its inputs, its families)
-        self._disk_labels: tuple[object, dict] = (None, {})   # (the device view, kernel name -> its label text)
+        self._disk_rows: tuple[object, dict] = (None, {})   # (the device view, kernel name -> (counters, its rows))
 
     def describe(self):
         return []  # families vary with the host: no up-front description (auto_describe off)
@@ -130,11 +130,12 @@ class SnapshotCollector:
         yield success
         yield duration
 
-    def _disk_labels_for(self, devices) -> dict:
-        """Each disk's label text, written once per device view (a view is replaced whole when it changes)."""
-        if self._disk_labels[0] is not devices:
-            self._disk_labels = (devices, {})
-        return self._disk_labels[1]
+    def _disk_rows_for(self, devices) -> dict:
+        """Each disk's rows as last written, for the device view they were written under (a view is replaced
+        whole when it changes; a device gone from /proc/diskstats is dropped with the next view)."""
+        if self._disk_rows[0] is not devices:
+            self._disk_rows = (devices, {})
+        return self._disk_rows[1]
 
     # -- self ---------------------------------------------------------------------------------
     def _self_metrics(self, s):
@@ -342,26 +343,35 @@ class SnapshotCollector:
 
     def _disks(self, s):
         sample = s.disk_sample
-        labels = self._disk_labels_for(s.devices)
-        rows: dict[str, list] = {name: [] for name, *_ in self.DISK_COUNTERS}
-        in_flight = []
+        known = self._disk_rows_for(s.devices)
+        fams = [(f"iowarden_disk_{name}", attr, help_, scale, present) for name, attr, help_, scale, present
+                in self.DISK_COUNTERS] + [("iowarden_disk_io_now", "in_flight", "I/Os in flight now", 1, None)]
+        rows: list[list] = [[] for _ in fams]
+        lines: list[list] = [[] for _ in fams]
         # the devices the sampler watches (whole devices less the excluded, by default)
         for dev in sorted(s.disk_rates):
             c = sample.counters.get(dev) if sample is not None else None
             if c is None:
                 continue
-            row = labels.get(dev)
-            if row is None:
+            kept = known.get(dev)
+            if kept is None or kept[0] is not c:
+                # an idle disk's counters are the same object scrape after scrape (diskstats.parse keeps a
+                # line it has seen): its rows and lines are kept, and only the disks that moved are written
                 volume = identity_of(dev, s.devices)
-                row = labels[dev] = (label_text(DISK_LABELS, (dev, volume)), (dev, volume))
-            text, values = row
-            for name, attr, _, scale, present in self.DISK_COUNTERS:
-                if present is None or getattr(c, present):
-                    rows[name].append((text, values, getattr(c, attr) * scale))
-            in_flight.append((text, values, c.in_flight))
-        for name, _, help_, _, _ in self.DISK_COUNTERS:
-            yield TextFamily(f"iowarden_disk_{name}", help_, "counter", DISK_LABELS, rows[name])
-        yield TextFamily("iowarden_disk_io_now", "I/Os in flight now", "gauge", DISK_LABELS, in_flight)
+                text, values = label_text(DISK_LABELS, (dev, volume)), (dev, volume)
+                mine = []
+                for i, (name, attr, _, scale, present) in enumerate(fams):
+                    if present is None or getattr(c, present):
+                        value = getattr(c, attr) * scale
+                        suffix = "_total" if i < len(self.DISK_COUNTERS) else ""
+                        mine.append((i, (text, values, value), sample_line(name + suffix, text, value)))
+                kept = known[dev] = (c, mine)
+            for i, row, line in kept[1]:
+                rows[i].append(row)
+                lines[i].append(line)
+        for i, (name, _, help_, _, _) in enumerate(fams):
+            yield TextFamily(name, help_, "counter" if i < len(self.DISK_COUNTERS) else "gauge", DISK_LABELS,
+                             rows[i], lines[i])
         if s.io_pressure is not None:
             psi = GaugeMetricFamily("iowarden_io_pressure_ratio", "Share of time tasks stalled on I/O, 10 s "
                                     "average (/proc/pressure/io)", labels=["kind"])

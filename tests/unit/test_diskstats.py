@@ -158,3 +158,16 @@ def test_rates_computed_when_asked_for_are_the_rates_of_every_device_named_and_o
     assert lazy.util_percent("sdb") == full["sdb"].util_percent == 75.0
     with pytest.raises(KeyError):
         lazy["sdc"]
+
+
+def test_an_unchanged_line_is_not_parsed_again_and_a_changed_one_is():
+    idle = "   7       0 loop0 10 0 80 1 0 0 0 0 0 4 1 0 0 0 0 0 0"
+    busy = "   8       0 sda 1234 5 67890 123 456 7 8910 11 0 1213 1415 0 0 0 0 0 0"
+    first = diskstats.parse("\n".join([idle, busy, "garbage line", ""]))
+    busier = busy.replace(" 1234 ", " 1240 ")
+    second = diskstats.parse("\n".join([idle, busier, "garbage line", ""]))
+    assert second["loop0"] is first["loop0"]                 # the same text: the same counters, not parsed again
+    assert second["sda"].reads == 1240 and first["sda"].reads == 1234
+    assert set(second) == {"loop0", "sda"}                    # the odd line still costs only itself
+    assert second["sda"] == diskstats.DiskCounters(8, 0, "sda", 1240, 5, 67890, 123, 456, 7, 8910, 11, 0, 1213, 1415,
+                                                    0, 0, 0, 0, 0, 0, True, True)

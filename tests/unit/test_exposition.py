@@ -100,3 +100,31 @@ def test_a_section_whose_inputs_did_not_change_is_served_again_and_its_text_reus
     assert collector._built["settings"][1] is not settings
     assert re.search(rf'iowarden_block_queue_info{{[^}}]*device="{dev}"[^}}]*scheduler="bfq"', third), dev
     assert _without_durations(third.encode()) == _without_durations(generate_latest(reg))
+
+
+def test_a_disk_whose_counters_did_not_move_keeps_its_lines_and_one_that_moved_is_written_again(tree):
+    """The disk section keeps each disk's lines while its counters are the same object (diskstats.parse keeps
+    an unchanged line's); a disk that moved, or a new device view, is written again, and the text stays
+    generate_latest's."""
+    import dataclasses
+
+    from iowarden.daemon.outputs.exposition import Renderer
+    snap = snapshot(tree)
+    current = [snap]
+    collector = SnapshotCollector(lambda: current[0])
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    renderer = Renderer()
+    renderer.render(reg)
+    counters = snap.disk_sample.counters
+    moved, idle = sorted(n for n in snap.disk_rates if n in counters)[:2]
+    kept_idle = collector._disk_rows[1][idle][1]
+    sample = dataclasses.replace(snap.disk_sample, counters={
+        **counters, moved: dataclasses.replace(counters[moved], reads=counters[moved].reads + 12345)})
+    current[0] = dataclasses.replace(snap, disk_sample=sample, taken_at=snap.taken_at + 1)
+    text = renderer.render(reg)
+    assert collector._disk_rows[1][idle][1] is kept_idle
+    assert f'iowarden_disk_reads_completed_total{{device="{moved}",'.encode() in text
+    line = re.search(rf'^iowarden_disk_reads_completed_total{{device="{moved}",[^}}]*}} (\S+)$', text.decode(), re.M)
+    assert float(line.group(1)) == counters[moved].reads + 12345
+    assert _without_durations(text) == _without_durations(generate_latest(reg))
