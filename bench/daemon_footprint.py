@@ -1,11 +1,18 @@
-"""Steady-state CPU share and RSS of `iowarden run` sampling 64 devices at 1 Hz, beside node_exporter.
+"""CPU share and RSS of `iowarden run` beside node_exporter, on the same real loop devices, in one run.
 
-Both watch the same 64 real loop devices (made here, removed at the end) in the
-same run; node_exporter is scraped once a second, as Prometheus would at 1 Hz.
-Needs root and prometheus-node-exporter (apt-get install prometheus-node-exporter):
-    sudo .venv/bin/python bench/daemon_footprint.py [--seconds 60]
+    sudo .venv/bin/python bench/daemon_footprint.py [--devices 64,1024] [--seconds 60] [--hotplug 960]
+
+For each size: N loop devices over sparse files are attached (made here, detached at the end), then both
+daemons start fresh and are scraped once a second with gzip, as Prometheus at 1 Hz would. Both do the
+per-device work: node_exporter's diskstats collector is told to include loop devices (its default drops
+them, and then its side does none), iowarden samples them at 1 Hz. iowarden's tracer is off (node_exporter
+has none; bench/tracer_overhead.py measures it), SMART on. With --hotplug K, K more devices are attached
+while both run, and each one's CPU from the first attach until it is quiet again (two seconds in a row under
+twice its steady share, at most 10 minutes) is printed: a burst of uevents, an HBA reset in small.
+Needs root and prometheus-node-exporter (apt-get install prometheus-node-exporter).
 """
 import argparse
+import gzip
 import os
 import shutil
 import subprocess
@@ -17,6 +24,8 @@ import urllib.request
 from _support import attach_loops, detach_loops, free_port, node_exporter_or_exit
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# node_exporter's default less `loop`: RAM disks and floppies only
+NODE_EXCLUDE = r"^(ram|fd)\d+$"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -31,50 +40,126 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def scrape(port: int) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        raw = r.read()
+        return len(gzip.decompress(raw) if r.headers.get("Content-Encoding") == "gzip" else raw)
+
+
+def start_both(work: str) -> tuple[dict, dict]:
+    port_i, port_n = free_port(), free_port()
+    cfg = os.path.join(work, "config.toml")
+    with open(cfg, "w") as f:
+        f.write(f'[daemon]\nstate_dir = "{work}/state"\nlog_level = "warning"\n[sampler]\ninterval_seconds = 1.0\n'
+                f'[prometheus]\nlisten_address = "127.0.0.1:{port_i}"\n[tracer]\nenabled = false\n')
+    iow = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", cfg],
+                           stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "iowarden.log"), "w"))
+    nex = subprocess.Popen([shutil.which("prometheus-node-exporter") or "node_exporter",
+                            f"--web.listen-address=127.0.0.1:{port_n}",
+                            f"--collector.diskstats.device-exclude={NODE_EXCLUDE}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return {"iowarden": iow, "node_exporter": nex}, {"iowarden": port_i, "node_exporter": port_n}
+
+
+def scrape_all(ports: dict, sizes: dict) -> None:
+    for name, port in ports.items():
+        try:
+            sizes[name] = scrape(port)
+        except OSError:
+            pass
+
+
+def steady(procs: dict, ports: dict, seconds: float) -> dict:
+    """Each one's CPU share and peak RSS over `seconds`, scraped every second."""
+    t_end = time.monotonic() + 15
+    while time.monotonic() < t_end:   # start-up and imports are not steady state; both answering first
+        sizes: dict = {}
+        scrape_all(ports, sizes)
+        if len(sizes) == len(ports):
+            break
+        time.sleep(1)
+    time.sleep(5)
+    start = {n: cpu_seconds(p.pid) for n, p in procs.items()}
+    peak = {n: 0.0 for n in procs}
+    sizes = {}
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        tick = time.monotonic()
+        scrape_all(ports, sizes)
+        for n, p in procs.items():
+            peak[n] = max(peak[n], rss_mib(p.pid))
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    elapsed = time.monotonic() - t0
+    return {n: {"cpu": (cpu_seconds(p.pid) - start[n]) / elapsed, "rss": peak[n], "bytes": sizes.get(n, 0)}
+            for n, p in procs.items()}
+
+
+def hotplug(work: str, procs: dict, ports: dict, count: int, share: dict) -> tuple[dict, list, float]:
+    """CPU seconds each spends from the first of `count` attaches until it is quiet again."""
+    start = {n: cpu_seconds(p.pid) for n, p in procs.items()}
+    t0 = time.monotonic()
+    os.makedirs(os.path.join(work, "hot"))
+    extra = attach_loops(os.path.join(work, "hot"), count)
+    attached_s = time.monotonic() - t0
+    quiet_at: dict = {}
+    last = dict(start)
+    calm = {n: 0 for n in procs}
+    while len(quiet_at) < len(procs) and time.monotonic() - t0 < 600:
+        tick = time.monotonic()
+        scrape_all(ports, {})
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        for n, p in procs.items():
+            now = cpu_seconds(p.pid)
+            calm[n] = calm[n] + 1 if now - last[n] <= max(2 * share[n], 0.02) * (time.monotonic() - tick) else 0
+            last[n] = now
+            if calm[n] >= 2 and n not in quiet_at:
+                quiet_at[n] = time.monotonic() - t0
+    used = {n: (last[n] - start[n], quiet_at.get(n, float("inf"))) for n in procs}
+    return used, extra, attached_s
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60)
-    ap.add_argument("--devices", type=int, default=64)
+    ap.add_argument("--devices", default="64,1024")
+    ap.add_argument("--hotplug", type=int, default=0, help="devices attached while both run, at the last size")
     args = ap.parse_args()
-    exporter = node_exporter_or_exit()
-    work = tempfile.mkdtemp(prefix="iowarden-bench-")
-    loops, procs = [], []
-    try:
-        existing = len([ln for ln in open("/proc/diskstats") if " loop" in ln])
-        loops = attach_loops(work, args.devices)
-        cfg = os.path.join(work, "config.toml")
-        with open(cfg, "w") as f:
-            f.write(f'[daemon]\nstate_dir = "{work}/state"\n[sampler]\ninterval_seconds = 1.0\n')
-        iow = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", cfg],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        port = free_port()
-        nex = subprocess.Popen([exporter, f"--web.listen-address=127.0.0.1:{port}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs = [iow, nex]
-        time.sleep(10)  # start-up and imports are not steady state
-        start = {p.pid: cpu_seconds(p.pid) for p in procs}
-        t0 = time.monotonic()
-        scrapes, peak = 0, {p.pid: 0.0 for p in procs}
-        while time.monotonic() - t0 < args.seconds:
-            tick = time.monotonic()
-            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-            scrapes += 1
-            for p in procs:
-                peak[p.pid] = max(peak[p.pid], rss_mib(p.pid))
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-        elapsed = time.monotonic() - t0
-        print(f"{args.devices} loop devices added ({existing + args.devices} loop devices in /proc/diskstats), "
-              f"{elapsed:.0f} s measured, node_exporter scraped {scrapes} times ({len(body) >> 10} KiB each)")
-        print(f"{'process':<34} {'CPU % of one core':>18} {'RSS MiB (peak)':>15}")
-        for name, p in (("iowarden run (1 Hz sampling)", iow), ("prometheus-node-exporter @ 1 Hz", nex)):
-            used = cpu_seconds(p.pid) - start[p.pid]
-            print(f"{name:<34} {used / elapsed * 100:>17.2f}% {peak[p.pid]:>15.1f}")
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
-        detach_loops(loops)
-        shutil.rmtree(work, ignore_errors=True)
+    node_exporter_or_exit()
+    sizes = [int(n) for n in args.devices.split(",")]
+    rows = []
+    for i, n in enumerate(sizes):
+        work = tempfile.mkdtemp(prefix="iowarden-bench-")
+        loops, procs, extra = [], {}, []
+        try:
+            loops = attach_loops(work, n)
+            in_diskstats = len([ln for ln in open("/proc/diskstats") if ln.split()[2].startswith("loop")])
+            procs, ports = start_both(work)
+            got = steady(procs, ports, args.seconds)
+            rows.append((n, in_diskstats, got))
+            if args.hotplug and i == len(sizes) - 1:
+                used, extra, attached_s = hotplug(work, procs, ports, args.hotplug,
+                                                  {k: v["cpu"] for k, v in got.items()})
+                print(f"\nhotplug: {args.hotplug} loop devices attached in {attached_s:.1f} s beside {n}, both running")
+                print(f"{'':16}{'CPU s until quiet':>20}{'quiet after s':>15}")
+                for name, (cpu, quiet) in used.items():
+                    print(f"{name:16}{cpu:>20.1f}{quiet:>15.0f}")
+                print(f"{'ratio':16}{used['iowarden'][0] / max(used['node_exporter'][0], 0.01):>19.1f}x")
+        finally:
+            for p in procs.values():
+                p.terminate()
+                p.wait(timeout=30)
+            detach_loops(extra + loops)
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\nsteady state, both scraped at 1 Hz with gzip, {args.seconds:.0f} s a size, iowarden's tracer off")
+    print(f"{'loop devices added (in diskstats)':36}{'':4}{'iowarden':>12}{'node_exporter':>15}{'ratio':>8}")
+    for n, in_ds, got in rows:
+        i, x = got["iowarden"], got["node_exporter"]
+        print(f"{f'{n} ({in_ds})':36}{'CPU %':>4}{i['cpu'] * 100:>12.2f}{x['cpu'] * 100:>15.2f}"
+              f"{i['cpu'] / max(x['cpu'], 1e-9):>7.2f}x")
+        print(f"{'':36}{'RSS':>4}{i['rss']:>9.1f} MiB{x['rss']:>11.1f} MiB{i['rss'] / max(x['rss'], 1e-9):>7.2f}x")
+        print(f"{'':36}{'body':>4}{i['bytes'] / 1e6:>10.2f} MB{x['bytes'] / 1e6:>12.2f} MB"
+              f"{i['bytes'] / max(x['bytes'], 1):>7.2f}x")
 
 
 if __name__ == "__main__":

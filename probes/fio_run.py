@@ -63,6 +63,7 @@ class ProbeResult:
     contended: bool = False
     ramp_seconds: float = 0.0  # the profile's warm-up: I/O fio issues and leaves out of its report
     foreign_util_percent: float | None = None  # the device's %util from other work just before the probe
+    learned_under_load: bool = False  # contended, and learned all the same: its volume was busy for every warm-up
     argv: list[str] = field(default_factory=list)
     needs_root: bool = False   # failed on a permission that root would have had (the CLI's exit 77)
 
@@ -95,6 +96,7 @@ class ProbeResult:
             "target": self.target, "path": self.path, "device": self.device, "profile": self.profile,
             "ok": self.ok, "error": self.error, "started_at": self.started_at,
             "duration_seconds": round(self.duration_seconds, 3), "contended": self.contended,
+            "learned_under_load": self.learned_under_load,
             "foreign_util_percent": self.foreign_util_percent,
             **{f"{d}_iops": self.iops(d) for d in DIRECTIONS},
             **{f"{d}_bw_bytes": self.bw_bytes(d) for d in DIRECTIONS},

@@ -46,7 +46,7 @@ class Rules:
     defer_util_percent: float
     max_deferral_seconds: float
     jitter_ratio: float
-    suspect_deferral_seconds: float = float("inf")   # a suspected volume's probe waits no longer for a busy disk
+    suspect_deferral_seconds: float = float("inf")   # a suspected or learning volume's probe waits no longer for a busy disk
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,10 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
             # a probe of a volume under suspicion is the evidence: deferred one interval at most (and no longer
             # than the warm-up's interval: a minute), not the whole max_deferral_seconds a routine probe may
             # wait for a busy disk; a volume held at a limit is busy because of the fault
+            # A volume still learning is unprotected until armed: its warm-up probe waits as long, then runs
+            # contended (a volume busy from its first minute: see Scheduler, learned under load)
             limit = min(rules.max_deferral_seconds, c.interval_seconds, rules.suspect_deferral_seconds) \
-                if c.suspected else rules.max_deferral_seconds
+                if c.suspected or c.warming_up else rules.max_deferral_seconds
             if not busy:
                 # the stall is the host's, its own disk is quiet: a short stall is waited out, a long one (the
                 # other disks busy all afternoon) would leave this volume unwatched for max_deferral_seconds

@@ -29,12 +29,14 @@ from iowarden.daemon.events import ProbeFinished, ProbeStarted
 from iowarden.daemon.probing.discovery import st_dev_of
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
+from iowarden.daemon.probing.suspicion import BY_PASSIVE, BY_PROBE, suspected_fault  # noqa: F401 - importable here as before
 from iowarden.daemon.registry import fault_switch
 
 log = logging.getLogger("iowarden")
 
 PROBE_PART = "probe"   # the supervised part whose tasks the probe workers are
 
+WARMUP_UNDER_LOAD_AFTER = 3   # warm-up probes in a row run contended before the warm-up learns under load
 # Probes running at once, whatever their disks: one per physical disk already, and this bounds the threads
 # (and fio processes) when disks cannot be told apart (a target whose device is not found): 1,000
 # discovered targets started 1,000 workers in one step.
@@ -92,7 +94,10 @@ class Scheduler:
         # (target, profile) -> measured probes so far (ok, uncontended: what a baseline learns from), this run's
         # and the stored ones: fewer than [detector] warmup_probes is a volume still learning its normal
         self.learned: collections.Counter = collections.Counter(
-            (r["target"], r["profile"]) for r in history or () if r.get("ok") and not r.get("contended"))
+            (r["target"], r["profile"]) for r in history or ()
+            if r.get("ok") and (not r.get("contended") or r.get("learned_under_load")))
+        # (target, profile) -> warm-up probes in a row that ran contended (each waited out its deferral)
+        self._contended_warmups: collections.Counter = collections.Counter()
         self.configure(cfg)
 
     def configure(self, cfg: Config, targets: tuple[Target, ...] | None = None) -> None:
@@ -283,6 +288,7 @@ class Scheduler:
                                    expect_dev=d.target.found_on_dev, owner=self.owner)
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
+            self._learn_under_load(d, result)
             self.budget.record(disks, self.clock() - result.duration_seconds, result.duration_seconds,
                                result.write_io_bytes + result.layout_bytes,
                                warmup=self.warming_up(d.target.name, d.profile))
@@ -293,7 +299,7 @@ class Scheduler:
                 self._aborted_disks -= gone
             if gone and not result.ok:
                 result.error = f"aborted: {', '.join(sorted(gone))} was removed during the probe"
-            if result.ok and not result.contended:
+            if result.ok and (not result.contended or result.learned_under_load):
                 with self._lock:
                     self.learned[(d.target.name, d.profile)] += 1
             self.post(ProbeFinished(result, tuple(disks), self.budget_exhausted(disks)))
@@ -305,6 +311,29 @@ class Scheduler:
             raise
         finally:
             self.probe_done(disks)
+
+    def _learn_under_load(self, d: Due, result) -> None:
+        """A volume busy from its first minute would never arm: every warm-up probe waits out its deferral,
+        runs contended and is not learned (one run: not armed after 53 min, 1,591 deferrals). After
+        WARMUP_UNDER_LOAD_AFTER such probes in a row, its warm-up learns what it does beside that load: a
+        normal slower and wider than an idle volume's, which still catches a collapse, and which probes
+        on a quiet device later only make faster."""
+        key = (d.target.name, d.profile)
+        if not result.ok:
+            return
+        if not (result.contended and self.warming_up(*key)):
+            with self._lock:
+                self._contended_warmups.pop(key, None)
+            return
+        with self._lock:
+            self._contended_warmups[key] += 1
+            streak = self._contended_warmups[key]
+        if streak >= WARMUP_UNDER_LOAD_AFTER:
+            result.learned_under_load = True
+            if streak == WARMUP_UNDER_LOAD_AFTER:
+                log.info("%s/%s: its device was busy for %d warm-up probes in a row; learning its normal under "
+                         "that load", d.target.name, d.profile, streak,
+                         extra={"TARGET": d.target.name, "PROBE": d.profile})
 
     def _track(self, proc, disks=()) -> None:
         with self._lock:
@@ -351,40 +380,6 @@ def _bare_thread(part: str, deadline_seconds: float, fn, *args) -> threading.Thr
     return t
 
 
-SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): the next probe is the evidence
-
-
-BY_PROBE, BY_PASSIVE = "probe", "passive"
-
-
-def suspected_fault(snapshot, target: str, profile: str) -> str | None:
-    """Why a fault is suspected on this target's profile, or None. BY_PROBE: an open VolumeDegraded there, or
-    its last probe far off the volume's normal (the next probe confirms it, soon). BY_PASSIVE: a passive
-    verdict open on its volume or its device (at its limit, slower than its normal): a probe is not deferred
-    long for the busy device that verdict is about, but is not hurried either (a volume may sit at its
-    provisioned limit all week)."""
-    if snapshot is None:
-        return None
-    by_probe, by_passive = _suspected_sets(snapshot)
-    return BY_PROBE if (target, profile) in by_probe else BY_PASSIVE if (target, profile) in by_passive else None
-
-
-_SUSPECTED: list = [None, (frozenset(), frozenset())]   # (the snapshot they were computed for, the sets)
-
-
-def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
-    if _SUSPECTED[0] is not snapshot:
-        far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
-        by_probe = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
-        by_probe |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far}
-        passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
-        places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
-        by_passive = {(p.target, p.profile) for p in snapshot.probes
-                      if p.volume in places or getattr(p.result, "device", None) in places}
-        _SUSPECTED[:] = [snapshot, (frozenset(by_probe), frozenset(by_passive))]
-    return _SUSPECTED[1]
-
-
 def still_mounted(target: Target) -> bool:
     """False when a discovered target's filesystem is no longer the one at its path."""
     return target.found_on_dev is None or st_dev_of(target.path) == target.found_on_dev
@@ -396,4 +391,4 @@ def result_summary(r: ProbeResult) -> str:
     p99 = r.clat_percentile_seconds(99.0)
     return (f"probe {r.target}/{r.profile} on {r.device}: read {r.iops('read'):.0f} IOPS, write "
             f"{r.iops('write'):.0f} IOPS, clat p99 {p99 * 1000 if p99 else float('nan'):.3f} ms"
-            f"{' (contended)' if r.contended else ''}")
+            f"{' (contended, learned under load)' if r.learned_under_load else ' (contended)' if r.contended else ''}")

@@ -194,7 +194,7 @@ class Health:
         if ("ProbeFailing",) + fkey in self.open:
             self._close(("ProbeFailing",) + fkey, "probe succeeded")
             events.append("ProbeFailing cleared")
-        if record["contended"]:
+        if record["contended"] and not record.get("learned_under_load"):
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead
             return events + self._judge_contended(identity, profile, target, context or {}, causes_fn)

@@ -114,6 +114,7 @@ def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended()
     clock = Clock()
     sampler = Sampler(util=90.0)
     sch = FakeRun(_cfg(_target("db")), Roots(), sampler, post=None, rng=random.Random(0), clock=clock)
+    sch.learned[("db", "rr")] = 12   # armed: a routine probe (a warm-up one waits less: below)
     start = clock.now
     for _ in range(80):
         sch.tick()
@@ -122,6 +123,61 @@ def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended()
     (at, name, contended), = sch.ran
     assert contended and 30.0 <= at - start <= 60.0 + 5.0         # first due within a minute, then 30 s
     assert sch.skipped()[("db", "busy")] >= 5                     # every deferral counted
+
+
+def test_a_volume_busy_from_its_first_minute_learns_under_load_and_arms():
+    """Issue 33: every warm-up probe of a volume whose device is never idle waited out its deferral, ran
+    contended and was not learned: not armed after 53 minutes. A warm-up probe waits one warm-up interval
+    at most; after three contended in a row, the warm-up learns beside the load (and says so in the result)."""
+    from iowarden.daemon.probing.scheduler import WARMUP_UNDER_LOAD_AFTER, Due
+    from iowarden.probes.fio_run import ProbeResult
+    clock = Clock()
+    sch = FakeRun(_cfg(_target("db", interval=300.0), "warmup_interval_seconds = 20.0\n"), Roots(),
+                  Sampler(util=90.0), post=None, rng=random.Random(0), clock=clock)
+    first_deferred = None
+    for _ in range(120):
+        sch.tick()
+        if first_deferred is None and sch.skipped().get(("db", "busy")):
+            first_deferred = clock.now - 1.0
+        if sch.ran:
+            break
+    (at, _, contended), = sch.ran
+    assert contended and 19.0 <= at - first_deferred <= 21.0   # its warm-up interval, not max_deferral_seconds (30)
+    due = Due(sch.cfg.targets[0], "rr", clock.now)
+    results = []
+    for i in range(WARMUP_UNDER_LOAD_AFTER + 1):
+        r = ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9 + i, 2.0, contended=True)
+        sch._learn_under_load(due, r)
+        results.append(r.learned_under_load)
+    assert results == [False] * (WARMUP_UNDER_LOAD_AFTER - 1) + [True, True]
+    # an uncontended probe breaks the streak; a failed one does not count either way
+    sch._learn_under_load(due, ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9, 2.0))
+    r = ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9, 2.0, contended=True)
+    sch._learn_under_load(due, r)
+    assert not r.learned_under_load
+    # once armed, a contended probe is what it always was: not learned
+    sch.learned[("db", "rr")] = 12
+    for _ in range(WARMUP_UNDER_LOAD_AFTER + 1):
+        r = ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9, 2.0, contended=True)
+        sch._learn_under_load(due, r)
+        assert not r.learned_under_load
+
+
+def test_a_probe_learned_under_load_is_learned_by_the_detectors_and_a_contended_one_is_not(tmp_path):
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    from iowarden.daemon.verdicts.health import Health
+    st = State(str(tmp_path / "s.db"))
+    h = Health(st, DetectorParams())
+    base = {"target": "db", "profile": "rr", "device": "sdz", "ok": True, "error": None, "started_at": 1e9,
+            "duration_seconds": 2.0, "read_iops": 1000.0, "write_iops": 0.0, "read_bw_bytes": 4096000.0,
+            "write_bw_bytes": 0.0, "clat_p50_seconds": 0.001, "clat_p99_seconds": 0.002, "clat_p999_seconds": 0.003,
+            "layout_bytes": 0, "write_io_bytes": 0}
+    h.on_result({**base, "contended": True, "learned_under_load": False}, "kernel:sdz", lambda since: [])
+    assert h.detectors == {}
+    h.on_result({**base, "contended": True, "learned_under_load": True}, "kernel:sdz", lambda since: [])
+    assert {m for (_, _, m) in h.detectors} >= {"read_iops", "clat_p99_seconds"}
+    st.close()
 
 
 def test_an_idle_disk_runs_on_time_and_uncontended():

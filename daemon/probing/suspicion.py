@@ -1,0 +1,37 @@
+"""Where a fault is suspected, read from the core's published snapshot: a probe there is the evidence, so the
+scheduler does not defer it long for a busy device, and confirms a far-off probe soon. Pure: a snapshot in,
+an answer out (the sets are computed once per snapshot)."""
+from __future__ import annotations
+
+SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): the next probe is the evidence
+
+
+BY_PROBE, BY_PASSIVE = "probe", "passive"
+
+
+def suspected_fault(snapshot, target: str, profile: str) -> str | None:
+    """Why a fault is suspected on this target's profile, or None. BY_PROBE: an open VolumeDegraded there, or
+    its last probe far off the volume's normal (the next probe confirms it, soon). BY_PASSIVE: a passive
+    verdict open on its volume or its device (at its limit, slower than its normal): a probe is not deferred
+    long for the busy device that verdict is about, but is not hurried either (a volume may sit at its
+    provisioned limit all week)."""
+    if snapshot is None:
+        return None
+    by_probe, by_passive = _suspected_sets(snapshot)
+    return BY_PROBE if (target, profile) in by_probe else BY_PASSIVE if (target, profile) in by_passive else None
+
+
+_SUSPECTED: list = [None, (frozenset(), frozenset())]   # (the snapshot they were computed for, the sets)
+
+
+def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
+    if _SUSPECTED[0] is not snapshot:
+        far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
+        by_probe = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
+        by_probe |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far}
+        passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
+        places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
+        by_passive = {(p.target, p.profile) for p in snapshot.probes
+                      if p.volume in places or getattr(p.result, "device", None) in places}
+        _SUSPECTED[:] = [snapshot, (frozenset(by_probe), frozenset(by_passive))]
+    return _SUSPECTED[1]
