@@ -96,8 +96,11 @@ class SettingsPoller:
     def read_devices(self) -> DevicesRead:
         """Read the device view now and publish it unless a newer read already was; returns this read."""
         read_at = self.clock()
-        devices = DevicesRead(MappingProxyType(blockqueue.read_sysfs_and_superblocks(self.roots)), read_at)
+        view = blockqueue.read_sysfs_and_superblocks(self.roots)
         with self._devices_lock:
+            # the same view as the last read is the same object: what is kept per view downstream (a scrape's
+            # sections, each disk's label text) is kept while no device changes, not redone every pass
+            devices = DevicesRead(self.devices if view == self.devices else MappingProxyType(view), read_at)
             if read_at >= self._devices_read_at:
                 self.devices, self._devices_read_at = devices.devices, read_at
         return devices

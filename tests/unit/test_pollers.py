@@ -63,6 +63,18 @@ def test_each_poll_publishes_what_it_read(tmp_path, monkeypatch):
     state.close()
 
 
+def test_a_poll_that_reads_the_same_view_publishes_the_same_object(tmp_path, monkeypatch):
+    """What is kept per device view downstream (a scrape's sections, each disk's label text) is kept while
+    nothing changed: an equal read is the last view itself, a changed one a new view."""
+    views = iter([{"sda": 1}, {"sda": 1}, {"sda": 2}])
+    poller = pollers.SettingsPoller(Roots(), lambda event: None, clock=Clock())
+    monkeypatch.setattr(pollers.blockqueue, "read_sysfs_and_superblocks", lambda roots: next(views))
+    monkeypatch.setattr(pollers.cpupower, "read_power_settings", lambda *a, **k: None)
+    first = poller.read_devices().devices
+    assert poller.read_devices().devices is first and poller.devices is first
+    assert poller.read_devices().devices == {"sda": 2} and poller.devices is not first
+
+
 def test_an_md_array_going_clean_and_active_by_itself_is_no_drift_but_read_only_is():
     assert {pollers.md_array_mode(s) for s in ("clean", "active", "active-idle", "write-pending")} == {"read-write"}
     assert pollers.md_array_mode("readonly") == "readonly"
