@@ -130,7 +130,7 @@ class Daemon:
             section = c.section(spec.name)
             if section.enabled:
                 section = sampler_filter(section, c.section("sampler"))
-                read = spec.start(section, roots)
+                read = spec.start(section, roots, lambda: self.sampler.reading)
                 self.source_readers.append((spec.name, read))
                 self.registry.add(spec.name, section.interval_seconds, spec.deadline_seconds(section),
                                   lambda name=spec.name, read=read: post(SourceRead(name, read())))

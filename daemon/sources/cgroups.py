@@ -89,7 +89,7 @@ def rates_between(before: cgroupio.CgroupIo, after: cgroupio.CgroupIo, seconds: 
     return out
 
 
-def start(section: dict, roots: Roots):
+def start(section: dict, roots: Roots, disk_reading=None):
     last: list = [None, None]   # (CgroupIo, monotonic seconds) of the reading before
 
     def read() -> CgroupIoView | None:

@@ -58,7 +58,7 @@ def drives_to_ask(roots: Roots, globs: list[str]) -> list[str]:
     return [n for n in names if not any(fnmatch.fnmatch(n, g) for g in NOT_DRIVES)]
 
 
-def start(section: dict, roots: Roots):
+def start(section: dict, roots: Roots, disk_reading=None):
     at_start: dict[str, int] = {}
     said: set[tuple[str, str]] = set()
 

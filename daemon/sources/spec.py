@@ -9,7 +9,9 @@ from typing import Any, Callable, Iterable
 class SourceSpec:
     name: str                                              # part name, config section, snapshot key
     config: dict                                           # key -> config_schema.Key
-    start: Callable[[dict, Any], Callable[[], object]]     # (its section, Roots) -> read()
+    # (its section, Roots, disk_reading) -> read(); disk_reading() is the sampler's latest reading (the one
+    # read of /proc/diskstats a tick, its rates computed for what is asked), None before the first
+    start: Callable[..., Callable[[], object]]
     deadline_seconds: Callable[[dict], float]              # how long one read may take before it is stuck
     families: Callable[[object, Any], Iterable]            # (value, Snapshot) -> metric families
     causes: Callable[[object, set], list[str]]             # (value, kernel disks) -> likely causes

@@ -20,7 +20,6 @@ I/O rate over the last minute the tracer pauses (over_budget, sustained_rate).
 """
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import shutil
@@ -35,13 +34,15 @@ from iowarden.probes.common import Roots
 from iowarden.daemon.config_schema import Key
 from iowarden.daemon.sources.spec import SourceSpec
 from iowarden.daemon.sources.tracer_plan import needs_replan, over_budget, skip_for, sustained_rate
+# the kernel's side, importable from here as before
+from iowarden.daemon.sources.tracer_proc import (NOT_TRACED, _read_available, block_tracepoints,  # noqa: F401
+                                                  bpftrace_process, missing_tracepoints, traceable_disks)
 from iowarden.daemon.sources.tracer_views import TraceReading, causes, families, summary
 
 log = logging.getLogger("iowarden")
 
 # Octave buckets of nanoseconds, 2^12 ns (4.1 µs) to 2^35 ns (34 s): the program's eighth-octave counts
 # add up into them exactly, as both are powers of two of the same unit.
-NOT_TRACED = ("ram*", "zram*")
 RESTART_BACKOFF_SECONDS = (30.0, 60.0, 120.0, 300.0, 600.0)
 COMPILE_GRACE_SECONDS = 300.0  # before its first line bpftrace compiles: minutes on a slow (emulated) CPU
 PAUSE_MIN_SECONDS = 60.0    # a paused tracer stays off at least this long (each start compiles for seconds)
@@ -75,59 +76,6 @@ CONFIG = {
 }
 
 
-def block_tracepoints(roots: Roots) -> frozenset[str]:
-    """The block tracepoints this kernel has (tracefs events/block/), looked up before the program is
-    compiled: bpftrace refuses a whole program that names one the kernel lacks."""
-    base = roots.sys / "kernel" / "tracing" / "events" / "block"
-    wanted = blocktrace.REQUIRED_TRACEPOINTS + blocktrace.MERGE_TRACEPOINTS
-    return frozenset(tp for tp in wanted if (base / tp).is_dir())
-
-
-def missing_tracepoints(present: frozenset[str]) -> str | None:
-    """Why the program cannot time requests on this kernel (a stage's edge is missing), or None."""
-    lacking = [tp for tp in blocktrace.REQUIRED_TRACEPOINTS if tp not in present]
-    return f"the kernel has no tracepoint {', '.join(lacking)} (tracefs events/block)" if lacking else None
-
-
-def traceable_disks(roots: Roots, globs: list[str]) -> dict[str, int]:
-    """Request-based disks (they have /sys/block/X/mq) by kernel name -> dev_t."""
-    out = {}
-    base = roots.sys / "block"
-    for entry in sorted(os.listdir(base)) if base.is_dir() else []:
-        if globs:
-            if not any(fnmatch.fnmatch(entry, g) for g in globs):
-                continue
-        elif any(fnmatch.fnmatch(entry, g) for g in NOT_TRACED) or (
-                entry.startswith("loop") and not diskstats.loop_attached(entry, roots)):
-            continue
-        if not (base / entry / "mq").is_dir():
-            continue   # bio-based (dm, md): its members are traced
-        try:
-            major, minor = (int(x) for x in (base / entry / "dev").read_text().split(":"))
-        except (OSError, ValueError):
-            continue
-        out[entry] = blocktrace.dev_t(major, minor)
-    return out
-
-
-def bpftrace_process(binary: str, program_text: str, **popen) -> subprocess.Popen:
-    """bpftrace running `program_text` with JSON output. The program is a file it reads at its start (in memory:
-    nothing written to disk), not an `-e` argument, which holds at most 128 KiB."""
-    fd = os.memfd_create("iowarden-blocktrace.bt", os.MFD_CLOEXEC)
-    try:
-        data = memoryview(program_text.encode())
-        while data:
-            data = data[os.write(fd, data):]
-        os.lseek(fd, 0, os.SEEK_SET)
-        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
-               "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)}
-        return subprocess.Popen([binary, "-f", "json", f"/proc/self/fd/{fd}"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, pass_fds=(fd,),
-                                start_new_session=True, **popen)
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class _Tracer:
     """The reader's own state, touched by the source's thread only."""
@@ -155,6 +103,8 @@ class _Tracer:
     paused: bool = False
     heard: bool = False                                  # the running process has printed a line
     unknown_dropped: int = 0                             # map entries for a dev_t not traced, dropped
+    disk_reading: object = None                          # () -> the sampler's latest SamplerReading, or None
+    last_reading: object = None                          # the one the rates were last taken from
 
     def read(self) -> TraceReading:
         now = time.monotonic()
@@ -321,6 +271,15 @@ class _Tracer:
             log.info("tracer: tracefs is not mounted and mounting it failed: %s", r.stderr.strip()[:200])
 
     def _iops(self) -> dict[str, float]:
+        if self.disk_reading is not None:
+            reading = self.disk_reading()
+            if reading is None or reading is self.last_reading or not reading.rates:
+                return self.last_iops
+            self.last_reading = reading
+            rates = reading.rates
+            self.last_interval = next(iter(rates.values())).interval_seconds
+            self.last_iops = {n: r.reads_per_second + r.writes_per_second for n, r in rates.items()}
+            return self.last_iops
         cur = diskstats.read(self.roots)
         prev = self.rates_prev
         if prev is not None and cur.monotonic_seconds <= prev.monotonic_seconds:
@@ -367,22 +326,11 @@ def _add(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | Non
     return blocktrace.StageHistogram(tuple(sorted(merged.items())))
 
 
-def _read_available(stream, limit: int) -> bytes:
-    chunks, got = [], 0
-    while got < limit:
-        try:
-            chunk = os.read(stream.fileno(), min(1 << 16, limit - got))
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def start(section, roots: Roots):
-    tracer = _Tracer(section, roots)
+def start(section, roots: Roots, disk_reading=None):
+    """disk_reading: the sampler's latest reading, whose rates the budget is judged on (the daemon's one
+    read of /proc/diskstats a tick); without it (a guest's script, `iostat --latency`) the tracer reads
+    /proc/diskstats itself."""
+    tracer = _Tracer(section, roots, disk_reading=disk_reading)
 
     def read() -> TraceReading:
         return tracer.read()

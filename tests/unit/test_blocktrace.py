@@ -433,3 +433,33 @@ def test_a_line_naming_60000_devices_makes_no_label_set_for_any_of_them(tmp_path
         assert fams["iowarden_tracer_unknown_keys_dropped"].samples[0].value == 60_000
     finally:
         read.stop()
+
+
+def test_in_the_daemon_the_budget_is_judged_on_the_samplers_reading_not_a_read_of_its_own(tmp_path, monkeypatch):
+    """One read of /proc/diskstats a tick (issue 35): given the sampler's latest reading, the tracer takes its
+    rates from it (here there is no /proc/diskstats at all) and pauses on them as before."""
+    from iowarden.daemon.sources.sampler import SamplerReading
+    from iowarden.probes import diskstats
+    clock, section, roots = _fake_host(tmp_path, monkeypatch, ATTACHED + "exec sleep 600\n")
+    section.max_cpu_cores, section.cost_per_io_ns = 0.05, 1800.0
+    (tmp_path / "proc" / "diskstats").unlink(missing_ok=True)
+    reading = [None]
+    reads = [0]
+
+    def step(seconds: float, iops: float):
+        clock[0] += seconds
+        a = diskstats.DiskSample(clock[0] - seconds, {"sda": diskstats.DiskCounters(8, 0, "sda", reads=reads[0])})
+        reads[0] += int(iops * seconds)
+        b = diskstats.DiskSample(clock[0], {"sda": diskstats.DiskCounters(8, 0, "sda", reads=reads[0])})
+        reading[0] = SamplerReading(b, diskstats.RatesBetween(a, b), frozenset({"sda"}), None)
+        return read()
+
+    read = tracer.start(section, roots, disk_reading=lambda: reading[0])
+    try:
+        assert _until_up(read).up
+        assert step(15, 20_000).up                        # 0.036 cores: under the budget
+        r = step(15, 40_000)                              # 0.072 cores: over it
+        assert not r.up and r.reason == tracer.PAUSED
+        assert read().reason == tracer.PAUSED             # the same reading again: the same rates, still paused
+    finally:
+        read.stop()
