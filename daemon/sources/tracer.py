@@ -104,7 +104,7 @@ class _Tracer:
     heard: bool = False                                  # the running process has printed a line
     unknown_dropped: int = 0                             # map entries for a dev_t not traced, dropped
     disk_reading: object = None                          # () -> the sampler's latest SamplerReading, or None
-    last_reading: object = None                          # the one the rates were last taken from
+    last_reading: object = None                          # the sampler's sample the rates were last taken from
 
     def read(self) -> TraceReading:
         now = time.monotonic()
@@ -272,15 +272,15 @@ class _Tracer:
 
     def _iops(self) -> dict[str, float]:
         if self.disk_reading is not None:
+            # the sampler's sample, every device's counters: the tracepoints cost every request on the host,
+            # whatever [sampler] devices watches
             reading = self.disk_reading()
-            if reading is None or reading is self.last_reading or not reading.rates:
+            cur = reading.sample if reading is not None else None
+            if cur is None or cur is self.last_reading:
                 return self.last_iops
-            self.last_reading = reading
-            rates = reading.rates
-            self.last_interval = next(iter(rates.values())).interval_seconds
-            self.last_iops = {n: r.reads_per_second + r.writes_per_second for n, r in rates.items()}
-            return self.last_iops
-        cur = diskstats.read(self.roots)
+            self.last_reading = cur
+        else:
+            cur = diskstats.read(self.roots)
         prev = self.rates_prev
         if prev is not None and cur.monotonic_seconds <= prev.monotonic_seconds:
             return self.last_iops   # read again within the same instant: the rates it had
@@ -288,8 +288,10 @@ class _Tracer:
         if prev is None:
             return {}
         self.last_interval = cur.monotonic_seconds - prev.monotonic_seconds
-        self.last_iops = {n: r.reads_per_second + r.writes_per_second
-                          for n, r in diskstats.rates_between(prev, cur).items()}
+        t = self.last_interval
+        self.last_iops = {n: (diskstats.counter_delta(prev.counters[n].reads, c.reads)
+                              + diskstats.counter_delta(prev.counters[n].writes, c.writes)) / t
+                          for n, c in cur.counters.items() if n in prev.counters}
         return self.last_iops
 
     # ---- the reading ----
