@@ -24,8 +24,8 @@ import urllib.request
 from _support import attach_loops, detach_loops, free_port, node_exporter_or_exit
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-# node_exporter's default less `loop`: RAM disks and floppies only
-NODE_EXCLUDE = r"^(ram|fd)\d+$"
+# node_exporter's default less `loop`: RAM disks, floppies and partitions (iowarden samples whole devices)
+NODE_EXCLUDE = r"^(ram|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$"
 
 
 def cpu_seconds(pid: int) -> float:
