@@ -38,7 +38,7 @@ def _line(sample) -> str:
 class TextFamily(Metric):
     """A family of many series with the same label names, written straight to text: at 1,024 disks the
     per-device families built through add_metric and written sample by sample were a third of the daemon's
-    CPU. `rows` are (label values, value); a row's label text is the caller's (kept across scrapes, a
+    CPU. `rows` are (label text, label values, value); the label text is the caller's (kept across scrapes, a
     device's labels do not change). `samples` is built only when something asks for it (generate_latest
     in the tests), so the exposition is the same either way."""
 

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 
 from iowarden.probes import diskstats
-from iowarden.probes.blockqueue import identity_of
+from iowarden.probes.blockqueue import devices_below, identity_of
 
 from iowarden.daemon.events import PassiveJudged
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE
@@ -113,7 +113,7 @@ class PassiveWatch:
         rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if n in reading.sampled and n in ident}
         tails = self._tails()
         stacked = stacked_members(devices)
-        own = self._own_probed(start.monotonic_seconds, stacked, devices)
+        own = self._own_probed(start.monotonic_seconds, devices)
         windows = [Window.from_rates(ident[n], now, r, tails.get(n), n in own) for n, r in rates.items()]
         groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices, stacked)]
         name_of = {ident[n]: n for n in rates}
@@ -131,16 +131,13 @@ class PassiveWatch:
         due = self._windows >= SAVE_EVERY_WINDOWS or transitions   # `status` sees a new verdict at once
         self.post(PassiveJudged(tuple(transitions), self.views, self._saves() if due else ()))
 
-    def _own_probed(self, since_monotonic: float, stacked: dict, devices: dict) -> set[str]:
-        """Kernel names a probe of ours ran on since the window began, with the disks under them (an
-        array's members, a partition's disk)."""
+    def _own_probed(self, since_monotonic: float, devices: dict) -> set[str]:
+        """Kernel names a probe of ours ran on since the window began, with every device under them (an
+        array's members, a partition's disk, the device holding a loop device's file): they carried it too."""
         probed = self.own_probes_fn() if self.own_probes_fn is not None else {}
         own = {d for d, last in (probed or {}).items() if last >= since_monotonic}
         for d in list(own):
-            own.update(stacked.get(d, ()))
-            parent = getattr(devices.get(d), "parent", None)
-            if parent:
-                own.add(parent)
+            own.update(devices_below(d, devices))
         return own
 
     def _pattern(self, name_of: dict) -> re.Pattern | None:

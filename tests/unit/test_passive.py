@@ -445,6 +445,29 @@ def test_the_part_takes_the_cores_word_for_which_devices_its_own_probes_ran_on(t
     st.close()
 
 
+def test_the_devices_a_probe_ran_on_include_every_device_under_its_volume(tmp_path):
+    """A probe of a volume on loop4, whose file sits on loop5's file system (the soak's stacked volumes),
+    and of an LV over two disks: the devices under them carried the probe too (the week lane raised
+    VolumeAtLimit on lower loop devices during the warm-up's probes)."""
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.probes import blockqueue
+
+    def dev(name, major, minor, kind="disk", slaves=(), backing=None):
+        return blockqueue.BlockDevice(name, major, minor, kind, 1 << 30, None, slaves, (), None,
+                                      loop_backing_devno=backing)
+
+    devices = {"loop4": dev("loop4", 7, 4, "loop", backing="7:5"), "loop5": dev("loop5", 7, 5, "loop"),
+               "dm-0": dev("dm-0", 253, 0, "dm", slaves=("sdb", "sdc")), "sdb": dev("sdb", 8, 16),
+               "sdc": dev("sdc", 8, 32), "sdd": dev("sdd", 8, 48)}
+    st = State(str(tmp_path / "s.db"))
+    probed = {"loop4": 100.0, "dm-0": float("inf"), "sdd": 50.0}
+    part = PassiveWatch(PassiveParams(), FakeSampler(), lambda: devices, st, lambda e: None,
+                        own_probes_fn=lambda: probed)
+    assert part._own_probed(90.0, devices) == {"loop4", "loop5", "dm-0", "sdb", "sdc"}   # sdd's ended before
+    st.close()
+
+
 def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
     """Hot-added, a disk is in /proc/diskstats before udev has named it: it is not judged (nor its curve
     saved) under `kernel:sdd` meanwhile, and once the view has it, it is judged under its WWN."""
