@@ -73,16 +73,21 @@ def test_every_section_reads_only_the_inputs_it_declares(tree):
         assert reads.read <= set(SECTION_INPUTS[name]), (name, reads.read - set(SECTION_INPUTS[name]))
 
 
-def test_a_section_whose_inputs_did_not_change_is_served_again_and_its_text_reused(tree):
-    import dataclasses
-
+def _rendering(tree):
+    """A collector over a snapshot the test replaces (current[0]), registered, and a Renderer."""
     from iowarden.daemon.outputs.exposition import Renderer
     snap = snapshot(tree)
     current = [snap]
     collector = SnapshotCollector(lambda: current[0])
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
-    renderer = Renderer()
+    return snap, current, collector, reg, Renderer()
+
+
+def test_a_section_whose_inputs_did_not_change_is_served_again_and_its_text_reused(tree):
+    import dataclasses
+
+    snap, current, collector, reg, renderer = _rendering(tree)
     first = renderer.render(reg)
     settings = collector._built["settings"][1]
     # a new snapshot a second later: the disks' rates changed, the settings did not
@@ -108,13 +113,7 @@ def test_a_disk_whose_counters_did_not_move_keeps_its_lines_and_one_that_moved_i
     generate_latest's."""
     import dataclasses
 
-    from iowarden.daemon.outputs.exposition import Renderer
-    snap = snapshot(tree)
-    current = [snap]
-    collector = SnapshotCollector(lambda: current[0])
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(collector)
-    renderer = Renderer()
+    snap, current, collector, reg, renderer = _rendering(tree)
     renderer.render(reg)
     counters = snap.disk_sample.counters
     moved, idle = sorted(n for n in snap.disk_rates if n in counters)[:2]
