@@ -199,6 +199,11 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den else 0.0
 
 
+def _util_percent(io_ms_delta: int, seconds: float) -> float:
+    # A device can't be busier than 100 %: sysstat caps it the same way.
+    return min(100.0, io_ms_delta / seconds / 10)
+
+
 def compute_rates(prev: DiskCounters, cur: DiskCounters, interval_seconds: float) -> DiskRates:
     """sysstat's formulas over the interval between two samples of one device."""
     if interval_seconds <= 0:
@@ -230,8 +235,7 @@ def compute_rates(prev: DiskCounters, cur: DiskCounters, interval_seconds: float
         write_request_kib=_ratio(d["sectors_written"], d["writes"]) / 2,
         discard_request_kib=_ratio(d["sectors_discarded"], d["discards"]) / 2,
         queue_size=d["weighted_io_ms"] / t / 1000,
-        # A device can't be busier than 100 %: sysstat caps it the same way.
-        util_percent=min(100.0, d["io_ms"] / t / 10),
+        util_percent=_util_percent(d["io_ms"], t),
         in_flight=cur.in_flight,
     )
 
@@ -274,7 +278,7 @@ class RatesBetween(Mapping):
 
     def util_percent(self, name: str) -> float:
         """iostat's %util alone, without the rest of the device's rates."""
-        return min(100.0, counter_delta(self._a.counters[name].io_ms, self._b.counters[name].io_ms) / self._t / 10)
+        return _util_percent(counter_delta(self._a.counters[name].io_ms, self._b.counters[name].io_ms), self._t)
 
 
 def is_partition(name: str, roots: Roots = Roots()) -> bool:

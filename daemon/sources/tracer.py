@@ -329,9 +329,9 @@ def _add(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | Non
 
 
 def start(section, roots: Roots, disk_reading=None):
-    """disk_reading: the sampler's latest reading, whose rates the budget is judged on (the daemon's one
-    read of /proc/diskstats a tick); without it (a guest's script, `iostat --latency`) the tracer reads
-    /proc/diskstats itself."""
+    """disk_reading: the sampler's latest reading, whose sample (every device's counters) the budget is
+    judged on (the daemon's one read of /proc/diskstats a tick); without it (a guest's script, `iostat
+    --latency`) the tracer reads /proc/diskstats itself."""
     tracer = _Tracer(section, roots, disk_reading=disk_reading)
 
     def read() -> TraceReading:
