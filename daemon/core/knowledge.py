@@ -31,6 +31,11 @@ log = logging.getLogger("iowarden")
 __all__ = ["Knowledge", "apply_result", "apply_settings", "PASSIVE_PROFILE", "SOURCE_PROFILE"]
 
 RECENT_DRIFT = 1000          # drift events kept for causes (a baseline's window of history)
+# An armed probe that ran while a quarter of the bytes its device moved were someone else's (a backup or a
+# compaction starting after the probe began, a database mix the start-of-probe util missed) is a measurement
+# at high load: judged as contended (what the device delivered in total), neither learned nor judged on its
+# own figures. Bytes, not requests: a 1 MiB probe is split into many requests, its bytes are exact.
+FOREIGN_SHARE_CONTENDED = 0.25
 SAMPLES_KEPT = 130           # two minutes of 1 Hz samples: what a disk did during a probe that just ended
 # Only of the devices a probe runs on (ProbeStarted to ProbeFinished): 130 whole samples were 64 KiB a device,
 # 260 MiB at 4,000 disks, for the two or three a probe was running on.
@@ -102,20 +107,46 @@ class Knowledge:
 
     def delivered(self, device: str, start: float, end: float):
         """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
+        seen = self.delivered_over(device, start, end)
+        return seen[0] if seen else None
+
+    def delivered_over(self, device: str, start: float, end: float):
+        """(iostat -x of one device between two Unix times, the seconds it covers), or None."""
         inside = [(t, s) for t, s in self.samples if start - 0.5 <= t <= end + 1.5]
         if len(inside) < 2:
             return None
         (_, a), (_, b) = inside[0], inside[-1]
         if device not in a.counters or device not in b.counters or b.monotonic_seconds <= a.monotonic_seconds:
             return None
-        return compute_rates(a.counters[device], b.counters[device], b.monotonic_seconds - a.monotonic_seconds)
+        seconds = b.monotonic_seconds - a.monotonic_seconds
+        return compute_rates(a.counters[device], b.counters[device], seconds), seconds
+
+
+def foreign_byte_share(result, rates, seconds: float) -> float | None:
+    """The share of the bytes a device moved in a probe's seconds that were not the probe's: its measured
+    I/O, its ramp at the measured rate (fio leaves it out of the report) and its file's layout."""
+    moved = (rates.read_kib_per_second + rates.write_kib_per_second) * 1024 * seconds
+    if moved <= 0 or result.report is None:
+        return None
+    own = result.layout_bytes + sum(d.io_bytes + d.bw_bytes * result.ramp_seconds
+                                    for d in result.report.directions.values())
+    return max(0.0, 1.0 - own / moved)
 
 
 def apply_result(core, e: ProbeFinished) -> None:
     """Store, publish and judge one probe result."""
     k, result = core.known, e.result
-    record = result.to_json()
     identity = identity_of(result.device, k.devices) if result.device else f"target:{result.target}"
+    seen = k.delivered_over(result.device, result.started_at, result.started_at + result.duration_seconds) \
+        if result.device else None
+    foreign = foreign_byte_share(result, *seen) if seen and result.ok else None
+    if foreign is not None and foreign > FOREIGN_SHARE_CONTENDED and not result.contended \
+            and core.health.armed(identity, result.profile):
+        # the scheduler saw a quiet disk when it started the probe; the disk was not quiet while it ran
+        result.contended = True
+        log.info("probe %s/%s ran beside other work (%.0f%% of the bytes %s moved were not the probe's): "
+                 "judged as contended", result.target, result.profile, foreign * 100, result.device)
+    record = result.to_json()
     core.state.add_probe_result(record, identity)
     if core.influx is not None:
         core.influx.probe_result(record, identity)
@@ -135,7 +166,7 @@ def apply_result(core, e: ProbeFinished) -> None:
     context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
                "disk_write_await_ms": rates.write_await_ms} if rates else {}
     if result.contended and result.device:
-        total = k.delivered(result.device, result.started_at, result.started_at + result.duration_seconds)
+        total = seen[0] if seen else None
         if total is not None:
             context["delivered_iops"] = total.reads_per_second + total.writes_per_second
             context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024

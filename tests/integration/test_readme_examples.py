@@ -49,7 +49,7 @@ def examples(cfg, mount, device, tmp) -> dict[str, list[tuple]]:
         "run": [(["run", "--help"], 0, lambda out: "-c" in out)],
         "status": [(["status", "-c", cfg], 0,
                     lambda out: "last probe" in out and "normal (band)" in out and "budget " + device in out
-                    and ("no open alerts" in out or "alert" in out))],
+                    and ("no open alerts" in out or "ALERT #" in out))],
         "baseline": [(["baseline", "show", "-c", cfg], 0, lambda out: "rr read IOPS" in out and "probes" in out),
                      (["baseline", "show", "-c", cfg, "--target", "nosuch"], 1, lambda out: True),
                      (["baseline", "accept", "-c", cfg, "--target", "nosuch"], 1, lambda out: "queued" not in out),

@@ -235,3 +235,34 @@ def test_the_core_keeps_counters_only_of_the_disk_a_probe_runs_on_from_the_sampl
     assert [set(s.counters) for _, s in core.known.samples] == [{"loop5"}, {"loop5"}]
     assert core.known.delivered("loop5", 999.2, 1000.3).reads_per_second == 1000.0
     st.close()
+
+
+def test_an_armed_probe_that_ran_beside_other_work_is_judged_as_contended_not_on_its_own_figures(tmp_path):
+    """Issue 33, the week bench: volumes that learned idle raised VolumeDegraded under a database mix and
+    backups that began after the probe's quiet start (the probe's own figures, shared with the other work).
+    A quarter of the device's bytes in the probe's seconds not being the probe's makes it a contended
+    measurement; the probe's own bytes (measured, plus its ramp) alone leave it a probe of the volume."""
+    from iowarden.daemon.events import ProbeStarted
+    st = State(str(tmp_path / "s.db"))
+    health = Health(st)
+    core = Core(st, health, "t")
+    base = diskstats.parse("   7       5 loop5 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n")
+    own_bytes = sum(d.io_bytes for d in REPORT.directions.values())
+
+    def probe(i: int, moved_bytes: float):
+        r = _result(i, 900.0 + i % 3, device="loop5")
+        start = r.started_at
+
+        def sample(t, sectors):
+            counters = {k: dataclasses.replace(v, sectors_read=v.sectors_read + sectors) for k, v in base.items()}
+            return DisksSampled(diskstats.DiskSample(t - 1.6e9, counters), MappingProxyType({}), None, t)
+        core.run_batch([sample(start - 0.3, 0), ProbeStarted("db", "rr", "loop5"),
+                        sample(start + 2.5, int(moved_bytes / 512)), ProbeFinished(r, (), False)])
+        return max(st.probe_results(), key=lambda rec: rec["started_at"])["contended"]
+
+    learned = [probe(i, 4 * own_bytes) for i in range(12)]   # learning: learned as measured, busy or not
+    assert not any(learned) and health.armed("kernel:loop5", "rr")
+    assert not probe(20, own_bytes * 1.1)      # its own bytes and a little: the volume's own figures
+    assert probe(21, own_bytes * 4)            # three quarters someone else's: judged by what was delivered
+    assert not probe(22, 0)                    # nothing seen (a device the sampler skips): not guessed at
+    st.close()
