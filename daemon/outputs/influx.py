@@ -34,11 +34,12 @@ error texts are scrubbed of it.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import logging
 import os
-import socket
 import threading
+import time
 import urllib.parse
 
 from iowarden.probes.common import read_bounded, printable
@@ -155,42 +156,92 @@ class V2Writer:
 
     def write(self, body: bytes) -> None:
         conn_class = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        deadline = time.monotonic() + self.timeout_seconds
         conn = conn_class(self.host, self.port, timeout=self.timeout_seconds)
-        # the socket timeout bounds each operation; this timer bounds the whole write, so a server
-        # that sends a byte every few seconds cannot hold it: shutting the socket ends any recv
-        fired = threading.Event()
-        timer = threading.Timer(self.timeout_seconds, _shut, args=(conn, fired))
-        timer.daemon = True
-        timer.start()
+        wrapped = None
         try:
             headers = {"Content-Type": "text/plain; charset=utf-8"}
             if self.token:
                 headers["Authorization"] = f"Token {self.token}"
+            conn.connect()
+            # every send and receive from here on gets only what is left of the whole deadline, so a server
+            # that sends a byte every few seconds cannot hold the write (no timer thread: nothing to supervise)
+            conn.sock = wrapped = DeadlineSocket(conn.sock, deadline)
             conn.request("POST", self.path, body=body, headers=headers)
             resp = conn.getresponse()
             answer = resp.read(MAX_ANSWER_BYTES)
         except (OSError, http.client.HTTPException) as exc:
-            if fired.is_set():
+            if time.monotonic() >= deadline or isinstance(exc, TimeoutError):
                 raise WriteFailed(f"no whole answer within {self.timeout_seconds:g} s") from None
             raise WriteFailed(f"{type(exc).__name__}: {printable(scrub(str(exc), self.token), 300)}") from None
         finally:
-            timer.cancel()
             conn.close()
+            if wrapped is not None:
+                wrapped.release()   # the answer is read, or abandoned: the socket goes whatever holds it
         if resp.status // 100 != 2:
             raise WriteFailed(f"HTTP {resp.status} {printable(scrub(resp.reason, self.token), 60)}: "
                               f"{_message(answer, self.token)}", resp.status)
-        if fired.is_set():
-            raise WriteFailed(f"no whole answer within {self.timeout_seconds:g} s")
 
 
-def _shut(conn, fired: threading.Event) -> None:
-    fired.set()
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+class DeadlineSocket:
+    """A connected socket whose every send and receive may take only what is left of one deadline
+    (monotonic): what http.client uses of a socket (sendall, makefile, close), and nothing else."""
+
+    def __init__(self, sock, deadline: float):
+        self._sock, self._deadline = sock, deadline
+        # http.client closes the connection (a server's "Connection: close") before it reads the answer's
+        # body from the file it made: as with a real socket's makefile, the socket stays open for its readers
+        self._readers, self._close_wanted = 0, False
+
+    def _left(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the write's deadline passed")
+        self._sock.settimeout(left)
+        return left
+
+    def sendall(self, data) -> None:
+        self._left()
+        self._sock.sendall(data)   # one timeout for the whole sendall (Python 3.5+)
+
+    def makefile(self, mode: str = "rb", *_args, **_kwargs):
+        if mode != "rb":
+            raise ValueError(f"DeadlineSocket.makefile: {mode!r}")
+        self._readers += 1
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def recv_into(self, buffer) -> int:
+        self._left()
+        return self._sock.recv_into(buffer)
+
+    def close(self) -> None:
+        self._close_wanted = True
+        if self._readers == 0:
+            self._sock.close()
+
+    def reader_closed(self) -> None:
+        self._readers -= 1
+        if self._close_wanted and self._readers == 0:
+            self._sock.close()
+
+    def release(self) -> None:
+        self._sock.close()
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock: DeadlineSocket):
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self._sock.reader_closed()
+        super().close()
+
+    def readinto(self, buffer) -> int:
+        return self._sock.recv_into(buffer)
 
 
 def scrub(text: str, token: str) -> str:

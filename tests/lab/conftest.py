@@ -8,6 +8,7 @@ Disks (sparse files in the run directory, each with the identity a real one has)
   hp1       virtio-scsi, WWN     -> XFS on /srv/hot (hot-removed and re-added)
   ca, cb    virtio, serials      -> md2, RAID0 over two, XFS on /srv/pair   (characterize --compare
   cc        virtio, serial       -> XFS on /srv/single                       RAID0 of two vs one disk)
+  wsd       virtio, serial       -> XFS on /srv/ws (characterize's working-set sweep, in a small memory cgroup)
 iowarden is installed from the .deb packaging/ builds and runs as its systemd service.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ DISKS = [
     Disk("nv1", "nvme", 320, serial="LABNVME1"),
     Disk("hp1", "scsi", 320, serial="lab-hp1", wwn="0x5000c50000002a01"),
     *(Disk(f"c{c}", "virtio", 320, serial=f"lab-c{c}") for c in "abc"),
+    Disk("wsd", "virtio", 900, serial="lab-wsd"),
 ]
 
 STACKS = r"""
@@ -51,7 +53,7 @@ vgcreate -q lab $(byid virtio-lab-lva) $(byid virtio-lab-lvb)
 lvcreate -q -y -i 2 -I 64k -l 100%FREE -n stripe lab
 udevadm settle
 for v in raid0:/dev/md0 mirror:/dev/md1 stripe:/dev/lab/stripe nvme:$(byid nvme-QEMU_NVMe_Ctrl_LABNVME1) hot:$(byid wwn-0x5000c50000002a01) \
-         pair:/dev/md2 single:$(byid virtio-lab-cc); do
+         pair:/dev/md2 single:$(byid virtio-lab-cc) ws:$(byid virtio-lab-wsd); do
   name=${v%%:*}; dev=${v#*:}
   mkfs.xfs -q -f $dev
   mkdir -p /srv/$name
