@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import gzip
 import logging
 import socket
@@ -57,8 +56,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from iowarden.daemon.outputs import exposition
-from iowarden.daemon.outputs.http_wire import (MAX_HEADER_BYTES, ServerCollector, bind, failed, raise_fd_limit,
-                                              read_headers, readable, send, source_of)
+from iowarden.daemon.outputs.http_wire import (MAX_HEADER_BYTES, ServerCollector, TimedPool, bind, failed,
+                                              raise_fd_limit, read_headers, readable, send, source_of)
 from iowarden.daemon.outputs.auth import FAILED_AUTH_WINDOW_SECONDS, BasicAuth, FairHasher
 from iowarden.daemon.config_schema import parse_listen_address
 from iowarden.daemon.outputs.web_config import WebConfig, _parse_basic
@@ -108,9 +107,9 @@ class MetricsServer:
         self._evicting = 0
         self.requests_in_flight = 0
         self.rejected_total = collections.Counter()   # why connections or requests were turned away
-        self._workers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="iowarden-http")
+        self._workers = TimedPool(max_workers=4, thread_name_prefix="iowarden-http")
         # bcrypt on a thread of its own: hashing can never take a renderer, and uses one core at most
-        self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="iowarden-auth")
+        self._hasher = TimedPool(max_workers=1, thread_name_prefix="iowarden-auth")
         self._rendering: tuple[int, asyncio.Future] | None = None   # (version, its render under way)
         self._rendered: Rendered | None = None
         self._renderer = exposition.Renderer()

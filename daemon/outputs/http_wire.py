@@ -3,9 +3,12 @@ deadline), the small socket and future helpers its loop uses, and the endpoint's
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import itertools
 import resource
 import socket
 import threading
+import time
 
 MAX_HEADER_BYTES = 16384
 WRITE_TIMEOUT_SECONDS = 30.0
@@ -111,11 +114,52 @@ def bind(addr, family) -> socket.socket:
     return sock
 
 
+WORK_DEADLINE_SECONDS = 60.0   # a render of /metrics, its gzip, or a password hash on a worker: past it, hung
+
+
+class TimedPool(concurrent.futures.ThreadPoolExecutor):
+    """The endpoint's workers (renders, gzip, bcrypt), each piece of work timed while it runs: a worker hung in
+    one is seen by the endpoint's watch (check_server), as a part over its deadline is seen by the registry."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str):
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self.running: dict[int, tuple[str, float]] = {}   # work's token -> (what it is, monotonic start)
+        self._running_lock = threading.Lock()
+        self._tokens = itertools.count()
+
+    def submit(self, fn, /, *args, **kwargs):
+        token = next(self._tokens)
+
+        def timed():
+            with self._running_lock:
+                self.running[token] = (getattr(fn, "__qualname__", repr(fn)), time.monotonic())
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._running_lock:
+                    self.running.pop(token, None)
+        return super().submit(timed)
+
+    def longest(self) -> tuple[str, float] | None:
+        """(what, seconds) of the work running longest now, or None."""
+        with self._running_lock:
+            if not self.running:
+                return None
+            what, started = min(self.running.values(), key=lambda v: v[1])
+        return what, time.monotonic() - started
+
+
 def check_server(server, timeout_seconds: float) -> None:
-    """Raise unless a MetricsServer's thread lives and its loop answers within the timeout: the step of the
-    part that watches the endpoint (its loop runs on a thread of its own, outside the registry)."""
+    """Raise unless a MetricsServer's thread lives, its loop answers within the timeout and none of its workers
+    is held in one piece of work past WORK_DEADLINE_SECONDS: the step of the part that watches the endpoint
+    (its loop and workers run on threads of their own, outside the registry)."""
     if not server._thread.is_alive():
         raise RuntimeError("its thread has ended")
+    for pool in (server._workers, server._hasher):
+        held = pool.longest() if isinstance(pool, TimedPool) else None
+        if held is not None and held[1] > WORK_DEADLINE_SECONDS:
+            raise RuntimeError(f"a worker has been in {held[0]} for {held[1]:.0f} s, "
+                               f"past its {WORK_DEADLINE_SECONDS:g} s")
     answered = threading.Event()
     try:
         server._loop.call_soon_threadsafe(answered.set)

@@ -93,3 +93,58 @@ def test_a_dead_endpoint_is_counted_and_started_again_by_its_watch():
         stop.set()
         registry.join(5)
         holder["server"].shutdown()
+
+
+def test_a_worker_hung_in_a_render_is_seen_by_the_watch_and_the_endpoint_started_again(monkeypatch):
+    """Issue 35: the endpoint's render workers were threads nobody watched. Each piece of their work is timed;
+    a render held past its deadline (a collector that blocks) is the watch's error, and the endpoint is started
+    again with fresh workers; the hung one is left to end (Python cannot stop a thread), and no longer serves."""
+    from iowarden.daemon.outputs import http_wire
+    monkeypatch.setattr(http_wire, "WORK_DEADLINE_SECONDS", 0.5)
+    release, hanging = threading.Event(), threading.Event()
+
+    class Hangs(One):
+        first = True
+
+        def collect(self):
+            if Hangs.first:
+                Hangs.first = False
+                hanging.set()
+                release.wait(30)
+            yield from super().collect()
+
+    def start_hanging(port):
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(Hangs())
+        fresh = iter(range(1, 1000))
+        return serve(f"127.0.0.1:{port}", reg, WebConfig(), version_of_snapshot=lambda: (next(fresh), time.monotonic()))
+
+    port = free_port()
+    holder = {"server": start_hanging(port)}
+    first = holder["server"]
+    problems = []
+
+    def watch():
+        holder["server"], problem = watch_endpoint(holder["server"], lambda: start_hanging(port), 2.0)
+        if problem:
+            problems.append(problem)
+            raise RuntimeError(problem)
+    registry, stop = Registry(), threading.Event()
+    registry.add("metrics-endpoint", 0.2, 5.0, watch, vital=True)
+    try:
+        scrape = threading.Thread(target=served, args=(port,), daemon=True)
+        scrape.start()                       # its render hangs in the collector
+        assert hanging.wait(10)
+        registry.start(stop)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not problems:
+            time.sleep(0.05)
+        assert problems and "a worker has been in" in problems[0] and "past its 0.5 s" in problems[0], problems
+        assert holder["server"] is not first
+        assert registry.stats()["metrics-endpoint"].errors_total == 1
+        assert served(port)                  # the new endpoint's workers render
+    finally:
+        release.set()
+        stop.set()
+        registry.join(5)
+        holder["server"].shutdown()
