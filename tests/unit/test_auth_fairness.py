@@ -142,7 +142,7 @@ def test_a_server_echoing_the_token_gets_none_of_it_into_the_message():
     import http.server
     import threading
 
-    from iowarden.daemon.outputs.influx import V2Writer, WriteFailed
+    from iowarden.daemon.outputs.influx_wire import V2Writer, WriteFailed
     token = "T" * 40 + "s3cr3t" + "K" * 44
 
     class Echo(http.server.BaseHTTPRequestHandler):
