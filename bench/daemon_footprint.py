@@ -95,8 +95,17 @@ def steady(procs: dict, ports: dict, seconds: float) -> dict:
             for n, p in procs.items()}
 
 
-def hotplug(work: str, procs: dict, ports: dict, count: int, share: dict) -> tuple[dict, list, float]:
-    """CPU seconds each spends from the first of `count` attaches until it is quiet again."""
+def hotplug(work: str, procs: dict, ports: dict, count: int, share: dict,
+            profile_top: int = 0) -> tuple[dict, list, float]:
+    """CPU seconds each spends from the first of `count` attaches until it is quiet again; with profile_top,
+    py-spy samples iowarden meanwhile (30 s) and its top frames are printed."""
+    recorder, raw = None, os.path.join(work, "hotplug-profile.txt")
+    if profile_top:
+        spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        recorder = subprocess.Popen([spy, "record", "-p", str(procs["iowarden"].pid), "-d", "30", "-r", "50",
+                                     "-f", "raw", "-o", raw, "--nonblocking", "--threads"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)
     start = {n: cpu_seconds(p.pid) for n, p in procs.items()}
     t0 = time.monotonic()
     os.makedirs(os.path.join(work, "hot"))
@@ -116,6 +125,15 @@ def hotplug(work: str, procs: dict, ports: dict, count: int, share: dict) -> tup
             if calm[n] >= 2 and n not in quiet_at:
                 quiet_at[n] = time.monotonic() - t0
     used = {n: (last[n] - start[n], quiet_at.get(n, float("inf"))) for n in procs}
+    if recorder is not None:
+        recorder.wait(timeout=120)
+        from profile_parts import shares
+        total, inclusive, own = shares(open(raw).read())
+        print(f"\niowarden during the hotplug: {total} samples at 50 Hz over 30 s")
+        for title, counts in (("inclusive", inclusive), ("self", own)):
+            print(f"-- {title}")
+            for frame, n in counts.most_common(profile_top):
+                print(f"{n:7} {n / max(total, 1):6.1%}  {frame}")
     return used, extra, attached_s
 
 
@@ -124,6 +142,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--devices", default="64,1024")
     ap.add_argument("--hotplug", type=int, default=0, help="devices attached while both run, at the last size")
+    ap.add_argument("--profile-hotplug", type=int, default=0, metavar="N",
+                    help="py-spy over iowarden during the hotplug: print its N top frames")
     args = ap.parse_args()
     node_exporter_or_exit()
     sizes = [int(n) for n in args.devices.split(",")]
@@ -139,7 +159,7 @@ def main():
             rows.append((n, in_diskstats, got))
             if args.hotplug and i == len(sizes) - 1:
                 used, extra, attached_s = hotplug(work, procs, ports, args.hotplug,
-                                                  {k: v["cpu"] for k, v in got.items()})
+                                                  {k: v["cpu"] for k, v in got.items()}, args.profile_hotplug)
                 print(f"\nhotplug: {args.hotplug} loop devices attached in {attached_s:.1f} s beside {n}, both running")
                 print(f"{'':16}{'CPU s until quiet':>20}{'quiet after s':>15}")
                 for name, (cpu, quiet) in used.items():

@@ -28,6 +28,13 @@ RUNNER = ("import sys\nfrom iowarden.probes.common import Roots\nfrom iowarden.d
           "try:\n    d = runtime.Daemon(sys.argv[1], Roots.under(sys.argv[2]))\n"
           "except runtime.StartRefused as exc:\n    print(exc, file=sys.stderr); sys.exit(exc.code)\n"
           "sys.exit(d.run())\n")
+# --allocations: the same, with tracemalloc on from the start; at the stop the lines that hold the most memory
+RUNNER_TRACED = ("import sys, tracemalloc\ntracemalloc.start(1)\n" + RUNNER.replace(
+    "sys.exit(d.run())\n", "code = d.run()\nsnap = tracemalloc.take_snapshot()\n"
+    "print('ALLOCATIONS total %.1f MiB' % (sum(s.size for s in snap.statistics('filename')) / 2**20), file=sys.stderr)\n"
+    "for st in snap.statistics('lineno')[:int(sys.argv[3])]:\n"
+    "    print('ALLOCATIONS %8.1f KiB %8d blocks  %s' % (st.size / 1024, st.count, st.traceback[0]), file=sys.stderr)\n"
+    "sys.exit(code)\n"))
 
 
 def rss_mib(pid: int) -> float:
@@ -53,7 +60,7 @@ def gauges(body: str, name: str) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(rf'^{name}{{part="([^"]+)"}} (\S+)$', body, re.M)}
 
 
-def run(disks: int, seconds: float, targets: int) -> dict:
+def run(disks: int, seconds: float, targets: int, allocations: int = 0) -> dict:
     work = tempfile.mkdtemp(prefix=f"iowarden-scale-{os.getpid()}-")
     proc = None
     try:
@@ -72,7 +79,9 @@ def run(disks: int, seconds: float, targets: int) -> dict:
                     f'[smart]\nenabled = true\n{discover}')
         with MovingDiskstats(tree, names):
             started = time.monotonic()
-            proc = subprocess.Popen([sys.executable, "-c", RUNNER, cfg, tree], stdout=subprocess.DEVNULL,
+            argv = [sys.executable, "-c", RUNNER_TRACED, cfg, tree, str(allocations)] if allocations else \
+                [sys.executable, "-c", RUNNER, cfg, tree]
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                                     stderr=open(os.path.join(work, "daemon.log"), "w"))
             first = None
             peak_rss, sizes, longest, deadline = 0.0, [], {}, {}
@@ -104,6 +113,7 @@ def run(disks: int, seconds: float, targets: int) -> dict:
                 "metrics_bytes": max(s for s, _ in sizes) if sizes else 0,
                 "metrics_gzip_bytes": max(z for _, z in sizes) if sizes else 0,
                 "longest": longest, "deadline": deadline, "stop_s": stop_seconds, "exit": code,
+                "allocations": [line for line in log_text.splitlines() if line.startswith("ALLOCATIONS")],
                 "stuck_lines": log_text.count("parts not completing"), "tracebacks": log_text.count("Traceback"),
                 "first_traceback": log_text[log_text.find("Traceback") - 300:][:3000] if "Traceback" in log_text else ""}
     finally:
@@ -118,8 +128,10 @@ def main():
     ap.add_argument("--disks", default="64,1024,4000")
     ap.add_argument("--seconds", type=float, default=90.0)
     ap.add_argument("--targets", type=int, default=0, help="mounted XFS filesystems a [[discover]] rule matches")
+    ap.add_argument("--allocations", type=int, default=0,
+                    help="run under tracemalloc (slower, larger) and print the N lines holding the most memory")
     args = ap.parse_args()
-    results = [run(int(n), args.seconds, args.targets) for n in args.disks.split(",")]
+    results = [run(int(n), args.seconds, args.targets, args.allocations) for n in args.disks.split(",")]
     parts = sorted({p for r in results for p in r["deadline"]})
     print(f"fake host, {args.seconds:.0f} s a size, tracer off, {args.targets} discovered targets")
     print(f"{'':32}" + "".join(f"{r['disks']:>14} disks" for r in results))
@@ -144,6 +156,10 @@ def main():
             mark = " OVER" if lo is not None and dl and lo > dl else ""
             cells.append(f"{lo if lo is not None else float('nan'):>10.3f} / {dl or 0:>5.0f}{mark:>2}")
         print(f"  {p:30}" + "".join(f"{c:>20}" for c in cells))
+    for r in results:
+        if r["allocations"]:
+            print(f"what holds memory at {r['disks']} disks (tracemalloc, at the stop):")
+            print("\n".join("  " + line.removeprefix("ALLOCATIONS ") for line in r["allocations"]))
 
 
 if __name__ == "__main__":

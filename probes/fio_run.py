@@ -85,6 +85,13 @@ class ProbeResult:
         d = self._dir("write")
         return int(d.io_bytes + d.bw_bytes * self.ramp_seconds) if d else 0
 
+    @property
+    def queue_depth(self) -> int | None:
+        """I/Os the probe kept in flight (its largest iodepth x numjobs, from its fio command), or None unknown."""
+        depths = [int(a.split("=", 1)[1]) for a in self.argv if a.startswith("--iodepth=") and a[10:].isdigit()]
+        jobs = [int(a.split("=", 1)[1]) for a in self.argv if a.startswith("--numjobs=") and a[10:].isdigit()]
+        return max(depths) * max(jobs or [1]) if depths else None
+
     def clat_percentile_seconds(self, pct: float) -> float | None:
         """The worse (higher) of the read and write percentile: what an application waits for."""
         vals = [d.clat_percentiles_seconds.get(pct) for d in (self._dir("read"), self._dir("write")) if d]

@@ -166,6 +166,7 @@ def apply_result(core, e: ProbeFinished) -> None:
     context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
                "disk_write_await_ms": rates.write_await_ms} if rates else {}
     if result.contended and result.device:
+        context["probe_queue_depth"] = result.queue_depth
         total = seen[0] if seen else None
         if total is not None:
             context["delivered_iops"] = total.reads_per_second + total.writes_per_second

@@ -23,6 +23,12 @@ log = logging.getLogger("iowarden")
 FAILURES_BEFORE_ALERT = 2
 CONTENDED_SHORTFALL = 0.5    # a busy device delivering less than half of the probe's healthy figure in total
 CONTENDED_RECOVERED = 0.75
+# A contended probe's total (its I/O and the other work's) says what the device can do only when the probe
+# alone could fill it: at queue depth 1 the probe waits behind the other work, the other work is what its
+# users ask (not what the device can give), and the sum fell 3-5x below the qd1 probe's quiet figure on
+# healthy volumes under the week bench's database mix. Shallower probes are neither learned nor judged when
+# contended; the deep ones and the passive view of the same device speak for the volume.
+SATURATING_QUEUE_DEPTH = 8
 PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
@@ -88,6 +94,7 @@ class Health:
         self.failures: dict[tuple[str, str], int] = {}
         self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
         self.contended_strikes: dict[tuple[str, str], int] = {}    # contended probes in a row short in total
+        self.deep_short: dict[str, bool] = {}   # volume -> was its last deep (saturating) contended probe short
         # target name -> the volume identity it was first probed on: a directory whose
         # filesystem is no longer mounted must not be probed on the disk beneath it
         self.pins: dict[str, str] = state.pins()
@@ -264,8 +271,13 @@ class Health:
             return []
         key = (identity, profile)
         akey = ("VolumeDegraded", identity, profile)
-        short = delivered_iops < normal_iops * CONTENDED_SHORTFALL and delivered_bw < normal_bw * CONTENDED_SHORTFALL
+        depth = context.get("probe_queue_depth")
+        saturating = depth is None or depth >= SATURATING_QUEUE_DEPTH
+        short = saturating and delivered_iops < normal_iops * CONTENDED_SHORTFALL \
+            and delivered_bw < normal_bw * CONTENDED_SHORTFALL
         self.contended_strikes[key] = self.contended_strikes.get(key, 0) + 1 if short else 0
+        if saturating:
+            self.deep_short[identity] = short
         if short and self.contended_strikes[key] >= 2 and akey not in self.open:
             finding = (f"on a busy disk the device delivered {delivered_iops:,.0f} IOPS in total (this probe and "
                        f"the other work together) where the probe alone gets {normal_iops:,.0f} on the healthy "
@@ -281,7 +293,7 @@ class Health:
         # whatever raised it: while probes can only run contended (a backup, a compaction), the device delivering
         # its normal in total is the evidence the volume is back; an alert held open by busy probes would page on
         # for the whole backup after the fault is gone
-        if a is not None and delivered_iops >= normal_iops * CONTENDED_RECOVERED:
+        if a is not None and saturating and delivered_iops >= normal_iops * CONTENDED_RECOVERED:
             self._close(akey, f"the busy device delivers its normal again ({delivered_iops:,.0f} IOPS in total, "
                               f"probe and other work, against the probe's normal {normal_iops:,.0f})")
             return ["VolumeDegraded cleared"]
@@ -290,8 +302,9 @@ class Health:
         # fault is gone: the device serves the load it carries at its normal latency (the passive view), and
         # delivers at least half the probe's normal in total (a limit above the block layer, which the passive
         # view cannot see, holds it far below that)
+        # (a shallow probe cannot say short: the volume's last deep contended probe says it for the volume)
         if a is not None and slowdown is not None and slowdown <= PASSIVE_RECOVERED_SLOWDOWN \
-                and not short:
+                and not short and (saturating or self.deep_short.get(identity) is False):
             self._close(akey, f"the busy device serves its load at its normal latency again ({slowdown:.2f}x of "
                               f"its normal at this load, passive), {delivered_iops:,.0f} IOPS in total")
             return ["VolumeDegraded cleared"]

@@ -1,0 +1,64 @@
+"""Contended probes judged by what the busy device delivered in total, and where that judgement does not hold:
+a probe too shallow to fill the device alone (issue 33's week bench: healthy volumes paged by their qd1 probe
+under a database mix, the device's total 3-5x below the qd1 probe's quiet figure). Fake data, no root."""
+from iowarden.daemon.core.state import State
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import Health
+from iowarden.probes.fio_run import ProbeResult
+from tests.unit.test_policy import _contended, _result
+
+
+def _armed(tmp_path):
+    """A volume with a deep profile (rr) and a shallow one (qd1), both learned."""
+    st = State(str(tmp_path / "s.db"))
+    h = Health(st, DetectorParams(warmup_probes=6))
+    for i in range(8):
+        h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", lambda since: [])
+        h.on_result(_qd1(_result(i, 500.0 * (1 + 0.01 * (i % 3)))), "vol", lambda since: [])
+    return st, h
+
+
+def _qd1(record):
+    return {**record, "profile": "qd1"}
+
+
+def _busy(delivered_iops, depth, slowdown=None):
+    ctx = {"delivered_iops": delivered_iops, "delivered_bytes_per_second": delivered_iops * 4096,
+           "probe_queue_depth": depth}
+    if slowdown is not None:
+        ctx["passive_slowdown"] = slowdown
+    return ctx
+
+
+def test_a_shallow_contended_probe_delivering_little_in_total_raises_nothing_a_deep_one_does(tmp_path):
+    st, h = _armed(tmp_path)
+    causes = lambda since: []   # noqa: E731
+    for i in range(8, 14):   # qd1 behind a database's work: the total is what its users asked, not the device's best
+        assert h.on_result(_qd1(_contended(i, 40.0)), "vol", causes, _busy(120.0, 1)) == []
+    assert "VolumeDegraded" not in {a[0] for a in h.open}
+    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(250.0, 32)) == []
+    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
+    st.close()
+
+
+def test_a_shallow_probes_alert_clears_on_the_passive_view_only_when_the_volumes_deep_probe_is_not_short(tmp_path):
+    st, h = _armed(tmp_path)
+    causes = lambda since: []   # noqa: E731
+    h.on_result(_qd1(_result(8, 1.0)), "vol", causes)
+    assert h.on_result(_qd1(_result(9, 1.0)), "vol", causes) == ["VolumeDegraded raised"]
+    # a deep contended probe short in total: a limit above the block layer, which the passive view cannot see
+    h.on_result(_contended(10, 100.0), "vol", causes, _busy(300.0, 32, slowdown=1.0))
+    assert h.on_result(_qd1(_contended(11, 50.0)), "vol", causes, _busy(300.0, 1, slowdown=1.0)) == []
+    h.on_result(_contended(12, 400.0), "vol", causes, _busy(900.0, 32, slowdown=1.0))   # the limit lifted
+    assert h.on_result(_qd1(_contended(13, 50.0)), "vol", causes, _busy(300.0, 1, slowdown=1.0)) == \
+        ["VolumeDegraded cleared"]
+    st.close()
+
+
+def test_a_probes_queue_depth_is_read_from_its_fio_command():
+    r = ProbeResult("t", "/p", "sda", "rr", True, None, 0.0, 1.0)
+    assert r.queue_depth is None
+    r.argv = ["fio", "--output-format=json+", "--name=rr", "--iodepth=32", "--numjobs=2", "--filename=/x"]
+    assert r.queue_depth == 64
+    r.argv = ["fio", "--name=a", "--iodepth=1"]
+    assert r.queue_depth == 1
