@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--factors", default="10,3,1.5")
     ap.add_argument("--give-up-minutes", type=float, default=30.0)
     ap.add_argument("--base-iops", type=int, default=1200, help="the database mix's peak per volume")
+    ap.add_argument("--benign-minutes", type=float, default=0.0,
+                    help="after the last factor, the mix alone for this long: alerts raised for healthy volumes")
     args = ap.parse_args()
     factors = [float(f) for f in args.factors.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="iowarden-bench-ttd-"))
@@ -127,6 +129,9 @@ def main() -> None:
                   f"{(f'{took / INTERVAL_S:.1f}' if raised else '-'):>12} "
                   f"{(f'{clear_s:.0f} s' if raised and cleared else ('-' if not raised else '> 30 min')):>14}  "
                   f"{', '.join(raised) if raised else 'none'}", flush=True)
+        if args.benign_minutes:
+            print(f"\nthe mix alone for {args.benign_minutes:g} min more, no limit anywhere", flush=True)
+            time.sleep(args.benign_minutes * 60)
         others = [a for u, lo in zip(uppers[1:], lowers[1:])
                   for a in alerts_for(samples(port), u.mountpoint.name, {u.name, lo.name})]
         print(f"\nalerts open for the volume with no limit on it (while settling): "
