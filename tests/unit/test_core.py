@@ -241,23 +241,29 @@ def test_an_armed_probe_that_ran_beside_other_work_is_judged_as_contended_not_on
     """Issue 33, the week bench: volumes that learned idle raised VolumeDegraded under a database mix and
     backups that began after the probe's quiet start (the probe's own figures, shared with the other work).
     A quarter of the device's bytes in the probe's seconds not being the probe's makes it a contended
-    measurement; the probe's own bytes (measured, plus its ramp) alone leave it a probe of the volume."""
+    measurement; the probe's own bytes (measured, plus its ramp) alone leave it a probe of the volume. A
+    shallow probe (qd1) has every foreign request queued ahead of it in its latency: a tenth of the requests
+    someone else's is enough, however small they are."""
     from iowarden.daemon.events import ProbeStarted
     st = State(str(tmp_path / "s.db"))
     health = Health(st)
     core = Core(st, health, "t")
     base = diskstats.parse("   7       5 loop5 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n")
     own_bytes = sum(d.io_bytes for d in REPORT.directions.values())
+    own_ios = sum(d.total_ios for d in REPORT.directions.values())
 
-    def probe(i: int, moved_bytes: float):
+    def probe(i: int, moved_bytes: float, moved_ios: float | None = None, depth: int = 32):
         r = _result(i, 900.0 + i % 3, device="loop5")
+        r.argv = ["fio", "--name=rr", f"--iodepth={depth}"]
         start = r.started_at
+        ios = own_ios if moved_ios is None else moved_ios
 
-        def sample(t, sectors):
-            counters = {k: dataclasses.replace(v, sectors_read=v.sectors_read + sectors) for k, v in base.items()}
+        def sample(t, sectors, reads):
+            counters = {k: dataclasses.replace(v, sectors_read=v.sectors_read + sectors, reads=v.reads + reads)
+                        for k, v in base.items()}
             return DisksSampled(diskstats.DiskSample(t - 1.6e9, counters), MappingProxyType({}), None, t)
-        core.run_batch([sample(start - 0.3, 0), ProbeStarted("db", "rr", "loop5"),
-                        sample(start + 2.5, int(moved_bytes / 512)), ProbeFinished(r, (), False)])
+        core.run_batch([sample(start - 0.3, 0, 0), ProbeStarted("db", "rr", "loop5"),
+                        sample(start + 2.5, int(moved_bytes / 512), int(ios)), ProbeFinished(r, (), False)])
         return max(st.probe_results(), key=lambda rec: rec["started_at"])["contended"]
 
     learned = [probe(i, 4 * own_bytes) for i in range(12)]   # learning: learned as measured, busy or not
@@ -265,4 +271,9 @@ def test_an_armed_probe_that_ran_beside_other_work_is_judged_as_contended_not_on
     assert not probe(20, own_bytes * 1.1)      # its own bytes and a little: the volume's own figures
     assert probe(21, own_bytes * 4)            # three quarters someone else's: judged by what was delivered
     assert not probe(22, 0)                    # nothing seen (a device the sampler skips): not guessed at
+    # a fifth of the requests someone else's, small ones (a twentieth of the bytes): a deep probe's own figures,
+    # a shallow probe's contended measurement
+    assert not probe(23, own_bytes * 1.05, own_ios * 1.25, depth=32)
+    assert probe(24, own_bytes * 1.05, own_ios * 1.25, depth=1)
+    assert not probe(25, own_bytes * 1.02, own_ios * 1.05, depth=1)   # a twentieth: its own figures
     st.close()
