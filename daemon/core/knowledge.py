@@ -25,23 +25,12 @@ from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
-from iowarden.daemon.verdicts.health import SATURATING_QUEUE_DEPTH
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
 log = logging.getLogger("iowarden")
 __all__ = ["Knowledge", "apply_result", "apply_settings", "PASSIVE_PROFILE", "SOURCE_PROFILE"]
 
 RECENT_DRIFT = 1000          # drift events kept for causes (a baseline's window of history)
-# An armed probe that ran while a quarter of the bytes its device moved were someone else's (a backup or a
-# compaction starting after the probe began, a database mix the start-of-probe util missed) is a measurement
-# at high load: judged as contended (what the device delivered in total), neither learned nor judged on its
-# own figures. Bytes, not requests: a 1 MiB probe is split into many requests, its bytes are exact.
-FOREIGN_SHARE_CONTENDED = 0.25
-# A probe too shallow to fill the device (queue depth under SATURATING_QUEUE_DEPTH) has every foreign request
-# queued ahead of it in its latency: a tenth of the requests someone else's is enough. One run of the week bench:
-# a learned-idle volume's qd1 probe at p99.9 11x its normal beside a database mix, which had moved less than a
-# quarter of the bytes.
-FOREIGN_SHARE_CONTENDED_SHALLOW = 0.10
 SAMPLES_KEPT = 130           # two minutes of 1 Hz samples: what a disk did during a probe that just ended
 # Only of the devices a probe runs on (ProbeStarted to ProbeFinished): 130 whole samples were 64 KiB a device,
 # 260 MiB at 4,000 disks, for the two or three a probe was running on.
@@ -128,52 +117,12 @@ class Knowledge:
         return compute_rates(a.counters[device], b.counters[device], seconds), seconds
 
 
-def foreign_byte_share(result, rates, seconds: float) -> float | None:
-    """The share of the bytes a device moved in a probe's seconds that were not the probe's: its measured
-    I/O, its ramp at the measured rate (fio leaves it out of the report) and its file's layout."""
-    moved = (rates.read_kib_per_second + rates.write_kib_per_second) * 1024 * seconds
-    if moved <= 0 or result.report is None:
-        return None
-    own = result.layout_bytes + sum(d.io_bytes + d.bw_bytes * result.ramp_seconds
-                                    for d in result.report.directions.values())
-    return max(0.0, 1.0 - own / moved)
-
-
-def foreign_request_share(result, rates, seconds: float) -> float | None:
-    """The same in requests (the probe's, and its ramp's at the measured rate): for a shallow probe, whose
-    latency holds every request queued ahead of it, whatever its size."""
-    moved = (rates.reads_per_second + rates.writes_per_second) * seconds
-    if moved <= 0 or result.report is None:
-        return None
-    own = sum(d.total_ios + d.iops * result.ramp_seconds for d in result.report.directions.values())
-    return max(0.0, 1.0 - own / moved)
-
-
-def ran_beside_other_work(result, rates, seconds: float) -> float | None:
-    """How much of what the device did in the probe's seconds was someone else's, when that is enough for the
-    probe to be a contended measurement (None when it is not, or cannot be told)."""
-    by_bytes = foreign_byte_share(result, rates, seconds)
-    if by_bytes is None:
-        return None
-    depth = result.queue_depth
-    if depth is not None and depth < SATURATING_QUEUE_DEPTH:
-        share = max(by_bytes, foreign_request_share(result, rates, seconds) or 0.0)
-        return share if share > FOREIGN_SHARE_CONTENDED_SHALLOW else None
-    return by_bytes if by_bytes > FOREIGN_SHARE_CONTENDED else None
-
-
 def apply_result(core, e: ProbeFinished) -> None:
     """Store, publish and judge one probe result."""
     k, result = core.known, e.result
     identity = identity_of(result.device, k.devices) if result.device else f"target:{result.target}"
     seen = k.delivered_over(result.device, result.started_at, result.started_at + result.duration_seconds) \
         if result.device else None
-    foreign = ran_beside_other_work(result, *seen) if seen and result.ok else None
-    if foreign is not None and not result.contended and core.health.armed(identity, result.profile):
-        # the scheduler saw a quiet disk when it started the probe; the disk was not quiet while it ran
-        result.contended = True
-        log.info("probe %s/%s ran beside other work (%.0f%% of the bytes %s moved were not the probe's): "
-                 "judged as contended", result.target, result.profile, foreign * 100, result.device)
     record = result.to_json()
     core.state.add_probe_result(record, identity)
     if core.influx is not None:

@@ -135,11 +135,6 @@ class Health:
         times = [t for (i, p, _), t in self.learned_at.items() if i == identity and p == profile]
         return min(times) if times else time.time()
 
-    def armed(self, identity: str, profile: str) -> bool:
-        """A baseline of this volume and profile has learned its normal (its probes are judged, not learned)."""
-        return any(det.baseline() is not None for (i, p, _), det in self.detectors.items()
-                   if i == identity and p == profile)
-
     def pin_refusal(self, target: str, identity: str | None) -> str | None:
         return pin_refusal(self.pins, target, identity)
 
