@@ -102,28 +102,20 @@ class Knowledge:
 
     def delivered(self, device: str, start: float, end: float):
         """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
-        seen = self.delivered_over(device, start, end)
-        return seen[0] if seen else None
-
-    def delivered_over(self, device: str, start: float, end: float):
-        """(iostat -x of one device between two Unix times, the seconds it covers), or None."""
         inside = [(t, s) for t, s in self.samples if start - 0.5 <= t <= end + 1.5]
         if len(inside) < 2:
             return None
         (_, a), (_, b) = inside[0], inside[-1]
         if device not in a.counters or device not in b.counters or b.monotonic_seconds <= a.monotonic_seconds:
             return None
-        seconds = b.monotonic_seconds - a.monotonic_seconds
-        return compute_rates(a.counters[device], b.counters[device], seconds), seconds
+        return compute_rates(a.counters[device], b.counters[device], b.monotonic_seconds - a.monotonic_seconds)
 
 
 def apply_result(core, e: ProbeFinished) -> None:
     """Store, publish and judge one probe result."""
     k, result = core.known, e.result
-    identity = identity_of(result.device, k.devices) if result.device else f"target:{result.target}"
-    seen = k.delivered_over(result.device, result.started_at, result.started_at + result.duration_seconds) \
-        if result.device else None
     record = result.to_json()
+    identity = identity_of(result.device, k.devices) if result.device else f"target:{result.target}"
     core.state.add_probe_result(record, identity)
     if core.influx is not None:
         core.influx.probe_result(record, identity)
@@ -144,7 +136,7 @@ def apply_result(core, e: ProbeFinished) -> None:
                "disk_write_await_ms": rates.write_await_ms} if rates else {}
     if result.contended and result.device:
         context["probe_queue_depth"] = result.queue_depth
-        total = seen[0] if seen else None
+        total = k.delivered(result.device, result.started_at, result.started_at + result.duration_seconds)
         if total is not None:
             context["delivered_iops"] = total.reads_per_second + total.writes_per_second
             context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
