@@ -156,7 +156,7 @@ def check_server(server, timeout_seconds: float) -> None:
     if not server._thread.is_alive():
         raise RuntimeError("its thread has ended")
     for pool in (server._workers, server._hasher):
-        held = pool.longest() if isinstance(pool, TimedPool) else None
+        held = pool.longest()
         if held is not None and held[1] > WORK_DEADLINE_SECONDS:
             raise RuntimeError(f"a worker has been in {held[0]} for {held[1]:.0f} s, "
                                f"past its {WORK_DEADLINE_SECONDS:g} s")
