@@ -70,10 +70,15 @@ class Core:
         health.place_of = self.place_of   # where an alert is, for its sentence
 
     def place_of(self, name: str, passive: bool) -> tuple[str | None, tuple[str, ...]]:
-        """(mount point, devices) of a target (its last probe's path and device), or of a device (a target on it)."""
+        """(mount point, devices) of a target (its last probe's path and device), or of a device (a target on
+        it, else the XFS mounted from it: a peer group's slow member need not be a probe target, and the page
+        still says where it is mounted)."""
         views = [v for (t, _), v in self.known.latest.items() if (v.result.device == name if passive else t == name)]
         if not views:
-            return None, (name,) if passive else ()
+            if not passive:
+                return None, ()
+            mounts = sorted(m for m, (r, _) in self.known.xfs_at.items() if r.kernel_name == name)
+            return (mounts[0] if mounts else None), (name,)
         r = views[-1].result
         return knowledge.mount_of(r.path, self.known.xfs_at) or r.path, (name,) if passive else (
             (r.device,) if r.device else ())

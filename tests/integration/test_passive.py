@@ -99,15 +99,22 @@ def only(*volumes) -> str:
     return f"[sampler]\ndevices = [{names}]\n[cgroups]\ninterval_seconds = 1.0\n"
 
 
+def learned(text) -> bool:
+    """Every baseline of the daemon is armed (none still warming up)."""
+    flags = re.findall(r'^iowarden_baseline_learning\{[^}]*\} (\S+)$', text, re.M)
+    return bool(flags) and all(float(f) == 0 for f in flags)
+
+
 @contextmanager
 def paging(tmp_path, port):
-    """Prometheus (the shipped rules) and Alertmanager delivering to a webhook receiver of the test's own."""
+    """Prometheus (the shipped rules, scraping and evaluating every 15 s as a real one would) and Alertmanager
+    delivering to a webhook receiver of the test's own."""
     with ExitStack() as stack:
         hook = servers.Webhook()
         stack.callback(hook.stop)
         am, amport = servers.alertmanager(tmp_path, hook.port)
         stack.callback(am.stop)
-        prom, _ = servers.prometheus(tmp_path, port, rule_files=[RULES], alertmanager_port=amport)
+        prom, _ = servers.prometheus(tmp_path, port, rule_files=[RULES], alertmanager_port=amport, interval="15s")
         stack.callback(prom.stop)
         yield hook
 
@@ -139,8 +146,8 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         d = daemon_factory(config_text(upper.mountpoint, tmp_path / "state", interval=10.0, port=port,
                                        runtime=1.0, extra=PASSIVE + only(lower, upper)))
         d.wait_message("READY=1")
-        time.sleep(100)   # probes every 10 s learn the idle volume
-        text = scrape(port)
+        # probes every 10 s learn the idle volume
+        text = wait_for(lambda: (lambda t: t if learned(t) else None)(scrape(port)), timeout=300, what="the volume armed")
         probe_iops = metric(text, "iowarden_probe_iops", target="loop", direction="read")
         assert probe_iops and probe_iops > 400, f"no probe IOPS learned: {probe_iops}"
         assert passive_alerts(text) == []
@@ -216,7 +223,7 @@ def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_fac
                 found = wait_for(lambda: [x for x in passive_alerts(scrape(port)) if x[0] == "SlowMember"],
                                  timeout=150, what=f"SlowMember for {b.name}")
                 text = scrape(port)
-                page = wait_for(lambda: notification(hook, "IowardenSlowMember", b.name), timeout=60,
+                page = wait_for(lambda: notification(hook, "IowardenSlowMember", b.name), timeout=90,
                                 what="SlowMember at the webhook")
         assert found == [("SlowMember", b.name)], found
         assert metric(text, "iowarden_passive_state", device=a.name, kind="peers") == 0
@@ -226,6 +233,8 @@ def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_fac
         print("notification (c):", json.dumps({"labels": page["labels"], "annotations": page["annotations"]}, indent=1))
         notes = page["annotations"]
         assert page["labels"]["device"] == b.name and a.name in notes["summary"], notes["summary"]
+        # where it is: b is no probe target, and the page still names its mount point
+        assert f"under {b.mountpoint}" in notes["summary"], notes["summary"]
         assert re.search(r"await [\d.]+ ms vs their [\d.]+ ms", notes["summary"]), notes["summary"]   # the figures
         # the cap sits on the device under b (b's image is on it): the cause names that limit, not b itself
         assert f"Likely cause: below {b.name}: a cgroup I/O limit holds {lower_b.name} ({lower_b.major_minor}) at 100 " \

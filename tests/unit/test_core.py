@@ -141,6 +141,23 @@ def test_a_dropped_target_leaves_the_snapshot_and_a_passive_verdict_opens_an_ale
     assert [(a.alert, a.volume) for a in core.snapshot.alerts] == [("DeviceSlow", "serial:Z1")]
 
 
+def test_a_passive_alert_on_a_device_no_target_uses_says_where_its_xfs_is_mounted(parts):
+    """(c) of the page: a peer group's slow member need not be probed, and its page still names the mount point
+    (from the XFS reports, which know each mount's kernel device); a device with no mount says none."""
+    core = parts.new_core()
+    report = xfs.XfsReport("/srv/b", "/dev/loop3", None, None, None, None, (), kernel_name="loop3")
+    core.run_batch([XfsRead(MappingProxyType({"/srv/b": (report, 1.7e9)}))])
+    slow = Transition("peers", "fs-uuid:b", "raised", "warning", "loop3 is 5.0x slower than its peers loop1",
+                      {"ratio": 5.0})
+    bare = Transition("self", "serial:Z9", "raised", "warning", "sdz is 3.1x slower than its own normal",
+                      {"ratio": 3.1})
+    core.run_batch([PassiveJudged(((slow, "loop3"), (bare, "sdz")))])
+    where = {a["identity"]: a["evidence"]["where"] for a in parts.state.alerts(open_only=True)}
+    assert where["fs-uuid:b"] == {"mountpoint": "/srv/b", "devices": ["loop3"]}
+    assert where["serial:Z9"] == {"mountpoint": None, "devices": ["sdz"]}
+    assert {a.volume: a.mountpoint for a in core.snapshot.alerts} == {"fs-uuid:b": "/srv/b", "serial:Z9": None}
+
+
 def test_a_bad_event_is_logged_and_the_next_one_is_handled(parts, caplog):
     core = parts.new_core()
     with caplog.at_level(logging.ERROR, logger="iowarden"):
