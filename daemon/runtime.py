@@ -38,7 +38,7 @@ from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus, watch_endpoint
 from iowarden.daemon.passive.detector import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
-from iowarden.daemon.sources.registry import SOURCES
+from iowarden.daemon.sources.registry import SOURCES, TAILS_SOURCE
 from iowarden.daemon.sources.settings import SettingsPoller
 from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry, down_switch
@@ -109,7 +109,7 @@ class Daemon:
         if c.section("passive").enabled:
             self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
                                         lambda: self.settings.devices, self.state, post,
-                                        trace_fn=lambda: self.core.snapshot.sources.get("tracer"),
+                                        trace_fn=lambda: self.core.snapshot.sources.get(TAILS_SOURCE),
                                         own_probes_fn=lambda: self.core.snapshot.own_probes)
             self.registry.add("passive", c.section("passive").window_seconds, 10.0, self.passive.step)
         self.registry.add("scheduler", 1.0, 10.0, self.scheduler.step)

@@ -21,6 +21,7 @@ from iowarden.daemon.snapshot import CAPABILITY_PROFILE, NOT_PROBE_PROFILES, PAS
 from iowarden.daemon.commands.tables import human_metric, human_seconds, latency_columns, metric_label
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
+from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.verdicts.sentence import alert_text
 
 
@@ -127,10 +128,11 @@ def render(st: dict, table) -> str:
     if st.get("passive"):
         out.append(render_passive(st["passive"], table))
         out.append("")
-    tracer = (st.get("sources") or {}).get("tracer")
-    if tracer:
-        out.append(render_tail(tracer, table))
-        out.append("")
+    for spec in SOURCES:   # each source's own lines (the tracer: where the time of real I/O goes)
+        saved = (st.get("sources") or {}).get(spec.name)
+        if saved and spec.status_text is not None:
+            out.append(spec.status_text(saved, table))
+            out.append("")
     for identity, cap in sorted((st.get("capability") or {}).items()):
         bw = f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap.get("bandwidth_bytes") else ""
         out.append(f"capability {_p(identity)} ({_p(cap.get('device'))}): {cap['saturation_iops']:,.0f} IOPS{bw}, knee at "
@@ -192,24 +194,6 @@ def render_passive(views: list[dict], table) -> str:
                  [[v["device"], v["identity"], direction(v, "read"), direction(v, "write"),
                    f"{v['peer_ratio']:.2f}x" if v["peer_ratio"] is not None else "-", verdict(v),
                    time.strftime("%H:%M:%S", time.localtime(v["at"]))] for v in views])
-
-
-def render_tail(t: dict, table) -> str:
-    """Where the time of real I/O went in the tracer's last window: per disk and direction, the tail of
-    the timed requests and how much of their p99 the device itself took."""
-    as_of = time.strftime("%H:%M:%S", time.localtime(t["at"]))
-    if not t.get("up"):
-        return f"where the time goes: the tracer is off ({_p(t.get('reason') or 'no reason given')}), as of {as_of}"
-    rows = [r for r in t.get("rows", ()) if r.get("timed")]
-    if not rows:
-        return f"where the time goes: no request timed in the last {t['window_seconds']:.0f} s, as of {as_of}"
-    headers, cells = latency_columns({k: [r.get(f"{k}_seconds") for r in rows] for k in ("p50", "p99", "p999")})
-    headers = [h.replace("p999", "p99.9") for h in headers]
-    return (f"where the time goes (real I/O, the last {t['window_seconds']:.0f} s, as of {as_of}):\n" +
-            table(["device", "direction", "timed", *headers, "p99 in device"],
-                  [[_p(r["device"]), r["direction"], r["timed"], *lat,
-                    f"{r['in_device_p99']:.0%}" if r.get("in_device_p99") is not None else "-"]
-                   for r, lat in zip(rows, cells)]))
 
 
 class NothingMatches(Exception):

@@ -11,7 +11,8 @@ from typing import Any, Iterable, Sequence
 from iowarden.probes.common import printable, printable_lines
 
 # re-exported: the wording of one number lives with the verdicts that say it (daemon/wording.py)
-from iowarden.daemon.wording import METRIC_LABELS, human_metric, human_seconds, metric_label  # noqa: F401
+from iowarden.daemon.wording import (METRIC_LABELS, human_metric, human_seconds, latency_columns,  # noqa: F401
+                                     latency_unit, metric_label)
 
 CELL_MAX_CHARS = 300
 
@@ -35,29 +36,6 @@ def human_bytes(n: int) -> str:
             break
         value /= 1024
     return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
-
-
-def latency_unit(values_seconds: Iterable[float | None]) -> tuple[str, float]:
-    """The unit of one latency column, chosen from all its values as fio chooses it for its
-    percentiles (stat.c, show_clat_percentiles): msec when the smallest is over 2 ms and the
-    largest over 100 ms, usec when over 2 µs and 100 µs, else nsec. Values then print as whole
-    numbers of that unit, fio's precision."""
-    ns = [v * 1e9 for v in values_seconds if v is not None and math.isfinite(v)]
-    if ns and min(ns) > 2_000_000 and max(ns) > 99_999_999:
-        return "msec", 1e-3
-    if not ns or (min(ns) > 2_000 and max(ns) > 99_999):
-        return "usec", 1e-6
-    return "nsec", 1e-9
-
-
-def latency_columns(columns: dict[str, list[float | None]]) -> tuple[list[str], list[list[int | None]]]:
-    """Headers ("p99 usec") and whole-number cells for a table's latency columns. They share one
-    unit, chosen from all their values, as fio's percentile list does: a row reads across
-    without a change of scale."""
-    unit, scale = latency_unit(v for values in columns.values() for v in values)
-    cells = [[None if v is None or not math.isfinite(v) else round(v / scale) for v in values]
-             for values in columns.values()]
-    return [f"{name} {unit}" for name in columns], [list(row) for row in zip(*cells)]
 
 
 def _is_num(s: str) -> bool:

@@ -11,6 +11,7 @@ of that value, called where the daemon needs it:
 - `families(value, snapshot)`: its section of /metrics;
 - `causes(value, disks)`: sentences for an alert on a volume over those kernel disks (its likely causes);
 - `summary(value)` (optional): what `iowarden status` shows of it, saved by the core at most every 15 s.
+- `status_text(summary, table)` (optional): its lines in `iowarden status`, from that saved summary.
 
 Adding a source is one module that defines a spec, one line in SOURCES, its fixture and its tests.
 The built-in sources that came before the seam (the diskstats sampler, the settings poller, the XFS
@@ -25,3 +26,5 @@ from iowarden.daemon.sources.spec import SourceSpec
 from iowarden.daemon.sources.tracer import SPEC as TRACER
 
 SOURCES: tuple[SourceSpec, ...] = (SMART, TRACER, CGROUPS)
+# the source whose reading carries the tails of real I/O (a TraceReading), for the passive tail rule
+TAILS_SOURCE: str = TRACER.name

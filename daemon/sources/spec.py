@@ -18,3 +18,5 @@ class SourceSpec:
     # (value) -> a JSON-able summary the core saves (at most every SUMMARY_SECONDS) for `iowarden status`,
     # a process of its own that reads the database; None: the source shows nothing there
     summary: Callable[[object], dict] | None = None
+    # (the saved summary, the table function of `status`) -> the source's lines there; None: none
+    status_text: Callable[[dict, Callable], str] | None = None

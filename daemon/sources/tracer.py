@@ -37,7 +37,7 @@ from iowarden.daemon.sources.tracer_plan import needs_replan, over_budget, skip_
 # the kernel's side, importable from here as before
 from iowarden.daemon.sources.tracer_proc import (NOT_TRACED, _read_available, block_tracepoints,  # noqa: F401
                                                   bpftrace_process, missing_tracepoints, traceable_disks)
-from iowarden.daemon.sources.tracer_views import TraceReading, causes, families, summary
+from iowarden.daemon.sources.tracer_views import TraceReading, causes, families, status_text, summary
 
 log = logging.getLogger("iowarden")
 
@@ -345,4 +345,4 @@ def start(section, roots: Roots, disk_reading=None):
 SPEC = SourceSpec("tracer", CONFIG, start,
                   # one read drains a pipe and may stop and start bpftrace (5 s to stop, its start returns at once)
                   deadline_seconds=lambda c: 30.0,
-                  families=families, causes=causes, summary=summary)
+                  families=families, causes=causes, summary=summary, status_text=status_text)

@@ -2,6 +2,7 @@
 the summary `status` shows. Pure functions of a TraceReading (sources/tracer.py reads it)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -9,6 +10,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from iowarden.probes import blocktrace
 from iowarden.probes.blockqueue import identity_of
+from iowarden.probes.common import printable
+
+from iowarden.daemon.wording import human_seconds, latency_columns
 
 TRACE_BUCKETS_SECONDS = tuple(2 ** k / 1e9 for k in range(12, 36))
 MIN_TAIL_SAMPLES = 200      # timed I/Os in a window before its p99 is quoted as a cause
@@ -87,7 +91,6 @@ def where_the_time_goes(r: TraceReading, disk: str, direction: str) -> str | Non
     if not p99:
         return None
     in_device = min(1.0, dev99 / p99)
-    from iowarden.daemon.wording import human_seconds
     where = ("the device" if in_device >= 0.8 else
              "the kernel's queue in front of the device (I/O scheduler, nr_requests, writeback throttling)"
              if in_device <= 0.5 else "both the device and the kernel's queue")
@@ -117,3 +120,21 @@ def summary(r: TraceReading) -> dict:
                      "sampled_share": r.sampled_share.get(disk)})
     return {"up": r.up, "reason": r.reason, "window_seconds": r.window_seconds, "unix_time": r.unix_time,
             "rows": rows}
+
+
+def status_text(t: dict, table) -> str:
+    """Where the time of real I/O went in the tracer's last window: per disk and direction, the tail of
+    the timed requests and how much of their p99 the device itself took."""
+    as_of = time.strftime("%H:%M:%S", time.localtime(t["at"]))
+    if not t.get("up"):
+        return f"where the time goes: the tracer is off ({printable(t.get('reason') or 'no reason given')}), as of {as_of}"
+    rows = [r for r in t.get("rows", ()) if r.get("timed")]
+    if not rows:
+        return f"where the time goes: no request timed in the last {t['window_seconds']:.0f} s, as of {as_of}"
+    headers, cells = latency_columns({k: [r.get(f"{k}_seconds") for r in rows] for k in ("p50", "p99", "p999")})
+    headers = [h.replace("p999", "p99.9") for h in headers]
+    return (f"where the time goes (real I/O, the last {t['window_seconds']:.0f} s, as of {as_of}):\n" +
+            table(["device", "direction", "timed", *headers, "p99 in device"],
+                  [[printable(r["device"]), r["direction"], r["timed"], *lat,
+                    f"{r['in_device_p99']:.0%}" if r.get("in_device_p99") is not None else "-"]
+                   for r, lat in zip(rows, cells)]))

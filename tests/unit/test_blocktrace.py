@@ -201,7 +201,7 @@ def test_the_histograms_pass_promtool_and_the_naming_check():
 
 
 def test_status_shows_the_last_windows_tail_saved_by_the_core_at_most_every_15_s(tmp_path):
-    from iowarden.daemon.commands.status import render_tail
+    from iowarden.daemon.sources.tracer_views import status_text as render_tail
     from iowarden.daemon.commands.tables import table
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.events import SourceRead
