@@ -32,7 +32,7 @@ from iowarden.probes import blocktrace, diskstats
 from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
-from iowarden.daemon.sources.spec import SourceSpec
+from iowarden.daemon.sources.spec import SourceSpec, stoppable
 from iowarden.daemon.sources.tracer_plan import needs_replan, over_budget, skip_for, sustained_rate
 # the kernel's side, importable from here as before
 from iowarden.daemon.sources.tracer_proc import (NOT_TRACED, _read_available, block_tracepoints,  # noqa: F401
@@ -333,11 +333,8 @@ def start(section, roots: Roots, disk_reading=None):
     judged on (the daemon's one read of /proc/diskstats a tick); without it (a guest's script, `iostat
     --latency`) the tracer reads /proc/diskstats itself."""
     tracer = _Tracer(section, roots, disk_reading=disk_reading)
-
-    def read() -> TraceReading:
-        return tracer.read()
-    read.stop = tracer.stop   # the runtime stops bpftrace with the daemon (sources/registry.py)
-    return read
+    # the runtime stops bpftrace with the daemon (sources/registry.py), never in the middle of a read
+    return stoppable(tracer.read, tracer.stop)
 
 
 # ---- /metrics ----------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ class Traced:
         section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
         section.interval_seconds, section.devices = WINDOW_SECONDS, disks
         self.read = tracer.start(section, Roots())
-        self.state = self.read.stop.__self__   # the reader's own state: its bpftrace, what it said
+        self.state = self.read.state   # the reader's own state: its bpftrace, what it said
         self.last = self.read()
 
     def tick(self):

@@ -353,7 +353,7 @@ def test_a_silent_bpftrace_gets_minutes_to_compile_and_three_windows_once_it_has
                                      ("speaks", attached, 3 * 15 + 10)):
         clock, section, roots = _fake_host(tmp_path, monkeypatch, says + "exec sleep 600\n")
         read = tracer.start(section, roots)
-        state = read.stop.__self__
+        state = read.state
         try:
             r = read()
             assert not r.up and r.reason == "compiling the program" and state.proc.poll() is None, r
@@ -387,7 +387,7 @@ def test_lines_waiting_in_the_pipe_count_before_the_silence_is_judged(tmp_path, 
                                        f"while [ ! -e {go} ]; do sleep 0.01; done\n"
                                        f"echo '{line}'\n: > {printed}\nexec sleep 600\n")
     read = tracer.start(section, roots)
-    state = read.stop.__self__
+    state = read.state
     try:
         read()
         first = state.proc.pid
