@@ -221,7 +221,7 @@ def test_the_slower_of_two_peers_is_named_and_the_other_not(tmp_path, daemon_fac
             time.sleep(20)
             with iops_cap(lower_b.major_minor, 100):
                 found = wait_for(lambda: [x for x in passive_alerts(scrape(port)) if x[0] == "SlowMember"],
-                                 timeout=150, what=f"SlowMember for {b.name}")
+                                 timeout=240, what=f"SlowMember for {b.name}")
                 text = scrape(port)
                 page = wait_for(lambda: notification(hook, "IowardenSlowMember", b.name), timeout=90,
                                 what="SlowMember at the webhook")

@@ -120,7 +120,9 @@ def test_raid0_slow_member_is_named_not_its_peers_nor_the_array(lab):
     g = lab.guest
     r0 = {c: lab.dev(f"virtio-lab-r0{c}") for c in "abcd"}
     slow = r0["c"]
-    lab.configure({"raid0": 10.0})
+    # the array is busy with the workload, so its probes run contended: the deep profile's total says what the
+    # array delivers (a shallow probe's total is what the workload asks, and is not judged)
+    lab.configure({"raid0": 10.0}, profiles={"raid0": "deep"})
     g.run(["systemctl", "stop", "lab-load"], check=False)
     g.run(LOAD)
     try:
@@ -151,8 +153,10 @@ def _slow_member_scenario(lab, r0: dict, slow: str) -> None:
     took = time.monotonic() - throttled_at
     assert {a["device"] for a in found} == {slow}, found
     assert found[0]["volume"] == "serial:lab-r0c"
-    text = lab.metrics()
-    assert value(text, "iowarden_passive_peer_ratio", device=slow) > 4
+    # the gauge is the median of the member's last few windows: a window of the deep probe (every 10 s, all four
+    # members loaded at once) can bring it near its peers' for a moment; what holds is that it stands far out
+    text = wait_for(lambda: (lambda t: t if (value(t, "iowarden_passive_peer_ratio", device=slow) or 0) > 4 else None)(
+        lab.metrics()), timeout=60, what=f"{slow}'s peer ratio above 4")
     for name in set(r0.values()) - {slow}:
         assert value(text, "iowarden_passive_peer_ratio", device=name) < 2
     # the probes of the array see it slow; the cause names the member, not the array's own limit
