@@ -146,8 +146,11 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         d = daemon_factory(config_text(upper.mountpoint, tmp_path / "state", interval=10.0, port=port,
                                        runtime=1.0, extra=PASSIVE + only(lower, upper)))
         d.wait_message("READY=1")
-        # probes every 10 s learn the idle volume
-        text = wait_for(lambda: (lambda t: t if learned(t) else None)(scrape(port)), timeout=300, what="the volume armed")
+        # probes every 10 s learn the idle volume: its baselines armed, and 100 s of its windows for the passive
+        # curve's unqueued normal, which VolumeAtLimit's queue cost is judged against (one run that waited for
+        # the baselines alone, 60 s, saw no ceiling in the 120 s below)
+        time.sleep(100)
+        text = wait_for(lambda: (lambda t: t if learned(t) else None)(scrape(port)), timeout=200, what="the volume armed")
         probe_iops = metric(text, "iowarden_probe_iops", target="loop", direction="read")
         assert probe_iops and probe_iops > 400, f"no probe IOPS learned: {probe_iops}"
         assert passive_alerts(text) == []
@@ -169,7 +172,7 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
                 took = time.monotonic() - t0
                 # the probes, run contended on the busy disk, are judged by what it delivered in total
                 try:
-                    page = wait_for(lambda: notification(hook, "IowardenVolumeDegraded", "by cgroup:"), timeout=150,
+                    page = wait_for(lambda: notification(hook, "IowardenVolumeDegraded", "by cgroup:"), timeout=210,
                                     what="VolumeDegraded from the contended probes, naming who, at the webhook")
                 except AssertionError:
                     print("\n".join(x[:600] for x in d.output().splitlines() if "ALERT" in x or "probe loop" in x))
