@@ -146,9 +146,8 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         d = daemon_factory(config_text(upper.mountpoint, tmp_path / "state", interval=10.0, port=port,
                                        runtime=1.0, extra=PASSIVE + only(lower, upper)))
         d.wait_message("READY=1")
-        # probes every 10 s learn the idle volume: its baselines armed, and 100 s of its windows for the passive
-        # curve's unqueued normal, which VolumeAtLimit's queue cost is judged against (one run that waited for
-        # the baselines alone, 60 s, saw no ceiling in the 120 s below)
+        # probes every 10 s learn the idle volume: 100 s of its windows give the passive curve the unqueued normal
+        # that VolumeAtLimit's queue cost is judged against; then its baselines must be armed
         time.sleep(100)
         text = wait_for(lambda: (lambda t: t if learned(t) else None)(scrape(port)), timeout=200, what="the volume armed")
         probe_iops = metric(text, "iowarden_probe_iops", target="loop", direction="read")
