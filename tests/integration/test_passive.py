@@ -159,10 +159,7 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         cap = min(int(probe_iops / 4), 2000)
         # the lower device's cap, as a provisioned limit: in the root cgroup (the daemon's probes) and in the
         # workload's own (the loop driver charges the lower device's I/O to the cgroup that asked for it)
-        # Prometheus at 1 s here: Alertmanager sends a firing alert's annotations once (a change of annotations
-        # alone is no new notification), and at 15 s the first evaluation could come before the cause named the
-        # cgroup doing the I/O (one run at 15 s: no "by cgroup:" in 210 s; to be looked at, issue 32's note)
-        with paging(tmp_path, port, interval="1s") as hook, blkio_cgroup() as app, \
+        with paging(tmp_path, port) as hook, blkio_cgroup() as app, \
                 cgroup_cap(app, "read_iops_device", lower.major_minor, cap), \
                 cgroup_cap(app, "write_iops_device", lower.major_minor, cap), \
                 workload(upper.mountpoint, rate_iops=2 * cap, seconds=300, cgroup=app):
