@@ -48,11 +48,22 @@ def _run_in_guest(lab, steps: list[dict], on_wait) -> dict[str, dict]:
     raise AssertionError(f"the guest's tracer run did not finish in 30 min; got {sorted(results)}")
 
 
+# The tracer times a read from its insertion into the block layer to its completion; fio's completion latency
+# also holds the path above and below that (the io_submit system call, the interrupt, the reap), a fixed cost
+# per read that TCG makes about 40 us (stop 43's CI: 37 us on virtio, 39 us on NVMe, 10.4 % of a 0.37 ms p50).
+# So the tracer's percentile may lie below fio's by the tolerance plus that path, and above it by no more
+# than the width of one of its buckets (an eighth of an octave, interpolated inside: blocktrace.SUB_BUCKETS).
+PATH_MS = 0.06
+ABOVE_TOLERANCE = 1 / 8
+
+
 def _agree(r: dict, p50_tolerance=0.10, p99_tolerance=0.20) -> None:
     fio, total = r["fio"], r["tracer"]["total"]
     assert total["n"] >= 0.95 * r["fio_ios"], r   # every read of the job timed (no sampling at this rate)
-    assert abs(total["p50"] / fio["p50"] - 1) <= p50_tolerance, r
-    assert abs(total["p99"] / fio["p99"] - 1) <= p99_tolerance, r
+    for q, tolerance in (("p50", p50_tolerance), ("p99", p99_tolerance)):
+        low = fio[q] * (1 - tolerance) - PATH_MS
+        high = fio[q] * (1 + ABOVE_TOLERANCE)
+        assert low <= total[q] <= high, (q, f"tracer {total[q]:.3f} ms, fio {fio[q]:.3f} ms", r)
 
 
 def test_tracer_agrees_with_fio_on_virtio_and_nvme_and_names_a_throttled_device(lab):
