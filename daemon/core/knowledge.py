@@ -192,15 +192,23 @@ def limits_on_stack(k: Knowledge, devices: set[str], anyone: bool = False) -> li
     limits = cgroups.limits_holding(view, devices, anyone)
     if limits:
         return limits
-    below = {b for d in devices for b in blockqueue.devices_below(d, k.devices or {})} - devices
+    below = below_stack(k, devices)
     return [f"below {', '.join(sorted(devices))}: {held}" for held in cgroups.limits_holding(view, below, anyone)]
 
 
+def below_stack(k: Knowledge, devices: set[str]) -> set[str]:
+    """The devices these are built on (a loop device's backing file's device included), not themselves."""
+    return {b for d in devices for b in blockqueue.devices_below(d, k.devices or {})} - devices
+
+
 def cgroup_evidence(k: Knowledge, devices: set[str]) -> dict:
-    """The cgroup source's last reading, on these devices: the limits on iowarden's own I/O, who else did I/O."""
+    """The cgroup source's last reading, on these devices: the limits on iowarden's own I/O, who else did I/O
+    (on the devices, or where v1 counted none of it there, on the ones below)."""
     view = k.sources.get(cgroups.SPEC.name)
-    return {"cgroup_limits": limits_on_stack(k, devices), "who": cgroups.who(view, devices),
-            "foreign_share": cgroups.foreign_share(view, devices)}
+    below = below_stack(k, devices)
+    seen = devices if cgroups.counted(view, devices) or not cgroups.counted(view, below) else below
+    return {"cgroup_limits": limits_on_stack(k, devices), "who": cgroups.who_on_stack(view, devices, below),
+            "who_unseen": cgroups.not_counted(view, seen), "foreign_share": cgroups.foreign_share(view, seen)}
 
 
 def apply_settings(core, power) -> None:

@@ -176,6 +176,29 @@ def who(view: CgroupIoView | None, devices: set[str]) -> str | None:
         + ", ".join(parts)
 
 
+def counted(view: CgroupIoView | None, devices: set[str]) -> bool:
+    """Whether the reading holds any cgroup's I/O on these devices."""
+    return view is not None and any(view.names.get(r.devno) in devices for r in view.rates)
+
+
+def who_on_stack(view: CgroupIoView | None, devices: set[str], below: set[str]) -> str | None:
+    """`who` on the devices; where none of their I/O was counted, `who` on the devices below them. Cgroup v1
+    counts a device's I/O per cgroup only once a blkio throttle rule has been set on it (blk-throttle is
+    activated per queue by its first rule, kernel 6.10 on; seen on 6.18): a loop device stacked on another
+    that carries the limit, or a dm volume over throttled disks, shows its cgroups only below, where the
+    loop driver and dm charge the I/O to the cgroup that asked for it. One level is named, never both: the
+    same requests counted at two levels would be said twice over."""
+    return who(view, devices if counted(view, devices) or not below else below)
+
+
+def not_counted(view: CgroupIoView | None, devices: set[str]) -> str | None:
+    """On cgroup v1, why no cgroup is named for a busy device: its I/O is not counted per cgroup."""
+    if view is None or view.version != 1 or not view.seconds or counted(view, devices) or not devices:
+        return None
+    return (f"who did it is not known: cgroup v1 counts I/O per cgroup on {', '.join(sorted(devices))} only once "
+            "a blkio throttle rule has been set on it (none has been)")
+
+
 def foreign_share(view: CgroupIoView | None, devices: set[str]) -> float | None:
     """The share of the devices' I/O (by IOPS) done by cgroups other than iowarden's own, last interval."""
     if view is None or not view.seconds:

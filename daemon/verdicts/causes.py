@@ -27,6 +27,7 @@ class Evidence:
     window: "ProbeWindow | None" = None           # the probe against what its device did in the same seconds
     cgroup_limits: list = field(default_factory=list)   # limits on the stack that hold iowarden's own I/O
     who: str | None = None                        # the cgroups doing I/O on the stack's devices, with shares
+    who_unseen: str | None = None                 # why no cgroup can be named (v1 did not count the devices' I/O)
     foreign_share: float | None = None            # their share of the I/O, iowarden's own probes excepted
 
 
@@ -114,7 +115,7 @@ def likely_causes(ev: Evidence) -> list[str]:
         # first: a probe run on a device busy with others' work says so, and who, before what else held it
         util = f" ({ev.foreign_util_percent:.0f}% util from other I/O)" if ev.foreign_util_percent else ""
         causes.append(f"contention: the device was busy with other work during the probe{util}"
-                      + (f"; {ev.who}" if ev.who else ""))
+                      + (f"; {ev.who}" if ev.who else f"; {ev.who_unseen}" if ev.who_unseen else ""))
         causes.extend(_layer_causes(ev, layer))
     else:
         causes.extend(_layer_causes(ev, layer))

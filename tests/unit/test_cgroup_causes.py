@@ -176,3 +176,42 @@ def test_a_contended_probe_says_who_first_and_a_devices_limits_are_one_sentence(
     causes = likely_causes(ev)
     assert causes[0].startswith("contention: the device was busy") and "by cgroup: /app" in causes[0]
     assert any("2,000 read IOPS and 2,000 write IOPS" in c for c in causes[1:])
+
+
+def _stacked_v1(rates, names):
+    """loop8's image lives on loop7's file system (the lab's and test_passive's stacked volume), on cgroup v1."""
+    from types import MappingProxyType, SimpleNamespace
+    from iowarden.daemon.core import knowledge
+    from iowarden.probes.blockqueue import BlockDevice
+    view = cgroups.CgroupIoView(0.0, 1.0, 1, "/", tuple(rates), (), MappingProxyType(names))
+    lower = BlockDevice("loop7", 7, 7, "loop", 1 << 30, None, (), (), None)
+    upper = BlockDevice("loop8", 7, 8, "loop", 1 << 29, None, (), (), None, loop_backing_devno="7:7")
+    return knowledge, SimpleNamespace(sources={cgroups.SPEC.name: view}, devices={"loop7": lower, "loop8": upper})
+
+
+def test_v1_who_on_a_device_it_did_not_count_is_read_below_it_once():
+    """Cgroup v1 counts a device's I/O per cgroup only once a throttle rule was set on it (kernel 6.10 on): the
+    busy upper loop device shows nobody, the limited one below it shows the workload; named there, not twice."""
+    knowledge, k = _stacked_v1([cgroups.Rate("/app", "7:7", 700, 300, 700 * 4096, 300 * 4096),
+                                cgroups.Rate("/", "7:7", 100, 0, 100 * 4096, 0)], {"7:7": "loop7"})
+    found = knowledge.cgroup_evidence(k, {"loop8"})
+    assert found["who"] == ("I/O on loop7 in the last 1 s by cgroup: /app 1,000 IOPS 3.9 MiB/s (91%), "
+                            "/ (iowarden's own probes) 100 IOPS 0.4 MiB/s (9%)")
+    assert found["foreign_share"] == pytest.approx(1000 / 1100) and found["who_unseen"] is None
+    # counted on the device itself: that level is the one named, the one below not added to it
+    knowledge, k = _stacked_v1([cgroups.Rate("/app", "7:8", 500, 0, 500 * 4096, 0),
+                                cgroups.Rate("/app", "7:7", 700, 300, 700 * 4096, 300 * 4096)],
+                               {"7:7": "loop7", "7:8": "loop8"})
+    assert knowledge.cgroup_evidence(k, {"loop8"})["who"].startswith("I/O on loop8 in the last 1 s by cgroup: /app 500 IOPS")
+
+
+def test_v1_contention_nobody_counted_says_why_no_cgroup_is_named():
+    knowledge, k = _stacked_v1([], {})
+    found = knowledge.cgroup_evidence(k, {"loop8"})
+    assert found["who"] is None
+    assert found["who_unseen"] == ("who did it is not known: cgroup v1 counts I/O per cgroup on loop8 only once a "
+                                   "blkio throttle rule has been set on it (none has been)")
+    ev = _evidence(device="loop8", window=ProbeWindow("loop8", 0.012, 9.5, 99.0), contended=True,
+                   foreign_util_percent=95.0, **found)
+    assert likely_causes(ev)[0] == ("contention: the device was busy with other work during the probe (95% util "
+                                    "from other I/O); " + found["who_unseen"])
