@@ -190,7 +190,7 @@ def _stacked_v1(rates, names):
 
 
 def test_v1_who_on_a_device_it_did_not_count_is_read_below_it_once():
-    """Cgroup v1 counts a device's I/O per cgroup only once a throttle rule was set on it (kernel 6.10 on): the
+    """Cgroup v1 counts a device's I/O per cgroup only once a throttle rule was set on it (seen on 6.18): the
     busy upper loop device shows nobody, the limited one below it shows the workload; named there, not twice."""
     knowledge, k = _stacked_v1([cgroups.Rate("/app", "7:7", 700, 300, 700 * 4096, 300 * 4096),
                                 cgroups.Rate("/", "7:7", 100, 0, 100 * 4096, 0)], {"7:7": "loop7"})
