@@ -167,7 +167,9 @@ def who(view: CgroupIoView | None, devices: set[str]) -> str | None:
     ranked = sorted(per.items(), key=lambda kv: -kv[1][0])
     parts = []
     for cgroup, (iops, bps) in ranked[:WHO_NAMED]:
-        me = " (iowarden's own probes)" if cgroup == view.own_cgroup else ""
+        # iowarden's own cgroup holds its probes; the root one (a daemon run outside systemd) holds others too
+        me = "" if cgroup != view.own_cgroup else " (iowarden's own probes)" if cgroup != "/" else \
+            " (iowarden's probes and every process not in a cgroup of its own)"
         parts.append(f"{cgroup}{me} {iops:,.0f} IOPS {bps / (1 << 20):,.1f} MiB/s ({iops / total:.0%})")
     if len(ranked) > WHO_NAMED:
         rest = sum(v[0] for _, v in ranked[WHO_NAMED:])

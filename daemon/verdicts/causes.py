@@ -63,6 +63,9 @@ def layer_of(ev: Evidence) -> str | None:
 
 
 def _ms(v: float) -> str:
+    if v <= 0:
+        # the kernel keeps I/O time in whole milliseconds: a window's I/Os that took less than one in all
+        return "no measurable time"
     if v < 0.1:
         return f"{v * 1000:.0f} µs"
     return f"{v:.2f} ms" if v < 10 else f"{v:,.0f} ms"

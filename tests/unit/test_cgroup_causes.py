@@ -196,7 +196,7 @@ def test_v1_who_on_a_device_it_did_not_count_is_read_below_it_once():
                                 cgroups.Rate("/", "7:7", 100, 0, 100 * 4096, 0)], {"7:7": "loop7"})
     found = knowledge.cgroup_evidence(k, {"loop8"})
     assert found["who"] == ("I/O on loop7 in the last 1 s by cgroup: /app 1,000 IOPS 3.9 MiB/s (91%), "
-                            "/ (iowarden's own probes) 100 IOPS 0.4 MiB/s (9%)")
+                            "/ (iowarden's probes and every process not in a cgroup of its own) 100 IOPS 0.4 MiB/s (9%)")
     assert found["foreign_share"] == pytest.approx(1000 / 1100) and found["who_unseen"] is None
     # counted on the device itself: that level is the one named, the one below not added to it
     knowledge, k = _stacked_v1([cgroups.Rate("/app", "7:8", 500, 0, 500 * 4096, 0),
@@ -215,3 +215,9 @@ def test_v1_contention_nobody_counted_says_why_no_cgroup_is_named():
                    foreign_util_percent=95.0, **found)
     assert likely_causes(ev)[0] == ("contention: the device was busy with other work during the probe (95% util "
                                     "from other I/O); " + found["who_unseen"])
+
+
+def test_a_device_that_took_no_measurable_time_is_not_said_to_take_0_us():
+    """The kernel counts I/O time in whole milliseconds: 200 fast I/Os in a second can add up to none."""
+    causes = likely_causes(_evidence(window=ProbeWindow("loop7", 0.200, 0.0, 0.0)))
+    assert "while loop7 answered in no measurable time at 0% util" in causes[0], causes
