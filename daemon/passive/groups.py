@@ -91,8 +91,14 @@ class GroupRules:
             recent = list(d.peer_recent)[-n:]
             severe = len(recent) >= n and sum(
                 1 for lr, ex in recent if lr >= log_severe and ex >= self.p.floor_ms) >= self.p.raise_fraction * n
+            # the last windows' median: a verdict is raised only while they are slow and cleared when they are in
+            # line (peer_ratio above, peer_clear_ratio below: a band, so a member hovering between does not flap).
+            # The whole run's median alone cleared a member named on its last windows two seconds later, its
+            # slowdown too new to move it, and raised it again (the lab's flap); and held a mended one for an hour
+            recent_log = _median([r for r, _ in recent]) if recent else med_log
             persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
-                med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms
+                med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms and \
+                recent_log >= math.log(self.p.peer_ratio)
             named = not pair and self.evidence.named(m)
             if "peers" not in d.flagged and (severe or persistent or named):
                 peers, more = named_peers(members, m)
@@ -115,7 +121,7 @@ class GroupRules:
                 e = self.evidence.members.get(m)
                 if rule == "evidence" and (e is None or max(e.score, e.provisional) <= 0.0):
                     out.append(self._clear(m, d, "peers", "its evidence against its peers drained: in line for hours"))
-                elif rule not in ("evidence", "tail") and not named and med_log < math.log(self.p.peer_clear_ratio):
+                elif rule not in ("evidence", "tail") and not named and recent_log < math.log(self.p.peer_clear_ratio):
                     out.append(self._clear(m, d, "peers", "back in line with its peers"))
         return out
 
