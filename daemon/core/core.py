@@ -253,7 +253,7 @@ class Core:
         if not limits and transition.kind in ("self", "peers"):
             out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "
                        "cgroup limit), and no cgroup I/O limit is set on it")
-        who = cgroups.who_on_stack(view, {device}, knowledge.below_stack(self.known, {device}))
+        who = cgroups.who(view, cgroups.level_counted(view, {device}, knowledge.below_stack(self.known, {device})))
         return out + ([who] if who else []) + self.source_causes({device})
 
     def source_causes(self, disks: set[str]) -> list[str]:

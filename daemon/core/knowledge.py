@@ -205,9 +205,8 @@ def cgroup_evidence(k: Knowledge, devices: set[str]) -> dict:
     """The cgroup source's last reading, on these devices: the limits on iowarden's own I/O, who else did I/O
     (on the devices, or where v1 counted none of it there, on the ones below)."""
     view = k.sources.get(cgroups.SPEC.name)
-    below = below_stack(k, devices)
-    seen = devices if cgroups.counted(view, devices) or not cgroups.counted(view, below) else below
-    return {"cgroup_limits": limits_on_stack(k, devices), "who": cgroups.who_on_stack(view, devices, below),
+    seen = cgroups.level_counted(view, devices, below_stack(k, devices))
+    return {"cgroup_limits": limits_on_stack(k, devices), "who": cgroups.who(view, seen),
             "who_unseen": cgroups.not_counted(view, seen), "foreign_share": cgroups.foreign_share(view, seen)}
 
 

@@ -183,14 +183,14 @@ def counted(view: CgroupIoView | None, devices: set[str]) -> bool:
     return view is not None and any(view.names.get(r.devno) in devices for r in view.rates)
 
 
-def who_on_stack(view: CgroupIoView | None, devices: set[str], below: set[str]) -> str | None:
-    """`who` on the devices; where none of their I/O was counted, `who` on the devices below them. Cgroup v1
+def level_counted(view: CgroupIoView | None, devices: set[str], below: set[str]) -> set[str]:
+    """The devices whose cgroups `who` names: these; where none of their I/O was counted, those below. Cgroup v1
     counts a device's I/O per cgroup only once a blkio throttle rule has been set on it (blk-throttle is
     set up on a queue by its first rule on recent kernels; seen on 6.18): a loop device stacked on another
     that carries the limit, or a dm volume over throttled disks, shows its cgroups only below, where the
     loop driver and dm charge the I/O to the cgroup that asked for it. One level is named, never both: the
     same requests counted at two levels would be said twice over."""
-    return who(view, devices if counted(view, devices) or not below else below)
+    return devices if counted(view, devices) or not counted(view, below) else below
 
 
 def not_counted(view: CgroupIoView | None, devices: set[str]) -> str | None:
