@@ -182,7 +182,10 @@ def test_busy_volume_held_at_its_limit_is_named_with_the_ceiling(tmp_path, daemo
         assert "vs normal" in notes["summary"], notes["summary"]
         who = re.search(rf"by cgroup: /{app.name} ([\d,]+) IOPS [\d.,]+ MiB/s \((\d+)%\)",
                         notes["description"])
-        assert who and int(who.group(2)) >= 50, notes["description"]   # the workload did most of the I/O
+        # the workload's share of what was counted: its cgroup and the daemon's are held at the same cap on the
+        # device below, so while a probe runs they split it about evenly (52 % on fresh loop numbers, where it
+        # is read below; 63 % in CI, read on the volume's own device)
+        assert who and int(who.group(2)) >= 35, notes["description"]
         assert "contention" in notes["description"], notes["description"]
         assert found
         out = d.output()
