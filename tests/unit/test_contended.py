@@ -62,3 +62,24 @@ def test_a_probes_queue_depth_is_read_from_its_fio_command():
     assert r.queue_depth == 64
     r.argv = ["fio", "--name=a", "--iodepth=1"]
     assert r.queue_depth == 1
+
+
+def test_an_alert_raised_on_the_busy_totals_is_not_cleared_by_one_quiet_probe_between_busy_ones(tmp_path):
+    """The week lane's two pages for one fault: a limit below a write cache (the file under a loop device) held
+    the busy device's total at a third while a quiet write probe, landing in the cache, read its baseline; it
+    cleared the alert and the next busy probe raised it again. Two quiet probes in a row at baseline clear it,
+    as does the busy device delivering its normal in total."""
+    st, h = _armed(tmp_path)
+    causes = lambda since: []   # noqa: E731
+    h.on_result(_contended(8, 80.0), "vol", causes, _busy(250.0, 32))
+    assert h.on_result(_contended(9, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
+    assert h.on_result(_result(10, 1000.0), "vol", causes) == []                      # quiet, at its baseline
+    assert h.on_result(_contended(11, 80.0), "vol", causes, _busy(250.0, 32)) == []   # busy and short: still open
+    assert h.on_result(_result(12, 1000.0), "vol", causes) == []                      # the count began again
+    assert h.on_result(_result(13, 1000.0), "vol", causes) == ["VolumeDegraded cleared"]
+    # short on the busy totals again (its busy strikes went on): raised; the busy device delivering its normal
+    # in total clears it at once
+    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
+    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(900.0, 32)) == ["VolumeDegraded cleared"]
+    st.close()
+
