@@ -26,11 +26,13 @@ class ProbeFinished:
 
 @dataclass(frozen=True)
 class ProbeStarted:
-    """A probe worker is about to run fio on `device`: the core keeps that device's counters from now until
-    the probe's ProbeFinished (what the disk did meanwhile: contention), and no other device's."""
+    """A probe worker is about to run fio on `device`: the core keeps that device's counters, and those of the
+    physical disks under it, from now until the probe's ProbeFinished (what they did meanwhile: contention),
+    and no other device's."""
     target: str
     profile: str
     device: str | None
+    disks: tuple[str, ...] = ()          # the physical disks under it (a partition's disk, an LV's PVs)
 
 
 @dataclass(frozen=True)

@@ -175,11 +175,12 @@ class Core:
     def _on_probe(self, e: ProbeFinished) -> None:
         knowledge.apply_result(self, e)
         device = self.known.probing.pop((e.result.target, e.result.profile), None)
+        self.known.probing_disks.pop((e.result.target, e.result.profile), None)
         if device:
             self.known.probe_ended_at[device] = self.clock()
 
     def _on_probe_started(self, e: ProbeStarted) -> None:
-        self.known.probe_started(e.target, e.profile, e.device)
+        self.known.probe_started(e.target, e.profile, e.device, e.disks)
 
     def _on_sample(self, e: DisksSampled) -> None:
         k = self.known

@@ -60,6 +60,7 @@ class Knowledge:
     sources: dict = field(default_factory=dict)
     latency_totals: dict = field(default_factory=dict)      # (target, profile, direction) -> LatencyTotal
     probing: dict = field(default_factory=dict)             # (target, profile) -> the device its probe runs on
+    probing_disks: dict = field(default_factory=dict)       # (target, profile) -> the physical disks under it
     probe_ended_at: dict = field(default_factory=dict)      # device -> when its last probe ended (monotonic)
     sample_at: float = 0.0                                  # the Unix time of `sample`
 
@@ -80,7 +81,7 @@ class Knowledge:
     def keep_sample(self, unix_time: float, sample) -> None:
         """Keep the counters of the devices probes run on now (none while no probe runs)."""
         self.sample_at = unix_time
-        watched = {d for d in self.probing.values() if d}
+        watched = {d for d in self.probing.values() if d} | {d for ds in self.probing_disks.values() for d in ds}
         if watched:
             self.samples.append((unix_time, DiskSample(sample.monotonic_seconds,
                                                        {d: c for d, c in sample.counters.items() if d in watched})))
@@ -92,13 +93,16 @@ class Knowledge:
         out.update({d: math.inf for d in self.probing.values() if d})
         return MappingProxyType(out)
 
-    def probe_started(self, target: str, profile: str, device: str | None) -> None:
-        """Watch the device from now, starting with the sample just before (fio starts within the second:
-        what the disk did from then on is bracketed by that sample and the first after the probe's end)."""
+    def probe_started(self, target: str, profile: str, device: str | None, disks: tuple[str, ...] = ()) -> None:
+        """Watch the device and the disks under it from now, starting with the sample just before (fio starts
+        within the second: what they did from then on is bracketed by that sample and the first after the
+        probe's end)."""
         self.probing[(target, profile)] = device
-        if device and self.sample is not None and device in self.sample.counters:
-            self.samples.append((self.sample_at, DiskSample(self.sample.monotonic_seconds,
-                                                            {device: self.sample.counters[device]})))
+        self.probing_disks[(target, profile)] = tuple(disks)
+        names = {device, *disks} - {None}
+        if names and self.sample is not None:
+            self.samples.append((self.sample_at, DiskSample(self.sample.monotonic_seconds, {
+                n: self.sample.counters[n] for n in names if n in self.sample.counters})))
 
     def delivered(self, device: str, start: float, end: float):
         """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
@@ -136,10 +140,13 @@ def apply_result(core, e: ProbeFinished) -> None:
                "disk_write_await_ms": rates.write_await_ms} if rates else {}
     if result.contended and result.device:
         context["probe_queue_depth"] = result.queue_depth
-        total = k.delivered(result.device, result.started_at, result.started_at + result.duration_seconds)
+        total = delivered_in_total(k, result.device, e.disks, result.started_at,
+                                   result.started_at + result.duration_seconds)
         if total is not None:
-            context["delivered_iops"] = total.reads_per_second + total.writes_per_second
-            context["delivered_bytes_per_second"] = (total.read_kib_per_second + total.write_kib_per_second) * 1024
+            context["delivered_iops"], context["delivered_bytes_per_second"], context["delivered_on"] = total
+            log.info("%s/%s contended: the busy disk delivered %.0f IOPS, %.1f MiB/s in total on %s (the probe "
+                     "and the other work)", result.target, result.profile, total[0], total[1] / (1 << 20), total[2],
+                     extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
         view = next((v for name, _, v in k.passive_views if name == result.device), None)
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
@@ -148,6 +155,31 @@ def apply_result(core, e: ProbeFinished) -> None:
     # into the core (a callback that read health again was the reason for a re-entrant lock)
     causes = causes_of(core, e, core.health.baseline_since(identity, result.profile))
     core.health.on_result(record, identity, lambda since: causes, context)
+
+
+def delivered_in_total(k: Knowledge, device: str, disks: tuple[str, ...], start: float, end: float):
+    """What was done in the probe's seconds, all work counted: (IOPS, bytes a second, where), or None.
+
+    A probe is contended by the load on the physical disks under its device (plan.py), and where those are
+    shared (LVs on one disk, partitions, an array's members) the other work is on them, not on the probe's
+    device: a backup on the next LV fills the disk while the probe's own device carries the probe alone,
+    which is short of the volume's quiet normal on a healthy disk. So the larger of the device's total and
+    the disks' (summed: an array's members together), each of IOPS and bytes; a disk held at a limit is short
+    in both."""
+    def figures(rates):
+        return (sum(r.reads_per_second + r.writes_per_second for r in rates),
+                sum((r.read_kib_per_second + r.write_kib_per_second) * 1024 for r in rates))
+    own = k.delivered(device, start, end)
+    below = [k.delivered(d, start, end) for d in disks if d != device]
+    choices = [] if own is None else [(figures([own]), device)]
+    if below and None not in below:
+        choices.append((figures(below), ",".join(d for d in disks if d != device)))
+    if not choices:
+        return None
+    iops = max(c[0][0] for c in choices)
+    bw = max(c[0][1] for c in choices)
+    where = max(choices, key=lambda c: (c[0][0], c[0][1]))[1]
+    return iops, bw, where
 
 
 def causes_of(core, e: ProbeFinished, since: float) -> list[str]:

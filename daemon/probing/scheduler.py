@@ -281,7 +281,7 @@ class Scheduler:
                 result = ProbeResult(d.target.name, d.target.path, device, d.profile, False,
                                      f"refused: {refusal}", time.time(), 0.0)
             else:
-                self.post(ProbeStarted(d.target.name, d.profile, device))
+                self.post(ProbeStarted(d.target.name, d.profile, device, tuple(disks)))
                 result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                    fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
                                    on_start=lambda proc: self._track(proc, disks),

@@ -285,8 +285,9 @@ class Health:
         if saturating:
             self.deep_short[identity] = short
         if short and self.contended_strikes[key] >= 2 and akey not in self.open:
-            finding = (f"on a busy disk the device delivered {delivered_iops:,.0f} IOPS in total (this probe and "
-                       f"the other work together) where the probe alone gets {normal_iops:,.0f} on the healthy "
+            on = f" ({context['delivered_on']})" if context.get("delivered_on") else ""
+            finding = (f"on a busy disk the device{on} delivered {delivered_iops:,.0f} IOPS in total (this probe "
+                       f"and the other work together) where the probe alone gets {normal_iops:,.0f} on the healthy "
                        "volume: it is slower than its normal even counting the other work")
             evidence = {"metrics": {"delivered_iops": {"value": round(delivered_iops, 1),
                                                        "baseline": round(normal_iops, 1), "reason": "contended"}},

@@ -1,4 +1,5 @@
 """Helpers for tests that run `iowarden run` as a real process, or that need a volume of a known speed."""
+import json
 import os
 from pathlib import Path
 import signal
@@ -172,6 +173,13 @@ def rows(db, sql):
         return con.execute(sql).fetchall()
     finally:
         con.close()
+
+
+def baselines_armed(db, profile: str, warmup: int = 12) -> bool:
+    """Every metric of the profile has learned its warm-up (the daemon's saved detector state): armed, which a
+    count of probes is not on a busy machine (a contended probe is not learned)."""
+    states = [json.loads(s) for (s,) in rows(db, f"SELECT state FROM baselines WHERE profile = '{profile}'")]
+    return bool(states) and all(len(s["values"]) >= warmup for s in states)
 
 
 def wait_for(fn, timeout=30, what="condition"):

@@ -1,6 +1,5 @@
 """`iowarden run` as a real process: readiness, scheduled probes into SQLite, drift, reload, stop, damage."""
 import glob
-import json
 import os
 import re
 import signal
@@ -12,7 +11,7 @@ import urllib.request
 import pytest
 
 from iowarden.probes.common import kill_group
-from tests.integration.helpers import config_text, free_port, read_iops_cap, rows, wait_for
+from tests.integration.helpers import baselines_armed, config_text, free_port, read_iops_cap, rows, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -124,12 +123,6 @@ def _probe_table(db: str) -> str:
     return "\n".join(lines)
 
 
-def _armed(db, profile, warmup=12):
-    """Every metric of the profile has learned its warm-up (the daemon's saved detector state)."""
-    states = [json.loads(s) for (s,) in rows(db, f"SELECT state FROM baselines WHERE profile = '{profile}'")]
-    return bool(states) and all(len(s["values"]) >= warmup for s in states)
-
-
 def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(direct_loop_xfs, tmp_path, daemon_factory):
     """A real slow volume: cgroup v1 blkio throttling of the loop device, as a cloud volume out of credits.
     Disk-paced (direct-I/O loop): the normal learned in the first seconds must still be the
@@ -146,7 +139,7 @@ def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(dir
     d.wait_message("READY=1")
     # armed, not a count of probes: on a busy machine the first probes can be contended (not learned), and a
     # normal learned after the change takes the new scheduler as part of it (no drift since it was learned)
-    wait_for(lambda: _armed(db, "rr"), timeout=90, what="the rr baselines armed")
+    wait_for(lambda: baselines_armed(db, "rr"), timeout=90, what="the rr baselines armed")
     assert rows(db, "SELECT id FROM alerts") == [], "no alert while the volume is normal"
     with open(sched, "w") as f:
         f.write(other)
