@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,11 +57,20 @@ def partitioned_disk(parts: int = 2):
             mounted.append(mnt)
         yield name, mounted
     finally:
-        for mnt in reversed(mounted):
-            subprocess.run(["umount", str(mnt)], check=False)
+        still = [m for m in reversed(mounted) if not _unmount(m)]
         if device:
-            subprocess.run(["losetup", "-d", device], check=False)
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+            subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
+        if not still:   # never a recursive remove into a filesystem still mounted
+            subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def _unmount(mnt: Path) -> bool:
+    """umount, waited for a few seconds (a process of the test's that just ended may still hold it)."""
+    for _ in range(20):
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
+            return True
+        time.sleep(0.5)
+    return False
 
 
 @contextmanager
@@ -92,25 +102,32 @@ def test_a_backup_filling_the_shared_disk_does_not_page_the_healthy_volume_besid
         extra = ("[budget]\ndevice_time_ratio = 1.0\n[detector]\nwarmup_probes = 6\n"
                  "[scheduling]\nmax_deferral_seconds = 3.0\n")
         d = daemon_factory(config_text(vol, state, runtime=1.0, interval=2.0, extra=extra))
-        assert f'devices = ["{disk}"]' in d.cfg.read_text()   # confined to the shared disk, found from the mount
-        d.wait_message("READY=1")
-        wait_for(lambda: baselines_armed(db, "rr", 6), timeout=120, what="the volume's normal learned")
-        with backup(neighbour, 240):
-            wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1 AND contended = 1")) >= 6,
-                     timeout=120, what="six contended probes during the backup")
-            contended = rows(db, "SELECT device, read_iops FROM probe_results WHERE ok = 1 AND contended = 1")
-            alerts = rows(db, "SELECT alert, causes FROM alerts")
-            assert alerts == [], f"paged for a neighbour's backup: {alerts}"
-            # judged, not passed over: each contended probe's total was read on the disk the backup filled
-            totals = [line for line in d.output().splitlines() if "contended: the busy disk delivered" in line]
-            assert len(totals) >= 6 and all(f" on {disk} " in line for line in totals), totals[-3:]
-            assert {dev for dev, _ in contended} == {f"{disk}p1"}, contended
-            # the disk itself held at a limit, the backup still running: short on the disk too, and paged
-            with read_iops_cap(_major_minor(disk), 100):
-                causes = wait_for(lambda: rows(db, "SELECT causes FROM alerts WHERE alert = 'VolumeDegraded'"),
-                                  timeout=90, what="VolumeDegraded with the disk at a limit")[0][0]
-        # (held above the block layer, the disk looks idle: the probe runs uncontended and its own figures page)
-        assert f"a cgroup I/O limit holds {disk}" in causes and "at 100 read IOPS" in causes, causes
+        try:
+            _backup_beside(d, db, disk, neighbour)
+        finally:
+            d.close()   # before the disk's volumes are unmounted: its probes use them
+
+
+def _backup_beside(d, db: str, disk: str, neighbour: Path) -> None:
+    assert f'devices = ["{disk}"]' in d.cfg.read_text()   # confined to the shared disk, found from the mount
+    d.wait_message("READY=1")
+    wait_for(lambda: baselines_armed(db, "rr", 6), timeout=120, what="the volume's normal learned")
+    with backup(neighbour, 240):
+        wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1 AND contended = 1")) >= 6,
+                 timeout=120, what="six contended probes during the backup")
+        contended = rows(db, "SELECT device, read_iops FROM probe_results WHERE ok = 1 AND contended = 1")
+        alerts = rows(db, "SELECT alert, causes FROM alerts")
+        assert alerts == [], f"paged for a neighbour's backup: {alerts}"
+        # judged, not passed over: each contended probe's total was read on the disk the backup filled
+        totals = [line for line in d.output().splitlines() if "contended: the busy disk delivered" in line]
+        assert len(totals) >= 6 and all(f" on {disk} " in line for line in totals), totals[-3:]
+        assert {dev for dev, _ in contended} == {f"{disk}p1"}, contended
+        # the disk itself held at a limit, the backup still running: short on the disk too, and paged
+        with read_iops_cap(_major_minor(disk), 100):
+            causes = wait_for(lambda: rows(db, "SELECT causes FROM alerts WHERE alert = 'VolumeDegraded'"),
+                              timeout=90, what="VolumeDegraded with the disk at a limit")[0][0]
+    # (held above the block layer, the disk looks idle: the probe runs uncontended and its own figures page)
+    assert f"a cgroup I/O limit holds {disk}" in causes and "at 100 read IOPS" in causes, causes
 
 
 def _major_minor(name: str) -> str:
