@@ -133,24 +133,25 @@ def apply_result(core, e: ProbeFinished) -> None:
         k.latest[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
         if result.ok and result.report is not None:
             latency.add_probe(k.latency_totals, result.target, result.profile, result.report)
-    log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result),
-            extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
     rates = k.rates.get(result.device) if result.device else None
     context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
                "disk_write_await_ms": rates.write_await_ms} if rates else {}
+    total_said = ""
     if result.contended and result.device:
         context["probe_queue_depth"] = result.queue_depth
         total = delivered_in_total(k, result.device, e.disks, result.started_at,
                                    result.started_at + result.duration_seconds)
         if total is not None:
             context["delivered_iops"], context["delivered_bytes_per_second"], context["delivered_on"] = total
-            log.info("%s/%s contended: the busy disk delivered %.0f IOPS, %.1f MiB/s in total on %s (the probe "
-                     "and the other work)", result.target, result.profile, total[0], total[1] / (1 << 20), total[2],
-                     extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
+            # said in the probe's one line: a line of its own every probe is the chatter a journal must not carry
+            total_said = (f": the busy disk delivered {total[0]:.0f} IOPS, {total[1] / (1 << 20):.1f} MiB/s in "
+                          f"total on {total[2]}, the probe and the other work")
         view = next((v for name, _, v in k.passive_views if name == result.device), None)
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
+    log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result) + total_said,
+            extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
     # the evidence is gathered before the judgement: health judges on what it is given, and never calls back
     # into the core (a callback that read health again was the reason for a re-entrant lock)
     causes = causes_of(core, e, core.health.baseline_since(identity, result.profile))

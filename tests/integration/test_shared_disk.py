@@ -119,8 +119,9 @@ def _backup_beside(d, db: str, disk: str, neighbour: Path) -> None:
         alerts = rows(db, "SELECT alert, causes FROM alerts")
         assert alerts == [], f"paged for a neighbour's backup: {alerts}"
         # judged, not passed over: each contended probe's total was read on the disk the backup filled
-        totals = [line for line in d.output().splitlines() if "contended: the busy disk delivered" in line]
-        assert len(totals) >= 6 and all(f" on {disk} " in line for line in totals), totals[-3:]
+        # (in the probe's one line of the log: "probe ... (contended): the busy disk delivered N IOPS ... on DISK, ...")
+        totals = [line for line in d.output().splitlines() if "(contended): the busy disk delivered" in line]
+        assert len(totals) >= 6 and all(f" in total on {disk}, " in line for line in totals), totals[-3:]
         assert {dev for dev, _ in contended} == {f"{disk}p1"}, contended
         # the disk itself held at a limit, the backup still running: short on the disk too, and paged
         with read_iops_cap(_major_minor(disk), 100):
