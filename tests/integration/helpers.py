@@ -175,6 +175,18 @@ def rows(db, sql):
         con.close()
 
 
+def end_processes(*procs, timeout: float = 15.0) -> None:
+    """Ask the test's own processes to end (SIGTERM), then kill what is still there after `timeout`."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def baselines_armed(db, profile: str, warmup: int = 12) -> bool:
     """Every metric of the profile has learned its warm-up (the daemon's saved detector state): armed, which a
     count of probes is not on a busy machine (a contended probe is not learned)."""

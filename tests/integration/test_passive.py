@@ -22,7 +22,8 @@ import pytest
 
 from tests.conftest import LoopXfs
 from tests.integration import servers
-from tests.integration.helpers import blkio_cap, blkio_cgroup, cgroup_cap, config_text, free_port, wait_for
+from tests.integration.helpers import (blkio_cap, blkio_cgroup, cgroup_cap, config_text, end_processes, free_port,
+                                       wait_for)
 
 RULES = Path(__file__).resolve().parents[2] / "packaging" / "prometheus" / "iowarden.rules.yml"
 
@@ -68,12 +69,7 @@ def workload(directory, rate_iops: int, seconds: int, rw="randrw", cgroup=None):
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_processes(proc)
 
 
 def scrape(port) -> str:

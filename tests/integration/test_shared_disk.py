@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_root, run_prefix
-from tests.integration.helpers import baselines_armed, config_text, read_iops_cap, rows, wait_for
+from tests.integration.helpers import baselines_armed, config_text, end_processes, read_iops_cap, rows, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -86,12 +86,7 @@ def backup(directory: Path, seconds: int):
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_processes(proc)
 
 
 def test_a_backup_filling_the_shared_disk_does_not_page_the_healthy_volume_beside_it(tmp_path, daemon_factory):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LoopXfs
-from tests.integration.helpers import config_text, free_port, wait_for
+from tests.integration.helpers import config_text, end_processes, free_port, wait_for
 from tests.integration.test_passive import metric, passive_alerts, scrape
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -71,14 +71,7 @@ def readers(devices, rate_iops: int, seconds: int):
     try:
         yield procs
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        end_processes(*procs)
 
 
 def test_a_drive_with_a_weak_region_is_named_on_its_tail_while_its_mean_moves_little(tmp_path, daemon_factory):
