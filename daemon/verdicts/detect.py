@@ -28,6 +28,10 @@ Design, and why:
 - Collapse: a value 10x worse than normal and 2.5x worse than anything the volume has shown, confirmed
   by the next probe, raises at once (a 1000-fold collapse is not a spike to be waited out for five
   probes); a single such value never raises.
+- Outside its range: on a volume whose probes scatter widely (a busy host: 230 to 1,700 IOPS while it
+  learned), a steady fall to 87 IOPS is barely a spread off and the CUSUM never moves, while every probe sits
+  below anything the volume showed. outside_run probes in a row 2x off normal and 1.25x beyond the worst it
+  has learned raise; the run is not learned, and the alert does not clear while probes stay outside.
 - Warm-up: no statistical alert before `warmup_probes` values are learned.
 """
 from __future__ import annotations
@@ -55,6 +59,9 @@ class DetectorParams:
     extreme_run: int = 5         # volume's state (on a quiet volume a 3x spike is 20 spreads out)
     collapse_ratio: float = 10.0  # a value this many times worse than normal, and extreme_ratio worse than
     collapse_run: int = 2        # anything the volume has shown, is a collapse once the next probe confirms it
+    outside_ratio: float = 2.0   # outside_run probes in a row this many times worse than normal and
+    outside_margin: float = 1.25  # this many times worse than the worst value learned: the volume left its
+    outside_run: int = 5         # range, however widely its probes scatter (a CUSUM of z-scores cannot see it)
     drift_probes: int = 24       # the recent median the drift rule compares with the anchor (2 h at 5 min)
     cooldown_probes: int = 48    # after a clear, raising again takes twice h for this long: a volume that
                                  # settled just off its normal does not page, clear and page again
@@ -76,7 +83,7 @@ DETECTOR_KEYS = {"warmup_probes": "warmup_probes", "window_probes": "window", "d
 # Internal: the CUSUM's allowance and threshold, the spike and clear rules, chosen on the recorded traces
 # (bench/detector_traces.py, docs/detector.md); changing one changes the false-alarm and delay figures there.
 DETECTOR_INTERNAL = frozenset({"min_spread_log", "z_cap", "k", "h", "extreme_ratio", "extreme_z", "extreme_run",
-                               "collapse_ratio", "collapse_run",
+                               "collapse_ratio", "collapse_run", "outside_ratio", "outside_margin", "outside_run",
                                "drift_probes", "cooldown_probes", "clear_z", "clear_probes", "critical_ratio"})
 
 
@@ -107,6 +114,7 @@ class Detector:
     degraded_streak: int = 0
     extreme_streak: int = 0
     collapse_streak: int = 0
+    outside_streak: int = 0
     cooldown: int = 0
     shown: deque = field(default_factory=deque)      # signed log-values of every probe seen (spikes too), a window
     pending: list = field(default_factory=list)      # collapse candidates not yet confirmed (shown once they are not)
@@ -203,6 +211,14 @@ class Detector:
                 self.shown.append(self.sign * x)
         if self.collapse_streak >= p.collapse_run:
             self.cusum = max(self.cusum, p.h + p.z_cap)
+        # outside: the run of probes beyond anything learned, on a volume too noisy for the CUSUM to see it. Its
+        # range is the learned values only (spikes are not learned), and the run is not learned either
+        worst_learned = max(self.sign * v for v in self.values)
+        outside = (self.sign * (x - centre) > math.log(p.outside_ratio)
+                   and self.sign * x - worst_learned > math.log(p.outside_margin))
+        self.outside_streak = self.outside_streak + 1 if outside else 0
+        if self.outside_streak >= p.outside_run:
+            self.cusum = max(self.cusum, p.h + p.z_cap)
         if self.sign * (x - centre) > math.log(p.extreme_ratio) and z > p.extreme_z:
             self.extreme_streak += 1
             if self.extreme_streak >= p.extreme_run:
@@ -215,7 +231,7 @@ class Detector:
         if not self.shift_alerting and self.cusum > h:
             self.shift_alerting, self.calm_streak = True, 0
         elif self.shift_alerting:
-            self.calm_streak = self.calm_streak + 1 if z < p.clear_z else 0
+            self.calm_streak = self.calm_streak + 1 if z < p.clear_z and not outside else 0
             if self.calm_streak >= p.clear_probes:
                 self.shift_alerting, self.cusum = False, 0.0
                 self.cooldown = p.cooldown_probes
@@ -225,12 +241,15 @@ class Detector:
         # window behind, see only after the drift ended)
         drift = (self.sign * (statistics.median(self.short) - self.anchor)
                  if len(self.short) >= p.drift_probes else 0.0)   # a median of a few probes is no drift
-        if not self.drift_alerting and drift > math.log(p.drift_ratio):
+        # on a volume whose probes scatter sevenfold, a median of 24 probes wanders past 1.5x by itself: the
+        # drift must also be five standard errors of that median (1.2533 spreads / sqrt n) to be one
+        drift_limit = max(math.log(p.drift_ratio), 5 * 1.2533 * spread / math.sqrt(p.drift_probes))
+        if not self.drift_alerting and drift > drift_limit:
             self.drift_alerting = True
-        elif self.drift_alerting and drift < math.log(p.drift_ratio) / 2:
+        elif self.drift_alerting and drift < drift_limit / 2:
             self.drift_alerting = False
 
-        if self.shift_alerting or self.cusum > p.h / 2 or self.extreme_streak:
+        if self.shift_alerting or self.cusum > p.h / 2 or self.extreme_streak or self.outside_streak:
             self.degraded_streak += 1
         else:
             self.degraded_streak = 0
@@ -257,7 +276,7 @@ class Detector:
                 "anchor": self.anchor, "cusum": self.cusum, "shift_alerting": self.shift_alerting,
                 "drift_alerting": self.drift_alerting, "calm_streak": self.calm_streak,
                 "degraded_streak": self.degraded_streak, "extreme_streak": self.extreme_streak,
-                "collapse_streak": self.collapse_streak, "shown": list(self.shown), "pending": list(self.pending),
+                "collapse_streak": self.collapse_streak, "outside_streak": self.outside_streak, "shown": list(self.shown), "pending": list(self.pending),
                 "cooldown": self.cooldown,
                 "short": list(self.short)}
 
