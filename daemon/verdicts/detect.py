@@ -276,7 +276,8 @@ class Detector:
                 "anchor": self.anchor, "cusum": self.cusum, "shift_alerting": self.shift_alerting,
                 "drift_alerting": self.drift_alerting, "calm_streak": self.calm_streak,
                 "degraded_streak": self.degraded_streak, "extreme_streak": self.extreme_streak,
-                "collapse_streak": self.collapse_streak, "outside_streak": self.outside_streak, "shown": list(self.shown), "pending": list(self.pending),
+                "collapse_streak": self.collapse_streak, "outside_streak": self.outside_streak,
+                "shown": list(self.shown), "pending": list(self.pending),
                 "cooldown": self.cooldown,
                 "short": list(self.short)}
 
