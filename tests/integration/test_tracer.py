@@ -89,20 +89,25 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
         # 400 reads, however long they take (a minute at most): on a busy machine 8 s of them were 175, under the
         # 200 timed I/Os a window needs before its tail is quoted as a cause
         fio, before, after = _traced(outer, "--iodepth=1", "--bs=128k", "--number_ios=400", "--time_based=0",
-                                     "--runtime=60")
+                                     "--runtime=60", "--percentile_list=50:98:99:99.5")
     key = (outer.name, "read", "total")
     h = _window(before, after, key)
-    fio_p = {q: fio["clat_ns"]["percentile"][f"{q:.6f}"] / 1e9 for q in (50.0, 99.0)}
+    fio_p = {q: fio["clat_ns"]["percentile"][f"{q:.6f}"] / 1e9 for q in (50.0, 98.0, 99.0, 99.5)}
     ours = {50.0: h.quantile_seconds(0.5), 99.0: h.quantile_seconds(0.99)}
     print(f"I/Os fio {fio['total_ios']} traced {h.total}; p50 fio {fio_p[50.0] * 1e3:.3f} ms traced "
-          f"{ours[50.0] * 1e3:.3f} ms; p99 fio {fio_p[99.0] * 1e3:.3f} ms traced {ours[99.0] * 1e3:.3f} ms")
+          f"{ours[50.0] * 1e3:.3f} ms; p99 fio {fio_p[99.0] * 1e3:.3f} ms (p98 {fio_p[98.0] * 1e3:.3f}, p99.5 "
+          f"{fio_p[99.5] * 1e3:.3f}) traced {ours[99.0] * 1e3:.3f} ms")
     assert abs(h.total - fio["total_ios"]) <= 0.02 * fio["total_ios"] + 5   # every request timed (no sampling)
     # fio's clock is user space's: on a busy machine its process waits for a CPU before it reaps a
     # completion the block layer saw earlier (seen: p50 1.17 ms by fio, 0.82 ms in the block layer), so
     # half a millisecond is allowed beside the 10 % and 20 %
     slack = 0.5e-3
     assert abs(ours[50.0] - fio_p[50.0]) <= 0.10 * fio_p[50.0] + slack
-    assert abs(ours[99.0] - fio_p[99.0]) <= 0.20 * fio_p[99.0] + slack
+    # p99 of 400 is the fourth-largest, and blk-throttle's waits come in whole slices: the tail is a few
+    # modes, and one request more or less moves a rank across a gap (CI: fio's p99 32.6 ms, the block
+    # layer's 46.1 ms over 401 requests, one not fio's). So the traced p99 must lie within fio's p98 to
+    # p99.5, four requests either way, with the same 20 % and slack
+    assert 0.80 * fio_p[98.0] - slack <= ours[99.0] <= 1.20 * fio_p[99.5] + slack, fio_p
     # the time is below the block layer: the cause says the device
     said = tracer_views.where_the_time_goes(_reading_between(before, after), outer.name, "read")
     print(said)
