@@ -175,3 +175,26 @@ def test_a_quarter_of_a_group_slow_from_the_first_window_is_named_and_no_healthy
     assert set(first) == sick, {d: (i / HOUR, [t.summary for j, t in raised if t.device == d][:1]) for d, i in first.items()}
     late = {d: round(i / HOUR, 2) for d, i in first.items() if i > within}
     assert not late, f"named after (hours): {late}"
+
+
+def test_a_third_of_a_group_slow_does_not_drag_the_reference_and_fewer_leave_it_as_it_was():
+    """Issue 34: the reference a member is judged against is the healthy drives', however many of a third or
+    more are slow; with fewer slow, the plain median and MAD the parameters were tuned with."""
+    import random
+    import statistics
+    from iowarden.daemon.passive.evidence import MAD_TO_SIGMA, center_spread
+    rng = random.Random(5)
+    healthy = [rng.gauss(0.0, 0.05) for _ in range(8)]
+    h_center = statistics.median(healthy)
+    h_spread = MAD_TO_SIGMA * statistics.median(abs(v - h_center) for v in healthy)
+    four_slow = healthy + [math.log(1.6) + rng.gauss(0, 0.02) for _ in range(4)]
+    plain_center, plain_spread = center_spread(four_slow)
+    center, spread = center_spread(four_slow, floor=0.02)
+    assert plain_spread > 1.3 * h_spread            # what the plain reference does: the slow widen it
+    assert center == pytest.approx(h_center) and spread == pytest.approx(h_spread)
+    two_slow = healthy[:8] + [math.log(1.6), math.log(1.7)] + [rng.gauss(0.0, 0.05) for _ in range(2)]
+    assert center_spread(two_slow, floor=0.02) == center_spread(two_slow)
+    # more than half alike is the group's normal: seven of twelve at 1.6x are the reference, not set aside
+    many = healthy[:5] + [math.log(1.6)] * 7
+    assert center_spread(many, floor=0.02) == center_spread(many)
+    assert center_spread(many)[0] == pytest.approx(math.log(1.6))
