@@ -57,9 +57,11 @@ def _cell(v: Any) -> str:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Dataclasses, tuples and float-keyed dicts as plain JSON values."""
+    """Dataclasses, named tuples, tuples and float-keyed dicts as plain JSON values."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):   # a named tuple (DiskCounters) keeps its names
+        return {k: to_jsonable(v) for k, v in obj._asdict().items()}
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -76,7 +77,7 @@ class MemberEvidence:
 @dataclass
 class _Group:
     windows: int = 0
-    block: dict = field(default_factory=dict)     # member -> [log ratio, ...] of the current block
+    block: dict = field(default_factory=dict)     # member -> array of log ratios of the current block
     spreads: deque = field(default_factory=deque)
 
 
@@ -140,7 +141,7 @@ class PeerEvidence:
         if g is None:
             g = self.groups[group] = _Group(spreads=deque(maxlen=self.p.spread_blocks))
         for m, x in log_ratios.items():
-            g.block.setdefault(m, []).append(x)
+            g.block.setdefault(m, array("d")).append(x)   # 8 bytes a window, not a float object's 32
         g.windows += 1
         if g.windows < self.p.block_windows:
             if g.windows >= self.p.partial_min and g.windows % self.p.partial_every == 0:

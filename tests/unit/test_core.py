@@ -55,7 +55,7 @@ def parts(tree, tmp_path):
     roots = tree("storage-md-dm.tree")
     devices = blockqueue.read_sysfs_and_superblocks(roots)
     ds = diskstats.parse((FIXTURES / "diskstats" / "linux-4.14-14-fields.txt").read_text())
-    later = {n: dataclasses.replace(c, reads=c.reads + 500, sectors_read=c.sectors_read + 8000,
+    later = {n: c._replace(reads=c.reads + 500, sectors_read=c.sectors_read + 8000,
                                     read_ms=c.read_ms + 250, io_ms=c.io_ms + 400,
                                     weighted_io_ms=c.weighted_io_ms + 900) for n, c in ds.items()}
     last = diskstats.DiskSample(1.0, later)
@@ -244,7 +244,7 @@ def test_the_core_keeps_counters_only_of_the_disk_a_probe_runs_on_from_the_sampl
                            "   7       6 loop6 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n")
 
     def sample(t, n):
-        counters = {k: dataclasses.replace(v, reads=v.reads + n) for k, v in base.items()}
+        counters = {k: v._replace(reads=v.reads + n) for k, v in base.items()}
         return DisksSampled(diskstats.DiskSample(t, counters), MappingProxyType({}), None, t)
     core.run_batch([sample(999.0, 0)])
     assert len(core.known.samples) == 0                      # no probe: nothing kept

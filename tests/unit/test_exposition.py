@@ -119,7 +119,7 @@ def test_a_disk_whose_counters_did_not_move_keeps_its_lines_and_one_that_moved_i
     moved, idle = sorted(n for n in snap.disk_rates if n in counters)[:2]
     kept_idle = collector._disk_rows[1][idle][1]
     sample = dataclasses.replace(snap.disk_sample, counters={
-        **counters, moved: dataclasses.replace(counters[moved], reads=counters[moved].reads + 12345)})
+        **counters, moved: counters[moved]._replace(reads=counters[moved].reads + 12345)})
     current[0] = dataclasses.replace(snap, disk_sample=sample, taken_at=snap.taken_at + 1)
     text = renderer.render(reg)
     assert collector._disk_rows[1][idle][1] is kept_idle

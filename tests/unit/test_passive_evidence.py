@@ -100,8 +100,12 @@ def _size(obj, seen=None) -> int:
         n += sum(_size(k, seen) + _size(v, seen) for k, v in obj.items())
     elif isinstance(obj, (list, tuple, set, frozenset)) or type(obj).__name__ == "deque":
         n += sum(_size(x, seen) for x in obj)
+    elif type(obj).__name__ == "array":
+        n += len(obj)                  # numbers held flat: one element each
     elif hasattr(obj, "__dict__"):
         n += _size(vars(obj), seen)
+    elif hasattr(type(obj), "__slots__"):
+        n += sum(_size(getattr(obj, name), seen) for name in type(obj).__slots__)
     return n
 
 
