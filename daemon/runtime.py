@@ -214,13 +214,14 @@ class Daemon:
                 d.over_limit))
             self.scheduler.configure(cfg, self.targets())
 
-    def _on_device_change(self, action: str, name: str) -> None:
-        """Re-read the devices and diff what is present (a device with a size).
+    def _on_device_change(self, action: str, name: str, names: frozenset[str] | None = None) -> None:
+        """Re-read the devices the burst named (`names`; all of them without) and diff what is present (a device
+        with a size).
 
         Diffing, not trusting the action: a loop device that gets a backing file
         or loses it sends 'change', not 'add' or 'remove', and so do media changes.
         """
-        read = self.settings.read_devices()
+        read = self.settings.read_devices(names)
         self.core.post(read)   # before any probe on it ends: its result finds the new device's identity
         devices = read.devices
         # against what the last event saw, not the settings poll's view: a poll between the attach and

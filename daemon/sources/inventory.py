@@ -35,7 +35,8 @@ def udevd_running(run_root: str = "/run") -> bool:
 
 class Inventory:
     def __init__(self, on_change, run_root: str = "/run"):
-        """on_change(action, kernel_name) for every uevent of a block device ('add', 'remove', 'change')."""
+        """on_change(action, kernel_name, names) once a burst of uevents of block devices ('add', 'remove',
+        'change'): the last event's action and name, and every name the burst carried."""
         self.on_change = on_change
         self.source = "udev" if udevd_running(run_root) else "kernel"
         self.events_total = 0
@@ -72,7 +73,7 @@ class Inventory:
             return
         self.events_total += len(batch)
         action, name = batch[-1]
-        self.on_change(action, name)
+        self.on_change(action, name, frozenset(n for _, n in batch))
 
     def _next_batch(self, stop: threading.Event) -> list[tuple[str, str]]:
         """The next event and every one that follows it closely: one re-read of the devices for a burst.

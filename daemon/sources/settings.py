@@ -93,10 +93,14 @@ class SettingsPoller:
         self._devices_lock = threading.Lock()
         self._devices_read_at = float("-inf")
 
-    def read_devices(self) -> DevicesRead:
-        """Read the device view now and publish it unless a newer read already was; returns this read."""
+    def read_devices(self, changed: frozenset[str] | None = None) -> DevicesRead:
+        """Read the device view now and publish it unless a newer read already was; returns this read.
+        `changed`: the names a burst of uevents carried, the only devices read again (the rest as last read)."""
         read_at = self.clock()
-        view = blockqueue.read_sysfs_and_superblocks(self.roots)
+        with self._devices_lock:
+            previous = self.devices
+        view = (blockqueue.read_sysfs_and_superblocks(self.roots, previous, changed) if changed and previous
+                else blockqueue.read_sysfs_and_superblocks(self.roots))
         with self._devices_lock:
             # the same view as the last read is the same object: what is kept per view downstream (a scrape's
             # sections, each disk's label text) is kept while no device changes, not redone every pass

@@ -103,3 +103,30 @@ def test_devices_below_follow_partitions_members_and_a_loop_devices_backing_file
                                    loop_backing_file="/mnt/lower/vol.img", loop_backing_devno="7:7")
     assert blockqueue.devices_below("loop8", {"loop7": lower, "loop8": upper}) == ("loop7",)
     assert blockqueue.devices_below("loop7", {"loop7": lower, "loop8": upper}) == ()
+
+
+def test_a_burst_of_uevents_reads_again_only_the_devices_it_names(tree, monkeypatch):
+    """Issue 38: a hot-added disk re-read every device (N disks added: N x M reads). Now the names a burst
+    carried, their partitions and the members under them; the rest as last read, until the next poll."""
+    read = blockqueue.read_sysfs_and_superblocks
+    roots = tree("storage-md-dm.tree")
+    full = read(roots)
+    calls = []
+    real = blockqueue._device
+    monkeypatch.setattr(blockqueue, "_device", lambda d, *a: calls.append(d.name) or real(d, *a))
+    assert read(roots, full, {"sdb1"}) == full                       # a partition's event: its disk read again
+    assert set(calls) == {"sdb"} | {n for n, d in full.items() if d.parent == "sdb"}
+    # a change no event named stays as last read; the event that names it brings it
+    (roots.sys / "block" / "sdc" / "queue" / "scheduler").write_text("[none] mq-deadline\n")
+    assert read(roots, full, {"sdb"})["sdc"].queue.scheduler == "mq-deadline"
+    assert read(roots, full, {"sdc"})["sdc"].queue.scheduler == "none"
+    assert read(roots, full, {"sdc"}) == read(roots)
+    # an array is read with the disks under it (their holders change with it)
+    calls.clear()
+    read(roots, full, {"md0"})
+    assert {"md0", "sdb", "sdc"} <= set(calls) and "sde" not in calls
+    # a name the last view cannot place (a new partition) is a full read; a disk gone is gone
+    assert read(roots, full, {"sdz9"}) == read(roots)
+    gone = dict(full)
+    gone["sdq"] = full["sdc"]
+    assert "sdq" not in read(roots, gone, {"sdq"})

@@ -33,7 +33,7 @@ def run(monitor, seconds):
     """The listener as the daemon runs it: the registry's part "uevents", its step called in a loop."""
     from iowarden.daemon.registry import Registry
     calls = []
-    inv = inventory.Inventory(lambda action, name: calls.append((action, name)), "/nonexistent")
+    inv = inventory.Inventory(lambda action, name, names: calls.append((action, name)), "/nonexistent")
     inv._monitor = monitor
     stop = threading.Event()
     registry = Registry()
