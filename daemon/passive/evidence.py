@@ -95,7 +95,7 @@ def center_spread(values, floor: float | None = None) -> tuple[float, float]:
     """The group's median and its spread (sigma from the MAD), the slow ones set aside when they are many.
 
     A slow drive is only ever slow: four of twelve at 1.6x pull the plain median to the healthy drives'
-    75th percentile and widen the MAD threefold, until they read 2.8 strays out, under the allowance
+    75th percentile and widen the MAD two- to threefold, until they read 2.8 strays out, under the allowance
     (issue 34). So when a third of the members or more stand more than SLOW_SIDE_CUT spreads (never
     less than `floor`) above the centre, they are set aside (never more than half of them) and both are
     measured on the rest, once. `floor` None: the plain median and MAD.
