@@ -7,6 +7,7 @@ every device (what each burst cost before issue 38), on a fake host's /sys (benc
 bursts of a second); each burst's read is timed both ways, from the view before it.
 """
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -26,6 +27,13 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=240)
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="iowarden-hotplug-")
+    try:
+        return run(base, args)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run(base: str, args) -> int:
     make_tree(base, args.disks + args.added)
     roots = Roots.under(base)
     new = [disk_name(i) for i in range(args.disks, args.disks + args.added)]
