@@ -375,6 +375,10 @@ class Health:
     def _close(self, akey, why: str) -> None:
         a = self.open.pop(akey)
         self.quiet_good.pop(akey, None)
+        # an episode's end ends its run of short busy probes: one more short one is a blip until the next agrees
+        # (the week lane: a cleared alert raised again by a single busy probe while the host disk under every
+        # volume was slow for a minute)
+        self.contended_strikes.pop(akey[1:], None)
         self.state.close_alert(a.id)
         lasted = max(0.0, time.time() - a.raised_at)
         self.on_event(kind="alert", alert=akey[0], state="cleared", severity=a.severity, volume=akey[1],

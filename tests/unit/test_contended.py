@@ -77,9 +77,11 @@ def test_an_alert_raised_on_the_busy_totals_is_not_cleared_by_one_quiet_probe_be
     assert h.on_result(_contended(11, 80.0), "vol", causes, _busy(250.0, 32)) == []   # busy and short: still open
     assert h.on_result(_result(12, 1000.0), "vol", causes) == []                      # the count began again
     assert h.on_result(_result(13, 1000.0), "vol", causes) == ["VolumeDegraded cleared"]
-    # short on the busy totals again (its busy strikes went on): raised; the busy device delivering its normal
-    # in total clears it at once
-    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
-    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(900.0, 32)) == ["VolumeDegraded cleared"]
+    # the episode's end ended its run of short busy probes: one short one is a blip (the week lane's second
+    # page: the host disk under every volume slow for a minute), two in a row raise it again; the busy device
+    # delivering its normal in total clears it at once
+    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(250.0, 32)) == []
+    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
+    assert h.on_result(_contended(16, 80.0), "vol", causes, _busy(900.0, 32)) == ["VolumeDegraded cleared"]
     st.close()
 
