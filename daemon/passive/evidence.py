@@ -15,10 +15,9 @@ host's own spread, and accumulated over time, can:
 3. z = (member's median - group's median) / scale, and a one-sided CUSUM per member:
    score = min(cap, max(0, score + z - allowance)). A drive is named when its score reaches
    `threshold`: `allowance` standard strays an hour beyond normal, for threshold / (z - allowance)
-   hours. A healthy drive's excursions are mostly below the allowance and drain the score. (A threshold
-   of 3 named slow development drives within their first hour, but also a healthy loop volume of the
-   week lane five minutes into its first block: stop 47's note. Kept at 8.8 until the open block of a
-   new group is judged with care.)
+   hours. The threshold is three times the most a healthy development drive gathered (issue 34): the
+   midpoint between healthy and slow, the rule before, waited hours after a slow drive was plain. A
+   healthy drive's excursions are mostly below the allowance and drain the score.
 
 Tuned on the development traces (bench/passive_perseus.py: every point of a grid of allowance and
 floor, the pair with the widest gap between the highest score a healthy drive reached and the lowest
@@ -44,10 +43,12 @@ class EvidenceParams:
     block_windows: int = 240       # windows per block: an hour of 15 s windows
     min_members: int = 3
     allowance: float = 4.0         # k: strays per block a drive may exceed its peers by for free
-    threshold: float = 8.8         # h: accumulated strays that name the drive
+    threshold: float = 3.0         # h: accumulated strays that name the drive
     scale_floor: float = 0.02      # the smallest stray, in log latency (2 %): below it all is noise
     spread_blocks: int = 24        # blocks the host's spread is the median of
-    cap_ratio: float = 2.0         # the score stops at cap_ratio x threshold, so a cured drive clears in time
+    # the score stops at cap_ratio x threshold (15 strays), so a cured drive clears in about four hours in line,
+    # and a mild one that has a good hour is not cleared and paged again
+    cap_ratio: float = 5.0
     # the block so far, weighed by its share of a block (see PeerEvidence.add): a clear case is named
     # within the hour it shows, not at the hour's end; looked at every `partial_every` windows from
     # `partial_min` on (a quarter hour, every five minutes, at 15 s windows)
@@ -97,8 +98,7 @@ def center_spread(values, floor: float | None = None) -> tuple[float, float]:
     75th percentile and widen the MAD two- to threefold, until they read 2.8 strays out, under the allowance
     (issue 34). So when a third of the members or more stand more than SLOW_SIDE_CUT spreads (never
     less than `floor`) above the centre, they are set aside (never more than half of them) and both are
-    measured on the rest, once. `floor` None: the plain median and MAD, which the detector uses (the
-    set-aside is not shipped until it is shown on a group of four loop volumes under the week lane's mix).
+    measured on the rest, once. `floor` None: the plain median and MAD.
 
     Fewer are left in. Set aside whenever any stood out past the allowance, or when a quarter did past
     2.5, cluster C's disk3 (1.1-1.15x its peers every day, healthy by the data set's labels) was
@@ -117,7 +117,7 @@ def center_spread(values, floor: float | None = None) -> tuple[float, float]:
 
 def standardized(medians: dict[str, float], spreads: deque, p: EvidenceParams) -> tuple[dict[str, float], float]:
     """Each member's z from the block medians, and the scale used; `spreads` gets this block's spread."""
-    center, spread = center_spread(medians.values())
+    center, spread = center_spread(medians.values(), p.scale_floor)
     spreads.append(spread)
     scale = max(p.scale_floor, statistics.median(spreads))
     return {m: (v - center) / scale for m, v in medians.items()}, scale
@@ -176,18 +176,23 @@ class PeerEvidence:
         medians = {m: statistics.median(xs) for m, xs in g.block.items() if len(xs) >= w // 2}
         if len(medians) < self.p.min_members:
             return {}
-        center, spread = center_spread(medians.values())
+        center, spread = center_spread(medians.values(), self.p.scale_floor)
         scale = max(self.p.scale_floor, statistics.median(g.spreads) if g.spreads else spread)
+        # a median of a quarter hour strays further than an hour's: the host's stray is of hour medians, so
+        # over w windows it is widened by sqrt(block / w) (twice at a quarter of a block, 3.5x at a twelfth).
+        # Unwidened, a healthy loop volume of the week lane at 2.8x its peers for five minutes of a compaction
+        # was named at a threshold of 3 (stop 47); widened, 2.8x must hold for a quarter hour of a one-hour block
+        horizon = math.sqrt(self.p.block_windows / w)
         moved = {}
         for m, v in medians.items():
             e = self.members.setdefault(m, MemberEvidence())
-            z = (v - center) / scale
+            z = (v - center) / (scale * horizon)
             e.provisional = min(self.p.cap, max(0.0, e.score + (w / self.p.block_windows) * (z - self.p.allowance)))
             e.peak_provisional = max(e.peak_provisional, e.provisional)
             if e.provisional >= self.p.threshold > e.score:
                 # the ratio it is named with: its last quarter hour's (the block so far may begin before
                 # the drive slowed: a 3x drive read 1.4x over a block half before it)
-                e.z, e.scale = z, scale
+                e.z, e.scale = z, scale * horizon   # z x scale: the log ratio it was judged on
                 e.ratio = math.exp(statistics.median(g.block[m][-self.p.partial_min:]) - center)
                 moved[m] = e
         return moved
