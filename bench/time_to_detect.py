@@ -59,6 +59,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--factors", default="10,3,1.5")
     ap.add_argument("--give-up-minutes", type=float, default=30.0)
+    ap.add_argument("--clear-minutes", type=float, default=30.0, help="how long to wait for the alert to clear")
     ap.add_argument("--base-iops", type=int, default=1200, help="the database mix's peak per volume")
     ap.add_argument("--benign-minutes", type=float, default=0.0,
                     help="after the last factor, the mix alone for this long: alerts raised for healthy volumes")
@@ -122,12 +123,13 @@ def main() -> None:
                 raised = wait(lambda: alerts_for(samples(port), target, devices), args.give_up_minutes * 60)
                 took = time.monotonic() - start
             lifted = time.monotonic()
-            cleared = wait(lambda: not alerts_for(samples(port), target, devices), 30 * 60) if raised else True
+            cleared = wait(lambda: not alerts_for(samples(port), target, devices),
+                           args.clear_minutes * 60) if raised else True
             clear_s = time.monotonic() - lifted
             print(f"{factor:>8g}x {cap:>10d} "
                   f"{(f'{took:.0f} s' if raised else f'> {args.give_up_minutes:g} min'):>15} "
                   f"{(f'{took / INTERVAL_S:.1f}' if raised else '-'):>12} "
-                  f"{(f'{clear_s:.0f} s' if raised and cleared else ('-' if not raised else '> 30 min')):>14}  "
+                  f"{(f'{clear_s:.0f} s' if raised and cleared else ('-' if not raised else f'> {args.clear_minutes:g} min')):>14}  "
                   f"{', '.join(raised) if raised else 'none'}", flush=True)
         if args.benign_minutes:
             print(f"\nthe mix alone for {args.benign_minutes:g} min more, no limit anywhere", flush=True)
