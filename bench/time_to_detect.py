@@ -126,10 +126,11 @@ def main() -> None:
             cleared = wait(lambda: not alerts_for(samples(port), target, devices),
                            args.clear_minutes * 60) if raised else True
             clear_s = time.monotonic() - lifted
+            cleared_said = "-" if not raised else f"> {args.clear_minutes:g} min"
             print(f"{factor:>8g}x {cap:>10d} "
                   f"{(f'{took:.0f} s' if raised else f'> {args.give_up_minutes:g} min'):>15} "
                   f"{(f'{took / INTERVAL_S:.1f}' if raised else '-'):>12} "
-                  f"{(f'{clear_s:.0f} s' if raised and cleared else ('-' if not raised else f'> {args.clear_minutes:g} min')):>14}  "
+                  f"{(f'{clear_s:.0f} s' if raised and cleared else cleared_said):>14}  "
                   f"{', '.join(raised) if raised else 'none'}", flush=True)
         if args.benign_minutes:
             print(f"\nthe mix alone for {args.benign_minutes:g} min more, no limit anywhere", flush=True)
