@@ -5,6 +5,17 @@ import socket
 import subprocess
 
 
+UNIT = os.path.join(os.path.dirname(__file__), "..", "systemd", "iowarden.service")
+
+
+def unit_environment() -> dict:
+    """The environment the shipped unit gives the daemon (its Environment= lines: the malloc arenas), so a
+    bench measures the daemon as it runs in service."""
+    with open(UNIT) as f:
+        pairs = [line.split("=", 1)[1].strip() for line in f if line.startswith("Environment=")]
+    return {**os.environ, **dict(p.split("=", 1) for p in pairs)}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-from _support import attach_loops, detach_loops, free_port, node_exporter_or_exit
+from _support import attach_loops, detach_loops, free_port, node_exporter_or_exit, unit_environment
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # node_exporter's default less `loop`: RAM disks, floppies and partitions (iowarden samples whole devices)
@@ -53,7 +53,7 @@ def start_both(work: str) -> tuple[dict, dict]:
     with open(cfg, "w") as f:
         f.write(f'[daemon]\nstate_dir = "{work}/state"\nlog_level = "warning"\n[sampler]\ninterval_seconds = 1.0\n'
                 f'[prometheus]\nlisten_address = "127.0.0.1:{port_i}"\n[tracer]\nenabled = false\n')
-    iow = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", cfg],
+    iow = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "run", "-c", cfg], env=unit_environment(),
                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "iowarden.log"), "w"))
     nex = subprocess.Popen([shutil.which("prometheus-node-exporter") or "node_exporter",
                             f"--web.listen-address=127.0.0.1:{port_n}",

@@ -21,7 +21,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _fake_host import MovingDiskstats, make_tree  # noqa: E402
-from _support import free_port  # noqa: E402
+from _support import free_port, unit_environment  # noqa: E402
 
 MEMORY_HIGH_MIB = 512
 RUNNER = ("import sys\nfrom iowarden.probes.common import Roots\nfrom iowarden.daemon import runtime\n"
@@ -81,7 +81,7 @@ def run(disks: int, seconds: float, targets: int, allocations: int = 0) -> dict:
             started = time.monotonic()
             argv = [sys.executable, "-c", RUNNER_TRACED, cfg, tree, str(allocations)] if allocations else \
                 [sys.executable, "-c", RUNNER, cfg, tree]
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=unit_environment(),
                                     stderr=open(os.path.join(work, "daemon.log"), "w"))
             first = None
             peak_rss, sizes, longest, deadline = 0.0, [], {}, {}
