@@ -22,6 +22,7 @@ class ProbeFinished:
     result: object                       # fio_run.ProbeResult (not changed after it is posted)
     disks: tuple[str, ...] = ()          # the physical disks it ran on
     budget_exhausted: bool = False       # their budget was spent when it ended (a cause: at its limit)
+    unmounted: bool = False              # its volume was unmounted as it began: no result, a volume gone
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,8 @@ class Core:
 
     # -- the handlers: one per event type ---------------------------------------------------------
     def _on_probe(self, e: ProbeFinished) -> None:
-        knowledge.apply_result(self, e)
+        if not e.unmounted:   # an unmounted volume's refusal is not stored, judged or counted as a failure
+            knowledge.apply_result(self, e)
         device = self.known.probing.pop((e.result.target, e.result.profile), None)
         self.known.probing_disks.pop((e.result.target, e.result.profile), None)
         if device:

@@ -286,6 +286,11 @@ class Scheduler:
                                    fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
                                    on_start=lambda proc: self._track(proc, disks),
                                    expect_dev=d.target.found_on_dev, owner=self.owner)
+            if not result.ok and not still_mounted(d.target):
+                # unmounted between the check above and the probe's open (CI): a volume gone, not a failing probe
+                self.skip(d.target.name, "unmounted")
+                self.post(ProbeFinished(result, tuple(disks), False, unmounted=True))
+                return
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
             self._learn_under_load(d, result)

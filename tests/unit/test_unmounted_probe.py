@@ -1,0 +1,43 @@
+"""A discovered volume unmounted between the scheduler's check and the probe's open (CI, stop 48: the probe was
+refused "no longer on the filesystem it was found on" and stored as a failure of a volume that was simply gone).
+Fake clock, a fake probe, no root."""
+import dataclasses
+
+from iowarden.daemon.core.core import Core
+from iowarden.daemon.core.state import State
+from iowarden.daemon.events import ProbeFinished, ProbeStarted
+from iowarden.daemon.probing import scheduler as schedmod
+from iowarden.daemon.verdicts.health import Health
+from iowarden.probes.common import Roots
+from iowarden.probes.fio_run import ProbeResult
+from tests.unit.test_policy import Clock, _cfg, _target
+
+
+def test_a_volume_unmounted_as_its_probe_begins_is_a_volume_gone_not_a_failed_probe(tmp_path, monkeypatch):
+    mounted = {"dev": 42}
+
+    def probe_meets_the_unmount(target, path, profile, limits, roots, **kw):
+        mounted["dev"] = 7   # unmounted after the scheduler's check, before the probe's open
+        return ProbeResult(target, path, None, profile.name, False,
+                           f"refused: {path} is no longer on the filesystem it was found on (unmounted?)", 0.0, 0.0)
+    monkeypatch.setattr(schedmod, "run_probe", probe_meets_the_unmount)
+    monkeypatch.setattr(schedmod, "st_dev_of", lambda path: mounted["dev"])
+    cfg = _cfg(_target("new", 1.0))
+    posted = []
+    sampler = type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0, "io_pressure": None})()
+    sch = schedmod.Scheduler(cfg, Roots(), sampler, posted.append, clock=Clock(), devices=lambda: {},
+                             spawn=lambda name, fn: fn())
+    d = sch.due[0]
+    d.target = dataclasses.replace(d.target, found_on_dev=42)
+    sch._run(d, ("sdb",), False, 0.0)
+    (finished,) = [e for e in posted if isinstance(e, ProbeFinished)]
+    assert finished.unmounted and sch.skipped()[("new", "unmounted")] == 1
+
+    # the core forgets the probe (its device no longer watched) and stores nothing for it
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "test")
+    for e in [ProbeStarted("new", "rr", "loop2", ("loop2",))] + [e for e in posted if not isinstance(e, ProbeStarted)]:
+        core.handle(e)
+    assert st.probe_results() == [] and core.known.probing == {}
+    assert not [a for a in st.alerts() if a["alert"] == "ProbeFailing"]
+    st.close()
