@@ -4,10 +4,6 @@ an answer out (the sets are computed once per snapshot)."""
 from __future__ import annotations
 
 SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): the next probe is the evidence
-# a device this much slower than its peers over its last windows (the passive view): health's PEER_CONFIRMS_RATIO,
-# at which one short busy probe there pages; deferred 120 s for the busy disk, the week lane's throttled volume
-# was paged at 255-275 s by its passive SlowMember alone, against a limit of 300 (stop 48)
-PEER_SUSPECT_RATIO = 3.0
 
 
 BY_PROBE, BY_PASSIVE = "probe", "passive"
@@ -16,8 +12,7 @@ BY_PROBE, BY_PASSIVE = "probe", "passive"
 def suspected_fault(snapshot, target: str, profile: str) -> str | None:
     """Why a fault is suspected on this target's profile, or None. BY_PROBE: an open VolumeDegraded there, or
     its last probe far off the volume's normal (the next probe confirms it, soon). BY_PASSIVE: a passive
-    verdict open on its volume or its device (at its limit, slower than its normal), or its device far slower
-    than its peers of late: a probe is not deferred
+    verdict open on its volume or its device (at its limit, slower than its normal): a probe is not deferred
     long for the busy device that verdict is about, but is not hurried either (a volume may sit at its
     provisioned limit all week)."""
     if snapshot is None:
@@ -36,7 +31,6 @@ def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
         by_probe |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far}
         passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
         places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
-        places |= {name for name, _, v in snapshot.passive if (v.peer_ratio or 0.0) >= PEER_SUSPECT_RATIO}
         by_passive = {(p.target, p.profile) for p in snapshot.probes
                       if p.volume in places or getattr(p.result, "device", None) in places}
         _SUSPECTED[:] = [snapshot, (frozenset(by_probe), frozenset(by_passive))]

@@ -64,7 +64,6 @@ def test_a_probe_of_a_suspected_volume_waits_for_a_busy_disk_one_interval_at_mos
 
 
 def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
-    from iowarden.probes.fio_run import ProbeResult
     from iowarden.daemon.snapshot import AlertView, BaselineView, ProbeView, Snapshot
     from iowarden.daemon.probing.scheduler import suspected_fault
     probe = ProbeView("db", "rr", "vol", None, None)
@@ -85,13 +84,6 @@ def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
     elsewhere = Snapshot(taken_at=0.0, version="t", probes=(probe,),
                          alerts=(AlertView("VolumeAtLimit", "v2", "passive", "sdc", "warning", 0.0, 2),))
     assert suspected_fault(elsewhere, "db", "rr") is None
-    # its device far slower than its peers of late, before any passive alert (the week lane: 40 windows for one)
-    from iowarden.daemon.passive.values import DeviceView
-    on_dev = ProbeView("db", "rr", "vol", ProbeResult("db", "/srv/db", "sdb", "rr", True, None, 0.0, 1.0), None)
-    for ratio, why in ((9.6, "passive"), (1.2, None)):
-        view = DeviceView("sdb", {}, {}, {}, ratio, None, ())
-        assert suspected_fault(Snapshot(taken_at=float(ratio), version="t", probes=(on_dev,),
-                                        passive=(("sdb", "vol", view),)), "db", "rr") == why
 
 
 def test_io_pressure_defers_only_when_it_is_not_our_own():
