@@ -261,8 +261,7 @@ class Health:
         """A probe on a busy disk is a measurement at high load: the device's total (the probe's I/O and
         the other work the sampler saw in the same seconds) against what the probe alone gets when the
         volume is healthy. A healthy busy disk still delivers at least about that; a volume held at a
-        ceiling delivers a fraction, however busy. Two such probes in a row raise VolumeDegraded; one does when
-        its device is PEER_CONFIRMS_RATIO as slow as its peers of late (the passive view)."""
+        ceiling delivers a fraction, however busy. Two such probes in a row raise VolumeDegraded."""
         delivered_iops = context.get("delivered_iops")
         delivered_bw = context.get("delivered_bytes_per_second")
         def normal(metric):   # the probe's healthy figure: its baselines, read and write summed
