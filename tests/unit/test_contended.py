@@ -85,24 +85,3 @@ def test_an_alert_raised_on_the_busy_totals_is_not_cleared_by_one_quiet_probe_be
     assert h.on_result(_contended(16, 80.0), "vol", causes, _busy(900.0, 32)) == ["VolumeDegraded cleared"]
     st.close()
 
-
-
-def test_one_short_busy_probe_raises_at_once_when_its_device_is_far_slower_than_its_peers(tmp_path):
-    """A collapse is not a spike (issue 33): a short busy probe with the passive view showing its device 3x or
-    more as slow as its peers over the last windows is a volume held at a limit, raised at once. A host disk
-    slow under every volume for a minute (the week lane's second page: each device as slow as its peers) still
-    waits for the next probe to agree."""
-    st, h = _armed(tmp_path)
-    causes = lambda since: []   # noqa: E731
-    everyone_slow = {**_busy(250.0, 32), "passive_peer_ratio": 1.1}
-    assert h.on_result(_contended(8, 80.0), "vol", causes, everyone_slow) == []
-    assert h.on_result(_contended(9, 900.0), "vol", causes, _busy(900.0, 32)) == []     # the minute passed
-    alone_slow = {**_busy(250.0, 32), "passive_peer_ratio": 44.5}
-    assert h.on_result(_contended(10, 80.0), "vol", causes, alone_slow) == ["VolumeDegraded raised"]
-    (alert,) = st.alerts(open_only=True)
-    assert "44.5x as slow as its peers" in alert["causes"][0]
-    # a shallow probe is not judged on its total, whatever the peers say
-    assert h.on_result(_qd1(_contended(11, 40.0)), "vol", causes, {**_busy(120.0, 1), "passive_peer_ratio": 44.5}) \
-        == []
-    assert ("VolumeDegraded", "vol", "qd1") not in h.open
-    st.close()
