@@ -147,8 +147,6 @@ def apply_result(core, e: ProbeFinished) -> None:
             total_said = (f": the busy disk delivered {total[0]:.0f} IOPS, {total[1] / (1 << 20):.1f} MiB/s in "
                           f"total on {total[2]}, the probe and the other work")
         view = next((v for name, _, v in k.passive_views if name == result.device), None)
-        if view is not None and view.peer_ratio is not None:
-            context["passive_peer_ratio"] = round(view.peer_ratio, 2)
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)

@@ -31,9 +31,6 @@ QUIET_PROBES_TO_CLEAR_CONTENDED = 2   # quiet probes in a row at baseline that c
 # contended; the deep ones and the passive view of the same device speak for the volume.
 SATURATING_QUEUE_DEPTH = 8
 PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
-# one short busy probe is confirmed by its device being this much slower than its peers over the last windows
-# (passive): a volume held at a limit is, a host disk slow under every volume for a minute is not (stop 48)
-PEER_CONFIRMS_RATIO = 3.0
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
 
@@ -264,10 +261,16 @@ class Health:
         ceiling delivers a fraction, however busy. Two such probes in a row raise VolumeDegraded."""
         delivered_iops = context.get("delivered_iops")
         delivered_bw = context.get("delivered_bytes_per_second")
-        def normal(metric):   # the probe's healthy figure: its baselines, read and write summed
-            dets = (self.detectors.get((identity, profile, f"{d}_{metric}")) for d in ("read", "write"))
-            return sum(math.exp(b[0]) for b in (x.baseline() for x in dets if x is not None) if b is not None)
-        normal_iops, normal_bw = normal("iops"), normal("bw_bytes")
+        normal_iops = normal_bw = 0.0
+        for d in ("read", "write"):
+            for metric, add in ((f"{d}_iops", "iops"), (f"{d}_bw_bytes", "bw")):
+                det = self.detectors.get((identity, profile, metric))
+                base = det.baseline() if det is not None else None
+                if base is not None:
+                    if add == "iops":
+                        normal_iops += math.exp(base[0])
+                    else:
+                        normal_bw += math.exp(base[0])
         if delivered_iops is None or delivered_bw is None or not normal_iops:
             return []
         key = (identity, profile)
@@ -281,13 +284,11 @@ class Health:
             self.quiet_good.pop(akey, None)   # the quiet probes before it were the cache's, not the volume's
         if saturating:
             self.deep_short[identity] = short
-        peers = context.get("passive_peer_ratio") or 0.0
-        if short and (self.contended_strikes[key] >= 2 or peers >= PEER_CONFIRMS_RATIO) and akey not in self.open:
+        if short and self.contended_strikes[key] >= 2 and akey not in self.open:
             on = f" ({context['delivered_on']})" if context.get("delivered_on") else ""
             finding = (f"on a busy disk the device{on} delivered {delivered_iops:,.0f} IOPS in total (this probe "
                        f"and the other work together) where the probe alone gets {normal_iops:,.0f} on the healthy "
-                       "volume: it is slower than its normal even counting the other work" + (
-                           f", and {peers:.1f}x as slow as its peers in the last minutes" if peers >= 1.5 else ""))
+                       "volume: it is slower than its normal even counting the other work")
             evidence = {"metrics": {"delivered_iops": {"value": round(delivered_iops, 1),
                                                        "baseline": round(normal_iops, 1), "reason": "contended"}},
                         "passive": context}
