@@ -7,6 +7,7 @@ Evidence for causes is read from here: no sysfs, no database query, no call into
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import logging
 import time
@@ -34,6 +35,13 @@ RECENT_DRIFT = 1000          # drift events kept for causes (a baseline's window
 SAMPLES_KEPT = 130           # two minutes of 1 Hz samples: what a disk did during a probe that just ended
 # Only of the devices a probe runs on (ProbeStarted to ProbeFinished): 130 whole samples were 64 KiB a device,
 # 260 MiB at 4,000 disks, for the two or three a probe was running on.
+OWN_IO_KEPT = 16             # the last probes' seconds and bytes: iowarden's own share of a window's I/O
+# Other work that moved this many times the probe's bytes a second in the probe's seconds, and at least the floor,
+# made it a measurement beside that work, though the disk looked quiet when it began (a backup starting
+# mid-probe): it is judged as a contended probe. 3x, not 1x: a mirror's members carry a write twice, and the
+# sampler's seconds are wider than the probe's (the probe before it, prorated, is in them)
+OTHER_WORK_RATIO = 3.0
+OTHER_WORK_FLOOR_BYTES_PER_SECOND = 4 << 20
 
 
 @dataclass
@@ -63,6 +71,8 @@ class Knowledge:
     probing_disks: dict = field(default_factory=dict)       # (target, profile) -> the physical disks under it
     probe_ended_at: dict = field(default_factory=dict)      # device -> when its last probe ended (monotonic)
     sample_at: float = 0.0                                  # the Unix time of `sample`
+    # (devices, started, ended (Unix), bytes moved) of the last probes: their share of a window is not other work
+    own_io: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OWN_IO_KEPT))
 
     def __post_init__(self):
         self.recent_drift = collections.deque(self.recent_drift, maxlen=RECENT_DRIFT)
@@ -104,6 +114,11 @@ class Knowledge:
             self.samples.append((self.sample_at, DiskSample(self.sample.monotonic_seconds, {
                 n: self.sample.counters[n] for n in names if n in self.sample.counters})))
 
+    def window(self, start: float, end: float) -> tuple[float, float] | None:
+        """The Unix times of the samples that bracket a probe's seconds (what `delivered` reads), or None."""
+        inside = [t for t, _ in self.samples if start - 0.5 <= t <= end + 1.5]
+        return (inside[0], inside[-1]) if len(inside) >= 2 and inside[-1] > inside[0] else None
+
     def delivered(self, device: str, start: float, end: float):
         """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
         inside = [(t, s) for t, s in self.samples if start - 0.5 <= t <= end + 1.5]
@@ -118,8 +133,18 @@ class Knowledge:
 def apply_result(core, e: ProbeFinished) -> None:
     """Store, publish and judge one probe result."""
     k, result = core.known, e.result
-    record = result.to_json()
     identity = identity_of(result.device, k.devices) if result.device else f"target:{result.target}"
+    if result.device:
+        k.own_io.append(({result.device, *e.disks}, result.started_at, result.started_at + result.duration_seconds,
+                         bytes_moved(result)))
+    beside = other_work(k, result, e.disks) if result.ok and not result.contended and result.device else None
+    verdicts = core.health.latest.get((identity, result.profile))
+    if beside is not None and verdicts and not any(v.learning for v in verdicts.values()):
+        # a quiet disk when it began, and most of its seconds' I/O someone else's: measured beside that work
+        # (a warm-up probe is left to the scheduler's own rules for learning under load)
+        result = dataclasses.replace(result, contended=True)
+        e = dataclasses.replace(e, result=result)
+    record = result.to_json()
     core.state.add_probe_result(record, identity)
     if core.influx is not None:
         core.influx.probe_result(record, identity)
@@ -150,12 +175,37 @@ def apply_result(core, e: ProbeFinished) -> None:
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
+    if beside is not None:
+        total_said += f"; other work began during it: {beside / (1 << 20):.1f} MiB/s beside it"
     log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result) + total_said,
             extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
     # the evidence is gathered before the judgement: health judges on what it is given, and never calls back
     # into the core (a callback that read health again was the reason for a re-entrant lock)
     causes = causes_of(core, e, core.health.baseline_since(identity, result.profile))
     core.health.on_result(record, identity, lambda since: causes, context)
+
+
+def bytes_moved(result) -> float:
+    """Everything a probe read and wrote: fio's measured bytes, its ramp's at the measured rate, its layout."""
+    directions = result.report.directions.values() if result.report else ()
+    return result.layout_bytes + sum(d.io_bytes + d.bw_bytes * result.ramp_seconds for d in directions)
+
+
+def other_work(k: Knowledge, result, disks: tuple[str, ...]) -> float | None:
+    """Bytes a second of I/O not iowarden's on the probe's device or the disks under it in the probe's seconds,
+    when that is OTHER_WORK_RATIO times the probe's own and above the floor; else None."""
+    start, end = result.started_at, result.started_at + result.duration_seconds
+    span = k.window(start, end)
+    total = delivered_in_total(k, result.device, disks, start, end)
+    if span is None or total is None:
+        return None
+    (a, b), names = span, {result.device, *disks}
+    # iowarden's probes in those seconds, each taken as even over its own (the one before runs into them)
+    own = sum(moved * max(0.0, min(e, b) - max(s, a)) / max(e - s, 1e-3)
+              for on, s, e, moved in k.own_io if on & names)
+    other = total[1] - own / (b - a)
+    probe = bytes_moved(result) / max(result.duration_seconds, 1e-3)
+    return other if other >= max(OTHER_WORK_RATIO * probe, OTHER_WORK_FLOOR_BYTES_PER_SECOND) else None
 
 
 def delivered_in_total(k: Knowledge, device: str, disks: tuple[str, ...], start: float, end: float):

@@ -2,9 +2,11 @@
 partitions) on one disk: a backup on one fills the disk, and the other's probe is deferred, then run contended.
 Its own device carries the probe alone, short of the volume's quiet normal, though the disk delivers plenty:
 judged there, a healthy volume paged (issue 33: "a backup raised it on three volumes at once when they shared
-a backend"). Fake counters, no root."""
+a backend"). A backup that begins during a probe on a quiet disk makes it a contended one too. Fake counters,
+no root."""
+from types import SimpleNamespace
 
-from iowarden.daemon.core.knowledge import Knowledge, delivered_in_total
+from iowarden.daemon.core.knowledge import Knowledge, bytes_moved, delivered_in_total, other_work
 from iowarden.probes.diskstats import DiskCounters, DiskSample
 
 
@@ -58,3 +60,49 @@ def test_the_core_keeps_the_disks_from_the_probes_start_to_its_end():
     n = len(k.samples)
     k.keep_sample(2000.0, _sample(9.0, {"dm-1": (1, 8), "sda": (1, 8)}))
     assert len(k.samples) == n   # nothing is kept while no probe runs
+
+
+def _result(device: str, started_at: float, seconds: float, bytes_per_second: float):
+    """A probe that read evenly at bytes_per_second for `seconds` (what other_work reads of a ProbeResult)."""
+    read = SimpleNamespace(io_bytes=bytes_per_second * seconds, bw_bytes=bytes_per_second)
+    return SimpleNamespace(device=device, started_at=started_at, duration_seconds=seconds, layout_bytes=0,
+                           ramp_seconds=0.0, report=SimpleNamespace(directions={"read": read}))
+
+
+def _seen(k: Knowledge, result, disks: tuple):
+    k.own_io.append(({result.device, *disks}, result.started_at, result.started_at + result.duration_seconds,
+                     bytes_moved(result)))
+    return other_work(k, result, disks)
+
+
+def test_a_backup_that_begins_during_a_probe_on_a_quiet_disk_makes_it_a_measurement_beside_other_work():
+    # the disk was quiet when the probe began (not deferred, not contended); 2,000 MiB/s of backup joined it
+    k = Knowledge()
+    _probe(k, "loop1p1", ("loop1",), {"loop1p1": (300, 300 * 8), "loop1": (2300, 300 * 8 + 2000 * 2048)})
+    beside = _seen(k, _result("loop1p1", 1000.0, 5.0, 300 * 4096), ("loop1",))
+    assert beside is not None and abs(beside - 2000 * 2048 * 512) < 1
+
+
+def test_a_probe_alone_or_a_mirror_writing_twice_is_not_beside_other_work():
+    k = Knowledge()
+    _probe(k, "loop3", ("loop3",), {"loop3": (300, 300 * 8)})
+    assert _seen(k, _result("loop3", 1000.0, 5.0, 300 * 4096), ("loop3",)) is None
+    k = Knowledge()   # an md mirror: each member carries the probe's bytes once, 2x in all
+    _probe(k, "md0", ("vdb", "vdc"), {"md0": (300, 2400), "vdb": (300, 2400), "vdc": (300, 2400)})
+    assert _seen(k, _result("md0", 1000.0, 5.0, 300 * 4096), ("vdb", "vdc")) is None
+    k = Knowledge()   # a trickle of other work far under the probe's own is not a neighbour's job
+    _probe(k, "sda1", ("sda",), {"sda1": (300, 2400), "sda": (310, 2480)})
+    assert _seen(k, _result("sda1", 1000.0, 5.0, 300 * 4096), ("sda",)) is None
+
+
+def test_iowardens_own_probe_before_it_in_the_same_seconds_is_not_other_work():
+    # a 1 MiB probe at 1 GiB/s ended 0.4 s into the sampler's seconds that bracket the 4k probe after it
+    k = Knowledge()
+    k.own_io.append(({"loop2"}, 990.0, 1001.4, 11.4 * (1 << 30)))
+    gib_sectors = int(0.4 * (1 << 30)) // 512
+    k.samples.append((1001.0, _sample(1.0, {"loop2": (0, 0)})))
+    k.samples.append((1002.5, _sample(2.5, {"loop2": (1000, gib_sectors + 300 * 8)})))
+    probe = _result("loop2", 1001.4, 1.0, 300 * 4096)
+    assert _seen(k, probe, ("loop2",)) is None
+    k.own_io.clear()   # not counted, the probe before it would be other work
+    assert _seen(k, probe, ("loop2",)) is not None
