@@ -1,8 +1,10 @@
 """What the benchmarks beside node_exporter share: a free port, the exporter, loop devices they make."""
+import fcntl
 import os
 import shutil
 import socket
 import subprocess
+import time
 
 
 UNIT = os.path.join(os.path.dirname(__file__), "..", "systemd", "iowarden.service")
@@ -29,15 +31,21 @@ def node_exporter_or_exit() -> str:
     return exporter
 
 
+LOOP_CTL_REMOVE = 0x4C81
+_CREATED: set[str] = set()   # loop devices that did not exist before attach_loops made them: removed when detached
+
+
 def attach_loops(work: str, count: int, first_size: str = "8M") -> list[str]:
     """Loop devices over sparse images in `work`; detach them with detach_loops() (also on failure)."""
-    loops = []
+    loops, before = [], set(os.listdir("/sys/block"))
     try:
         for i in range(count):
             img = os.path.join(work, f"d{i}.img")
             subprocess.run(["truncate", "-s", first_size if i == 0 else "8M", img], check=True)
             loops.append(subprocess.run(["losetup", "--find", "--show", img], capture_output=True, text=True,
                                         check=True).stdout.strip())
+            if os.path.basename(loops[-1]) not in before:
+                _CREATED.add(loops[-1])
     except BaseException:
         detach_loops(loops)
         raise
@@ -45,5 +53,22 @@ def attach_loops(work: str, count: int, first_size: str = "8M") -> list[str]:
 
 
 def detach_loops(loops: list[str]) -> None:
+    """Detach them, and remove the device nodes attach_loops created: a detached loop device stays in
+    /proc/diskstats, and a second run beside 2,000 left over is not the run it says it is."""
     for dev in loops:
         subprocess.run(["losetup", "-d", dev], check=False)
+    made = [d for d in loops if d in _CREATED]
+    if not made:
+        return
+    fd = os.open("/dev/loop-control", os.O_RDWR)
+    try:
+        for dev in made:
+            for _ in range(20):   # the detach completes when its last opener lets go
+                try:
+                    fcntl.ioctl(fd, LOOP_CTL_REMOVE, int(os.path.basename(dev)[4:]))
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            _CREATED.discard(dev)
+    finally:
+        os.close(fd)

@@ -8,7 +8,7 @@ per-device work: node_exporter's diskstats collector is told to include loop dev
 them, and then its side does none), iowarden samples them at 1 Hz. iowarden's tracer is off (node_exporter
 has none; bench/tracer_overhead.py measures it), SMART on. With --hotplug K, K more devices are attached
 while both run, and each one's CPU over the next --hotplug-seconds is printed: in all, its settled share (the
-last minute), the burst's own CPU above that share, and when its 5 s average last exceeded 1.5x the settled
+last minute), the burst's own CPU above that share, and when its 15 s average last exceeded 1.5x the settled
 share: a burst of uevents, an HBA reset in small.
 Needs root and prometheus-node-exporter (apt-get install prometheus-node-exporter).
 """
@@ -128,8 +128,9 @@ def hotplug(work: str, procs: dict, ports: dict, count: int, seconds: float,
     used = {}
     for n, cpu in per_second.items():
         settled = sum(cpu[-60:]) / len(cpu[-60:])
-        smooth = [sum(cpu[i:i + 5]) / 5 for i in range(len(cpu) - 4)]
-        busy = [i + 5 for i, x in enumerate(smooth) if x > max(1.5 * settled, settled + 0.02)]
+        # over 15 s: the passive detector's step every window is its routine, not the burst
+        smooth = [sum(cpu[i:i + 15]) / 15 for i in range(len(cpu) - 14)]
+        busy = [i + 15 for i, x in enumerate(smooth) if x > max(1.5 * settled, settled + 0.02)]
         total = last[n] - start[n]
         used[n] = (total, settled, max(0.0, total - settled * len(cpu)), busy[-1] if busy else 0)
     if recorder is not None:
