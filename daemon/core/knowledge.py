@@ -108,11 +108,23 @@ class Knowledge:
         within the second: what they did from then on is bracketed by that sample and the first after the
         probe's end)."""
         self.probing[(target, profile)] = device
-        self.probing_disks[(target, profile)] = tuple(disks)
-        names = {device, *disks} - {None}
+        self.probing_disks[(target, profile)] = tuple(disks) + self.beneath(device, disks)
+        names = {device, *self.probing_disks[(target, profile)]} - {None}
         if names and self.sample is not None:
             self.samples.append((self.sample_at, DiskSample(self.sample.monotonic_seconds, {
                 n: self.sample.counters[n] for n in names if n in self.sample.counters})))
+
+    def beneath(self, device: str | None, disks) -> tuple[str, ...]:
+        """The disks a loop device's backing file is on (and what they are built on), beyond its own disks: a
+        probe's device and disks can be quiet while the disk under its file is full of other work."""
+        return tuple(sorted(below_stack(self, {device}) - set(disks))) if device else ()
+
+    def moved(self, result, disks: tuple[str, ...]) -> None:
+        """Keep what a probe moved, and where (its device, disks and the disks under a loop's file), in its
+        seconds: its share of later windows is iowarden's own, not other work."""
+        if result.device:
+            self.own_io.append(({result.device, *disks, *self.beneath(result.device, disks)}, result.started_at,
+                                result.started_at + result.duration_seconds, bytes_moved(result)))
 
     def window(self, start: float, end: float) -> tuple[float, float] | None:
         """The Unix times of the samples that bracket a probe's seconds (what `delivered` reads), or None."""
@@ -134,9 +146,7 @@ def apply_result(core, e: ProbeFinished) -> None:
     """Store, publish and judge one probe result."""
     k, result = core.known, e.result
     identity = identity_of(result.device, k.devices) if result.device else f"target:{result.target}"
-    if result.device:
-        k.own_io.append(({result.device, *e.disks}, result.started_at, result.started_at + result.duration_seconds,
-                         bytes_moved(result)))
+    k.moved(result, e.disks)
     beside = other_work(k, result, e.disks) if result.ok and not result.contended and result.device else None
     verdicts = core.health.latest.get((identity, result.profile))
     if beside is not None and verdicts and not any(v.learning for v in verdicts.values()):
@@ -193,17 +203,35 @@ def bytes_moved(result) -> float:
 
 def other_work(k: Knowledge, result, disks: tuple[str, ...]) -> float | None:
     """Bytes a second of I/O not iowarden's on the probe's device or the disks under it in the probe's seconds,
-    when that is OTHER_WORK_RATIO times the probe's own and above the floor; else None."""
+    when that is OTHER_WORK_RATIO times the probe's own and above the floor; else None.
+
+    The disk a loop device's backing file is on counts too, on its own (it carries every file on it), unless a
+    cgroup limit holds the stack: a probe held at a limit is slow by that limit, not by the disk's other work."""
     start, end = result.started_at, result.started_at + result.duration_seconds
     span = k.window(start, end)
-    total = delivered_in_total(k, result.device, disks, start, end)
-    if span is None or total is None:
+    if span is None:
         return None
-    (a, b), names = span, {result.device, *disks}
-    # iowarden's probes in those seconds, each taken as even over its own (the one before runs into them)
-    own = sum(moved * max(0.0, min(e, b) - max(s, a)) / max(e - s, 1e-3)
-              for on, s, e, moved in k.own_io if on & names)
-    other = total[1] - own / (b - a)
+    (a, b) = span
+
+    def beside(names: set, total_bytes_per_second: float) -> float:
+        # iowarden's probes in those seconds, each taken as even over its own (the one before runs into them)
+        own = sum(moved * max(0.0, min(e, b) - max(s, a)) / max(e - s, 1e-3)
+                  for on, s, e, moved in k.own_io if on & names)
+        return total_bytes_per_second - own / (b - a)
+
+    seen = []
+    total = delivered_in_total(k, result.device, disks, start, end)
+    if total is not None:
+        seen.append(beside({result.device, *disks}, total[1]))
+    loop_disks = k.beneath(result.device, disks)
+    if loop_disks and not limits_on_stack(k, {result.device, *disks}):
+        for name in loop_disks:
+            rates = k.delivered(name, start, end)
+            if rates is not None:
+                seen.append(beside({name}, (rates.read_kib_per_second + rates.write_kib_per_second) * 1024))
+    if not seen:
+        return None
+    other = max(seen)
     probe = bytes_moved(result) / max(result.duration_seconds, 1e-3)
     return other if other >= max(OTHER_WORK_RATIO * probe, OTHER_WORK_FLOOR_BYTES_PER_SECOND) else None
 
