@@ -168,7 +168,8 @@ class Core:
             discovery_over_limit=k.discovery_over_limit,
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
             sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)),
-            pins=MappingProxyType(dict(self.health.pins)), own_probes=k.own_probes())
+            pins=MappingProxyType(dict(self.health.pins)), own_probes=k.own_probes(),
+            short_in_total=frozenset(self.health.last_short))
         self.published = (self.published[0] + 1, self.clock())
 
     # -- the handlers: one per event type ---------------------------------------------------------

@@ -126,17 +126,22 @@ class Knowledge:
             self.own_io.append(({result.device, *disks, *self.beneath(result.device, disks)}, result.started_at,
                                 result.started_at + result.duration_seconds, bytes_moved(result)))
 
+    def _bracket(self, start: float, end: float):
+        """The first and last samples inside a probe's seconds ((Unix time, sample) each), or None."""
+        inside = [(t, s) for t, s in self.samples if start - 0.5 <= t <= end + 1.5]
+        return (inside[0], inside[-1]) if len(inside) >= 2 else None
+
     def window(self, start: float, end: float) -> tuple[float, float] | None:
         """The Unix times of the samples that bracket a probe's seconds (what `delivered` reads), or None."""
-        inside = [t for t, _ in self.samples if start - 0.5 <= t <= end + 1.5]
-        return (inside[0], inside[-1]) if len(inside) >= 2 and inside[-1] > inside[0] else None
+        ends = self._bracket(start, end)
+        return (ends[0][0], ends[1][0]) if ends and ends[1][0] > ends[0][0] else None
 
     def delivered(self, device: str, start: float, end: float):
         """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
-        inside = [(t, s) for t, s in self.samples if start - 0.5 <= t <= end + 1.5]
-        if len(inside) < 2:
+        ends = self._bracket(start, end)
+        if ends is None:
             return None
-        (_, a), (_, b) = inside[0], inside[-1]
+        (_, a), (_, b) = ends
         if device not in a.counters or device not in b.counters or b.monotonic_seconds <= a.monotonic_seconds:
             return None
         return compute_rates(a.counters[device], b.counters[device], b.monotonic_seconds - a.monotonic_seconds)
