@@ -9,8 +9,9 @@ page-cache reads, fstrim). One daemon runs the shipped example's configuration a
 changed. Volume 0 learns its normal before the mix starts (see main: a volume busy from its first minute
 does not arm); once it is armed and the mix is under way, volume 0 is slowed by each factor in turn (a
 cgroup v1 limit on the device under it, at the mix's peak IOPS per volume divided by the factor, reads and
-writes), until the daemon raises an alert for it or the give-up time passes; then the limit is lifted and the bench waits for
-the alert to clear. The reference, printed beside each figure, is the probe interval: a detector that
+writes), until the daemon raises an alert for it that pages when raised (VolumeAtLimit waits 10 minutes in
+the shipped rules: its time is printed, and the bench watches on) or the give-up time passes; then the limit
+is lifted and the bench waits for the alerts to clear. The reference, printed beside each figure, is the probe interval: a detector that
 needs k probes takes about k intervals. Needs root; about an hour.
 """
 import argparse
@@ -30,6 +31,9 @@ from tests.integration.helpers import DaemonProc, blkio_cap, free_port  # noqa: 
 from tests.integration.soak_mix import Mix, mix_config, stacked_volumes  # noqa: E402
 
 INTERVAL_S = 300.0
+# the shipped rule waits 10 minutes (`for: 10m`) before it pages: raised first, it is a warning on /metrics,
+# and the bench watches on for an alert that pages when raised
+PAGES_LATER = {"VolumeAtLimit"}
 
 
 def samples(port: int) -> dict:
@@ -96,7 +100,7 @@ def main() -> None:
         time.sleep(120)   # the mix is under way (its daily cycle, a backup, a compaction) before any slowdown
         target, devices = uppers[0].mountpoint.name, {uppers[0].name, lowers[0].name}
         print(f"\n{'slowdown':>9} {'limit IOPS':>10} {'time to detect':>15} {'in intervals':>12} "
-              f"{'time to clear':>14}  first alert")
+              f"{'time to page':>13} {'time to clear':>14}  alerts, at seconds after the limit")
         settle_alerts: list[str] = []
         for factor in factors:
             # each factor starts from a quiet volume: no alert for it for a minute (an alert left open, or
@@ -120,8 +124,17 @@ def main() -> None:
             start = time.monotonic()
             with blkio_cap("read_iops_device", lowers[0].major_minor, cap), \
                     blkio_cap("write_iops_device", lowers[0].major_minor, cap):
-                raised = wait(lambda: alerts_for(samples(port), target, devices), args.give_up_minutes * 60)
-                took = time.monotonic() - start
+                first: dict[str, float] = {}
+
+                def paged():
+                    now = alerts_for(samples(port), target, devices)
+                    for a in now:
+                        first.setdefault(a, time.monotonic() - start)
+                    return [a for a in now if a.split("(")[0] not in PAGES_LATER]
+                page = wait(paged, args.give_up_minutes * 60)
+                page_s = time.monotonic() - start
+                raised = sorted(first, key=first.get)
+                took = first[raised[0]] if raised else page_s
             lifted = time.monotonic()
             cleared = wait(lambda: not alerts_for(samples(port), target, devices),
                            args.clear_minutes * 60) if raised else True
@@ -130,8 +143,9 @@ def main() -> None:
             print(f"{factor:>8g}x {cap:>10d} "
                   f"{(f'{took:.0f} s' if raised else f'> {args.give_up_minutes:g} min'):>15} "
                   f"{(f'{took / INTERVAL_S:.1f}' if raised else '-'):>12} "
+                  f"{(f'{page_s:.0f} s' if page else '-'):>13} "
                   f"{(f'{clear_s:.0f} s' if raised and cleared else cleared_said):>14}  "
-                  f"{', '.join(raised) if raised else 'none'}", flush=True)
+                  f"{', '.join(f'{a} {first[a]:.0f}' for a in raised) if raised else 'none'}", flush=True)
         if args.benign_minutes:
             print(f"\nthe mix alone for {args.benign_minutes:g} min more, no limit anywhere", flush=True)
             time.sleep(args.benign_minutes * 60)

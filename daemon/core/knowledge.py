@@ -154,9 +154,10 @@ def apply_result(core, e: ProbeFinished) -> None:
     k.moved(result, e.disks)
     beside = other_work(k, result, e.disks) if result.ok and not result.contended and result.device else None
     verdicts = core.health.latest.get((identity, result.profile))
-    if beside is not None and verdicts and not any(v.learning for v in verdicts.values()):
+    if not verdicts or any(v.learning for v in verdicts.values()):
+        beside = None   # a warm-up probe is left to the scheduler's own rules for learning under load
+    if beside is not None:
         # a quiet disk when it began, and most of its seconds' I/O someone else's: measured beside that work
-        # (a warm-up probe is left to the scheduler's own rules for learning under load)
         result = dataclasses.replace(result, contended=True)
         e = dataclasses.replace(e, result=result)
     record = result.to_json()

@@ -67,6 +67,10 @@ def week_on_call(lane) -> None:
         # what the daemon said, in the report whether the scenario passes or not (its directory goes with it)
         stack.callback(lambda: report.extend(
             ["daemon: " + x[:400] for x in daemon.output().splitlines() if "ALERT" in x or "Traceback" in x]))
+        # and the sick volume's last probes: what its judgement rested on, if it was not paged in time
+        stack.callback(lambda: report.extend(
+            ["daemon: " + x[:400] for x in daemon.output().splitlines() if f"/{mounts[0].name}/" in x
+             or f"probe {mounts[0].name}/" in x][-40:]))
         daemon.wait_message("READY=1", timeout=60)
         prom, prom_port = servers.prometheus(tmp, port, rule_files=[RULES], interval="15s")
         stack.callback(prom.stop)
