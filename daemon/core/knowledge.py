@@ -35,6 +35,7 @@ RECENT_DRIFT = 1000          # drift events kept for causes (a baseline's window
 SAMPLES_KEPT = 130           # two minutes of 1 Hz samples: what a disk did during a probe that just ended
 # Only of the devices a probe runs on (ProbeStarted to ProbeFinished): 130 whole samples were 64 KiB a device,
 # 260 MiB at 4,000 disks, for the two or three a probe was running on.
+SAMPLE_BEFORE_SECONDS = 1.5   # the sampler's second and a margin: the sample before a probe began is its first
 OWN_IO_KEPT = 16             # the last probes' seconds and bytes: iowarden's own share of a window's I/O
 # Other work that moved this many times the probe's bytes a second in the probe's seconds, and at least the floor,
 # made it a measurement beside that work, though the disk looked quiet when it began (a backup starting
@@ -126,23 +127,29 @@ class Knowledge:
             self.own_io.append(({result.device, *disks, *self.beneath(result.device, disks)}, result.started_at,
                                 result.started_at + result.duration_seconds, bytes_moved(result)))
 
-    def _bracket(self, start: float, end: float):
-        """The first and last samples inside a probe's seconds ((Unix time, sample) each), or None."""
-        inside = [(t, s) for t, s in self.samples if start - 0.5 <= t <= end + 1.5]
+    def _bracket(self, device: str, start: float, end: float):
+        """The first and last samples of a device in a probe's seconds ((Unix time, sample) each), or None.
+
+        From the sample just before its start (ProbeStarted keeps it; up to a sampler's second before): a probe is
+        judged when it ends, before the sample after it arrives, and a 1.5 s probe whose sample before fell 0.6 s
+        ahead of it had one sample inside and no total (the time-to-detect bench: three of four busy probes of a
+        throttled volume unjudged). Samples kept for another device's probe, without this one, do not count."""
+        inside = [(t, s) for t, s in self.samples if start - SAMPLE_BEFORE_SECONDS <= t <= end + 1.5
+                  and device in s.counters]
         return (inside[0], inside[-1]) if len(inside) >= 2 else None
 
-    def window(self, start: float, end: float) -> tuple[float, float] | None:
+    def window(self, device: str, start: float, end: float) -> tuple[float, float] | None:
         """The Unix times of the samples that bracket a probe's seconds (what `delivered` reads), or None."""
-        ends = self._bracket(start, end)
+        ends = self._bracket(device, start, end)
         return (ends[0][0], ends[1][0]) if ends and ends[1][0] > ends[0][0] else None
 
     def delivered(self, device: str, start: float, end: float):
         """iostat -x of one device between two Unix times (the samples nearest inside them), or None."""
-        ends = self._bracket(start, end)
+        ends = self._bracket(device, start, end)
         if ends is None:
             return None
         (_, a), (_, b) = ends
-        if device not in a.counters or device not in b.counters or b.monotonic_seconds <= a.monotonic_seconds:
+        if b.monotonic_seconds <= a.monotonic_seconds:
             return None
         return compute_rates(a.counters[device], b.counters[device], b.monotonic_seconds - a.monotonic_seconds)
 
@@ -214,7 +221,7 @@ def other_work(k: Knowledge, result, disks: tuple[str, ...]) -> float | None:
     The disk a loop device's backing file is on counts too, on its own (it carries every file on it), unless a
     cgroup limit holds the stack: a probe held at a limit is slow by that limit, not by the disk's other work."""
     start, end = result.started_at, result.started_at + result.duration_seconds
-    span = k.window(start, end)
+    span = k.window(result.device, start, end)
     if span is None:
         return None
     (a, b) = span

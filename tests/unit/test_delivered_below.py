@@ -152,3 +152,15 @@ def test_a_loop_volume_held_by_a_cgroup_limit_is_not_excused_by_its_backing_disk
         0.0, 1.0, 1, "/", (), (("/", "7:0", IoLimit(riops=400)),), MappingProxyType({"7:0": "loop4"}))
     _probe(k, "loop4", ("loop4",), {"loop4": (300, 300 * 8), "vda": (400, 300 * 8 + 100 * 1024)})
     assert _seen(k, _result("loop4", 1000.0, 5.0, 300 * 4096), ("loop4",)) is None
+
+
+def test_a_short_probe_is_judged_before_the_sample_after_it_arrives():
+    # the sample before it came 0.8 s ahead of its start; one more in its 1.5 s; the one after not yet in when it
+    # ends. A sample kept for another device's probe just before it is not its first.
+    k = Knowledge()
+    k.samples.append((999.5, _sample(0.0, {"loop9": (0, 0)})))
+    k.sample, k.sample_at = _sample(0.2, {"loop1": (0, 0)}), 999.2
+    k.probe_started("vol", "rr", "loop1", ("loop1",))
+    k.keep_sample(1000.2, _sample(1.2, {"loop1": (170, 170 * 8)}))
+    iops, _, where = delivered_in_total(k, "loop1", ("loop1",), 1000.0, 1001.5)
+    assert (round(iops), where) == (170, "loop1")
