@@ -84,4 +84,3 @@ class Snapshot:
     probe_latency: dict = field(default_factory=dict)        # (target, profile, direction) -> latency.LatencyTotal
     pins: dict = field(default_factory=dict)                 # target -> the volume it was first probed on
     own_probes: dict = field(default_factory=dict)           # device -> when a probe last ran on it (monotonic, inf: now)
-    short_in_total: frozenset = frozenset()                  # (volume, profile): its last probe, busy, short in total

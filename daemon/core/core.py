@@ -168,8 +168,7 @@ class Core:
             discovery_over_limit=k.discovery_over_limit,
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
             sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)),
-            pins=MappingProxyType(dict(self.health.pins)), own_probes=k.own_probes(),
-            short_in_total=frozenset(self.health.last_short))
+            pins=MappingProxyType(dict(self.health.pins)), own_probes=k.own_probes())
         self.published = (self.published[0] + 1, self.clock())
 
     # -- the handlers: one per event type ---------------------------------------------------------

@@ -28,9 +28,6 @@ def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
     if _SUSPECTED[0] is not snapshot:
         far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
         by_probe = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
-        # a busy probe short of the volume's normal in total is confirmed by the next one as a far-off one is: at
-        # the default interval a second busy probe five minutes on made a collapse under load a ten-minute page
-        far |= snapshot.short_in_total
         by_probe |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far}
         passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
         places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}

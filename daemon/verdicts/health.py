@@ -95,7 +95,6 @@ class Health:
         self.failures: dict[tuple[str, str], int] = {}
         self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
         self.contended_strikes: dict[tuple[str, str], int] = {}    # contended probes in a row short in total
-        self.last_short: set = set()   # (identity, profile) whose last probe was a busy one short in total
         self.deep_short: dict[str, bool] = {}   # volume -> was its last deep (saturating) contended probe short
         self.quiet_good: dict[tuple, int] = {}  # alert raised on a busy device's totals -> quiet probes at baseline since
         # target name -> the volume identity it was first probed on: a directory whose
@@ -208,7 +207,6 @@ class Health:
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead
             return events + self._judge_contended(identity, profile, target, context or {}, causes_fn)
-        self.last_short.discard((identity, profile))
         verdicts = {}
         for metric, value in metrics_of(record).items():
             key = (identity, profile, metric)
@@ -282,7 +280,6 @@ class Health:
         short = saturating and delivered_iops < normal_iops * CONTENDED_SHORTFALL \
             and delivered_bw < normal_bw * CONTENDED_SHORTFALL
         self.contended_strikes[key] = self.contended_strikes.get(key, 0) + 1 if short else 0
-        (self.last_short.add if short else self.last_short.discard)(key)   # the next probe confirms it, soon
         if short:
             self.quiet_good.pop(akey, None)   # the quiet probes before it were the cache's, not the volume's
         if saturating:

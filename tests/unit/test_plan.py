@@ -76,9 +76,6 @@ def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
     alert = Snapshot(taken_at=0.0, version="t", alerts=(AlertView("VolumeDegraded", "vol", "rr", "db", "critical",
                                                                   0.0, 1),))
     assert suspected_fault(alert, "db", "rr") == "probe"
-    # a busy probe short of the volume's normal in total (the first of the two that raise): confirmed soon too
-    short = Snapshot(taken_at=0.0, version="t", probes=(probe,), short_in_total=frozenset({("vol", "rr")}))
-    assert suspected_fault(short, "db", "rr") == "probe"
     # issue 33: a passive verdict open on the probe's volume (or its device): the busy disk is the fault's
     for passive in (AlertView("VolumeAtLimit", "vol", "passive", "sdb", "warning", 0.0, 2),
                     AlertView("DeviceSlow", "other", "passive", "sdx", "critical", 0.0, 3, devices=("vol",))):

@@ -357,21 +357,15 @@ def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(
         assert h.on_result(_contended(i, 300.0), "vol", causes, busy) == []
     # held at a ceiling: 300 in all, twice in a row
     capped = {"delivered_iops": 300.0, "delivered_bytes_per_second": 300.0 * 4096}
-    assert not h.last_short
     assert h.on_result(_contended(12, 100.0), "vol", causes, capped) == []
-    assert h.last_short == {("vol", "rr")}   # the scheduler confirms it soon (test_plan: suspicion)
     assert h.on_result(_contended(13, 100.0), "vol", causes, capped) == ["VolumeDegraded raised"]
     (alert,) = st.alerts(open_only=True)
     assert "delivered 300 IOPS in total" in alert["causes"][0] and alert["severity"] == "warning"
     # the baseline learned nothing from the contended probes
     assert h.detectors[("vol", "rr", "read_iops")].baseline()[0] > 6.8   # log(1000) = 6.9
     assert h.on_result(_contended(14, 300.0), "vol", causes, busy) == ["VolumeDegraded cleared"]
-    assert not h.last_short
-    h.on_result(_contended(15, 100.0), "vol", causes, capped)
-    h.on_result(_result(16, 1000.0), "vol", causes)
-    assert not h.last_short   # a quiet probe at its normal after it: nothing to confirm
     # without the sampler's figures a contended probe is not judged at all
-    assert h.on_result(_contended(17, 10.0), "vol", causes, {}) == []
+    assert h.on_result(_contended(15, 10.0), "vol", causes, {}) == []
     st.close()
 
 
