@@ -36,8 +36,8 @@ def test_a_shallow_contended_probe_delivering_little_in_total_raises_nothing_a_d
     for i in range(8, 14):   # qd1 behind a database's work: the total is what its users asked, not the device's best
         assert h.on_result(_qd1(_contended(i, 40.0)), "vol", causes, _busy(120.0, 1)) == []
     assert "VolumeDegraded" not in {a[0] for a in h.open}
-    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(250.0, 32)) == []
-    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
+    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(150.0, 32)) == []
+    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(150.0, 32)) == ["VolumeDegraded raised"]
     st.close()
 
 
@@ -71,17 +71,31 @@ def test_an_alert_raised_on_the_busy_totals_is_not_cleared_by_one_quiet_probe_be
     as does the busy device delivering its normal in total."""
     st, h = _armed(tmp_path)
     causes = lambda since: []   # noqa: E731
-    h.on_result(_contended(8, 80.0), "vol", causes, _busy(250.0, 32))
-    assert h.on_result(_contended(9, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
+    h.on_result(_contended(8, 80.0), "vol", causes, _busy(150.0, 32))
+    assert h.on_result(_contended(9, 80.0), "vol", causes, _busy(150.0, 32)) == ["VolumeDegraded raised"]
     assert h.on_result(_result(10, 1000.0), "vol", causes) == []                      # quiet, at its baseline
-    assert h.on_result(_contended(11, 80.0), "vol", causes, _busy(250.0, 32)) == []   # busy and short: still open
+    assert h.on_result(_contended(11, 80.0), "vol", causes, _busy(150.0, 32)) == []   # busy and short: still open
     assert h.on_result(_result(12, 1000.0), "vol", causes) == []                      # the count began again
     assert h.on_result(_result(13, 1000.0), "vol", causes) == ["VolumeDegraded cleared"]
     # the episode's end ended its run of short busy probes: one short one is a blip (the week lane's second
     # page: the host disk under every volume slow for a minute), two in a row raise it again; the busy device
     # delivering its normal in total clears it at once
-    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(250.0, 32)) == []
-    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(250.0, 32)) == ["VolumeDegraded raised"]
+    assert h.on_result(_contended(14, 80.0), "vol", causes, _busy(150.0, 32)) == []
+    assert h.on_result(_contended(15, 80.0), "vol", causes, _busy(150.0, 32)) == ["VolumeDegraded raised"]
     assert h.on_result(_contended(16, 80.0), "vol", causes, _busy(900.0, 32)) == ["VolumeDegraded cleared"]
     st.close()
 
+
+
+def test_a_busy_healthy_volume_short_of_its_quiet_figure_by_less_than_five_times_raises_nothing(tmp_path):
+    """The week lane's false page (CI, stop 50): a neighbour's throttle filled the host's dirty pages and a
+    healthy volume's busy randread-4k probe delivered 4,126 IOPS in total against its quiet 14,787 (3.6x short),
+    twice in a row. A busy total depends on what the other work asks; under a fifth is a limit or a collapse."""
+    st, h = _armed(tmp_path)
+    causes = lambda since: []   # noqa: E731
+    for i in range(8, 14):
+        assert h.on_result(_contended(i, 100.0), "vol", causes, _busy(1000.0 / 3.6, 32)) == []
+    assert "VolumeDegraded" not in {a[0] for a in h.open}
+    assert h.on_result(_contended(14, 50.0), "vol", causes, _busy(190.0, 32)) == []
+    assert h.on_result(_contended(15, 50.0), "vol", causes, _busy(190.0, 32)) == ["VolumeDegraded raised"]
+    st.close()

@@ -355,12 +355,12 @@ def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(
     busy = {"delivered_iops": 1400.0, "delivered_bytes_per_second": 1400.0 * 4096}
     for i in range(8, 12):
         assert h.on_result(_contended(i, 300.0), "vol", causes, busy) == []
-    # held at a ceiling: 300 in all, twice in a row
-    capped = {"delivered_iops": 300.0, "delivered_bytes_per_second": 300.0 * 4096}
+    # held at a ceiling: 150 in all, twice in a row
+    capped = {"delivered_iops": 150.0, "delivered_bytes_per_second": 150.0 * 4096}
     assert h.on_result(_contended(12, 100.0), "vol", causes, capped) == []
     assert h.on_result(_contended(13, 100.0), "vol", causes, capped) == ["VolumeDegraded raised"]
     (alert,) = st.alerts(open_only=True)
-    assert "delivered 300 IOPS in total" in alert["causes"][0] and alert["severity"] == "warning"
+    assert "delivered 150 IOPS in total" in alert["causes"][0] and alert["severity"] == "warning"
     # the baseline learned nothing from the contended probes
     assert h.detectors[("vol", "rr", "read_iops")].baseline()[0] > 6.8   # log(1000) = 6.9
     assert h.on_result(_contended(14, 300.0), "vol", causes, busy) == ["VolumeDegraded cleared"]
