@@ -3,7 +3,8 @@ page nobody; one of them throttled to a third of its load pages within 5 minutes
 a cause, clears within 5 minutes of the throttle's removal, and is one episode per alert.
 
 The real pieces: four stacked loop XFS volumes (each on a loop device of its own, so a throttle of the lower
-device slows the volume below its block layer, as a provisioned cap does), one daemon with the shipped
+device slows the volume below its block layer, as a provisioned cap does; the lower images in RAM, so the
+host's disk, which the rest of the suite shares, is not under them), one daemon with the shipped
 example's four profiles, a real Prometheus scraping every 15 s with the shipped rules. The workload is
 tests/integration/soak_mix.py. The schedule is compressed (probes every 60 s instead of 300 s, 5 s
 passive windows, a day of 240 s); the rules are the shipped ones, untouched.
@@ -57,7 +58,7 @@ def week_on_call(lane) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=run_prefix("lane")))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
-        lowers, uppers = stacked_volumes(stack, tmp, VOLUMES)
+        lowers, uppers = stacked_volumes(stack, tmp, VOLUMES, in_ram=True)
         mounts = [u.mountpoint for u in uppers]
         mix = Mix(mounts, BASE_IOPS)
         mix.lay_out()
