@@ -147,13 +147,14 @@ def test_qd1_latency_agrees_with_ioping(direct_loop_xfs):
     # and which one a tool gets depends on its process layout. There ioping's mean swung from
     # 14 to 42 us between runs while fio's stayed at 33, so the comparison tested the scheduler.
     # The disk under the image drifts too (p50 48-64 us within a minute), so the tools take
-    # turns, and the median of the paired ratios is compared.
+    # turns, five times, and the median of the paired ratios is compared (of three, one pair's drift on a busy
+    # machine was enough: [0.72, 1.13, 0.79]).
     fs = direct_loop_xfs
     prof = ProbeProfile("qd1", rw="randread", bs_bytes=4096, iodepth=1, ioengine="psync",
                         size_bytes=64 << 20, runtime_seconds=3, ramp_time_seconds=0.5)
     probe_file = fs.mountpoint / PROBE_DIR_NAME / probe_file_name(64 << 20)
     ratios = []
-    for _ in range(3):
+    for _ in range(5):
         r = run_probe("t", str(fs.mountpoint), prof, LIMITS)
         assert r.ok, r.error
         ours_p50 = r.report.directions["read"].clat_percentiles_seconds[50.0]
