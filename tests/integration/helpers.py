@@ -260,3 +260,15 @@ def blkio_cap(kind: str, major_minor: str, value: int):
 
 def read_iops_cap(major_minor: str, iops: int):
     return blkio_cap("read_iops_device", major_minor, iops)
+
+
+def ram_backing(stack, where: Path, size_mib: int) -> Path:
+    """A tmpfs of the test's own at `where` (created), unmounted by the ExitStack `stack`: images of loop
+    volumes placed there are off the host's disk, which the rest of the suite shares and stalls (a stall beside
+    the lane paged a healthy week-lane volume and read an idle probe at 223 IOPS). tmpfs takes no O_DIRECT on
+    this kernel: a loop device over a file here reads it buffered (it is memory either way)."""
+    where.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}M,mode=0700", "iowarden-test-backing",
+                    str(where)], check=True, capture_output=True, timeout=30)
+    stack.callback(subprocess.run, ["umount", str(where)], capture_output=True, timeout=60)
+    return where

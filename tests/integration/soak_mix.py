@@ -132,19 +132,13 @@ def stacked_volumes(stack, where: Path, count: int = 4, in_ram: bool = False) ->
     slows the volume below its block layer, as a provisioned cap does), mounted at where/vol0...; removed
     by the ExitStack `stack`. Returns (lowers, uppers).
 
-    in_ram: the lower images on a tmpfs of their own (where/backing), not on the host's disk. The host's disk
-    is every other test's too: a lab phase beside the lane stalled it for 40 s and more, and every volume
-    on it with it (stops 49 and 50), which is that disk's fault, not a volume's. A tmpfs file takes no
-    O_DIRECT on this kernel, so the lower loop devices read theirs buffered (it is memory either way)."""
+    in_ram: the lower images on a tmpfs of their own (where/backing; helpers.ram_backing), not on the host's
+    disk, which is every other test's too: a lab phase beside the lane stalled it for 40 s and more, and every
+    volume on it with it (stops 49 and 50), which is that disk's fault, not a volume's."""
     from tests.conftest import LoopXfs
-    backing = None
-    if in_ram:
-        backing = where / "backing"
-        backing.mkdir()
-        # each lower image is 1.5 GiB, sparse: room for every one filled, no more
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={count * 1536 + 256}M,mode=0700",
-                        "iowarden-test-backing", str(backing)], check=True, capture_output=True, timeout=30)
-        stack.callback(subprocess.run, ["umount", str(backing)], capture_output=True, timeout=60)
+    from tests.integration.helpers import ram_backing
+    # each lower image is 1.5 GiB, sparse: room for every one filled, no more
+    backing = ram_backing(stack, where / "backing", count * 1536 + 256) if in_ram else None
     lowers, uppers = [], []
     for i in range(count):
         lower = LoopXfs("1536M", direct_io=not in_ram, image_dir=backing)

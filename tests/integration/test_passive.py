@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import LoopXfs, run_prefix
 from tests.integration import servers
 from tests.integration.helpers import (blkio_cap, blkio_cgroup, cgroup_cap, config_text, end_processes, free_port,
-                                       wait_for)
+                                       ram_backing, wait_for)
 
 RULES = Path(__file__).resolve().parents[2] / "packaging" / "prometheus" / "iowarden.rules.yml"
 
@@ -46,9 +46,7 @@ def stacked_volume(size="512M", in_ram: bool = False):
         if in_ram:
             backing = Path(tempfile.mkdtemp(prefix=run_prefix("backing")))
             stack.callback(os.rmdir, backing)
-            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1792M,mode=0700", "iowarden-test-backing",
-                            str(backing)], check=True, capture_output=True, timeout=30)
-            stack.callback(subprocess.run, ["umount", str(backing)], capture_output=True, timeout=60)
+            ram_backing(stack, backing, 1792)
         lower = LoopXfs("1536M", direct_io=not in_ram, image_dir=backing)
         stack.callback(lower.close)
         upper = LoopXfs(size, direct_io=True, image_dir=lower.mountpoint)
