@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import gzip
 import logging
 import socket
 import ssl
@@ -89,7 +88,8 @@ class Conn:
 @dataclass
 class Rendered:
     version: int
-    body: bytes
+    pieces: exposition.Exposition
+    body: bytes | None = None      # each made when a scrape first asks for it
     gzipped: bytes | None = None
 
 
@@ -317,13 +317,11 @@ class MetricsServer:
                 return False
             self.requests_in_flight += 1
             try:
-                body, zipped = await self._render(gzipped="gzip" in headers.get("accept-encoding", ""))
+                zipped = "gzip" in headers.get("accept-encoding", "")
+                body = await self._render(gzipped=zipped)
             finally:
                 self.requests_in_flight -= 1
-            extra = {}
-            if zipped is not None:
-                body = zipped
-                extra["Content-Encoding"] = "gzip"
+            extra = {"Content-Encoding": "gzip"} if zipped else {}
             await send(writer, 200, body, keep_alive, CONTENT_TYPE_LATEST, extra, head=method == "HEAD")
         elif path == "/":
             await send(writer, 200, b"<html><body><h1>iowarden</h1><a href='/metrics'>metrics</a></body></html>",
@@ -332,8 +330,8 @@ class MetricsServer:
             await send(writer, 404, b"not found\n", keep_alive)
         return keep_alive
 
-    async def _render(self, gzipped: bool) -> tuple[bytes, bytes | None]:
-        """The exposition of the newest snapshot (and its gzip when asked), rendered once per snapshot version
+    async def _render(self, gzipped: bool) -> bytes:
+        """The exposition of the newest snapshot (gzipped when asked), rendered once per snapshot version
         on a worker thread; scrapes that arrive while it renders share it, or take the render before it
         if that one was current less than STALE_OK_SECONDS ago."""
         if self.version_of_snapshot is not None:
@@ -344,7 +342,7 @@ class MetricsServer:
         done = self._rendered
         if done is None or done.version != version:
             if self._rendering is None or self._rendering[0] != version or failed(self._rendering[1]):
-                future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, self._renderer.render,
+                future = asyncio.ensure_future(self._loop.run_in_executor(self._workers, self._renderer.exposition,
                                                                           self.registry))
                 future.add_done_callback(lambda f, v=version: self._keep(v, f))
                 self._rendering = (version, future)
@@ -357,9 +355,13 @@ class MetricsServer:
                 # waiting its turn on the loop: keep its render here too (keeping it twice is a no-op)
                 self._keep(rendering, future)
                 done = self._rendered
-        if gzipped and done.gzipped is None:
-            done.gzipped = await self._loop.run_in_executor(self._workers, gzip.compress, done.body, 1)
-        return done.body, done.gzipped if gzipped else None
+        if gzipped:
+            if done.gzipped is None:
+                done.gzipped = await self._loop.run_in_executor(self._workers, done.pieces.gzipped)
+            return done.gzipped
+        if done.body is None:
+            done.body = await self._loop.run_in_executor(self._workers, done.pieces.body)
+        return done.body
 
     def _keep(self, version: int, future: asyncio.Future) -> None:
         if failed(future):

@@ -117,13 +117,72 @@ def test_a_disk_whose_counters_did_not_move_keeps_its_lines_and_one_that_moved_i
     renderer.render(reg)
     counters = snap.disk_sample.counters
     moved, idle = sorted(n for n in snap.disk_rates if n in counters)[:2]
-    kept_idle = collector._disk_rows[1][idle][1]
+    kept_idle = collector._disk_rows[1][idle][3]
     sample = dataclasses.replace(snap.disk_sample, counters={
         **counters, moved: counters[moved]._replace(reads=counters[moved].reads + 12345)})
     current[0] = dataclasses.replace(snap, disk_sample=sample, taken_at=snap.taken_at + 1)
     text = renderer.render(reg)
-    assert collector._disk_rows[1][idle][1] is kept_idle
+    assert collector._disk_rows[1][idle][3] is kept_idle
     assert f'iowarden_disk_reads_completed_total{{device="{moved}",'.encode() in text
     line = re.search(rf'^iowarden_disk_reads_completed_total{{device="{moved}",[^}}]*}} (\S+)$', text.decode(), re.M)
     assert float(line.group(1)) == counters[moved].reads + 12345
     assert _without_durations(text) == _without_durations(generate_latest(reg))
+
+
+class _ManyDisks:
+    """One family of 1,000 series written line by line (more lines than one chunk) between two others."""
+
+    def collect(self):
+        from iowarden.daemon.outputs.exposition import TextFamily, label_text, sample_line
+        yield GaugeMetricFamily("before_gauge", "a family before", value=1.0)
+        rows = [(label_text(("device",), (f"loop{i}",)), (f"loop{i}",), float(i)) for i in range(1000)]
+        yield TextFamily("many_reads", "reads by disk", "counter", ("device",), lambda: rows,
+                         [sample_line("many_reads_total", text, value) for text, _, value in rows])
+        yield GaugeMetricFamily("after_gauge", "a family after", value=2.0)
+
+
+def test_the_gzipped_exposition_and_the_plain_body_are_generate_latests_text_written_in_pieces():
+    """Prometheus asks for gzip: the lines are compressed piece by piece, never joined into one body; the
+    plain body, built only when asked, is the same text."""
+    import gzip
+
+    from iowarden.daemon.outputs.exposition import CHUNK_LINES, Renderer
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_ManyDisks())
+    pieces = Renderer().exposition(reg)
+    assert sum(1 for _ in pieces.chunks()) > 1000 // CHUNK_LINES + 3   # written in pieces
+    theirs = generate_latest(reg)
+    assert pieces.body() == theirs
+    assert gzip.decompress(pieces.gzipped()) == theirs
+    assert b'many_reads_total{device="loop999"} 999.0\n' in theirs
+
+
+def test_a_kept_family_of_many_series_is_its_text_and_gives_back_the_same_samples():
+    """A family the collector keeps between scrapes is kept as its text; asked for its samples (as
+    generate_latest asks), it gives back the very samples it was made from: odd label values, NaN, Inf,
+    counters' _total, large and tiny floats."""
+    from iowarden.daemon.outputs.exposition import WRITTEN_MIN_SAMPLES, WrittenFamily, kept
+
+    g = GaugeMetricFamily("many_settings", 'help with a \\ and a\nline feed', labels=["device", "odd"])
+    c = CounterMetricFamily("many_changes", "a counter", labels=["device"])
+    for i in range(WRITTEN_MIN_SAMPLES + 36):
+        g.add_metric([f"sd{i}", ['db "main"\\x', "line\nfeed", "ümlaut ✓", ""][i % 4]],
+                     [float("nan"), float("inf"), 1e-6 * i, 131072.0 * i, 0.1 + i / 3][i % 5])
+        c.add_metric([f"sd{i}"], i)
+    small = GaugeMetricFamily("few", "a family of one", value=3.0)
+    families = [g, c, small]
+
+    class _Reg:
+        def __init__(self, fams):
+            self.fams = fams
+
+        def collect(self):
+            return iter(self.fams)
+
+    written = [kept(f) for f in families]
+    assert [type(f) for f in written] == [WrittenFamily, WrittenFamily, GaugeMetricFamily]
+    assert generate_latest(_Reg(written)) == generate_latest(_Reg(families)) == render(_Reg(written))
+    for mine, theirs in zip(written[0].samples, g.samples):
+        assert mine.name == theirs.name and mine.labels == theirs.labels
+        assert (mine.value == theirs.value) or (mine.value != mine.value and theirs.value != theirs.value)

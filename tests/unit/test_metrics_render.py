@@ -7,6 +7,7 @@ import urllib.request
 
 from prometheus_client.core import GaugeMetricFamily
 
+from iowarden.daemon.outputs.exposition import Exposition
 from iowarden.daemon.outputs.http import STALE_OK_SECONDS, serve
 from iowarden.daemon.outputs.web_config import WebConfig
 
@@ -80,11 +81,11 @@ def test_a_scrape_that_finds_its_render_already_done_gets_it():
         done = server._loop.create_future()
         done.add_done_callback(lambda f: server._keep(7, f))
         server._rendering = (7, done)
-        done.set_result(b"seven\n")   # its callback now waits its turn on the loop
+        done.set_result(Exposition(["seven\n"]))   # its callback now waits its turn on the loop
         return await server._render(gzipped=False)
 
     try:
-        body, _ = asyncio.run_coroutine_threadsafe(scrape_as_the_render_finishes(), server._loop).result(5)
+        body = asyncio.run_coroutine_threadsafe(scrape_as_the_render_finishes(), server._loop).result(5)
         assert body == b"seven\n"
     finally:
         server.shutdown()
