@@ -72,7 +72,7 @@ def main() -> int:
     batches = list(pt.peer_trace(3, args.windows, members=args.members))
     names = tuple(sorted({w.device for batch in batches for w in batch}))
     shipped = detector_module.RollingMedian
-    rows = [("iowarden (arrays of doubles)", *held_per_device(batches, names, shipped)),
+    rows = [("iowarden (arrays of single floats)", *held_per_device(batches, names, shipped)),
             ("reference: lists of floats", *held_per_device(batches, names, ListRollingMedian))]
     detector_module.RollingMedian = shipped
     print(f"{len(names)} busy devices, {args.windows} windows of 15 s: KiB the detector holds per device")

@@ -41,8 +41,8 @@ from iowarden.daemon.passive.tail import TailEvidence
 from iowarden.daemon.passive.groups import GroupRules
 # the values it takes and gives, importable from here as before the split
 from iowarden.daemon.passive.values import (ALERT_OF_KIND, DIRECTIONS, KINDS, SUSPECT_WEIGHT,  # noqa: F401
-                                           DeviceView, Flow, PassiveParams, RollingMedian, Transition, Window,
-                                           _Device, _evidence_summary, _median, _self_summary)
+                                           DeviceView, Flow, PairRing, PassiveParams, RollingMedian, Transition,
+                                           Window, _Device, _evidence_summary, _median, _self_summary)
 
 
 class PassiveDetector(GroupRules):
@@ -66,8 +66,8 @@ class PassiveDetector(GroupRules):
                                                shift_seen=deque(maxlen=self.p.shift_history),
                                                peer_log=RollingMedian(self.p.peer_windows),
                                                peer_excess=RollingMedian(self.p.peer_windows),
-                                               peer_recent=deque(maxlen=max(self.p.severe_windows,
-                                                                            self.p.severe_group_windows)),
+                                               peer_recent=PairRing(max(self.p.severe_windows,
+                                                                        self.p.severe_group_windows)),
                                                sat_ring=deque(maxlen=self.p.saturation_windows))
         return d
 

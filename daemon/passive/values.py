@@ -157,7 +157,7 @@ class DeviceView:
     tail: object = None            # passive_tail.MemberTail (a copy): its p99.9 against its peers', last block
 
 
-@dataclass
+@dataclass(slots=True)   # a thousand of them: no __dict__ each (issue 38)
 class _Device:
     curves: dict = field(default_factory=dict)            # (direction, unit) -> LatencyCurve
     self_ring: deque = field(default_factory=deque)       # bools: judged windows, slow or not
@@ -166,7 +166,7 @@ class _Device:
     self_count: int = 0
     peer_log: RollingMedian | None = None                 # log(latency / peers' median), recent windows
     peer_excess: RollingMedian | None = None              # latency - peers' median, ms
-    peer_recent: deque = field(default_factory=deque)     # (log ratio, excess ms), the last severe windows
+    peer_recent: PairRing | None = None                   # (log ratio, excess ms), the last severe windows
     window_ratio: float | None = None                     # this window's worst latency over its normal
     sat_ring: deque = field(default_factory=deque)        # (iops, kib/s, queue, util, await) or None
     flagged: dict = field(default_factory=dict)           # kind -> evidence while raised
@@ -186,25 +186,29 @@ class RollingMedian:
     """The median of the last `size` values, kept sorted: O(log n) to find, one memmove to update.
 
     statistics.median over a 480-value ring every window was 80 % of a replay's time. Kept as arrays of
-    doubles, not lists of float objects: 16 bytes a value where a list, a deque and the float they share
-    held 48 (issue 38: two 480-value rings per member were 43 KiB of a busy device's 67).
+    single-precision floats, not lists of float objects: 8 bytes a value where a list, a deque and the float
+    they share held 48 (issue 38: two 480-value rings per member were 43 KiB of a busy device's 67, and 15 KiB
+    as doubles). What is kept is log ratios and milliseconds, judged against thresholds of a few per cent: seven
+    significant digits are more than they carry. A value is rounded once, as it is stored, so the ring and the
+    sorted copy hold the same number and the one leaving the ring is found exactly.
     """
     __slots__ = ("size", "_ring", "_next", "_sorted")
 
     def __init__(self, size: int):
         self.size = size
-        self._ring = array("d")      # in arrival order from _next once full: a circular buffer
+        self._ring = array("f")      # in arrival order from _next once full: a circular buffer
         self._next = 0
-        self._sorted = array("d")
+        self._sorted = array("f")
 
     def add(self, x: float) -> None:
-        x = float(x)
         if len(self._ring) == self.size:
             old, self._ring[self._next] = self._ring[self._next], x
+            x = self._ring[self._next]     # as stored: rounded to single precision
             self._next = (self._next + 1) % self.size
             del self._sorted[bisect.bisect_left(self._sorted, old)]
         else:
             self._ring.append(x)
+            x = self._ring[-1]
         bisect.insort(self._sorted, x)
 
     def median(self) -> float:
@@ -215,7 +219,33 @@ class RollingMedian:
         return len(self._ring)
 
     def clear(self) -> None:
-        self._ring, self._sorted, self._next = array("d"), array("d"), 0
+        self._ring, self._sorted, self._next = array("f"), array("f"), 0
+
+
+class PairRing:
+    """The last `maxlen` (log ratio, excess ms) pairs, oldest first, as two arrays of single floats: 8 bytes a
+    pair where a deque of tuples of two float objects held about 100 (issue 38: 4.6 KiB of a busy device's 28).
+    A deque's interface as far as the detector uses it: append, len, iteration, clear."""
+    __slots__ = ("maxlen", "_ratio", "_excess")
+
+    def __init__(self, maxlen: int):
+        self.maxlen = maxlen
+        self._ratio, self._excess = array("f"), array("f")
+
+    def append(self, pair: tuple[float, float]) -> None:
+        if len(self._ratio) >= self.maxlen:
+            del self._ratio[0], self._excess[0]
+        self._ratio.append(pair[0])
+        self._excess.append(pair[1])
+
+    def __len__(self) -> int:
+        return len(self._ratio)
+
+    def __iter__(self):
+        return zip(self._ratio, self._excess)
+
+    def clear(self) -> None:
+        del self._ratio[:], self._excess[:]
 
 
 def _evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
