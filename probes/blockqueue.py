@@ -22,7 +22,8 @@ from .vocabulary import QUEUE_INT_SETTINGS
 QUEUE_INT_KEYS = QUEUE_INT_SETTINGS
 
 
-@dataclass(frozen=True)
+# slots on the records kept per device: a thousand devices, no __dict__ each (issue 38)
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     scheduler: str | None
     schedulers_available: tuple[str, ...]
@@ -38,7 +39,7 @@ class QueueSettings:
     physical_block_size: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MdMember:
     name: str            # kernel name of the member, e.g. sdb1
     states: tuple[str, ...]  # faulty, in_sync, spare, write_error, ...
@@ -49,7 +50,7 @@ class MdMember:
         return "faulty" in self.states
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MdArray:
     level: str | None
     degraded: int | None
@@ -61,14 +62,14 @@ class MdArray:
     members: tuple[MdMember, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DmInfo:
     name: str | None
     uuid: str | None
     suspended: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockDevice:
     name: str
     major: int

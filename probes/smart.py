@@ -28,7 +28,7 @@ EXIT_COULD_NOT_ASK = 0b111
 EXIT_DISK_FAILING = 1 << 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DriveHealth:
     """One disk's health as smartctl reported it; None where the protocol has no such figure."""
     device: str                              # kernel name (sda, nvme0n1)

@@ -6,10 +6,10 @@ never anything the sampler goes on changing (the partition cache is the sampler 
 """
 from __future__ import annotations
 
-import collections
 import fnmatch
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -55,7 +55,7 @@ class Sampler:
         self._prev: diskstats.DiskSample | None = None
         self._partition: dict[str, bool] = {}     # the sampler thread's own cache: read and written only there
         self._lock = threading.Lock()
-        self._util: dict[str, collections.deque] = {}
+        self._util: dict[str, array] = {}   # kernel name -> its last HISTORY_TICKS %util, oldest first
         self.first_sample_done = threading.Event()
         self.reading: SamplerReading | None = None   # the last reading, replaced whole
 
@@ -106,7 +106,13 @@ class Sampler:
             return
         with self._lock:
             for name in rates:
-                self._util.setdefault(name, collections.deque(maxlen=self.HISTORY_TICKS)).append(rates.util_percent(name))
+                # an array of doubles, not a deque of float objects: 0.2 KiB a device where the deque was 1.3
+                hist = self._util.get(name)
+                if hist is None:
+                    hist = self._util[name] = array("d")
+                elif len(hist) >= self.HISTORY_TICKS:
+                    del hist[0]
+                hist.append(rates.util_percent(name))
             for gone in set(self._util) - set(rates):
                 del self._util[gone]
         self.first_sample_done.set()
@@ -117,5 +123,5 @@ class Sampler:
             hist = self._util.get(device)
             if not hist:
                 return None
-            recent = list(hist)[-seconds:]
+            recent = hist[-seconds:]
         return sum(recent) / len(recent)
