@@ -359,8 +359,9 @@ class SnapshotCollector:
                 # line it has seen): its lines are kept, and only the disks that moved are written. One tuple of
                 # lines a disk (None where the kernel lacks the counter), not a row object a sample: at 1,024
                 # disks the rows were 2.4 MB kept for nothing but a test's generate_latest
-                values = (dev, identity_of(dev, s.devices))
-                text = label_text(DISK_LABELS, values)
+                # its labels are the device view's, which `known` lasts no longer than
+                values, text = kept[1:3] if kept is not None else ((dev, identity_of(dev, s.devices)), None)
+                text = text or label_text(DISK_LABELS, values)
                 kept = known[dev] = (c, values, text, tuple(
                     sample_line(name + ("_total" if i < len(self.DISK_COUNTERS) else ""), text,
                                 getattr(c, attr) * scale) if present is None or getattr(c, present) else None
