@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--base-iops", type=int, default=1200, help="the database mix's peak per volume")
     ap.add_argument("--benign-minutes", type=float, default=0.0,
                     help="after the last factor, the mix alone for this long: alerts raised for healthy volumes")
+    ap.add_argument("--keep-log", type=Path, default=None, help="copy the daemon's log here at the end")
     args = ap.parse_args()
     factors = [float(f) for f in args.factors.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="iowarden-bench-ttd-"))
@@ -78,6 +79,8 @@ def main() -> None:
         port = free_port()
         daemon = DaemonProc(tmp, mix_config(tmp / "state", port, [u.mountpoint for u in uppers],
                                             [v.name for v in lowers + uppers], compressed=False))
+        if args.keep_log is not None:   # runs before the cleanup above: callbacks run last first
+            stack.callback(lambda: shutil.copyfile(daemon.log.name, args.keep_log))
         stack.callback(daemon.close)
         daemon.wait_message("READY=1", timeout=60)
         t0 = time.monotonic()
