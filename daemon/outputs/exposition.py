@@ -113,7 +113,7 @@ class WrittenFamily(Metric):
 WRITTEN_MIN_SAMPLES = 64
 
 
-def kept(metric: Metric) -> Metric:
+def for_keeping(metric: Metric) -> Metric:
     """A family to keep between scrapes, in its cheapest form."""
     if isinstance(metric, (TextFamily, WrittenFamily)) or len(metric.samples) < WRITTEN_MIN_SAMPLES:
         return metric

@@ -22,7 +22,7 @@ from iowarden.probes.vocabulary import CLAT_PERCENTILE_KEYS
 
 from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS
 from iowarden.daemon.outputs.alert_metrics import DEFAULT_RUNBOOK_URL, alert_families
-from iowarden.daemon.outputs.exposition import TextFamily, kept, label_text, sample_line
+from iowarden.daemon.outputs.exposition import TextFamily, for_keeping, label_text, sample_line
 from iowarden.daemon.outputs.host_metrics import settings_families, xfs_families
 from iowarden.daemon.passive.metrics import passive_families
 from iowarden.daemon.sources.registry import SOURCES
@@ -119,7 +119,7 @@ class SnapshotCollector:
                 self._built[name] = (inputs, families)
             else:
                 try:
-                    families = [kept(f) for f in build(s)]
+                    families = [for_keeping(f) for f in build(s)]
                     self._built[name] = (inputs, families)
                 except Exception:   # noqa: BLE001 - one source's fault must not fail the scrape
                     log.exception("metrics section %s failed; left out of this scrape", name)
@@ -358,8 +358,8 @@ class SnapshotCollector:
                 # an idle disk's counters are the same object scrape after scrape (diskstats.parse keeps a
                 # line it has seen): its lines are kept, and only the disks that moved are written. One tuple of
                 # lines a disk (None where the kernel lacks the counter), not a row object a sample: at 1,024
-                # disks the rows were 2.4 MB kept for nothing but a test's generate_latest
-                # its labels are the device view's, which `known` lasts no longer than
+                # disks the rows were 2.4 MB kept for nothing but a test's generate_latest. Its labels come from
+                # the device view, and `known` lasts no longer than the view: a disk seen before keeps its text
                 values, text = kept[1:3] if kept is not None else ((dev, identity_of(dev, s.devices)), None)
                 text = text or label_text(DISK_LABELS, values)
                 kept = known[dev] = (c, values, text, tuple(

@@ -162,7 +162,7 @@ def test_a_kept_family_of_many_series_is_its_text_and_gives_back_the_same_sample
     """A family the collector keeps between scrapes is kept as its text; asked for its samples (as
     generate_latest asks), it gives back the very samples it was made from: odd label values, NaN, Inf,
     counters' _total, large and tiny floats."""
-    from iowarden.daemon.outputs.exposition import WRITTEN_MIN_SAMPLES, WrittenFamily, kept
+    from iowarden.daemon.outputs.exposition import WRITTEN_MIN_SAMPLES, WrittenFamily, for_keeping
 
     g = GaugeMetricFamily("many_settings", 'help with a \\ and a\nline feed', labels=["device", "odd"])
     c = CounterMetricFamily("many_changes", "a counter", labels=["device"])
@@ -180,7 +180,7 @@ def test_a_kept_family_of_many_series_is_its_text_and_gives_back_the_same_sample
         def collect(self):
             return iter(self.fams)
 
-    written = [kept(f) for f in families]
+    written = [for_keeping(f) for f in families]
     assert [type(f) for f in written] == [WrittenFamily, WrittenFamily, GaugeMetricFamily]
     assert generate_latest(_Reg(written)) == generate_latest(_Reg(families)) == render(_Reg(written))
     for mine, theirs in zip(written[0].samples, g.samples):
