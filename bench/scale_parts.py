@@ -1,12 +1,15 @@
 """Each part's step against its deadline, RSS and /metrics size at 64, 1,024 and 4,000 disks (a fake host's
 /proc and /sys, bench/_fake_host.py), so the cost per device shows. Optionally with M discovered targets.
 
-    .venv/bin/python bench/scale_parts.py [--disks 64,1024,4000] [--seconds 90] [--targets 10000]
+    .venv/bin/python bench/scale_parts.py [--disks 64,1024,4000] [--seconds 90] [--targets 10000] [--node-exporter]
 
 The daemon runs as its own process over the fake tree, its tracer off (bpftrace on fake disks measures
 nothing), SMART on (smartctl is asked about each fake disk and answers that it cannot open it: the cost of
 asking is real). The reference printed beside each figure is the bound it must stay within: the part's
-deadline, the unit's MemoryHigh (512 MiB). No root needed.
+deadline, the unit's MemoryHigh (512 MiB). No root needed. With --node-exporter, node_exporter runs beside it over
+the same tree (--path.procfs, --path.sysfs, --path.udev.data), only its diskstats collector on (the other
+collectors would read this machine's, or nothing), scraped as often with gzip: the reference for the per-disk
+work, at sizes no machine here can attach as loop devices.
 """
 import argparse
 import gzip
@@ -22,6 +25,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(__file__))
 from _fake_host import MovingDiskstats, make_tree  # noqa: E402
 from _support import free_port, unit_environment  # noqa: E402
+
+NODE_EXCLUDE = r"^(ram|loop|fd|nvme\d+n\d+p)\d+$"   # node_exporter's default, less the sd/vd/hd partitions' rule
 
 MEMORY_HIGH_MIB = 512
 RUNNER = ("import sys\nfrom iowarden.probes.common import Roots\nfrom iowarden.daemon import runtime\n"
@@ -60,9 +65,21 @@ def gauges(body: str, name: str) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(rf'^{name}{{part="([^"]+)"}} (\S+)$', body, re.M)}
 
 
-def run(disks: int, seconds: float, targets: int, allocations: int = 0) -> dict:
+def start_node_exporter(tree: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if not exporter:
+        raise SystemExit("--node-exporter needs prometheus-node-exporter (apt-get install prometheus-node-exporter)")
+    return subprocess.Popen([exporter, f"--web.listen-address=127.0.0.1:{port}", f"--path.procfs={tree}/proc",
+                             f"--path.sysfs={tree}/sys", f"--path.udev.data={tree}/run/udev/data",
+                             "--collector.disable-defaults", "--collector.diskstats",
+                             f"--collector.diskstats.device-exclude={NODE_EXCLUDE}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port
+
+
+def run(disks: int, seconds: float, targets: int, allocations: int = 0, node_exporter: bool = False) -> dict:
     work = tempfile.mkdtemp(prefix=f"iowarden-scale-{os.getpid()}-")
-    proc = None
+    proc = nex = None
     try:
         tree = os.path.join(work, "root")
         names = make_tree(tree, disks, mounts=targets)
@@ -83,13 +100,23 @@ def run(disks: int, seconds: float, targets: int, allocations: int = 0) -> dict:
                 [sys.executable, "-c", RUNNER, cfg, tree]
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=unit_environment(),
                                     stderr=open(os.path.join(work, "daemon.log"), "w"))
+            if node_exporter:
+                nex, nex_port = start_node_exporter(tree)
             first = None
             peak_rss, sizes, longest, deadline = 0.0, [], {}, {}
-            cpu0 = None
+            cpu0 = nex_cpu0 = None
+            nex_rss, nex_bytes = 0.0, 0
             while time.monotonic() - started < seconds:
                 if proc.poll() is not None:
                     raise SystemExit(f"the daemon exited: {open(os.path.join(work, 'daemon.log')).read()[-2000:]}")
                 peak_rss = max(peak_rss, rss_mib(proc.pid))
+                if nex is not None:
+                    try:
+                        nex_bytes = len(scrape(nex_port)[0])
+                        nex_cpu0 = nex_cpu0 or (cpu_seconds(nex.pid), time.monotonic())
+                    except OSError:
+                        pass
+                    nex_rss = max(nex_rss, rss_mib(nex.pid))
                 try:
                     body, zipped = scrape(port)
                 except OSError:
@@ -104,12 +131,14 @@ def run(disks: int, seconds: float, targets: int, allocations: int = 0) -> dict:
                 deadline.update(gauges(text, "iowarden_part_deadline_seconds"))
                 time.sleep(2.0)
             cpu = (cpu_seconds(proc.pid) - cpu0[0]) / (time.monotonic() - cpu0[1]) if cpu0 else float("nan")
+            nex_cpu = (cpu_seconds(nex.pid) - nex_cpu0[0]) / (time.monotonic() - nex_cpu0[1]) if nex_cpu0 else None
             t0 = time.monotonic()
             proc.terminate()
             code = proc.wait(timeout=60)
             stop_seconds = time.monotonic() - t0
         log_text = open(os.path.join(work, "daemon.log")).read()
         return {"disks": disks, "targets": targets, "first_scrape_s": first, "rss_mib": peak_rss, "cpu": cpu,
+                "nex": (nex_cpu, nex_rss, nex_bytes) if nex_cpu is not None else None,
                 "metrics_bytes": max(s for s, _ in sizes) if sizes else 0,
                 "metrics_gzip_bytes": max(z for _, z in sizes) if sizes else 0,
                 "longest": longest, "deadline": deadline, "stop_s": stop_seconds, "exit": code,
@@ -117,9 +146,10 @@ def run(disks: int, seconds: float, targets: int, allocations: int = 0) -> dict:
                 "stuck_lines": log_text.count("parts not completing"), "tracebacks": log_text.count("Traceback"),
                 "first_traceback": log_text[log_text.find("Traceback") - 300:][:3000] if "Traceback" in log_text else ""}
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in (proc, nex):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -128,10 +158,12 @@ def main():
     ap.add_argument("--disks", default="64,1024,4000")
     ap.add_argument("--seconds", type=float, default=90.0)
     ap.add_argument("--targets", type=int, default=0, help="mounted XFS filesystems a [[discover]] rule matches")
+    ap.add_argument("--node-exporter", action="store_true", help="node_exporter beside it over the same tree")
     ap.add_argument("--allocations", type=int, default=0,
                     help="run under tracemalloc (slower, larger) and print the N lines holding the most memory")
     args = ap.parse_args()
-    results = [run(int(n), args.seconds, args.targets, args.allocations) for n in args.disks.split(",")]
+    results = [run(int(n), args.seconds, args.targets, args.allocations, args.node_exporter)
+               for n in args.disks.split(",")]
     parts = sorted({p for r in results for p in r["deadline"]})
     print(f"fake host, {args.seconds:.0f} s a size, tracer off, {args.targets} discovered targets")
     print(f"{'':32}" + "".join(f"{r['disks']:>14} disks" for r in results))
@@ -139,6 +171,12 @@ def main():
     print(f"{'  per disk KiB':32}" + "".join(f"{r['rss_mib'] * 1024 / r['disks']:>20.1f}" for r in results))
     print(f"{'CPU % of a core':32}" + "".join(f"{r['cpu'] * 100:>20.1f}" for r in results))
     print(f"{'  per disk us/s':32}" + "".join(f"{r['cpu'] * 1e6 / r['disks']:>20.1f}" for r in results))
+    if all(r["nex"] for r in results):
+        print(f"{'node_exporter RSS peak MiB':32}" + "".join(f"{r['nex'][1]:>20.1f}" for r in results))
+        print(f"{'node_exporter CPU % of a core':32}" + "".join(f"{r['nex'][0] * 100:>20.1f}" for r in results))
+        print(f"{'ratio RSS / CPU':32}" + "".join(f"{r['rss_mib'] / max(r['nex'][1], 0.1):>12.2f}x / "
+                                                  f"{r['cpu'] / max(r['nex'][0], 1e-4):.2f}x" for r in results))
+        print(f"{'node_exporter /metrics bytes':32}" + "".join(f"{r['nex'][2]:>20}" for r in results))
     print(f"{'/metrics bytes (gzip)':32}" + "".join(f"{r['metrics_bytes']:>11} ({r['metrics_gzip_bytes']:>6})"
                                                     for r in results))
     print(f"{'first /metrics after start s':32}" + "".join(f"{r['first_scrape_s']:>20.2f}" for r in results))
