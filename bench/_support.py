@@ -24,8 +24,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def node_exporter_path() -> str | None:
+    return shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+
+
 def node_exporter_or_exit() -> str:
-    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    exporter = node_exporter_path()
     if os.geteuid() != 0 or not exporter:
         raise SystemExit("needs root and prometheus-node-exporter (apt-get install prometheus-node-exporter)")
     return exporter

@@ -24,7 +24,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _fake_host import MovingDiskstats, make_tree  # noqa: E402
-from _support import free_port, unit_environment  # noqa: E402
+from _support import free_port, node_exporter_path, unit_environment  # noqa: E402
 
 NODE_EXCLUDE = r"^(ram|loop|fd|nvme\d+n\d+p)\d+$"   # node_exporter's default, less the sd/vd/hd partitions' rule
 
@@ -67,7 +67,7 @@ def gauges(body: str, name: str) -> dict[str, float]:
 
 def start_node_exporter(tree: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    exporter = node_exporter_path()
     if not exporter:
         raise SystemExit("--node-exporter needs prometheus-node-exporter (apt-get install prometheus-node-exporter)")
     return subprocess.Popen([exporter, f"--web.listen-address=127.0.0.1:{port}", f"--path.procfs={tree}/proc",
