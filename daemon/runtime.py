@@ -31,7 +31,8 @@ from iowarden.daemon.core.core import Core, CounterReaders
 from iowarden.daemon.events import Housekeeping, SourceRead, TargetsChanged
 from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health, pin_refusal
+from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.verdicts.pins import pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory, device_changes
 from iowarden.daemon.outputs import influx

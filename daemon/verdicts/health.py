@@ -16,6 +16,7 @@ from iowarden.probes.vocabulary import BASELINED_LATENCIES, DIRECTIONS
 
 from iowarden.daemon.snapshot import NOT_PROBE_PROFILES, PASSIVE_PROFILE
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
+from iowarden.daemon.verdicts.pins import pin_refusal, stable_identity
 from iowarden.daemon.verdicts.sentence import alert_text
 
 log = logging.getLogger("iowarden")
@@ -66,23 +67,6 @@ class OpenAlert:
     ack_note: str | None = None
     mountpoint: str | None = None      # where it was raised: the sentence's place
     devices: tuple = ()
-
-
-def stable_identity(identity: str | None) -> bool:
-    """An identity a target can be held to: not `kernel:NAME`, the fallback for a device the view did not
-    know yet (a device attached just before the daemon started, probed before its first read of them)."""
-    return bool(identity) and not identity.startswith("kernel:")
-
-
-def pin_refusal(pins, target: str, identity: str | None) -> str | None:
-    """Why a probe of `target` on the volume `identity` is refused, or None. `pins`: target -> the volume it was
-    first probed on (Health.pins, published in the snapshot for the probe workers)."""
-    pinned = pins.get(target)
-    if pinned is None or identity == pinned or not stable_identity(pinned):
-        return None
-    return (f"target {target} is now on {identity or 'no block device'}, but it was first probed on {pinned}: "
-            "a different volume (is its filesystem still mounted? was the device name reused?); "
-            f"`iowarden baseline reset --target {target}` accepts the new one")
 
 
 class Health:
@@ -229,6 +213,11 @@ class Health:
         self.latest[(identity, profile)] = verdicts
         alerting = {m: v for m, v in verdicts.items() if v.alerting}
         akey = ("VolumeDegraded", identity, profile)
+        if alerting and akey not in self.open and not any(
+                v.changed == "raised" or v.z >= self.params.clear_z for v in alerting.values()):
+            # the detectors are counting probes back in band (their hysteresis) on an alert closed by other
+            # evidence (the busy device delivering its normal): a probe at its baseline is not a new page
+            alerting = {}
         if alerting:
             severity = "critical" if any(v.severity == "critical" for v in alerting.values()) else "warning"
             # every metric past its band is said, not only those whose detector fired ("reason" says which did)

@@ -39,7 +39,10 @@ class Moved:
 
     def says(self) -> str:
         worse = self.worse_by
-        way = "higher" if _higher_is_worse(self.metric) else "lower"
+        higher = _higher_is_worse(self.metric)
+        if worse < 1:   # an open alert's metric back past its normal: "2.6x lower", never "0.38x higher"
+            worse, higher = 1 / worse, not higher
+        way = "higher" if higher else "lower"
         times = "∞" if math.isinf(worse) else (f"{worse:,.0f}" if worse >= 10 else f"{worse:.2g}")
         return (f"{metric_label(self.metric)} {_figure(self.metric, self.now)} vs normal "
                 f"{_figure(self.metric, self.normal)} ({times}x {way})")

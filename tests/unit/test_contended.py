@@ -99,3 +99,22 @@ def test_a_busy_healthy_volume_short_of_its_quiet_figure_by_less_than_five_times
     assert h.on_result(_contended(14, 50.0), "vol", causes, _busy(190.0, 32)) == []
     assert h.on_result(_contended(15, 50.0), "vol", causes, _busy(190.0, 32)) == ["VolumeDegraded raised"]
     st.close()
+
+
+def test_an_alert_the_busy_device_cleared_is_not_raised_again_by_a_quiet_probe_back_at_its_baseline(tmp_path):
+    """The week lane's second page (CI, stop 52): two quiet probes at a tenth of normal raised VolumeDegraded on
+    the probe's own figures; the busy device then delivered its normal in total, which closed it, while the
+    detectors were still counting their probes back in band. The next quiet probe, at its baseline, was still
+    "alerting" in that count and raised a second page saying the latency was 0.38x higher."""
+    st, h = _armed(tmp_path)
+    causes = lambda since: []   # noqa: E731
+    h.on_result(_result(8, 100.0), "vol", causes)
+    assert h.on_result(_result(9, 100.0), "vol", causes) == ["VolumeDegraded raised"]
+    assert h.on_result(_contended(10, 400.0), "vol", causes, _busy(1100.0, 32)) == ["VolumeDegraded cleared"]
+    for i in (11, 12):   # back at its baseline, the detectors not yet done counting it back: no page
+        assert h.on_result(_result(i, 1000.0), "vol", causes) == []
+    assert "VolumeDegraded" not in {a[0] for a in h.open}
+    # a fault back while the detectors are still counting is paged again, at once
+    assert h.on_result(_result(13, 100.0), "vol", causes) == ["VolumeDegraded raised"]
+    assert ("VolumeDegraded", "vol", "rr") in h.open
+    st.close()

@@ -56,6 +56,16 @@ def test_the_sentences_match_the_golden_file():
     assert text.index("p50 latency 200 ms vs normal 289 µs (692x higher)") < text.index("read IOPS 163")
 
 
+def test_a_metric_back_past_its_normal_is_said_the_right_way_round():
+    """An open alert's metric better than its normal (a latency back below it) reads "2.6x lower", never the
+    "0.38x higher" of the week lane's page (CI, stop 52)."""
+    metrics = {"clat_p999_seconds": {"value": 0.00211, "baseline": 0.00554},
+               "write_iops": {"value": 2100.0, "baseline": 2000.0}}
+    what = alert_text("VolumeDegraded", "db", "/srv/db", ("loop2",), "fs-uuid:b6", "randwrite-4k", metrics, []).what
+    assert "p99.9 latency 2.11 ms vs normal 5.54 ms (2.6x lower)" in what
+    assert "write IOPS 2,100 vs normal 2,000 (1.1x higher)" in what
+
+
 def test_every_label_value_is_bounded_however_many_causes():
     t = alert_text("VolumeDegraded", "x" * 5000, "/m" * 3000, tuple(f"sd{i}" for i in range(900)), "v" * 900, "p",
                    {f"clat_p{i}_seconds": {"value": 1.0, "baseline": 0.001} for i in range(100)},
@@ -129,7 +139,7 @@ def _result(i, iops):
 def test_a_fallback_identity_is_never_pinned_and_never_refuses_the_volume_found_next(tmp_path):
     """A device attached just before the start, probed before the daemon's first read of the devices, was
     pinned as kernel:loop1; every later probe (on its fs-uuid) was then refused as a different volume."""
-    from iowarden.daemon.verdicts.health import pin_refusal
+    from iowarden.daemon.verdicts.pins import pin_refusal
     h = Health(State(str(tmp_path / "s.db")), DetectorParams())
     h.on_result(_result(0, 1000.0), "kernel:loop1", lambda since: [])
     assert "db" not in h.pins and h.pin_refusal("db", "fs-uuid:f1") is None
