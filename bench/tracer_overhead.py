@@ -64,12 +64,28 @@ def at_fixed_rate(device: str) -> tuple[float, float]:
 
 def with_program(text: str, fn):
     """fn() while bpftrace runs `text`, attached."""
-    proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", text], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    return with_process(["bpftrace", "-f", "json", "-e", text], None, '"attached_probes"', fn)
+
+
+def compiled(disks: dict[int, int]) -> list:
+    """The compiled engine's helper (probes/blockstage.py) for these disks (dev_t -> skip): argv and stdin."""
+    return [[sys.executable, "-m", "iowarden.probes.blockstage", "--interval-ms", "5000"],
+            json.dumps({str(dev): skip for dev, skip in disks.items()})]
+
+
+def with_process(argv: list[str], stdin_text: str | None, ready: str, fn, on_ready=None):
+    """fn() while the process runs, once it printed a line with `ready` (its programs attached)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
     try:
+        if stdin_text is not None:
+            proc.stdin.write(stdin_text)
+        proc.stdin.close()
         for line in proc.stdout:
-            if '"attached_probes"' in line:
+            if ready in line:
                 break
+        if on_ready is not None:
+            on_ready(proc)
         return fn()
     finally:
         proc.terminate()
@@ -96,21 +112,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def traced(device: str, dev: int, skip: int) -> tuple[float, float, float, int]:
-    proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", blocktrace.program({dev: skip}, 5.0)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        for line in proc.stdout:   # attached once it says so
-            if '"attached_probes"' in line:
-                break
-        ns0, _ = bpf_run_time_ns(proc.pid)
-        cpu0 = cpu_seconds(proc.pid)
+def traced(device: str, argv: list[str], stdin_text: str | None, ready: str) -> tuple[float, float, float, int]:
+    """(fio's IOPS, the process's BPF programs' run time per I/O, its own CPU seconds, program runs)."""
+    start = {}
+
+    def measure():
+        ns0, _ = bpf_run_time_ns(start["pid"])
+        cpu0 = cpu_seconds(start["pid"])
         iops = fio(device)
-        ns1, cnt = bpf_run_time_ns(proc.pid)
-        return iops, (ns1 - ns0) / (iops * RUN_SECONDS), cpu_seconds(proc.pid) - cpu0, cnt
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        ns1, cnt = bpf_run_time_ns(start["pid"])
+        return iops, (ns1 - ns0) / (iops * RUN_SECONDS), cpu_seconds(start["pid"]) - cpu0, cnt
+    return with_process(argv, stdin_text, ready, measure, on_ready=lambda proc: start.update(pid=proc.pid))
 
 
 def main() -> None:
@@ -130,11 +142,18 @@ def main() -> None:
         dev = blocktrace.dev_t(os.major(os.stat(loop).st_rdev), os.minor(os.stat(loop).st_rdev))
         alone = fio(loop)
         print(f"{loop} over /dev/shm, 4k random reads QD32, {RUN_SECONDS} s per run")
-        print(f"{'run':<34}{'fio IOPS':>10}{'BPF ns/I/O':>12}{'bpftrace CPU s':>16}{'cores at 200k IOPS':>20}")
+        print(f"{'run':<34}{'fio IOPS':>10}{'BPF ns/I/O':>12}{'process CPU s':>16}{'cores at 200k IOPS':>20}")
         print(f"{'fio alone':<34}{alone:>10.0f}{'-':>12}{'-':>16}{'-':>20}")
-        for label, skip in (("tracer, every request timed", 0),
-                            ("tracer, sampled (max_timed_iops 2000)", skip_for(AT_IOPS, 2000.0))):
-            iops, ns_per_io, cpu, _ = traced(loop, dev, skip)
+        sampled = skip_for(AT_IOPS, 2000.0)
+        runs = {"bpftrace, every request timed": (["bpftrace", "-f", "json", "-e", blocktrace.program({dev: 0}, 5.0)],
+                                                  None, '"attached_probes"'),
+                "bpftrace, sampled (2000 timed/s)": (["bpftrace", "-f", "json", "-e",
+                                                      blocktrace.program({dev: sampled}, 5.0)],
+                                                     None, '"attached_probes"'),
+                "compiled, every request timed": (*compiled({dev: 0}), '"attached_probes"'),
+                "biolatency -D (libbpf-tools)": (["biolatency", "-D", "60"], None, "Tracing")}
+        for label, (argv, stdin_text, ready) in runs.items():
+            iops, ns_per_io, cpu, _ = traced(loop, argv, stdin_text, ready)
             # the per-I/O cost where the sampling is planned for 200k IOPS; the process's CPU is per window
             cores = ns_per_io * AT_IOPS / 1e9 + cpu / RUN_SECONDS
             print(f"{label:<34}{iops:>10.0f}{ns_per_io:>12.0f}{cpu:>16.2f}{cores:>20.4f}")
@@ -147,9 +166,16 @@ def main() -> None:
         with open(stats, "w") as f:
             f.write(before)   # the run-time accounting adds two clock reads per program run: off here
         sampled_text = blocktrace.program({dev: skip_for(AT_IOPS, 2000.0)}, 5.0)
+        floor, every = compiled({}), compiled({dev: 0})
         modes = {"fio alone": lambda: at_fixed_rate(loop),
                  "3 tracepoints, filter only": lambda: with_program(FILTER_ONLY, lambda: at_fixed_rate(loop)),
-                 "tracer, sampled": lambda: with_program(sampled_text, lambda: at_fixed_rate(loop))}
+                 "bpftrace tracer, sampled": lambda: with_program(sampled_text, lambda: at_fixed_rate(loop)),
+                 "compiled, no disk traced": lambda: with_process(*floor, '"attached_probes"',
+                                                                  lambda: at_fixed_rate(loop)),
+                 "compiled, every request timed": lambda: with_process(*every, '"attached_probes"',
+                                                                       lambda: at_fixed_rate(loop)),
+                 "biolatency -D": lambda: with_process(["biolatency", "-D", "60"], None, "Tracing",
+                                                       lambda: at_fixed_rate(loop))}
         per_io: dict[str, list[float]] = {m: [] for m in modes}
         for _ in range(ROUNDS):
             for mode, run in modes.items():

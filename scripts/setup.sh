@@ -11,13 +11,14 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 packages=(fio xfsprogs util-linux libsystemd-dev pkg-config gcc python3-venv python3-dev
-          bpftrace)   # the block-layer tracer ([tracer]); the daemon runs without it
+          bpftrace    # the block-layer tracer ([tracer]); the daemon runs without it
+          libbpf1 libbpf-dev bpftool clang-14 llvm-14)   # its compiled engine: scripts/build-bpf.sh
 if [ "${1:-}" = "--test" ]; then
     packages+=(sysstat ioping e2fsprogs prometheus prometheus-alertmanager victoria-metrics openssl debootstrap rpm systemd groff-base
                iproute2    # the fleet test's hosts: network namespaces and veth
                libfuse3-3  # the tail test's disk with a weak region (tests/integration/weakfuse.py)
                libfaketime # the clock-step test: a wall clock stepped under the daemon (tests/integration/test_hardening3.py)
-               bpftool     # the tracer's tests: the kernel's count of program runs it skipped
+               libbpf-tools  # bench/tracer_overhead.py: biolatency, the reference for the tracer's cost
                lintian rpmlint binutils)   # the packages' checks; strip
 fi
 missing=()
@@ -50,3 +51,5 @@ fi
 extra="[plots]"
 [ "${1:-}" = "--test" ] && extra="[test,plots]"
 .venv/bin/pip install -q --disable-pip-version-check -e ".${extra}"
+# the compiled tracer's object ([tracer] engine = "compiled"), for this tree
+bash scripts/build-bpf.sh

@@ -36,7 +36,8 @@ from iowarden.daemon.sources.spec import SourceSpec, stoppable
 from iowarden.daemon.sources.tracer_plan import needs_replan, over_budget, skip_for, sustained_rate
 # the kernel's side, importable from here as before
 from iowarden.daemon.sources.tracer_proc import (NOT_TRACED, _read_available, block_tracepoints,  # noqa: F401
-                                                  bpftrace_process, missing_tracepoints, traceable_disks)
+                                                  bpftrace_process, compiled_missing, compiled_process,
+                                                  missing_tracepoints, traceable_disks)
 from iowarden.daemon.sources.tracer_views import TraceReading, causes, families, status_text, summary
 
 log = logging.getLogger("iowarden")
@@ -54,6 +55,11 @@ CONFIG = {
                    "disk, split into time in the kernel's queue and time in the device."),
     "interval_seconds": Key("float", 15.0, "The window: how often the counts are read, and what the tail "
                             "latency of `status` and of a cause covers.", minimum=1.0, maximum=600.0),
+    "engine": Key("str", "bpftrace", "bpftrace: three classic tracepoints and two start maps per request, compiled "
+                  "at each start (any kernel with block tracepoints). compiled: one BTF tracepoint per request, timed "
+                  "from the times it carries (probes/bpf/blockstage.bpf.c, loaded through libbpf; needs the built "
+                  "object and a kernel with BTF). bench/tracer_overhead.py measures both.",
+                  choices=("bpftrace", "compiled")),
     "bpftrace_path": Key("str", "bpftrace", "The bpftrace binary."),
     "devices": Key("strlist", [], "Glob patterns of kernel names to trace (empty: [sampler] devices when set, else "
                    "every request-based disk but RAM disks and unattached loop devices)."),
@@ -109,10 +115,15 @@ class _Tracer:
     def read(self) -> TraceReading:
         now = time.monotonic()
         iops = self._iops()
-        binary = shutil.which(self.section.bpftrace_path)
-        if binary is None:
+        compiled = self.section.engine == "compiled"
+        binary = None if compiled else shutil.which(self.section.bpftrace_path)
+        if compiled:
+            missing = compiled_missing(self.roots)
+            if missing:
+                return self._off(missing)
+        elif binary is None:
             return self._off(f"{self.section.bpftrace_path} is not installed (apt install bpftrace)")
-        if not (self.roots.sys / "kernel" / "tracing" / "events" / "block").is_dir():
+        elif not (self.roots.sys / "kernel" / "tracing" / "events" / "block").is_dir():
             self._mount_tracefs()
         if self._paused(now, iops):
             return self._reading()
@@ -163,24 +174,28 @@ class _Tracer:
 
     # ---- the process ----
 
-    def _start(self, binary: str, disks: dict[str, int], wanted: dict[str, int]) -> None:
-        present = block_tracepoints(self.roots)
-        lacking = missing_tracepoints(present)
-        if lacking:
-            self._failed(lacking)
-            return
-        text = blocktrace.program({disks[n]: s for n, s in wanted.items()}, self.section.interval_seconds, present)
+    def _start(self, binary: str | None, disks: dict[str, int], wanted: dict[str, int]) -> None:
+        skip_by_dev = {disks[n]: s for n, s in wanted.items()}
         try:
-            self.proc = bpftrace_process(binary, text)
+            if binary is None:   # the compiled engine: no tracepoint named, nothing compiled
+                self.proc = compiled_process(skip_by_dev, self.section.interval_seconds)
+            else:
+                present = block_tracepoints(self.roots)
+                lacking = missing_tracepoints(present)
+                if lacking:
+                    self._failed(lacking)
+                    return
+                self.proc = bpftrace_process(binary, blocktrace.program(
+                    skip_by_dev, self.section.interval_seconds, present))
         except OSError as exc:
-            self._failed(f"cannot start {binary}: {exc.strerror or exc}")
+            self._failed(f"cannot start the {self.section.engine} tracer: {exc.strerror or exc}")
             return
         for stream in (self.proc.stdout, self.proc.stderr):
             os.set_blocking(stream.fileno(), False)
         self.plan, self.names = dict(wanted), {v: k for k, v in disks.items()}
         self.started_at = self.last_line_at = time.monotonic()
         self.out_buf, self.err_tail, self.heard = b"", b"", False
-        log.info("tracer: bpftrace started on %d disks (%s)", len(disks),
+        log.info("tracer: %s started on %d disks (%s)", self.section.engine, len(disks),
                  ", ".join(f"{n}{'' if not s else f' 1 in {blocktrace.SAMPLE_SCALE / (blocktrace.SAMPLE_SCALE - s):.0f}'}"
                            for n, s in sorted(wanted.items())))
 
@@ -197,7 +212,7 @@ class _Tracer:
             pass
         self._drain()
         self._retire()
-        log.info("tracer: bpftrace stopped: %s", why)
+        log.info("tracer: %s stopped: %s", self.section.engine, why)
 
     def stop(self) -> None:
         self._stop("the daemon stops")
@@ -218,7 +233,8 @@ class _Tracer:
         tail = self.err_tail.decode("utf-8", "replace")
         lines = [x for x in tail.splitlines() if "ERROR" in x and "RLIMIT_MEMLOCK" not in x]
         self._retire()
-        self._failed(f"bpftrace exited with {code}: {(lines[-1] if lines else tail.strip()[-300:]) or 'no message'}")
+        engine = "bpftrace" if self.section.engine == "bpftrace" else "the compiled tracer"
+        self._failed(f"{engine} exited with {code}: {(lines[-1] if lines else tail.strip()[-300:]) or 'no message'}")
 
     def _failed(self, reason: str) -> None:
         delay = RESTART_BACKOFF_SECONDS[min(self.failures, len(RESTART_BACKOFF_SECONDS) - 1)]

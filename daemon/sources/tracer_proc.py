@@ -2,11 +2,15 @@
 runs the program, and reading what it printed without blocking. sources/tracer.py keeps it running."""
 from __future__ import annotations
 
+import ctypes.util
 import fnmatch
+import json
 import os
 import subprocess
+import sys
+from pathlib import Path
 
-from iowarden.probes import blocktrace, diskstats
+from iowarden.probes import blocktrace, blockstage, diskstats
 from iowarden.probes.common import Roots
 
 NOT_TRACED = ("ram*", "zram*")
@@ -60,6 +64,46 @@ def bpftrace_process(binary: str, program_text: str, **popen) -> subprocess.Pope
                "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)}
         return subprocess.Popen([binary, "-f", "json", f"/proc/self/fd/{fd}"], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, pass_fds=(fd,),
+                                start_new_session=True, **popen)
+    finally:
+        os.close(fd)
+
+
+def compiled_object() -> Path | None:
+    """The compiled engine's object: beside its loader in a source tree (scripts/build-bpf.sh builds it), or
+    where the packages install it."""
+    for path in (Path(blockstage.__file__).parent / "bpf" / blockstage.OBJECT_NAME,
+                 Path("/usr/lib/iowarden") / blockstage.OBJECT_NAME):
+        if path.is_file():
+            return path
+    return None
+
+
+def compiled_missing(roots) -> str | None:
+    """Why the compiled engine cannot run here, or None: its object, libbpf, the kernel's BTF (CO-RE)."""
+    if compiled_object() is None:
+        return f"the compiled tracer ({blockstage.OBJECT_NAME}) is not built (scripts/build-bpf.sh)"
+    if ctypes.util.find_library("bpf") is None:
+        return "libbpf is not installed (apt install libbpf1)"
+    if not (roots.sys / "kernel" / "btf" / "vmlinux").is_file():
+        return "the kernel has no BTF (/sys/kernel/btf/vmlinux): the compiled tracer cannot relocate"
+    return None
+
+
+def compiled_process(skip_by_dev: dict[int, int], interval_seconds: float, **popen) -> subprocess.Popen:
+    """The compiled engine's loader (probes/blockstage.py) for these disks. They are its standard input, a file in
+    memory (a pipe of 8,192 disks would block the writer), the same as bpftrace's program."""
+    fd = os.memfd_create("iowarden-blockstage-disks", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(json.dumps({str(dev): skip for dev, skip in skip_by_dev.items()}).encode())
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        return subprocess.Popen([sys.executable, "-m", "iowarden.probes.blockstage", "--object",
+                                 str(compiled_object()), "--interval-ms", str(max(100, int(interval_seconds * 1000)))],
+                                stdin=fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True, **popen)
     finally:
         os.close(fd)

@@ -34,9 +34,12 @@ def stacked(direct_loop_xfs):
     outer.close()
 
 
-def _section(name):
+ENGINES = pytest.mark.parametrize("engine", ["bpftrace", "compiled"])   # [tracer] engine: both, on the same I/O
+
+
+def _section(name, engine="bpftrace"):
     sec = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
-    sec.interval_seconds, sec.devices = WINDOW_SECONDS, [name]
+    sec.interval_seconds, sec.devices, sec.engine = WINDOW_SECONDS, [name], engine
     return sec
 
 
@@ -53,9 +56,9 @@ def _until_up(read) -> None:
     wait_for(lambda: last.append(read()) or last[-1].up, timeout=300, what="the tracer up")
 
 
-def _traced(outer, *fio_args):
+def _traced(outer, *fio_args, engine="bpftrace"):
     """fio on the outer volume with the tracer running: (fio's read stats, the tracer's last reading)."""
-    read = tracer.start(_section(outer.name), Roots())
+    read = tracer.start(_section(outer.name, engine), Roots())
     try:
         _until_up(read)
         _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--size=128m", "--rw=read", "--bs=1m")  # lay out
@@ -79,7 +82,8 @@ def _window(before, after, key):
     return after.total[key].minus(before.total.get(key))
 
 
-def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
+@ENGINES
+def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked, engine):
     """128k reads at QD1 (one request each: max_sectors_kb is 1280) while the inner device is held to
     32 MiB/s. blk-throttle works in slices: about half the reads pass at once (p50 ~0.2 ms), the rest
     wait for the next slice (p99 ~95 ms). The tracer's total runs a few per cent above fio's clat at p50:
@@ -89,7 +93,7 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked):
         # 400 reads, however long they take (a minute at most): on a busy machine 8 s of them were 175, under the
         # 200 timed I/Os a window needs before its tail is quoted as a cause
         fio, before, after = _traced(outer, "--iodepth=1", "--bs=128k", "--number_ios=400", "--time_based=0",
-                                     "--runtime=60", "--percentile_list=50:98:99:99.5")
+                                     "--runtime=60", "--percentile_list=50:98:99:99.5", engine=engine)
     key = (outer.name, "read", "total")
     h = _window(before, after, key)
     fio_p = {q: fio["clat_ns"]["percentile"][f"{q:.6f}"] / 1e9 for q in (50.0, 98.0, 99.0, 99.5)}
@@ -190,7 +194,8 @@ def queue_settings(name: str, **values):
                 f.write(before[k])
 
 
-def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_device_time_flat(stacked):
+@ENGINES
+def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_device_time_flat(stacked, engine):
     """The outer loop device takes 128 requests at a time (loop's hw_queue_depth) and serves them at the
     pace of the inner one, held to 4,000 reads a second; mq-deadline with nr_requests 1024 holds the rest,
     as a SATA disk's 32 NCQ slots behind a deep scheduler queue do. At QD128 every request is in the
@@ -202,7 +207,7 @@ def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_d
     windows, iops = {}, {}
     with ExitStack() as stack:
         stack.enter_context(queue_settings(name, scheduler="mq-deadline", nr_requests=1024))
-        read = tracer.start(_section(name), Roots())
+        read = tracer.start(_section(name, engine), Roots())
         stack.callback(read.stop)
         _until_up(read)
         _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--rw=read", "--bs=1m")   # lay out

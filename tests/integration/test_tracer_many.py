@@ -55,26 +55,32 @@ def loop_devices(count: int, directory):
 
 @pytest.mark.parametrize("count", [64, 1024])
 def test_the_program_loads_with_every_disk_traced_and_times_one_of_them(tmp_path, count):
+    """Both engines ([tracer] engine), one after the other on the same devices."""
     with loop_devices(count, tmp_path) as devices:
-        names = [os.path.basename(d) for d in devices]
-        section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
-        section.interval_seconds, section.devices = 2.0, names
-        read = tracer.start(section, Roots())
-        try:
-            first = read()
-            assert not first.up and first.reason == "compiling the program", first.reason
-            last = []
-            wait_for(lambda: last.append(read()) or last[-1].up or last[-1].reason != "compiling the program",
-                     timeout=300, what="the program compiled")
-            assert last[-1].up, last[-1].reason   # loaded and attached, not refused
-            assert set(last[-1].sampled_share) == set(names)   # every disk traced
-            target = devices[-1]
-            subprocess.run(["fio", "--name=t", f"--filename={target}", "--readonly", "--rw=randread", "--bs=4k",
-                            "--direct=1", "--ioengine=psync", "--runtime=2", "--time_based", "--output=/dev/null"],
-                           check=True, timeout=120)
-            key = (os.path.basename(target), "read", "total")
-            reading = wait_for(lambda: (lambda r: r if key in r.total and r.total[key].total > 100 else None)(read()),
-                               timeout=60, what=f"{key[0]}'s read latencies")
-            assert reading.up and reading.total[key].quantile_seconds(0.5) > 0
-        finally:
-            read.stop()
+        for engine in ("bpftrace", "compiled"):
+            _loads_and_times(devices, engine)
+
+
+def _loads_and_times(devices: list[str], engine: str) -> None:
+    names = [os.path.basename(d) for d in devices]
+    section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
+    section.interval_seconds, section.devices, section.engine = 2.0, names, engine
+    read = tracer.start(section, Roots())
+    try:
+        first = read()
+        assert not first.up and first.reason == "compiling the program", (engine, first.reason)
+        last = []
+        wait_for(lambda: last.append(read()) or last[-1].up or last[-1].reason != "compiling the program",
+                 timeout=300, what=f"the {engine} program loaded")
+        assert last[-1].up, (engine, last[-1].reason)   # loaded and attached, not refused
+        assert set(last[-1].sampled_share) == set(names)   # every disk traced
+        target = devices[-1]
+        subprocess.run(["fio", "--name=t", f"--filename={target}", "--readonly", "--rw=randread", "--bs=4k",
+                        "--direct=1", "--ioengine=psync", "--runtime=2", "--time_based", "--output=/dev/null"],
+                       check=True, timeout=120)
+        key = (os.path.basename(target), "read", "total")
+        reading = wait_for(lambda: (lambda r: r if key in r.total and r.total[key].total > 100 else None)(read()),
+                           timeout=60, what=f"{key[0]}'s read latencies ({engine})")
+        assert reading.up and reading.total[key].quantile_seconds(0.5) > 0
+    finally:
+        read.stop()

@@ -1,0 +1,200 @@
+"""The tracer's compiled engine: probes/bpf/blockstage.bpf.c, a CO-RE object loaded through libbpf, run as a
+helper process that prints what bpftrace's program printed (blocktrace.parse_message reads both).
+
+    python -m iowarden.probes.blockstage --object blockstage.bpf.o --interval-ms 15000 < disks.json
+
+Its standard input is one JSON object, {"dev_t": skip, ...} (the disks to trace, the kernel's dev_t, and of
+blocktrace.SAMPLE_SCALE how many requests not to time); every interval it prints the cumulative counts as
+two JSON lines, {"type": "map", "data": {"@lat": {"dev,dir,stage,bucket": count}}} and the same for "@ns"
+(nanoseconds summed), then {"type": "paths", "data": {"dev_t": path}}: how each disk's requests are timed
+(1: from the issue time the request carries, 2: from the issue program's map, 0: no request yet).
+
+Why a program of our own and not bpftrace: bpftrace 0.17 has no BTF-typed tracepoints, so it cannot read
+the times a request carries and needs three tracepoints and two start maps per request (docs/tracer.md).
+
+Pure: `messages` (the maps' contents as the lines printed). Thin: `Loaded` (libbpf through ctypes), `main`.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .blocktrace import DIRECTIONS, SAMPLE_SCALE, STAGES
+
+OBJECT_NAME = "blockstage.bpf.o"
+MAX_DISKS = 8192                # the `disks` map and the `sums` slots: more is refused at the start
+MAX_INPUT_BYTES = 1 << 20       # the disks on standard input
+BATCH = 4096                    # entries read from a map per system call
+PATH_ISSUE_MAP = 2
+PATHS = {0: "none", 1: "stamped", PATH_ISSUE_MAP: "issue map"}
+
+
+def messages(lat: dict, sums: dict, dev_of_index: dict, paths: dict) -> list[dict]:
+    """The maps as the lines printed: lat {(dev, dir, stage, bucket): count}, sums {slot: ns} (slot = disk
+    index * 6 + dir * 3 + stage), paths {dev: path}."""
+    ns = {}
+    for slot, total in sums.items():
+        index, rest = divmod(slot, len(DIRECTIONS) * len(STAGES))
+        dev = dev_of_index.get(index)
+        if dev is not None and total:
+            d, stage = divmod(rest, len(STAGES))
+            ns[f"{dev},{d},{stage}"] = total
+    return [{"type": "map", "data": {"@lat": {f"{dev},{d},{s},{b}": c for (dev, d, s, b), c in lat.items() if c}}},
+            {"type": "map", "data": {"@ns": ns}},
+            {"type": "paths", "data": {str(dev): p for dev, p in paths.items()}}]
+
+
+def read_disks(text: str) -> dict[int, int]:
+    """{"dev_t": skip} from standard input, bounded and checked."""
+    raw = json.loads(text)
+    if not isinstance(raw, dict) or len(raw) > MAX_DISKS:
+        raise ValueError(f"the disks must be an object of at most {MAX_DISKS} entries")
+    out = {}
+    for dev, skip in raw.items():
+        dev, skip = int(dev), int(skip)
+        if not (0 < dev < 1 << 32 and 0 <= skip < SAMPLE_SCALE):
+            raise ValueError(f"disk {dev}: skip {skip} out of range")
+        out[dev] = skip
+    return out
+
+
+class _Disk(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint32), ("skip", ctypes.c_uint32), ("path", ctypes.c_uint32),
+                ("pad", ctypes.c_uint32)]
+
+
+class _HKey(ctypes.Structure):
+    _fields_ = [("dev", ctypes.c_uint32), ("dir", ctypes.c_uint8), ("stage", ctypes.c_uint8),
+                ("bucket", ctypes.c_uint16)]
+
+
+def _libbpf():
+    lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+    vp, cp, i, u32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32
+    for name, res, args in (
+            ("bpf_object__open_file", vp, [cp, vp]), ("bpf_object__load", i, [vp]), ("bpf_object__close", None, [vp]),
+            ("bpf_object__find_map_by_name", vp, [vp, cp]), ("bpf_object__find_program_by_name", vp, [vp, cp]),
+            ("bpf_map__set_max_entries", i, [vp, u32]), ("bpf_map__fd", i, [vp]),
+            ("bpf_program__attach", vp, [vp]), ("bpf_link__destroy", i, [vp]),
+            ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]), ("bpf_map_lookup_elem", i, [i, vp, vp]),
+            ("bpf_map_get_next_key", i, [i, vp, vp]), ("libbpf_num_possible_cpus", i, [])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+class Loaded:
+    """The object loaded, its disks filled and its two programs attached; read() the maps' contents."""
+
+    def __init__(self, path: Path, disks: dict[int, int]):
+        self.lib = lib = _libbpf()
+        self.obj = lib.bpf_object__open_file(str(path).encode(), None)
+        if not self.obj:
+            raise OSError(ctypes.get_errno(), f"libbpf could not open {path}")
+        self.links = []
+        self.ncpu = lib.libbpf_num_possible_cpus()
+        n = max(1, len(disks))
+        for name, entries in (("disks", n), ("sums", n * len(DIRECTIONS) * len(STAGES))):
+            lib.bpf_map__set_max_entries(self._map(name), entries)
+        if lib.bpf_object__load(self.obj):
+            raise OSError(ctypes.get_errno(), "the kernel refused the tracer's program (libbpf's log says why)")
+        self.fd = {m: lib.bpf_map__fd(self._map(m)) for m in ("disks", "lat", "sums")}
+        self.dev_of_index = {}
+        for index, (dev, skip) in enumerate(sorted(disks.items())):
+            key, value = ctypes.c_uint32(dev), _Disk(index, skip, 0, 0)
+            if lib.bpf_map_update_elem(self.fd["disks"], ctypes.byref(key), ctypes.byref(value), 0):
+                raise OSError(ctypes.get_errno(), f"could not add disk {dev}")
+            self.dev_of_index[index] = dev
+        self.issue_attached = False
+        self._attach("on_complete")
+
+    def _attach(self, prog: str) -> None:
+        p = self.lib.bpf_object__find_program_by_name(self.obj, prog.encode())
+        link = self.lib.bpf_program__attach(p) if p else None
+        if not link:
+            raise OSError(ctypes.get_errno(), f"could not attach {prog}")
+        self.links.append(link)
+
+    def _map(self, name: str):
+        m = self.lib.bpf_object__find_map_by_name(self.obj, name.encode())
+        if not m:
+            raise OSError(0, f"the object has no map {name}")
+        return m
+
+    def _entries(self, fd: int, key_type, value_cpus: int):
+        """(key, per-CPU values summed) of every entry, walking the keys."""
+        lib, key, nxt = self.lib, key_type(), key_type()
+        values = (ctypes.c_uint64 * value_cpus)()
+        first = True
+        while lib.bpf_map_get_next_key(fd, None if first else ctypes.byref(key), ctypes.byref(nxt)) == 0:
+            first = False
+            ctypes.memmove(ctypes.byref(key), ctypes.byref(nxt), ctypes.sizeof(key_type))
+            if lib.bpf_map_lookup_elem(fd, ctypes.byref(key), values) == 0:
+                yield key, sum(values)
+
+    def read(self) -> tuple[dict, dict, dict]:
+        lat = {(k.dev, k.dir, k.stage, k.bucket): v for k, v in self._entries(self.fd["lat"], _HKey, self.ncpu)}
+        sums = {}
+        values = (ctypes.c_uint64 * self.ncpu)()
+        for slot in range(len(self.dev_of_index) * len(DIRECTIONS) * len(STAGES)):
+            key = ctypes.c_uint32(slot)
+            if self.lib.bpf_map_lookup_elem(self.fd["sums"], ctypes.byref(key), values) == 0:
+                sums[slot] = sum(values)
+        paths = {}
+        disk = _Disk()
+        for dev in self.dev_of_index.values():
+            key = ctypes.c_uint32(dev)
+            if self.lib.bpf_map_lookup_elem(self.fd["disks"], ctypes.byref(key), ctypes.byref(disk)) == 0:
+                paths[dev] = disk.path
+        if not self.issue_attached and PATH_ISSUE_MAP in paths.values():
+            # a disk whose requests carry no issue time: the issue program keeps it, from now on. Not before:
+            # on disks that stamp their requests it would be one more program on every request, for nothing
+            self._attach("on_issue")
+            self.issue_attached = True
+        return lat, sums, paths
+
+    def close(self) -> None:
+        for link in self.links:
+            self.lib.bpf_link__destroy(link)
+        self.links = []
+        if self.obj:
+            self.lib.bpf_object__close(self.obj)
+            self.obj = None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="iowarden-blockstage")
+    ap.add_argument("--object", type=Path, default=Path(__file__).parent / "bpf" / OBJECT_NAME)
+    ap.add_argument("--interval-ms", type=int, default=15000)
+    args = ap.parse_args(argv)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    try:
+        disks = read_disks(sys.stdin.read(MAX_INPUT_BYTES + 1)[:MAX_INPUT_BYTES])
+        loaded = Loaded(args.object, disks)
+    except (OSError, ValueError) as exc:   # one line the daemon's tracer says as its reason (sources/tracer.py)
+        print(f"ERROR: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}", file=sys.stderr)
+        return 1
+    try:
+        print(json.dumps({"type": "attached_probes", "data": {"probes": len(loaded.links)}}), flush=True)
+        period = max(0.1, args.interval_ms / 1000)
+        due = time.monotonic() + period
+        while not stop:
+            time.sleep(max(0.0, due - time.monotonic()))
+            due += period
+            lat, sums, paths = loaded.read()
+            for msg in messages(lat, sums, loaded.dev_of_index, paths):
+                sys.stdout.write(json.dumps(msg, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+    finally:
+        loaded.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Where the time of a block request goes, timed once, where it completes (probes/blockstage.py loads it).
+ *
+ * A blk-mq request carries its own times: start_time_ns (stamped when it was allocated, on every queue that
+ * keeps I/O statistics or has a scheduler) and io_start_time_ns (stamped when the driver took it, on queues
+ * with QUEUE_FLAG_STATS: writeback throttling, blk-iolatency, iocost). At completion both stages fall out of
+ * them with no start map: queue = issue - alloc, device = now - issue, total = now - alloc. A disk whose
+ * requests come without an issue time is timed from a map the issue program fills, keyed by the request
+ * (an LRU map: a request that never completes is forgotten, not leaked); the issue program does nothing
+ * on a disk that stamps its requests. Which path each disk is on is in its `disks` entry.
+ *
+ * Per I/O on a stamped disk: one lookup of the disk, three per-CPU histogram counts, three per-CPU sums.
+ * Disks not in `disks` (filled by the loader) cost one lookup. Counts are cumulative, read by the loader.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#define SUB_BITS 3              /* probes/blocktrace.py: eight buckets per octave of nanoseconds */
+#define SAMPLE_SCALE 1024
+#define REQ_OP_BITS 8
+#define OP_READ 0
+#define OP_WRITE 1
+#define PATH_STAMPED 1          /* the request's own io_start_time_ns */
+#define PATH_ISSUE_MAP 2        /* the issue program's map */
+
+struct disk {
+	__u32 index;            /* the disk's slot in `sums` (loader-assigned, < max_disks) */
+	__u32 skip;             /* of SAMPLE_SCALE: requests not timed (0: every one) */
+	__u32 path;             /* PATH_*: the last completion's */
+	__u32 pad;
+};
+
+struct hkey {
+	__u32 dev;              /* the kernel's dev_t: major << 20 | minor */
+	__u8 dir;               /* 0 read, 1 write */
+	__u8 stage;             /* 0 queue, 1 device, 2 total */
+	__u16 bucket;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);          /* set by the loader to the disks traced */
+	__type(key, __u32);
+	__type(value, struct disk);
+} disks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct hkey);
+	__type(value, __u64);
+} lat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 4096 * 6);      /* disk index * 6 + dir * 3 + stage: nanoseconds summed */
+	__type(key, __u32);
+	__type(value, __u64);
+} sums SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);                 /* the request's address */
+	__type(value, __u64);               /* when the driver took it */
+} issued SEC(".maps");
+
+static __always_inline __u32 bucket_of(__u64 v)
+{
+	__u64 x = v;
+	__u32 o = 0;
+
+	if (x >= 1ULL << 32) { o += 32; x >>= 32; }
+	if (x >= 1ULL << 16) { o += 16; x >>= 16; }
+	if (x >= 1ULL << 8) { o += 8; x >>= 8; }
+	if (x >= 1ULL << 4) { o += 4; x >>= 4; }
+	if (x >= 1ULL << 2) { o += 2; x >>= 2; }
+	if (x >= 1ULL << 1) { o += 1; }
+	if (o < SUB_BITS)
+		return o << SUB_BITS;
+	return (o << SUB_BITS) + ((v >> (o - SUB_BITS)) & ((1 << SUB_BITS) - 1));
+}
+
+static __always_inline void count(__u32 dev, __u32 index, __u8 dir, __u8 stage, __u64 ns)
+{
+	struct hkey k = {.dev = dev, .dir = dir, .stage = stage, .bucket = bucket_of(ns)};
+	__u64 *c = bpf_map_lookup_elem(&lat, &k);
+	__u32 slot = index * 6 + dir * 3 + stage;
+	__u64 *s;
+
+	if (c) {
+		*c += 1;
+	} else {
+		__u64 one = 1;
+		bpf_map_update_elem(&lat, &k, &one, BPF_NOEXIST);
+	}
+	s = bpf_map_lookup_elem(&sums, &slot);
+	if (s)
+		*s += ns;
+}
+
+static __always_inline __u32 dev_of(struct request *rq)
+{
+	struct gendisk *disk = rq->q->disk;
+
+	if (!disk)
+		return 0;
+	return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(on_issue, struct request *rq)
+{
+	__u32 dev = dev_of(rq);
+	struct disk *d = bpf_map_lookup_elem(&disks, &dev);
+	__u64 key = (__u64)rq, now;
+
+	if (!d || d->path == PATH_STAMPED)
+		return 0;
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&issued, &key, &now, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	__u32 dev = dev_of(rq);
+	struct disk *d = bpf_map_lookup_elem(&disks, &dev);
+	__u64 now, alloc, issue, key = (__u64)rq, *mapped;
+	__u32 op;
+	__u8 dir;
+
+	if (!d)
+		return 0;
+	op = rq->cmd_flags & ((1 << REQ_OP_BITS) - 1);
+	if (op != OP_READ && op != OP_WRITE)
+		return 0;               /* flush, discard, zone commands: not timed */
+	if (d->skip && bpf_get_prandom_u32() % SAMPLE_SCALE < d->skip)
+		return 0;
+	dir = op == OP_WRITE;
+	now = bpf_ktime_get_ns();
+	alloc = rq->start_time_ns;
+	issue = rq->io_start_time_ns;
+	if (issue) {
+		if (d->path != PATH_STAMPED)
+			d->path = PATH_STAMPED;
+	} else {
+		mapped = bpf_map_lookup_elem(&issued, &key);
+		if (!mapped) {
+			if (d->path != PATH_ISSUE_MAP)
+				d->path = PATH_ISSUE_MAP;   /* the issue program keeps times from now on */
+			return 0;
+		}
+		issue = *mapped;
+		bpf_map_delete_elem(&issued, &key);
+		if (d->path != PATH_ISSUE_MAP)
+			d->path = PATH_ISSUE_MAP;
+	}
+	if (issue > now)
+		return 0;
+	count(dev, d->index, dir, 1, now - issue);
+	if (alloc && alloc <= issue) {
+		count(dev, d->index, dir, 0, issue - alloc);
+		count(dev, d->index, dir, 2, now - alloc);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
