@@ -19,6 +19,7 @@ Run as root: .venv/bin/python bench/tracer_overhead.py
 import glob
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,7 @@ AT_IOPS = 200_000
 FIXED_IOPS = 100_000
 FIXED_SECONDS = 8
 ROUNDS = 5
+READY_WITHIN_S = 120   # bpftrace compiles for seconds; the others attach at once
 # the three tracepoints the tracer uses, each with a filter that matches no disk: the floor of the mechanism
 FILTER_ONLY = "\n".join(f"tracepoint:block:{tp} / args->dev == 1 / {{ @n = count(); }}"
                         for tp in ("block_bio_queue", "block_rq_issue", "block_rq_complete"))
@@ -81,7 +83,13 @@ def with_process(argv: list[str], stdin_text: str | None, ready: str, fn, on_rea
         if stdin_text is not None:
             proc.stdin.write(stdin_text)
         proc.stdin.close()
-        for line in proc.stdout:
+        deadline = time.monotonic() + READY_WITHIN_S
+        while True:   # its line, within the deadline (a process that says nothing must not hang the bench)
+            if not select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise SystemExit(f"{argv[0]} did not say {ready!r} within {READY_WITHIN_S} s")
+            line = proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"{argv[0]} exited before it said {ready!r}")
             if ready in line:
                 break
         if on_ready is not None:
@@ -151,7 +159,7 @@ def main() -> None:
                                                       blocktrace.program({dev: sampled}, 5.0)],
                                                      None, '"attached_probes"'),
                 "compiled, every request timed": (*compiled({dev: 0}), '"attached_probes"'),
-                "biolatency -D (libbpf-tools)": (["biolatency", "-D", "60"], None, "Tracing")}
+                "biolatency -D (libbpf-tools)": (["stdbuf", "-oL", "biolatency", "-D", "60"], None, "Tracing")}
         for label, (argv, stdin_text, ready) in runs.items():
             iops, ns_per_io, cpu, _ = traced(loop, argv, stdin_text, ready)
             # the per-I/O cost where the sampling is planned for 200k IOPS; the process's CPU is per window
@@ -174,7 +182,7 @@ def main() -> None:
                                                                   lambda: at_fixed_rate(loop)),
                  "compiled, every request timed": lambda: with_process(*every, '"attached_probes"',
                                                                        lambda: at_fixed_rate(loop)),
-                 "biolatency -D": lambda: with_process(["biolatency", "-D", "60"], None, "Tracing",
+                 "biolatency -D": lambda: with_process(["stdbuf", "-oL", "biolatency", "-D", "60"], None, "Tracing",
                                                        lambda: at_fixed_rate(loop))}
         per_io: dict[str, list[float]] = {m: [] for m in modes}
         for _ in range(ROUNDS):

@@ -31,19 +31,35 @@ MAX_DISKS = 8192                # the `disks` map and the `sums` slots: more is 
 MAX_INPUT_BYTES = 1 << 20       # the disks on standard input
 BATCH = 4096                    # entries read from a map per system call
 PATH_ISSUE_MAP = 2
+STAGE_UNQUEUED = 3             # blockstage.bpf.c: device = total, queue 0, counted once
+SLOTS_PER_DISK = 8             # blockstage.bpf.c: the sums of two directions of four stages
 PATHS = {0: "none", 1: "stamped", PATH_ISSUE_MAP: "issue map"}
+
+
+def spread_unqueued(lat: dict) -> dict:
+    """The program counts a request that spent no time in the queue once, at STAGE_UNQUEUED (one map update
+    where three would be): it is a device and a total time of that bucket, and a queue time of 0."""
+    out: dict = {}
+    for (dev, d, stage, bucket), c in lat.items():
+        for key in ([(dev, d, 1, bucket), (dev, d, 2, bucket), (dev, d, 0, 0)] if stage == STAGE_UNQUEUED
+                    else [(dev, d, stage, bucket)]):
+            out[key] = out.get(key, 0) + c
+    return out
 
 
 def messages(lat: dict, sums: dict, dev_of_index: dict, paths: dict) -> list[dict]:
     """The maps as the lines printed: lat {(dev, dir, stage, bucket): count}, sums {slot: ns} (slot = disk
-    index * 6 + dir * 3 + stage), paths {dev: path}."""
-    ns = {}
+    index * SLOTS_PER_DISK + dir * 4 + stage, the unqueued requests' time in stage 3), paths {dev: path}."""
+    lat = spread_unqueued(lat)
+    ns: dict = {}
     for slot, total in sums.items():
-        index, rest = divmod(slot, len(DIRECTIONS) * len(STAGES))
+        index, rest = divmod(slot, SLOTS_PER_DISK)
+        d, stage = divmod(rest, STAGE_UNQUEUED + 1)
         dev = dev_of_index.get(index)
-        if dev is not None and total:
-            d, stage = divmod(rest, len(STAGES))
-            ns[f"{dev},{d},{stage}"] = total
+        if dev is None or not total:
+            continue
+        for st in ((1, 2) if stage == STAGE_UNQUEUED else (stage,)):   # an unqueued time is both of these
+            ns[f"{dev},{d},{st}"] = ns.get(f"{dev},{d},{st}", 0) + total
     return [{"type": "map", "data": {"@lat": {f"{dev},{d},{s},{b}": c for (dev, d, s, b), c in lat.items() if c}}},
             {"type": "map", "data": {"@ns": ns}},
             {"type": "paths", "data": {str(dev): p for dev, p in paths.items()}}]
@@ -99,7 +115,7 @@ class Loaded:
         self.links = []
         self.ncpu = lib.libbpf_num_possible_cpus()
         n = max(1, len(disks))
-        for name, entries in (("disks", n), ("sums", n * len(DIRECTIONS) * len(STAGES))):
+        for name, entries in (("disks", n), ("sums", n * SLOTS_PER_DISK)):
             lib.bpf_map__set_max_entries(self._map(name), entries)
         if lib.bpf_object__load(self.obj):
             raise OSError(ctypes.get_errno(), "the kernel refused the tracer's program (libbpf's log says why)")
@@ -141,7 +157,7 @@ class Loaded:
         lat = {(k.dev, k.dir, k.stage, k.bucket): v for k, v in self._entries(self.fd["lat"], _HKey, self.ncpu)}
         sums = {}
         values = (ctypes.c_uint64 * self.ncpu)()
-        for slot in range(len(self.dev_of_index) * len(DIRECTIONS) * len(STAGES)):
+        for slot in range(len(self.dev_of_index) * SLOTS_PER_DISK):
             key = ctypes.c_uint32(slot)
             if self.lib.bpf_map_lookup_elem(self.fd["sums"], ctypes.byref(key), values) == 0:
                 sums[slot] = sum(values)

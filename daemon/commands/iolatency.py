@@ -19,17 +19,21 @@ from iowarden.probes import blocktrace
 from iowarden.probes.common import ParseError, Roots
 
 from iowarden.daemon.commands.tables import latency_columns, print_lines as _print, table
-from iowarden.daemon.sources.tracer import (block_tracepoints, bpftrace_process, missing_tracepoints,
-                                             traceable_disks)
+from iowarden.daemon.sources.tracer import (block_tracepoints, bpftrace_process, compiled_missing,
+                                             compiled_process, missing_tracepoints, traceable_disks)
 
 COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)
 
 
 def cmd_latency(args) -> int:
-    binary = shutil.which("bpftrace")
-    if binary is None:
-        raise SystemExit("iowarden iostat --latency: bpftrace is not installed (apt install bpftrace)")
     roots = Roots()
+    engine = getattr(args, "engine", "auto")
+    cannot = compiled_missing(roots) if engine != "bpftrace" else "not asked for"
+    if engine == "compiled" and cannot:
+        raise SystemExit(f"iowarden iostat --latency: {cannot}")
+    binary = shutil.which("bpftrace") if cannot else None
+    if cannot and binary is None:
+        raise SystemExit("iowarden iostat --latency: bpftrace is not installed (apt install bpftrace)")
     disks = traceable_disks(roots, list(args.devices) + list(args.device_globs))
     if not disks:
         raise SystemExit("iowarden iostat --latency: no request-based disk matches "
@@ -37,11 +41,14 @@ def cmd_latency(args) -> int:
     interval = args.interval or 5.0
     count = args.count or 1
     names = {dev: name for name, dev in disks.items()}
-    present = block_tracepoints(roots)
-    if missing_tracepoints(present):
-        raise SystemExit(f"iowarden iostat --latency: {missing_tracepoints(present)}")
-    text = blocktrace.program({dev: 0 for dev in disks.values()}, interval, present)
-    proc = bpftrace_process(binary, text, text=True)
+    if binary is None:   # the compiled engine: one program at completion, loaded in a second
+        proc = compiled_process({dev: 0 for dev in disks.values()}, interval, text=True)
+    else:
+        present = block_tracepoints(roots)
+        if missing_tracepoints(present):
+            raise SystemExit(f"iowarden iostat --latency: {missing_tracepoints(present)}")
+        proc = bpftrace_process(binary, blocktrace.program({dev: 0 for dev in disks.values()}, interval, present),
+                                text=True)
     previous: dict = {}
     deadline = time.monotonic() + COMPILE_SECONDS + interval * (count + 1)
     # a bpftrace that prints nothing (stuck compiling) is killed, which ends the loop below
@@ -73,7 +80,8 @@ def cmd_latency(args) -> int:
                 return 0
         err = proc.stderr.read()[-2000:]
         lines = [x for x in err.splitlines() if "ERROR" in x and "RLIMIT_MEMLOCK" not in x]
-        raise SystemExit(f"iowarden iostat --latency: bpftrace exited with {proc.wait()}: "
+        raise SystemExit(f"iowarden iostat --latency: {'bpftrace' if binary else 'the compiled tracer'} exited with "
+                         f"{proc.wait()}: "
                          f"{(lines[-1] if lines else err.strip()[-300:]) or 'no message'}")
     finally:
         watchdog.cancel()

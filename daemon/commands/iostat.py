@@ -84,6 +84,9 @@ def add_parser(sub) -> None:
     io.add_argument("--latency", action="store_true", help="instead: the latency of real I/O per disk, direction "
                     "and stage (queue, device, total) from the block layer's tracepoints (bpftrace), every "
                     "INTERVAL seconds (default 5), COUNT times (default 1), as bcc's biolatency")
+    io.add_argument("--engine", choices=("auto", "compiled", "bpftrace"), default="auto",
+                    help="with --latency: the tracer's engine ([tracer] engine); auto: the compiled one where it "
+                    "can run (its object built, libbpf, a kernel with BTF), else bpftrace")
     io.set_defaults(func=cmd_iostat, devices=[], interval=None, count=None)
 
 

@@ -20,6 +20,7 @@ I/O rate over the last minute the tracer pauses (over_budget, sustained_rate).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -28,12 +29,12 @@ import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from iowarden.probes import blocktrace, diskstats
+from iowarden.probes import blockstage, blocktrace, diskstats
 from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
 from iowarden.daemon.sources.spec import SourceSpec, stoppable
-from iowarden.daemon.sources.tracer_plan import needs_replan, over_budget, skip_for, sustained_rate
+from iowarden.daemon.sources.tracer_plan import cost_per_io_ns, needs_replan, over_budget, skip_for, sustained_rate
 # the kernel's side, importable from here as before
 from iowarden.daemon.sources.tracer_proc import (NOT_TRACED, _read_available, block_tracepoints,  # noqa: F401
                                                   bpftrace_process, compiled_missing, compiled_process,
@@ -48,6 +49,8 @@ RESTART_BACKOFF_SECONDS = (30.0, 60.0, 120.0, 300.0, 600.0)
 COMPILE_GRACE_SECONDS = 300.0  # before its first line bpftrace compiles: minutes on a slow (emulated) CPU
 PAUSE_MIN_SECONDS = 60.0    # a paused tracer stays off at least this long (each start compiles for seconds)
 RATE_AVERAGE_SECONDS = 60.0  # the budget is judged on the host's I/O rate over this (sustained_rate)
+WAYS = {"stamped": "the issue time the request carries", "issue map": "the issue program's map (the queue does not "
+        "stamp its requests)"}
 PAUSED = "paused: the host's I/O rate would take the tracepoints over [tracer] max_cpu_cores"
 
 CONFIG = {
@@ -71,12 +74,13 @@ CONFIG = {
                          "cost_per_io_ns on every request of every disk, timed or not; when the host's I/O rate "
                          "over the last minute would take them over this share of a core the tracer pauses (for "
                          "at least a minute, until the cost is below half of it). 0.05 pauses above some "
-                         "125,000 IOPS held for a minute; a burst of seconds (iowarden's own probe) does not.",
+                         "125,000 IOPS held for a minute with bpftrace, 330,000 with the compiled engine; a burst "
+                         "of seconds (iowarden's own probe) does not.",
                          minimum=0.001, maximum=64.0),
-    "cost_per_io_ns": Key("float", 400.0, "What the tracer costs the machine per request, before sampling saves "
-                          "anything: the three tracepoints and the disk lookup of each. bench/tracer_overhead.py "
-                          "measures it (307 ns on a 2-core VM for the sampled program; its lookup adds a few "
-                          "tens of ns per event).", minimum=10.0, maximum=1e6),
+    "cost_per_io_ns": Key("float", 0.0, "What the tracer costs the machine per request of any disk, before "
+                          "sampling saves anything. 0: what bench/tracer_overhead.py measured for the engine on a "
+                          "2-core VM (bpftrace 400, compiled 150); set it to this host's figure from that bench.",
+                          minimum=0.0, maximum=1e6),
     "replan_seconds": Key("float", 600.0, "At most this often the program is restarted to follow a disk's rate.",
                           minimum=60.0, maximum=86400.0),
 }
@@ -111,6 +115,7 @@ class _Tracer:
     unknown_dropped: int = 0                             # map entries for a dev_t not traced, dropped
     disk_reading: object = None                          # () -> the sampler's latest SamplerReading, or None
     last_reading: object = None                          # the sampler's sample the rates were last taken from
+    paths: dict = field(default_factory=dict)            # the compiled engine: name -> how its requests are timed
 
     def read(self) -> TraceReading:
         now = time.monotonic()
@@ -161,7 +166,7 @@ class _Tracer:
                 log.warning("tracer: paused: the host does %.0f I/O per second (over the last minute); at %.0f ns "
                             "each the tracepoints "
                             "would cost %.2f cores, over [tracer] max_cpu_cores = %g", host_iops,
-                            self.section.cost_per_io_ns, host_iops * self.section.cost_per_io_ns / 1e9,
+                            cost_per_io_ns(self.section), host_iops * cost_per_io_ns(self.section) / 1e9,
                             self.section.max_cpu_cores)
             self.reason = PAUSED
             return True
@@ -259,6 +264,9 @@ class _Tracer:
         for line in lines:
             if not line.strip():
                 continue
+            if line.startswith(b'{"type":"paths"'):
+                self._paths(line)
+                continue
             try:
                 parsed = blocktrace.parse_message(line.decode("utf-8", "replace"))
             except ValueError as exc:
@@ -277,6 +285,19 @@ class _Tracer:
                 self.current_sums = named
             self.last_line_at = time.monotonic()
             self.failures, self.reason = 0, None
+
+    def _paths(self, line: bytes) -> None:
+        """The compiled engine's word on how each disk's requests are timed: said when it changes."""
+        try:
+            paths = {self.names[int(dev)]: blockstage.PATHS.get(int(p), "?")
+                     for dev, p in json.loads(line)["data"].items() if int(p) and int(dev) in self.names}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+        if paths != self.paths:
+            self.paths = paths
+            said = [f"on {', '.join(sorted(n for n in paths if paths[n] == way))} from {WAYS.get(way, way)}"
+                    for way in sorted(set(paths.values()))]
+            log.info("tracer: requests timed %s", "; ".join(said))
 
     def _mount_tracefs(self) -> None:
         if str(self.roots.sys) != "/sys":

@@ -15,12 +15,24 @@ def skip_for(iops: float, max_timed_iops: float) -> int:
     return blocktrace.SAMPLE_SCALE - keep
 
 
+# What each engine costs the machine per request of any disk, timed or not, before sampling saves anything: the
+# whole machine's CPU per I/O over fio alone at a fixed rate (bench/tracer_overhead.py, a 2-core VM; docs/
+# measurements.md). bpftrace: three classic tracepoints, each building its record, and two start maps.
+# compiled: one BTF tracepoint at completion.
+ENGINE_COST_PER_IO_NS = {"bpftrace": 400.0, "compiled": 150.0}
+
+
+def cost_per_io_ns(section) -> float:
+    """[tracer] cost_per_io_ns when set, else what the engine was measured to cost."""
+    return section.cost_per_io_ns or ENGINE_COST_PER_IO_NS[getattr(section, "engine", "bpftrace")]
+
+
 def over_budget(host_iops: float, paused: bool, section) -> bool:
-    """Whether the tracer must be off. The tracepoints cost about cost_per_io_ns on every request of every
+    """Whether the tracer must be off. The tracepoints cost about cost_per_io_ns() on every request of every
     disk before the program decides anything (sampling saves only the program's own time), so the only
     bound on that cost is to detach: above max_cpu_cores it pauses, and it resumes below half of it, so a
     rate near the line does not start and stop it every window."""
-    cores = host_iops * section.cost_per_io_ns / 1e9
+    cores = host_iops * cost_per_io_ns(section) / 1e9
     return cores > (section.max_cpu_cores / 2 if paused else section.max_cpu_cores)
 
 

@@ -51,19 +51,32 @@ def traceable_disks(roots: Roots, globs: list[str]) -> dict[str, int]:
     return out
 
 
-def bpftrace_process(binary: str, program_text: str, **popen) -> subprocess.Popen:
-    """bpftrace running `program_text` with JSON output. The program is a file it reads at its start (in memory:
-    nothing written to disk), not an `-e` argument, which holds at most 128 KiB."""
-    fd = os.memfd_create("iowarden-blocktrace.bt", os.MFD_CLOEXEC)
+def _in_memory(name: str, text: str) -> int:
+    """A file in memory holding `text`, at its start (nothing written to disk): a process's program or input."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        data = memoryview(program_text.encode())
+        data = memoryview(text.encode())
         while data:
             data = data[os.write(fd, data):]
         os.lseek(fd, 0, os.SEEK_SET)
-        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
-               "BPFTRACE_MAP_KEYS_MAX": str(blocktrace.START_MAP_ENTRIES)}
+        return fd
+    except OSError:
+        os.close(fd)
+        raise
+
+
+def _env(**more: str) -> dict:
+    return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C", **more}
+
+
+def bpftrace_process(binary: str, program_text: str, **popen) -> subprocess.Popen:
+    """bpftrace running `program_text` with JSON output. The program is a file it reads at its start, not an
+    `-e` argument, which holds at most 128 KiB."""
+    fd = _in_memory("iowarden-blocktrace.bt", program_text)
+    try:
         return subprocess.Popen([binary, "-f", "json", f"/proc/self/fd/{fd}"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, pass_fds=(fd,),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(fd,),
+                                env=_env(BPFTRACE_MAP_KEYS_MAX=str(blocktrace.START_MAP_ENTRIES)),
                                 start_new_session=True, **popen)
     finally:
         os.close(fd)
@@ -92,18 +105,13 @@ def compiled_missing(roots) -> str | None:
 
 def compiled_process(skip_by_dev: dict[int, int], interval_seconds: float, **popen) -> subprocess.Popen:
     """The compiled engine's loader (probes/blockstage.py) for these disks. They are its standard input, a file in
-    memory (a pipe of 8,192 disks would block the writer), the same as bpftrace's program."""
-    fd = os.memfd_create("iowarden-blockstage-disks", os.MFD_CLOEXEC)
+    memory (a pipe of 8,192 disks would block the writer)."""
+    fd = _in_memory("iowarden-blockstage-disks", json.dumps({str(dev): skip for dev, skip in skip_by_dev.items()}))
     try:
-        data = memoryview(json.dumps({str(dev): skip for dev, skip in skip_by_dev.items()}).encode())
-        while data:
-            data = data[os.write(fd, data):]
-        os.lseek(fd, 0, os.SEEK_SET)
-        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C",
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         return subprocess.Popen([sys.executable, "-m", "iowarden.probes.blockstage", "--object",
                                  str(compiled_object()), "--interval-ms", str(max(100, int(interval_seconds * 1000)))],
-                                stdin=fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                stdin=fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=_env(PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
                                 start_new_session=True, **popen)
     finally:
         os.close(fd)

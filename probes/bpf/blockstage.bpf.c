@@ -9,11 +9,13 @@
  * (an LRU map: a request that never completes is forgotten, not leaked); the issue program does nothing
  * on a disk that stamps its requests. Which path each disk is on is in its `disks` entry.
  *
- * Per I/O on a stamped disk: one lookup of the disk, three per-CPU histogram counts, three per-CPU sums.
+ * Per I/O on a stamped disk: one lookup of the disk, one per-CPU histogram count and one per-CPU sum when the
+ * request spent no time in the queue (STAGE_UNQUEUED), three of each when it did.
  * Disks not in `disks` (filled by the loader) cost one lookup. Counts are cumulative, read by the loader.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 
 #define SUB_BITS 3              /* probes/blocktrace.py: eight buckets per octave of nanoseconds */
@@ -23,9 +25,11 @@
 #define OP_WRITE 1
 #define PATH_STAMPED 1          /* the request's own io_start_time_ns */
 #define PATH_ISSUE_MAP 2        /* the issue program's map */
+#define STAGE_UNQUEUED 3        /* device = total, queue 0: one count where three would be */
+#define SLOTS_PER_DISK 8        /* sums: two directions of four stages (the three and STAGE_UNQUEUED) */
 
 struct disk {
-	__u32 index;            /* the disk's slot in `sums` (loader-assigned, < max_disks) */
+	__u32 index;            /* the disk's place in `sums` (loader-assigned, < max_disks) */
 	__u32 skip;             /* of SAMPLE_SCALE: requests not timed (0: every one) */
 	__u32 path;             /* PATH_*: the last completion's */
 	__u32 pad;
@@ -54,7 +58,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 4096 * 6);      /* disk index * 6 + dir * 3 + stage: nanoseconds summed */
+	__uint(max_entries, 4096 * SLOTS_PER_DISK);   /* disk index * 8 + dir * 4 + stage: nanoseconds summed */
 	__type(key, __u32);
 	__type(value, __u64);
 } sums SEC(".maps");
@@ -86,7 +90,7 @@ static __always_inline void count(__u32 dev, __u32 index, __u8 dir, __u8 stage, 
 {
 	struct hkey k = {.dev = dev, .dir = dir, .stage = stage, .bucket = bucket_of(ns)};
 	__u64 *c = bpf_map_lookup_elem(&lat, &k);
-	__u32 slot = index * 6 + dir * 3 + stage;
+	__u32 slot = index * SLOTS_PER_DISK + dir * 4 + stage;
 	__u64 *s;
 
 	if (c) {
@@ -100,13 +104,25 @@ static __always_inline void count(__u32 dev, __u32 index, __u8 dir, __u8 stage, 
 		*s += ns;
 }
 
+/* before 5.16 a request named its disk itself (rq_disk); since then its queue does */
+struct request___rq_disk {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+
 static __always_inline __u32 dev_of(struct request *rq)
 {
-	struct gendisk *disk = rq->q->disk;
+	struct gendisk *disk;
 
+	if (bpf_core_field_exists(((struct request_queue *)0)->disk)) {
+		disk = rq->q->disk;     /* a typed pointer (tp_btf): read directly, no helper call */
+		if (!disk)
+			return 0;
+		return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
+	}
+	disk = BPF_CORE_READ((struct request___rq_disk *)rq, rq_disk);
 	if (!disk)
 		return 0;
-	return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
+	return ((__u32)BPF_CORE_READ(disk, major) << 20) | (__u32)BPF_CORE_READ(disk, first_minor);
 }
 
 SEC("tp_btf/block_rq_issue")
@@ -160,8 +176,14 @@ int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
 	}
 	if (issue > now)
 		return 0;
+	if (alloc == issue) {
+		/* no time in the queue (most requests: allocated and issued in one plug, whose time the kernel
+		 * reads once): one count for the three stages, which the loader spreads (STAGE_UNQUEUED) */
+		count(dev, d->index, dir, STAGE_UNQUEUED, now - issue);
+		return 0;
+	}
 	count(dev, d->index, dir, 1, now - issue);
-	if (alloc && alloc <= issue) {
+	if (alloc && alloc < issue) {
 		count(dev, d->index, dir, 0, issue - alloc);
 		count(dev, d->index, dir, 2, now - alloc);
 	}

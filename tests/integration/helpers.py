@@ -51,10 +51,11 @@ def own_devices(path) -> list[str]:
 
 
 def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None, prom_extra="", address="127.0.0.1",
-                tracer=False):
+                tracer=False, tracer_cores=8.0):
     """A daemon's configuration for a test. The tracer (bpftrace: a second or two of compiling and some
     100 MB per daemon) is off unless the test is about it: tests/integration/test_tracer.py and a few
-    daemons started from their own text run with it (those with its default CPU budget, which may pause it)."""
+    daemons started from their own text run with it (those with its default CPU budget, which may pause it).
+    tracer: True, or the name of its engine; tracer_cores: its CPU budget ([tracer] max_cpu_cores)."""
     if "[sampler]" not in extra:
         # confined to the test's own devices: a neighbour's busy loop device (another job's fio) must not
         # fail it; the tracer, SMART and the settings poller follow the sampler's devices
@@ -63,11 +64,12 @@ def config_text(mount, state_dir, runtime=0.5, interval=2.0, extra="", port=None
             extra += "\n[sampler]\ndevices = [" + ", ".join(f'"{n}"' for n in names) + "]\n"
     return f"""
 [tracer]
-enabled = {str(tracer).lower()}
+enabled = {str(bool(tracer)).lower()}
+{f'engine = "{tracer}"' if isinstance(tracer, str) else ""}
 interval_seconds = 2.0
 # the tests about the tracer's data run probes every second on loop devices (tens of thousands of IOPS
 # over 2 s windows): the CPU budget would pause it (test_blocktrace.py tests the budget)
-max_cpu_cores = 8.0
+max_cpu_cores = {tracer_cores}
 [prometheus]
 listen_address = "{address}:{port or free_port()}"
 {prom_extra}

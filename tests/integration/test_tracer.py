@@ -6,9 +6,11 @@ provisioned limit does, so the outer disk's *device* time is what grows.
 """
 import json
 import os
+import shutil
 import signal
 import sys
 import subprocess
+import tempfile
 import time
 import types
 import urllib.request
@@ -118,14 +120,15 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked, eng
     assert said and "in the device: the time goes to the device" in said
 
 
-def test_iostat_latency_prints_each_stage_as_biolatency_would(stacked):
+@ENGINES
+def test_iostat_latency_prints_each_stage_as_biolatency_would(stacked, engine):
     _, outer = stacked
     load = subprocess.Popen(["fio", "--name=t", f"--filename={outer.mountpoint}/tracer.dat", "--size=128m",
                              "--rw=randread", "--bs=4k", "--ioengine=libaio", "--direct=1", "--iodepth=4",
                              "--runtime=60", "--time_based", "--output=/dev/null"], start_new_session=True)
     try:
         r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "iostat", "--latency", "--json",
-                            outer.name, "2", "2"], capture_output=True, text=True, timeout=180)
+                            "--engine", engine, outer.name, "2", "2"], capture_output=True, text=True, timeout=180)
     finally:
         os.killpg(load.pid, signal.SIGTERM)
         load.wait()
@@ -176,6 +179,61 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
     assert len(tracers) == 1
     d.close()
     assert not os.path.exists(f"/proc/{tracers[0]}"), "bpftrace outlived the daemon"
+
+
+def test_a_daemon_keeps_its_tracer_up_beside_60000_iops_elsewhere_and_exports_its_volumes_stages(
+        stacked, tmp_path, daemon_factory, engine="compiled"):
+    """Issue 37: the tracer paused on any busy host (its budget assumed 1,800 ns per request). fio reads a loop
+    device over /dev/shm, not the daemon's, at up to 120,000 IOPS throughout; the daemon, with the default CPU budget,
+    keeps its compiled tracer up and its volume's stage histograms appear within two windows of its start."""
+    _, outer = stacked
+    work = tempfile.mkdtemp(dir="/dev/shm", prefix="iowarden-test-hot-")
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, work, True)
+        image = os.path.join(work, "img")
+        with open(image, "wb") as f:
+            f.truncate(256 << 20)
+        hot = subprocess.run(["losetup", "--find", "--show", image], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        stack.callback(subprocess.run, ["losetup", "-d", hot], capture_output=True)
+        fio = subprocess.Popen(["fio", "--name=hot", f"--filename={hot}", "--readonly", "--rw=randread", "--bs=4k",
+                                "--iodepth=32", "--ioengine=libaio", "--direct=1", "--rate_iops=120000",
+                                "--runtime=600", "--time_based", "--output=/dev/null"])
+        stack.callback(lambda: (fio.terminate(), fio.wait(timeout=30)))
+        started, reads_before = time.monotonic(), _reads(hot)
+        port = free_port()
+        default_cores = tracer.CONFIG["max_cpu_cores"].default
+        d = daemon_factory(config_text(outer.mountpoint, tmp_path / "state", interval=1.0, port=port,
+                                       tracer=engine, tracer_cores=default_cores))
+        d.wait_message("READY=1")
+        stack.callback(d.close)
+        want = f'iowarden_io_latency_seconds_count{{device="{outer.name}",direction="read",stage="queue"'
+
+        def scraped():
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            return text if "iowarden_tracer_up 1.0" in text and want in text else None
+        up_at = time.monotonic()
+        wait_for(lambda: "iowarden_tracer_up 1.0" in urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode(), timeout=300, what="the tracer up")
+        text = wait_for(scraped, timeout=2 * WINDOW_SECONDS + 5, what="its volume's stage histograms, two windows")
+        assert text
+        print(f"{engine}: up, its volume's stages {time.monotonic() - up_at:.1f} s after")
+        time.sleep(3 * WINDOW_SECONDS)   # and it stays up under the load
+        assert "iowarden_tracer_up 1.0" in urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                                                  timeout=5).read().decode()
+        host_iops = (_reads(hot) - reads_before) / (time.monotonic() - started)
+        print(f"{os.path.basename(hot)}: {host_iops:,.0f} reads/s throughout")
+        assert fio.poll() is None and host_iops > 60_000   # the load ran throughout, at the rate it says
+
+
+def _reads(device: str) -> int:
+    """Reads completed on the device, from /proc/diskstats."""
+    name = os.path.basename(device)
+    for line in open("/proc/diskstats"):
+        fields = line.split()
+        if fields[2] == name:
+            return int(fields[3])
+    raise AssertionError(f"{name} is not in /proc/diskstats")
 
 
 @contextmanager

@@ -12,17 +12,24 @@ from iowarden.probes.common import Roots
 
 def test_what_the_loader_prints_is_read_as_bpftraces_output_was():
     loop0, sdb = blocktrace.dev_t(7, 0), blocktrace.dev_t(8, 16)
-    lat = {(loop0, 0, 1, 100): 7, (loop0, 0, 2, 101): 7, (loop0, 0, 0, 0): 7, (sdb, 1, 1, 120): 3,
-           (sdb, 1, 1, 121): 0}   # an emptied bucket is not printed
-    # slots: disk index * 6 + direction * 3 + stage
-    sums = {0 * 6 + 0 * 3 + 1: 7000, 0 * 6 + 0 * 3 + 2: 7700, 1 * 6 + 1 * 3 + 1: 900, 9: 0}
+    unqueued = blockstage.STAGE_UNQUEUED
+    # loop0: 7 reads queued (queue 0.1 µs each), and 5 not queued at all, counted once each (the program's
+    # STAGE_UNQUEUED); sdb: 3 writes not queued; an emptied bucket is not printed
+    lat = {(loop0, 0, 1, 100): 7, (loop0, 0, 2, 101): 7, (loop0, 0, 0, 40): 7, (loop0, 0, unqueued, 100): 5,
+           (sdb, 1, unqueued, 120): 3, (sdb, 1, 1, 121): 0}
+    slot = blockstage.SLOTS_PER_DISK   # sums: disk index * 8 + direction * 4 + stage
+    sums = {0 * slot + 0 * 4 + 0: 700, 0 * slot + 0 * 4 + 1: 7000, 0 * slot + 0 * 4 + 2: 7700,
+            0 * slot + 0 * 4 + unqueued: 5000, 1 * slot + 1 * 4 + unqueued: 900, 9: 0}
     lines = [json.dumps(m) for m in blockstage.messages(lat, sums, {0: loop0, 1: sdb}, {loop0: 1, sdb: 2})]
     kinds = dict(p for p in map(blocktrace.parse_message, lines) if p is not None)
     counts, ns = kinds["counts"], kinds["sums"]
-    assert counts[(loop0, "read", "device")].counts == ((100, 7),)
-    assert counts[(loop0, "read", "queue")].total == 7
-    assert counts[(sdb, "write", "device")].counts == ((120, 3),)
-    assert ns == {(loop0, "read", "device"): 7e-6, (loop0, "read", "total"): 7.7e-6, (sdb, "write", "device"): 9e-7}
+    assert counts[(loop0, "read", "device")].counts == ((100, 12),)
+    assert counts[(loop0, "read", "total")].counts == ((100, 5), (101, 7))
+    assert counts[(loop0, "read", "queue")].counts == ((0, 5), (40, 7))
+    assert counts[(sdb, "write", "device")].counts == counts[(sdb, "write", "total")].counts == ((120, 3),)
+    assert counts[(sdb, "write", "queue")].counts == ((0, 3),)
+    assert ns == {(loop0, "read", "queue"): 7e-7, (loop0, "read", "device"): 1.2e-5, (loop0, "read", "total"): 1.27e-5,
+                  (sdb, "write", "device"): 9e-7, (sdb, "write", "total"): 9e-7}
     assert json.loads(lines[2]) == {"type": "paths", "data": {str(loop0): 1, str(sdb): 2}}
 
 
