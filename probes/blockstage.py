@@ -188,8 +188,7 @@ def main(argv=None) -> int:
     ap.add_argument("--object", type=Path, default=Path(__file__).parent / "bpf" / OBJECT_NAME)
     ap.add_argument("--interval-ms", type=int, default=15000)
     args = ap.parse_args(argv)
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGTERM, _stop)
     try:
         disks = read_disks(sys.stdin.read(MAX_INPUT_BYTES + 1)[:MAX_INPUT_BYTES])
         loaded = Loaded(args.object, disks)
@@ -200,16 +199,25 @@ def main(argv=None) -> int:
         print(json.dumps({"type": "attached_probes", "data": {"probes": len(loaded.links)}}), flush=True)
         period = max(0.1, args.interval_ms / 1000)
         due = time.monotonic() + period
-        while not stop:
+        while True:
             time.sleep(max(0.0, due - time.monotonic()))
             due += period
             lat, sums, paths = loaded.read()
             for msg in messages(lat, sums, loaded.dev_of_index, paths):
                 sys.stdout.write(json.dumps(msg, separators=(",", ":")) + "\n")
             sys.stdout.flush()
+    except _Stopped:
+        return 0
     finally:
         loaded.close()
-    return 0
+
+
+class _Stopped(Exception):
+    """SIGTERM, raised where the loader is (a sleep would otherwise run to the window's end)."""
+
+
+def _stop(*_):
+    raise _Stopped
 
 
 if __name__ == "__main__":
