@@ -7,6 +7,7 @@
 #   /etc/iowarden/config.toml  the example configuration: probes only /var/lib/iowarden
 #   /usr/share/iowarden/       Prometheus rules (and their tests), the Grafana dashboard
 #   /usr/share/man/man8/iowarden.8.gz   generated from the command line's parser (packaging/manpage.py)
+#   /usr/lib/iowarden/blockstage.bpf.o  the compiled tracer, a CO-RE object built here (scripts/build-bpf.sh)
 # Usage: stage.sh DESTDIR [UNITDIR]
 set -euo pipefail
 dest=$(realpath -m "$1")
@@ -40,6 +41,10 @@ if [ "${BYTECOMPILE:-1}" = 1 ]; then
     # the .deb compiles in postinst instead, as Debian's policy asks
     "$venv/bin/python" -m compileall -q -d "$final" "$venv/lib" >/dev/null
 fi
+
+# the tracer's compiled engine ([tracer] engine): built from its source, not taken from the tree, whose
+# object may be stale; it is data for the kernel's verifier, loaded through libbpf (recommended)
+bash "$src/scripts/build-bpf.sh" "$dest/usr/lib/iowarden/blockstage.bpf.o" >/dev/null
 
 install -d "$dest/usr/share/man/man8"
 "$venv/bin/python" "$src/packaging/manpage.py" | gzip -9n > "$dest/usr/share/man/man8/iowarden.8.gz"

@@ -7,10 +7,12 @@ Its standard input is one JSON object, {"dev_t": skip, ...} (the disks to trace,
 blocktrace.SAMPLE_SCALE how many requests not to time); every interval it prints the cumulative counts as
 two JSON lines, {"type": "map", "data": {"@lat": {"dev,dir,stage,bucket": count}}} and the same for "@ns"
 (nanoseconds summed), then {"type": "paths", "data": {"dev_t": path}}: how each disk's requests are timed
-(1: from the issue time the request carries, 2: from the issue program's map, 0: no request yet).
+(1: from the issue time the request carries, 2: from the issue program's map, 0: no request yet). Once a
+minute it measures its programs' own run time for a second (the kernel's bpf_stats) and prints
+{"type": "cost", "data": {"run_ns": N, "runs": M}}: what the tracer's budget is judged on.
 
 Why a program of our own and not bpftrace: bpftrace 0.17 has no BTF-typed tracepoints, so it cannot read
-the times a request carries and needs three tracepoints and two start maps per request (docs/tracer.md).
+the times a request carries and needs three tracepoints and two start maps per request (docs/measurements.md, "The compiled engine").
 
 Pure: `messages` (the maps' contents as the lines printed). Thin: `Loaded` (libbpf through ctypes), `main`.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import signal
 import sys
 import time
@@ -34,6 +37,10 @@ PATH_ISSUE_MAP = 2
 STAGE_UNQUEUED = 3             # blockstage.bpf.c: device = total, queue 0, counted once
 SLOTS_PER_DISK = 8             # blockstage.bpf.c: the sums of two directions of four stages
 PATHS = {0: "none", 1: "stamped", PATH_ISSUE_MAP: "issue map"}
+BPF_STATS_RUN_TIME = 0
+COST_EVERY_SECONDS = 60.0      # how often the programs' own run time is measured...
+COST_SAMPLE_SECONDS = 1.0      # ...and for how long: the kernel's statistics cost every BPF program on the host
+                               # two clock reads a run while they are on, so they are on 1/60 of the time
 
 
 def spread_unqueued(lat: dict) -> dict:
@@ -63,6 +70,21 @@ def messages(lat: dict, sums: dict, dev_of_index: dict, paths: dict) -> list[dic
     return [{"type": "map", "data": {"@lat": {f"{dev},{d},{s},{b}": c for (dev, d, s, b), c in lat.items() if c}}},
             {"type": "map", "data": {"@ns": ns}},
             {"type": "paths", "data": {str(dev): p for dev, p in paths.items()}}]
+
+
+def fdinfo_run_stats(text: str) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) from a BPF program's /proc/self/fdinfo (0, 0 where the kernel does not say)."""
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return int(fields.get("run_time_ns", "0").strip() or 0), int(fields.get("run_cnt", "0").strip() or 0)
+
+
+def cost_message(before: dict, after: dict) -> dict:
+    """The programs' run time over a measurement: {program: (run_time_ns, run_cnt)} before and after -> a line
+    saying the nanoseconds all programs ran and the requests completed (the completion program's runs), which the
+    tracer divides into its cost per request (sources/tracer.py)."""
+    run_ns = sum(after[p][0] - before.get(p, (0, 0))[0] for p in after)
+    runs = after.get("on_complete", (0, 0))[1] - before.get("on_complete", (0, 0))[1]
+    return {"type": "cost", "data": {"run_ns": max(0, run_ns), "runs": max(0, runs)}}
 
 
 def read_disks(text: str) -> dict[int, int]:
@@ -98,7 +120,8 @@ def _libbpf():
             ("bpf_map__set_max_entries", i, [vp, u32]), ("bpf_map__fd", i, [vp]),
             ("bpf_program__attach", vp, [vp]), ("bpf_link__destroy", i, [vp]),
             ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]), ("bpf_map_lookup_elem", i, [i, vp, vp]),
-            ("bpf_map_get_next_key", i, [i, vp, vp]), ("libbpf_num_possible_cpus", i, [])):
+            ("bpf_map_get_next_key", i, [i, vp, vp]), ("libbpf_num_possible_cpus", i, []),
+            ("bpf_program__fd", i, [vp]), ("bpf_enable_stats", i, [i])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     return lib
@@ -112,7 +135,7 @@ class Loaded:
         self.obj = lib.bpf_object__open_file(str(path).encode(), None)
         if not self.obj:
             raise OSError(ctypes.get_errno(), f"libbpf could not open {path}")
-        self.links = []
+        self.links, self.prog_fds = [], {}
         self.ncpu = lib.libbpf_num_possible_cpus()
         n = max(1, len(disks))
         for name, entries in (("disks", n), ("sums", n * SLOTS_PER_DISK)):
@@ -135,6 +158,28 @@ class Loaded:
         if not link:
             raise OSError(ctypes.get_errno(), f"could not attach {prog}")
         self.links.append(link)
+        self.prog_fds[prog] = self.lib.bpf_program__fd(p)
+
+    def run_stats(self) -> dict:
+        """{program: (run_time_ns, run_cnt)} of the attached programs, from their fdinfo."""
+        out = {}
+        for prog, fd in self.prog_fds.items():
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                out[prog] = fdinfo_run_stats(f.read(1 << 14))
+        return out
+
+    def cost(self, seconds: float) -> dict | None:
+        """The programs' run time over `seconds` with the kernel's statistics on (BPF_ENABLE_STATS: on while its
+        descriptor is open, for every program on the host); None where the kernel refuses it."""
+        fd = self.lib.bpf_enable_stats(BPF_STATS_RUN_TIME)
+        if fd < 0:
+            return None
+        try:
+            before = self.run_stats()
+            time.sleep(seconds)
+            return cost_message(before, self.run_stats())
+        finally:
+            os.close(fd)
 
     def _map(self, name: str):
         m = self.lib.bpf_object__find_map_by_name(self.obj, name.encode())
@@ -199,7 +244,14 @@ def main(argv=None) -> int:
         print(json.dumps({"type": "attached_probes", "data": {"probes": len(loaded.links)}}), flush=True)
         period = max(0.1, args.interval_ms / 1000)
         due = time.monotonic() + period
+        cost_due = time.monotonic()
         while True:
+            sample = min(COST_SAMPLE_SECONDS, period / 2)
+            if time.monotonic() >= cost_due and due - time.monotonic() >= sample:
+                cost_due = time.monotonic() + COST_EVERY_SECONDS
+                msg = loaded.cost(sample)
+                if msg is not None:
+                    sys.stdout.write(json.dumps(msg, separators=(",", ":")) + "\n")
             time.sleep(max(0.0, due - time.monotonic()))
             due += period
             lat, sums, paths = loaded.read()

@@ -1,15 +1,18 @@
 """Where the time of real I/O goes: per disk, direction and stage (queue, device, total), from eBPF.
 
-A registered source (sources/registry.py). Its reader keeps one bpftrace process running (the program is
-probes/blocktrace.py), reads the cumulative counts it prints every window, and hands the core one
-immutable TraceReading: the counts since the daemon started (Prometheus histograms) and the last
-window's (tail latency, and the cause: device or kernel queue).
+A registered source (sources/registry.py). Its reader keeps one tracer process running, reads the cumulative
+counts it prints every window, and hands the core one immutable TraceReading: the counts since the daemon
+started (Prometheus histograms) and the last window's (tail latency, and the cause: device or kernel queue).
 
-Why bpftrace: it is packaged by every distribution iowarden ships for (Debian, Ubuntu, RHEL, SUSE),
-compiles against the running kernel's BTF or headers at start, and its JSON output is a stable, parseable
-interface; BCC needs kernel headers and a Python binding per distribution, libbpf a compiled object
-per kernel or CO-RE tooling at build time. The cost is a process of some 100 MB and a second or two of
-compilation at each start. The daemon works without it: the reading then says the tracer is off and why.
+Two engines print the same lines ([tracer] engine; auto, the default, picks the first that can run):
+- compiled: probes/bpf/blockstage.bpf.c, one program at each request's completion timed from the times the
+  request carries, a CO-RE object the packages build with clang and install, loaded through libbpf1 by a helper
+  process (probes/blockstage.py). Some 100-150 ns per request (bench/tracer_overhead.py). Needs kernel BTF.
+- bpftrace (probes/blocktrace.py): three classic tracepoints and two start maps, compiled by bpftrace at each
+  start against the running kernel; some 300-400 ns per request and a process of some 100 MB, but any kernel
+  with block tracepoints.
+Why not BCC: clang and kernel headers on every host at run time. The daemon works without either: the
+reading then says the tracer is off and why.
 
 Bounds: one line of output at most MAX_LINE_BYTES; a process that prints nothing for three windows is
 killed and started again; restarts back off from 30 s to 10 min. The program samples requests on a
@@ -23,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -34,12 +36,15 @@ from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
 from iowarden.daemon.sources.spec import SourceSpec, stoppable
-from iowarden.daemon.sources.tracer_plan import cost_per_io_ns, needs_replan, over_budget, skip_for, sustained_rate
+from iowarden.daemon.sources.tracer_plan import (cost_per_io_ns, measured_program_ns, needs_replan, over_budget,
+                                                  skip_for, sustained_rate)
 # the kernel's side, importable from here as before
 from iowarden.daemon.sources.tracer_proc import (NOT_TRACED, _read_available, block_tracepoints,  # noqa: F401
-                                                  bpftrace_process, compiled_missing, compiled_process,
-                                                  missing_tracepoints, traceable_disks)
-from iowarden.daemon.sources.tracer_views import TraceReading, causes, families, status_text, summary
+                                                  bpftrace_process, choose_engine, compiled_missing,
+                                                  compiled_process, missing_tracepoints, mount_tracefs,
+                                                  traceable_disks)
+from iowarden.daemon.sources.tracer_views import (TraceReading, add_histograms, causes, families, status_text,
+                                                   summary)
 
 log = logging.getLogger("iowarden")
 
@@ -58,11 +63,12 @@ CONFIG = {
                    "disk, split into time in the kernel's queue and time in the device."),
     "interval_seconds": Key("float", 15.0, "The window: how often the counts are read, and what the tail "
                             "latency of `status` and of a cause covers.", minimum=1.0, maximum=600.0),
-    "engine": Key("str", "bpftrace", "bpftrace: three classic tracepoints and two start maps per request, compiled "
-                  "at each start (any kernel with block tracepoints). compiled: one BTF tracepoint per request, timed "
-                  "from the times it carries (probes/bpf/blockstage.bpf.c, loaded through libbpf; needs the built "
-                  "object and a kernel with BTF). bench/tracer_overhead.py measures both.",
-                  choices=("bpftrace", "compiled")),
+    "engine": Key("str", "auto", "compiled: one BTF tracepoint per request, timed from the times it carries "
+                  "(probes/bpf/blockstage.bpf.c, which the packages install, loaded through libbpf; needs libbpf1 "
+                  "and a kernel with BTF). bpftrace: three classic tracepoints and two start maps per request, "
+                  "compiled at each start (any kernel with block tracepoints). auto: compiled where it can run, "
+                  "else bpftrace. bench/tracer_overhead.py measures both.",
+                  choices=("auto", "compiled", "bpftrace")),
     "bpftrace_path": Key("str", "bpftrace", "The bpftrace binary."),
     "devices": Key("strlist", [], "Glob patterns of kernel names to trace (empty: [sampler] devices when set, else "
                    "every request-based disk but RAM disks and unattached loop devices)."),
@@ -116,20 +122,23 @@ class _Tracer:
     disk_reading: object = None                          # () -> the sampler's latest SamplerReading, or None
     last_reading: object = None                          # the sampler's sample the rates were last taken from
     paths: dict = field(default_factory=dict)            # the compiled engine: name -> how its requests are timed
+    engine: str = ""                                     # the engine chosen at the last read: "compiled" or "bpftrace"
+    program_ns: float | None = None                      # the compiled program's run time per request, measured
 
     def read(self) -> TraceReading:
         now = time.monotonic()
         iops = self._iops()
-        compiled = self.section.engine == "compiled"
-        binary = None if compiled else shutil.which(self.section.bpftrace_path)
-        if compiled:
-            missing = compiled_missing(self.roots)
-            if missing:
-                return self._off(missing)
-        elif binary is None:
-            return self._off(f"{self.section.bpftrace_path} is not installed (apt install bpftrace)")
-        elif not (self.roots.sys / "kernel" / "tracing" / "events" / "block").is_dir():
-            self._mount_tracefs()
+        engine, binary, missing = choose_engine(self.section.engine, self.section.bpftrace_path, self.roots)
+        if engine is None:
+            self._stop("no engine can run")
+            return self._off(missing)
+        if engine != self.engine:
+            if self.proc is not None:   # the object or bpftrace came or went under a running engine
+                self._stop(f"the {engine} engine is chosen now")
+            log.info("tracer: the %s engine%s", engine, f" ({missing})" if missing else "")
+            self.engine = engine
+        if engine == "bpftrace" and not (self.roots.sys / "kernel" / "tracing" / "events" / "block").is_dir():
+            mount_tracefs(self.roots)
         if self._paused(now, iops):
             return self._reading()
         disks = traceable_disks(self.roots, self.section.devices)
@@ -159,14 +168,14 @@ class _Tracer:
             self.host_rates = [r for r in self.host_rates if r[0] > now - RATE_AVERAGE_SECONDS]
             self.host_rates.append((now, rate_now, self.last_interval))
         host_iops = sustained_rate(self.host_rates, now, RATE_AVERAGE_SECONDS)
-        if over_budget(host_iops, self.paused, self.section):
+        if over_budget(host_iops, self.paused, self.section, self.engine, self.program_ns):
             if not self.paused:
                 self._stop("over its CPU budget")
                 self.paused, self.next_start_at = True, now + PAUSE_MIN_SECONDS
                 log.warning("tracer: paused: the host does %.0f I/O per second (over the last minute); at %.0f ns "
                             "each the tracepoints "
                             "would cost %.2f cores, over [tracer] max_cpu_cores = %g", host_iops,
-                            cost_per_io_ns(self.section), host_iops * cost_per_io_ns(self.section) / 1e9,
+                            self._cost_ns(), host_iops * self._cost_ns() / 1e9,
                             self.section.max_cpu_cores)
             self.reason = PAUSED
             return True
@@ -193,14 +202,14 @@ class _Tracer:
                 self.proc = bpftrace_process(binary, blocktrace.program(
                     skip_by_dev, self.section.interval_seconds, present))
         except OSError as exc:
-            self._failed(f"cannot start the {self.section.engine} tracer: {exc.strerror or exc}")
+            self._failed(f"cannot start the {self.engine} tracer: {exc.strerror or exc}")
             return
         for stream in (self.proc.stdout, self.proc.stderr):
             os.set_blocking(stream.fileno(), False)
         self.plan, self.names = dict(wanted), {v: k for k, v in disks.items()}
         self.started_at = self.last_line_at = time.monotonic()
         self.out_buf, self.err_tail, self.heard = b"", b"", False
-        log.info("tracer: %s started on %d disks (%s)", self.section.engine, len(disks),
+        log.info("tracer: %s started on %d disks (%s)", self.engine, len(disks),
                  ", ".join(f"{n}{'' if not s else f' 1 in {blocktrace.SAMPLE_SCALE / (blocktrace.SAMPLE_SCALE - s):.0f}'}"
                            for n, s in sorted(wanted.items())))
 
@@ -217,7 +226,7 @@ class _Tracer:
             pass
         self._drain()
         self._retire()
-        log.info("tracer: %s stopped: %s", self.section.engine, why)
+        log.info("tracer: %s stopped: %s", self.engine, why)
 
     def stop(self) -> None:
         self._stop("the daemon stops")
@@ -225,7 +234,7 @@ class _Tracer:
     def _retire(self) -> None:
         """The process is gone: what it counted becomes the base the next one adds to."""
         for key, hist in self.current.items():
-            self.base[key] = _add(self.base.get(key), hist)
+            self.base[key] = add_histograms(self.base.get(key), hist)
             self.base_sums[key] = self.base_sums.get(key, 0.0) + self.current_sums.get(key, 0.0)
         self.current, self.current_sums = {}, {}
         for stream in (self.proc.stdout, self.proc.stderr):
@@ -238,7 +247,7 @@ class _Tracer:
         tail = self.err_tail.decode("utf-8", "replace")
         lines = [x for x in tail.splitlines() if "ERROR" in x and "RLIMIT_MEMLOCK" not in x]
         self._retire()
-        engine = "bpftrace" if self.section.engine == "bpftrace" else "the compiled tracer"
+        engine = "bpftrace" if self.engine == "bpftrace" else "the compiled tracer"
         self._failed(f"{engine} exited with {code}: {(lines[-1] if lines else tail.strip()[-300:]) or 'no message'}")
 
     def _failed(self, reason: str) -> None:
@@ -266,6 +275,9 @@ class _Tracer:
                 continue
             if line.startswith(b'{"type":"paths"'):
                 self._paths(line)
+                continue
+            if line.startswith(b'{"type":"cost"'):
+                self._measured(line)
                 continue
             try:
                 parsed = blocktrace.parse_message(line.decode("utf-8", "replace"))
@@ -299,13 +311,20 @@ class _Tracer:
                     for way in sorted(set(paths.values()))]
             log.info("tracer: requests timed %s", "; ".join(said))
 
-    def _mount_tracefs(self) -> None:
-        if str(self.roots.sys) != "/sys":
-            return   # a test's fake tree: nothing to mount
-        r = subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], capture_output=True,
-                           text=True, timeout=10)
-        if r.returncode:
-            log.info("tracer: tracefs is not mounted and mounting it failed: %s", r.stderr.strip()[:200])
+    def _measured(self, line: bytes) -> None:
+        """The compiled engine's measured run time (blockstage.cost_message): what the budget is judged on."""
+        try:
+            data = json.loads(line)["data"]
+            run_ns, runs = int(data["run_ns"]), int(data["runs"])
+        except (ValueError, KeyError, TypeError):
+            return
+        before, self.program_ns = self.program_ns, measured_program_ns(run_ns, runs, self.program_ns)
+        if self.program_ns is not None and (before is None or abs(self.program_ns - before) > 0.25 * before):
+            log.info("tracer: its program runs %.0f ns per request (bpf_stats, %d requests): the budget takes "
+                     "%.0f ns with the tracepoint", self.program_ns, runs, self._cost_ns())
+
+    def _cost_ns(self) -> float:
+        return cost_per_io_ns(self.section, self.engine or "bpftrace", self.program_ns)
 
     def _iops(self) -> dict[str, float]:
         if self.disk_reading is not None:
@@ -341,7 +360,7 @@ class _Tracer:
 
     def _reading(self) -> TraceReading:
         keys = self.base.keys() | self.current.keys()
-        total = {k: _add(self.base.get(k), self.current.get(k)) for k in keys}
+        total = {k: add_histograms(self.base.get(k), self.current.get(k)) for k in keys}
         sums = {k: self.base_sums.get(k, 0.0) + self.current_sums.get(k, 0.0) for k in keys}
         window = {k: h.minus(self.previous_total.get(k)) for k, h in total.items()}
         self.previous_total = total
@@ -353,16 +372,9 @@ class _Tracer:
                                                               else self.reason or "not started yet"),
                             self.section.interval_seconds, MappingProxyType(share if up else {}),
                             MappingProxyType(total), MappingProxyType(sums), MappingProxyType(window),
-                            self.unknown_dropped)
-
-
-def _add(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | None) -> blocktrace.StageHistogram:
-    if a is None or b is None:
-        return a or b or blocktrace.StageHistogram(())
-    merged = dict(a.counts)
-    for i, c in b.counts:
-        merged[i] = merged.get(i, 0) + c
-    return blocktrace.StageHistogram(tuple(sorted(merged.items())))
+                            self.unknown_dropped, self.engine, self._cost_ns(),
+                            "configured" if self.section.cost_per_io_ns else
+                            "measured" if self.program_ns is not None and self.engine == "compiled" else "bench")
 
 
 def start(section, roots: Roots, disk_reading=None):

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import ctypes.util
 import fnmatch
+import functools
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from iowarden.probes import blocktrace, blockstage, diskstats
 from iowarden.probes.common import Roots
+
+log = logging.getLogger("iowarden")
 
 NOT_TRACED = ("ram*", "zram*")
 
@@ -65,6 +70,16 @@ def _in_memory(name: str, text: str) -> int:
         raise
 
 
+def mount_tracefs(roots) -> None:
+    """bpftrace's classic tracepoints are found in tracefs, which a minimal host may not have mounted."""
+    if str(roots.sys) != "/sys":
+        return   # a test's fake tree: nothing to mount
+    r = subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], capture_output=True,
+                       text=True, timeout=10)
+    if r.returncode:
+        log.info("tracer: tracefs is not mounted and mounting it failed: %s", r.stderr.strip()[:200])
+
+
 def _env(**more: str) -> dict:
     return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LC_ALL": "C", **more}
 
@@ -92,15 +107,36 @@ def compiled_object() -> Path | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _libbpf_installed() -> bool:
+    """Asked once: find_library runs ldconfig, and the reader asks every window."""
+    return ctypes.util.find_library("bpf") is not None
+
+
 def compiled_missing(roots) -> str | None:
     """Why the compiled engine cannot run here, or None: its object, libbpf, the kernel's BTF (CO-RE)."""
     if compiled_object() is None:
         return f"the compiled tracer ({blockstage.OBJECT_NAME}) is not built (scripts/build-bpf.sh)"
-    if ctypes.util.find_library("bpf") is None:
+    if not _libbpf_installed():
         return "libbpf is not installed (apt install libbpf1)"
     if not (roots.sys / "kernel" / "btf" / "vmlinux").is_file():
         return "the kernel has no BTF (/sys/kernel/btf/vmlinux): the compiled tracer cannot relocate"
     return None
+
+
+def choose_engine(wanted: str, bpftrace_path: str, roots) -> tuple[str | None, str | None, str | None]:
+    """([tracer] engine: auto, compiled or bpftrace) -> (the engine to run, bpftrace's binary for it, why the
+    compiled one is not chosen), or (None, None, why none can run)."""
+    missing = compiled_missing(roots) if wanted != "bpftrace" else None
+    if wanted != "bpftrace" and missing is None:
+        return "compiled", None, None
+    if wanted == "compiled":
+        return None, None, missing
+    binary = shutil.which(bpftrace_path)
+    if binary is None:
+        return None, None, "; ".join(x for x in (f"{bpftrace_path} is not installed (apt install bpftrace)", missing)
+                                     if x)
+    return "bpftrace", binary, missing
 
 
 def compiled_process(skip_by_dev: dict[int, int], interval_seconds: float, **popen) -> subprocess.Popen:

@@ -29,6 +29,19 @@ class TraceReading:
     sums_seconds: MappingProxyType                       # the same keys -> summed latency (approximate)
     window: MappingProxyType                             # the same keys -> this window's StageHistogram
     unknown_keys_dropped: int = 0                        # entries naming a disk the program was not given
+    engine: str = ""                                     # compiled or bpftrace: the one chosen last
+    cost_per_io_ns: float = 0.0                          # what its budget takes the engine to cost per request
+    cost_source: str = ""                                # measured (bpf_stats), bench, or configured
+
+
+def add_histograms(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | None) -> blocktrace.StageHistogram:
+    """Two processes' (or a process's and the earlier ones') counts as one histogram."""
+    if a is None or b is None:
+        return a or b or blocktrace.StageHistogram(())
+    merged = dict(a.counts)
+    for i, c in b.counts:
+        merged[i] = merged.get(i, 0) + c
+    return blocktrace.StageHistogram(tuple(sorted(merged.items())))
 
 
 def octave_buckets(h: blocktrace.StageHistogram) -> list[tuple[str, int]]:
@@ -45,7 +58,7 @@ def octave_buckets(h: blocktrace.StageHistogram) -> list[tuple[str, int]]:
 
 
 def families(r: TraceReading | None, snap):
-    up = GaugeMetricFamily("iowarden_tracer_up", "1 while the block-layer tracer (bpftrace) runs; 0 when it is "
+    up = GaugeMetricFamily("iowarden_tracer_up", "1 while the block-layer tracer runs; 0 when it is "
                            "off (iowarden_tracer_off_reason says why)")
     why = GaugeMetricFamily("iowarden_tracer_off_reason", "Why the tracer is off (value 1)", labels=["reason"])
     if r is None:
@@ -76,7 +89,14 @@ def families(r: TraceReading | None, snap):
     dropped = CounterMetricFamily("iowarden_tracer_unknown_keys_dropped", "Map entries bpftrace printed for a "
                                   "disk it was not told to trace, dropped (none from a sound program)")
     dropped.add_metric([], r.unknown_keys_dropped)
-    yield from (up, why, hist, last, share, dropped)
+    cost = GaugeMetricFamily("iowarden_tracer_cost_per_io_seconds", "What the tracer's CPU budget takes its engine "
+                             "to cost per request of any disk ([tracer] max_cpu_cores): source measured (the "
+                             "compiled program's run time from the kernel's bpf_stats, a second a minute, plus its "
+                             "tracepoint), bench (bench/tracer_overhead.py's figure) or configured",
+                             labels=["engine", "source"])
+    if r.engine:
+        cost.add_metric([r.engine, r.cost_source], r.cost_per_io_ns / 1e9)
+    yield from (up, why, hist, last, share, dropped, cost)
 
 
 # ---- causes ------------------------------------------------------------------------------------

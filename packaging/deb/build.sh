@@ -30,7 +30,7 @@ Architecture: $arch
 Maintainer: ${MAINTAINER:-iowarden developers <iowarden@iowarden.invalid>}
 Installed-Size: $size
 Depends: python$pyver, python3 (>= $pyver), python3 (<< ${pyver%.*}.$((${pyver#*.} + 1))), libc6 (>= 2.17), fio, xfsprogs, procps, libsystemd0, init-system-helpers (>= 1.52)
-Recommends: sysstat, smartmontools, bpftrace
+Recommends: sysstat, smartmontools, libbpf1, bpftrace
 Suggests: python3-matplotlib
 Section: admin
 Priority: optional

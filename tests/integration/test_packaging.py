@@ -64,7 +64,7 @@ def test_deb_and_rpm_hold_the_same_files(packages):
     for path in ("/usr/bin/iowarden", "/usr/lib/systemd/system/iowarden.service", "/etc/iowarden/config.toml",
                  "/usr/share/iowarden/prometheus/iowarden.rules.yml",
                  "/usr/share/iowarden/grafana/iowarden-dashboard.json", "/usr/lib/iowarden/venv/bin/iowarden",
-                 "/usr/share/man/man8/iowarden.8.gz"):
+                 "/usr/share/man/man8/iowarden.8.gz", "/usr/lib/iowarden/blockstage.bpf.o"):
         assert path in deb, path
     assert any("/site-packages/iowarden/daemon/outputs/prometheus.py" in p for p in deb)
     control = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Depends"], capture_output=True,
@@ -83,6 +83,14 @@ def test_deb_and_rpm_hold_the_same_files(packages):
     suggests = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Suggests"], capture_output=True,
                               text=True).stdout
     assert "python3-matplotlib" in suggests
+    # the tracer's default engine: its object, built for the kernel's BPF machine, and libbpf to load it
+    recommends = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Recommends"], capture_output=True,
+                                text=True).stdout
+    assert "libbpf1" in recommends and "bpftrace" in recommends, recommends
+    elf = subprocess.run(["tar", "-xO", "./usr/lib/iowarden/blockstage.bpf.o"], input=tar, capture_output=True,
+                         check=True).stdout
+    assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 247, elf[:20]   # e_machine EM_BPF
+    assert b".BTF" in elf and b".debug_info" not in elf   # CO-RE relocates by its BTF; no DWARF shipped
     man = subprocess.run(["tar", "-xO", "./usr/share/man/man8/iowarden.8.gz"], input=tar, capture_output=True,
                          check=True).stdout
     version = subprocess.run(["dpkg-deb", "-f", str(packages["deb"]), "Version"], capture_output=True,

@@ -1,5 +1,6 @@
 """Run inside the lab guest by test_lab_tracer.py, with the installed package's python: the daemon's own
-tracer source around fio jobs, one bpftrace for all of them (compiling it under TCG takes a while).
+tracer source around fio jobs, one tracer process for all of them (its default engine: the compiled one where
+the guest can run it; bpftrace, where not, compiles for minutes under TCG).
 
     guest_trace.py STEPS_JSON OUT_PATH
 
@@ -39,13 +40,13 @@ def fio_argv(path: str, *extra: str) -> list[str]:
 
 
 class Traced:
-    """The tracer, read every half second so bpftrace's pipe never fills while fio runs."""
+    """The tracer, read every half second so its process's pipe never fills while fio runs."""
 
     def __init__(self, disks: list[str]):
         section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
         section.interval_seconds, section.devices = WINDOW_SECONDS, disks
         self.read = tracer.start(section, Roots())
-        self.state = self.read.state   # the reader's own state: its bpftrace, what it said
+        self.state = self.read.state   # the reader's own state: its process, its engine, what it said
         self.last = self.read()
 
     def tick(self):
@@ -170,7 +171,7 @@ def main() -> None:
         if not traced.last.up and traced.state.proc is None:   # "compiling the program" is on its way up
             raise RuntimeError(f"the tracer is off: {traced.last.reason}")
         arm(traced, jobs[0], started)
-        emit({"armed_after_seconds": round(time.monotonic() - started, 1)})
+        emit({"armed_after_seconds": round(time.monotonic() - started, 1), "engine": traced.state.engine})
         for step in steps:
             if "wait" in step:
                 emit({"waiting": step["wait"]})

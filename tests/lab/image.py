@@ -22,8 +22,9 @@ PACKAGES = ("systemd,systemd-sysv,udev,dbus,linux-image-amd64,kmod,mdadm,lvm2,fi
             "qemu-guest-agent,python3,util-linux,procps,libsystemd0,iproute2,sg3-utils,smartmontools,"
             # what the package suggests: characterize draws its plots with the distro's matplotlib
             "python3-matplotlib,"
-            # what the package recommends: the tracer's engine (where the time goes, on virtio and NVMe)
-            "bpftrace")
+            # what the package recommends: the tracer's engines (where the time goes, on virtio and NVMe), the
+            # compiled one through libbpf, bpftrace where it cannot run
+            "libbpf1,bpftrace")
 IMAGE_SIZE = "3G"
 
 # Guest setup, run in the root before it becomes an image. Why each line:

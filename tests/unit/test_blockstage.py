@@ -1,11 +1,12 @@
 """The compiled tracer's loader (probes/blockstage.py), its pure parts: what it prints is what bpftrace's program
 printed (one parser reads both), its input is bounded, and a tracer set to it says why it cannot run. No root."""
 import json
+import time
 import types
 
 import pytest
 
-from iowarden.daemon.sources import tracer
+from iowarden.daemon.sources import tracer, tracer_plan, tracer_proc
 from iowarden.probes import blocktrace, blockstage
 from iowarden.probes.common import Roots
 
@@ -49,3 +50,80 @@ def test_a_tracer_set_to_the_compiled_engine_on_a_kernel_without_btf_says_so(tmp
     read = tracer.start(section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev"))
     r = read()
     assert not r.up and ("BTF" in r.reason or "not built" in r.reason or "libbpf" in r.reason), r.reason
+
+
+def test_the_default_engine_is_the_compiled_one_where_it_can_run_and_bpftrace_where_it_cannot(tmp_path, monkeypatch):
+    """auto: a host without the compiled engine's needs (here: no BTF) runs bpftrace and says why; once they are
+    there, the next read stops bpftrace and starts the compiled loader. Its budget is the compiled engine's cost:
+    the issue's 200,000 IOPS fit in 0.05 of a core with it, not with bpftrace."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "diskstats").write_text("   8       0 sda 0 0 0 0 0 0 0 0 0 0 0\n")
+    (tmp_path / "sys" / "block" / "sda" / "mq").mkdir(parents=True)
+    (tmp_path / "sys" / "block" / "sda" / "dev").write_text("8:0\n")
+    for tp in blocktrace.REQUIRED_TRACEPOINTS + blocktrace.MERGE_TRACEPOINTS:
+        (tmp_path / "sys" / "kernel" / "tracing" / "events" / "block" / tp).mkdir(parents=True)
+    stand_in = tmp_path / "stand-in"
+    stand_in.write_text("#!/bin/sh\necho '{\"type\": \"attached_probes\", \"data\": {\"probes\": 1}}'\nexec sleep 600\n")
+    stand_in.chmod(0o755)
+    loader = tmp_path / "loader"   # the compiled engine's loader, which also says what its program cost
+    loader.write_text("#!/bin/sh\necho '{\"type\": \"attached_probes\", \"data\": {\"probes\": 1}}'\n"
+                      "echo '{\"type\":\"cost\",\"data\":{\"run_ns\":1100000,\"runs\":10000}}'\nexec sleep 600\n")
+    loader.chmod(0o755)
+    started = []
+
+    def compiled_process(skip_by_dev, interval_seconds, **popen):
+        started.append(skip_by_dev)
+        return tracer.subprocess.Popen([str(loader)], stdout=tracer.subprocess.PIPE, stderr=tracer.subprocess.PIPE,
+                                       start_new_session=True)
+    monkeypatch.setattr(tracer, "compiled_process", compiled_process)
+    missing = ["the kernel has no BTF (/sys/kernel/btf/vmlinux): the compiled tracer cannot relocate"]
+    monkeypatch.setattr(tracer_proc, "compiled_missing", lambda roots: missing[0])
+    section = types.SimpleNamespace(**{k: v.default for k, v in tracer.CONFIG.items()})
+    assert section.engine == "auto"
+    section.bpftrace_path = str(stand_in)
+    read = tracer.start(section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev"))
+    try:
+        r = read()
+        assert read.state.engine == "bpftrace" and read.state.proc is not None and not started
+        assert (r.engine, r.cost_per_io_ns, r.cost_source) == ("bpftrace", 400.0, "bench")
+        first = read.state.proc.pid
+        missing[0] = None
+        read()
+        assert read.state.engine == "compiled" and started == [{blocktrace.dev_t(8, 0): 0}]
+        assert read.state.proc.pid != first
+        deadline = time.monotonic() + 10
+        while read.state.program_ns is None and time.monotonic() < deadline:   # its lines, read without blocking
+            r = read()
+            time.sleep(0.02)
+        # 110 ns of program per request, measured, and the tracepoint's firing: the budget's cost
+        r = read()
+        assert (r.engine, r.cost_per_io_ns, r.cost_source) == ("compiled", 150.0, "measured")
+        fams = {f.name: f for f in tracer.families(r, types.SimpleNamespace(devices={}))}
+        assert [(s.labels, s.value) for s in fams["iowarden_tracer_cost_per_io_seconds"].samples] == \
+            [({"engine": "compiled", "source": "measured"}, 150e-9)]
+        section.bpftrace_path = str(tmp_path / "no-bpftrace")   # neither: the reason names both
+        missing[0] = "libbpf is not installed (apt install libbpf1)"
+        read()
+        r = read()
+        assert not r.up and "bpftrace is not installed" in r.reason and "libbpf" in r.reason, r.reason
+    finally:
+        read.stop()
+    assert not tracer.over_budget(200_000, False, section, "compiled")   # 0.03 of a core
+    assert tracer.over_budget(200_000, False, section, "bpftrace")       # 0.08
+
+
+def test_the_programs_cost_is_read_from_the_kernels_statistics_and_an_idle_measurement_keeps_the_last():
+    fdinfo = "pos:\t0\nflags:\t02000002\nprog_type:\t26\nprog_id:\t812\nrun_time_ns:\t5300000\nrun_cnt:\t50000\n"
+    assert blockstage.fdinfo_run_stats(fdinfo) == (5_300_000, 50_000)
+    assert blockstage.fdinfo_run_stats("pos:\t0\n") == (0, 0)   # a kernel that does not say
+    before = {"on_complete": (5_300_000, 50_000)}
+    after = {"on_complete": (6_300_000, 60_000), "on_issue": (400_000, 3_000)}   # attached in between
+    msg = blockstage.cost_message(before, after)
+    assert msg == {"type": "cost", "data": {"run_ns": 1_400_000, "runs": 10_000}}
+    assert tracer_plan.measured_program_ns(1_400_000, 10_000, None) == 140.0
+    assert tracer_plan.measured_program_ns(5_700_000, 10_000 - 1, 140.0) == 140.0   # a quiet second: the last
+    section = types.SimpleNamespace(cost_per_io_ns=0.0)
+    assert tracer_plan.cost_per_io_ns(section, "compiled", 140.0) == 180.0
+    assert tracer_plan.cost_per_io_ns(section, "compiled", None) == 150.0   # not measured yet: the bench's figure
+    assert tracer_plan.cost_per_io_ns(section, "bpftrace", 140.0) == 400.0  # its classic tracepoints are unseen
+    assert tracer_plan.cost_per_io_ns(types.SimpleNamespace(cost_per_io_ns=900.0), "compiled", 140.0) == 900.0
