@@ -121,7 +121,8 @@ def _libbpf():
             ("bpf_program__attach", vp, [vp]), ("bpf_link__destroy", i, [vp]),
             ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]), ("bpf_map_lookup_elem", i, [i, vp, vp]),
             ("bpf_map_get_next_key", i, [i, vp, vp]), ("libbpf_num_possible_cpus", i, []),
-            ("bpf_program__fd", i, [vp]), ("bpf_enable_stats", i, [i])):
+            ("bpf_program__fd", i, [vp]), ("bpf_enable_stats", i, [i]),
+            ("bpf_map__set_initial_value", i, [vp, vp, ctypes.c_size_t])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     return lib
@@ -130,7 +131,7 @@ def _libbpf():
 class Loaded:
     """The object loaded, its disks filled and its two programs attached; read() the maps' contents."""
 
-    def __init__(self, path: Path, disks: dict[int, int]):
+    def __init__(self, path: Path, disks: dict[int, int], issue_map: bool = False):
         self.lib = lib = _libbpf()
         self.obj = lib.bpf_object__open_file(str(path).encode(), None)
         if not self.obj:
@@ -140,6 +141,10 @@ class Loaded:
         n = max(1, len(disks))
         for name, entries in (("disks", n), ("sums", n * SLOTS_PER_DISK)):
             lib.bpf_map__set_max_entries(self._map(name), entries)
+        if issue_map:   # the program's ignore_stamp, read-only once loaded
+            flag = ctypes.c_uint32(1)
+            if lib.bpf_map__set_initial_value(self._map(".rodata"), ctypes.byref(flag), ctypes.sizeof(flag)):
+                raise OSError(ctypes.get_errno(), "could not set the object's read-only data")
         if lib.bpf_object__load(self.obj):
             raise OSError(ctypes.get_errno(), "the kernel refused the tracer's program (libbpf's log says why)")
         self.fd = {m: lib.bpf_map__fd(self._map(m)) for m in ("disks", "lat", "sums")}
@@ -149,8 +154,10 @@ class Loaded:
             if lib.bpf_map_update_elem(self.fd["disks"], ctypes.byref(key), ctypes.byref(value), 0):
                 raise OSError(ctypes.get_errno(), f"could not add disk {dev}")
             self.dev_of_index[index] = dev
-        self.issue_attached = False
+        self.issue_attached = issue_map
         self._attach("on_complete")
+        if issue_map:
+            self._attach("on_issue")
 
     def _attach(self, prog: str) -> None:
         p = self.lib.bpf_object__find_program_by_name(self.obj, prog.encode())
@@ -232,11 +239,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="iowarden-blockstage")
     ap.add_argument("--object", type=Path, default=Path(__file__).parent / "bpf" / OBJECT_NAME)
     ap.add_argument("--interval-ms", type=int, default=15000)
+    ap.add_argument("--issue-map", action="store_true",
+                    help="time every disk from the issue program's map, as a queue that does not stamp its requests "
+                         "is timed (how that path is tested where every queue stamps)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     try:
         disks = read_disks(sys.stdin.read(MAX_INPUT_BYTES + 1)[:MAX_INPUT_BYTES])
-        loaded = Loaded(args.object, disks)
+        loaded = Loaded(args.object, disks, issue_map=args.issue_map)
     except (OSError, ValueError) as exc:   # one line the daemon's tracer says as its reason (sources/tracer.py)
         print(f"ERROR: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ The volume under test is a loop device whose image lives on another loop XFS (a 
 throttle on the inner device slows the outer one below its own block layer, as a cloud volume's
 provisioned limit does, so the outer disk's *device* time is what grows.
 """
+import functools
 import json
 import os
 import re
@@ -59,8 +60,9 @@ def _until_up(read) -> None:
     wait_for(lambda: last.append(read()) or last[-1].up, timeout=300, what="the tracer up")
 
 
-def _traced(outer, *fio_args, engine="bpftrace"):
-    """fio on the outer volume with the tracer running: (fio's read stats, the tracer's last reading)."""
+def _traced(outer, *fio_args, engine="bpftrace", paths=None):
+    """fio on the outer volume with the tracer running: (fio's read stats, the tracer's last reading). paths, a
+    dict, gets how the compiled engine said each disk's requests were timed."""
     read = tracer.start(_section(outer.name, engine), Roots())
     try:
         _until_up(read)
@@ -71,6 +73,8 @@ def _traced(outer, *fio_args, engine="bpftrace"):
         time.sleep(WINDOW_SECONDS + 0.5)
         return fio, before, read()
     finally:
+        if paths is not None:
+            paths.update(read.state.paths)
         read.stop()   # its bpftrace, by the reader that started it
 
 
@@ -85,18 +89,27 @@ def _window(before, after, key):
     return after.total[key].minus(before.total.get(key))
 
 
-@ENGINES
-def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked, engine):
+# and the compiled engine's second path, a disk whose requests carry no issue time, timed from the issue program's
+# map: every queue here stamps its requests, so the loader is told to ignore the stamp (blockstage --issue-map)
+@pytest.mark.parametrize("engine", ["bpftrace", "compiled", "compiled-issue-map"])
+def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked, engine, monkeypatch):
     """128k reads at QD1 (one request each: max_sectors_kb is 1280) while the inner device is held to
     32 MiB/s. blk-throttle works in slices: about half the reads pass at once (p50 ~0.2 ms), the rest
     wait for the next slice (p99 ~95 ms). The tracer's total runs a few per cent above fio's clat at p50:
     fio's libaio clock starts when io_submit has returned, the bio was queued inside it."""
     inner, outer = stacked
+    if engine == "compiled-issue-map":
+        engine = "compiled"
+        monkeypatch.setattr(tracer, "compiled_process", functools.partial(tracer.compiled_process, issue_map=True))
+    paths = {}
     with blkio_cap("read_bps_device", inner.major_minor, 32 << 20):
         # 400 reads, however long they take (a minute at most): on a busy machine 8 s of them were 175, under the
         # 200 timed I/Os a window needs before its tail is quoted as a cause
         fio, before, after = _traced(outer, "--iodepth=1", "--bs=128k", "--number_ios=400", "--time_based=0",
-                                     "--runtime=60", "--percentile_list=50:98:99:99.5", engine=engine)
+                                     "--runtime=60", "--percentile_list=50:98:99:99.5", engine=engine, paths=paths)
+    if engine == "compiled":
+        want = "issue map" if isinstance(tracer.compiled_process, functools.partial) else "stamped"
+        assert paths == {outer.name: want}, paths
     key = (outer.name, "read", "total")
     h = _window(before, after, key)
     fio_p = {q: fio["clat_ns"]["percentile"][f"{q:.6f}"] / 1e9 for q in (50.0, 98.0, 99.0, 99.5)}
