@@ -9,10 +9,12 @@ machine has) takes fio's 4k random reads. Two measurements:
    bpftrace loaded, from /proc/PID/fdinfo), so other work on the machine does not blur it; the
    bpftrace process's own CPU (reading its maps once per window) is shown beside it. It leaves out
    what the tracepoint itself costs before the program runs (the kernel fills the event's record).
-2. Everything: at a fixed rate (FIXED_IOPS) the machine's busy CPU time (/proc/stat, all CPUs) per
+2. Everything: at fixed rates (FIXED_RATES) the machine's busy CPU time (/proc/stat, all CPUs) per
    I/O, without the tracer, with three programs attached that only filter (another disk: what any
-   tracepoint-based tracer costs at the least), and with the sampled tracer; interleaved for
-   ROUNDS rounds, medians shown. Other work on the machine blurs this one: run it on a quiet machine.
+   tracepoint-based tracer costs at the least), with bpftrace's sampled tracer, with the compiled one (the
+   daemon's default engine; `iowarden iostat --latency` runs the same loader and program, every request
+   timed) and with biolatency; interleaved for ROUNDS rounds, medians shown. Other work on the machine blurs
+   this one: run it on a quiet machine.
 
 Run as root: .venv/bin/python bench/tracer_overhead.py
 """
@@ -31,7 +33,7 @@ from iowarden.probes import blocktrace
 
 RUN_SECONDS = 10
 AT_IOPS = 200_000
-FIXED_IOPS = 100_000
+FIXED_RATES = (20_000, 100_000)
 FIXED_SECONDS = 8
 ROUNDS = 5
 READY_WITHIN_S = 120   # bpftrace compiles for seconds; the others attach at once
@@ -53,12 +55,12 @@ def busy_cpu_seconds() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def at_fixed_rate(device: str) -> tuple[float, float]:
-    """(I/Os done, busy CPU seconds of the machine) for FIXED_SECONDS of reads at FIXED_IOPS."""
+def at_fixed_rate(device: str, iops: int) -> tuple[float, float]:
+    """(I/Os done, busy CPU seconds of the machine) for FIXED_SECONDS of reads at `iops`."""
     cpu0 = busy_cpu_seconds()
     out = subprocess.run(["fio", "--name=b", f"--filename={device}", "--rw=randread", "--bs=4k", "--iodepth=8",
                           "--ioengine=libaio", "--direct=1", "--runtime", str(FIXED_SECONDS), "--time_based",
-                          f"--rate_iops={FIXED_IOPS}", "--output-format=json"],
+                          f"--rate_iops={iops}", "--output-format=json"],
                          capture_output=True, text=True, check=True).stdout
     cpu = busy_cpu_seconds() - cpu0
     return json.loads(out)["jobs"][0]["read"]["total_ios"], cpu
@@ -75,8 +77,23 @@ def compiled(disks: dict[int, int]) -> list:
             json.dumps({str(dev): skip for dev, skip in disks.items()})]
 
 
-def with_process(argv: list[str], stdin_text: str | None, ready: str, fn, on_ready=None):
-    """fn() while the process runs, once it printed a line with `ready` (its programs attached)."""
+def attached_below(pid: int) -> bool:
+    """Whether a child of `pid` holds a BPF program (`iowarden iostat --latency` prints nothing when its loader
+    has attached: the loader is its child)."""
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            child = stat.split("/")[2]
+            if int(open(stat).read().rsplit(")", 1)[1].split()[1]) == pid:
+                if any("prog_type:" in open(f).read() for f in glob.glob(f"/proc/{child}/fdinfo/*")):
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
+def with_process(argv: list[str], stdin_text: str | None, ready: str | None, fn, on_ready=None):
+    """fn() while the process runs, once it printed a line with `ready` (its programs attached), or, `ready` None,
+    once a child of it holds a BPF program."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     try:
@@ -84,7 +101,13 @@ def with_process(argv: list[str], stdin_text: str | None, ready: str, fn, on_rea
             proc.stdin.write(stdin_text)
         proc.stdin.close()
         deadline = time.monotonic() + READY_WITHIN_S
-        while True:   # its line, within the deadline (a process that says nothing must not hang the bench)
+        while ready is None and not attached_below(proc.pid):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"{argv[:4]} attached no program within {READY_WITHIN_S} s")
+            time.sleep(0.2)
+        if ready is None:
+            time.sleep(0.5)   # its program loaded; attached a moment after
+        while ready is not None:   # its line, within the deadline (a process that says nothing must not hang)
             if not select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
                 raise SystemExit(f"{argv[0]} did not say {ready!r} within {READY_WITHIN_S} s")
             line = proc.stdout.readline()
@@ -133,6 +156,37 @@ def traced(device: str, argv: list[str], stdin_text: str | None, ready: str) -> 
     return with_process(argv, stdin_text, ready, measure, on_ready=lambda proc: start.update(pid=proc.pid))
 
 
+def whole_cost(loop: str, dev: int, rate: int) -> None:
+    """The machine's busy CPU per I/O at a fixed rate, each tracer beside fio alone, rounds interleaved."""
+    print(f"\nthe whole cost at a fixed {rate:,} IOPS (4k random reads QD8, {FIXED_SECONDS} s a run, "
+          f"{ROUNDS} rounds interleaved, medians; the machine's busy CPU per I/O)")
+    sampled_text = blocktrace.program({dev: skip_for(AT_IOPS, 2000.0)}, 5.0)
+    floor, every = compiled({}), compiled({dev: 0})
+    at = lambda: at_fixed_rate(loop, rate)  # noqa: E731
+    modes = {"fio alone": at,
+             "3 tracepoints, filter only": lambda: with_program(FILTER_ONLY, at),
+             "bpftrace tracer, sampled": lambda: with_program(sampled_text, at),
+             "compiled, no disk traced": lambda: with_process(*floor, '"attached_probes"', at),
+             "compiled, every request (daemon)": lambda: with_process(*every, '"attached_probes"', at),
+             "iowarden iostat --latency": lambda: with_process(
+                 [sys.executable, "-m", "iowarden.daemon.cli", "iostat", "--latency", "--engine", "compiled", loop,
+                  "60", "1"], None, None, at),
+             "biolatency -D": lambda: with_process(["stdbuf", "-oL", "biolatency", "-D", "60"], None, "Tracing", at)}
+    per_io: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(ROUNDS):
+        for mode, run in modes.items():
+            ios, cpu = run()
+            per_io[mode].append(cpu / ios * 1e9)
+    base = statistics.median(per_io["fio alone"])
+    print(f"{'run':<34}{'CPU ns/I/O':>12}{'extra ns/I/O':>14}{'cores at 200k IOPS':>20}{'spread ns':>12}")
+    for mode, values in per_io.items():
+        med = statistics.median(values)
+        extra = med - base
+        print(f"{mode:<34}{med:>12.0f}{extra if mode != 'fio alone' else 0:>14.0f}"
+              f"{max(0.0, extra) * AT_IOPS / 1e9 if mode != 'fio alone' else 0:>20.4f}"
+              f"{max(values) - min(values):>12.0f}")
+
+
 def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("needs root (BPF, loop devices)")
@@ -169,34 +223,10 @@ def main() -> None:
               "sampling, the program still runs on every request (the hash decides), but maps are touched only "
               f"for the kept share ({blocktrace.SAMPLE_SCALE - skip_for(AT_IOPS, 2000.0)} in "
               f"{blocktrace.SAMPLE_SCALE} at 200k IOPS).")
-        print(f"\nthe whole cost at a fixed {FIXED_IOPS:,} IOPS (4k random reads QD8, {FIXED_SECONDS} s a run, "
-              f"{ROUNDS} rounds interleaved, medians; the machine's busy CPU per I/O)")
         with open(stats, "w") as f:
             f.write(before)   # the run-time accounting adds two clock reads per program run: off here
-        sampled_text = blocktrace.program({dev: skip_for(AT_IOPS, 2000.0)}, 5.0)
-        floor, every = compiled({}), compiled({dev: 0})
-        modes = {"fio alone": lambda: at_fixed_rate(loop),
-                 "3 tracepoints, filter only": lambda: with_program(FILTER_ONLY, lambda: at_fixed_rate(loop)),
-                 "bpftrace tracer, sampled": lambda: with_program(sampled_text, lambda: at_fixed_rate(loop)),
-                 "compiled, no disk traced": lambda: with_process(*floor, '"attached_probes"',
-                                                                  lambda: at_fixed_rate(loop)),
-                 "compiled, every request timed": lambda: with_process(*every, '"attached_probes"',
-                                                                       lambda: at_fixed_rate(loop)),
-                 "biolatency -D": lambda: with_process(["stdbuf", "-oL", "biolatency", "-D", "60"], None, "Tracing",
-                                                       lambda: at_fixed_rate(loop))}
-        per_io: dict[str, list[float]] = {m: [] for m in modes}
-        for _ in range(ROUNDS):
-            for mode, run in modes.items():
-                ios, cpu = run()
-                per_io[mode].append(cpu / ios * 1e9)
-        base = statistics.median(per_io["fio alone"])
-        print(f"{'run':<34}{'CPU ns/I/O':>12}{'extra ns/I/O':>14}{'cores at 200k IOPS':>20}{'spread ns':>12}")
-        for mode, values in per_io.items():
-            med = statistics.median(values)
-            extra = med - base
-            print(f"{mode:<34}{med:>12.0f}{extra if mode != 'fio alone' else 0:>14.0f}"
-                  f"{max(0.0, extra) * AT_IOPS / 1e9 if mode != 'fio alone' else 0:>20.4f}"
-                  f"{max(values) - min(values):>12.0f}")
+        for rate in FIXED_RATES:
+            whole_cost(loop, dev, rate)
     finally:
         with open(stats, "w") as f:
             f.write(before)

@@ -52,6 +52,9 @@ def cmd_latency(args) -> int:
     previous: dict = {}
     deadline = time.monotonic() + COMPILE_SECONDS + interval * (count + 1)
     # a bpftrace that prints nothing (stuck compiling) is killed, which ends the loop below
+    # SIGTERM (timeout(1), systemd-run, a bench) ends it as Ctrl-C does, through the `finally` below: its tracer
+    # process is in a session of its own and would otherwise run on, attached, until its next write failed
+    signal.signal(signal.SIGTERM, _terminated)
     watchdog = threading.Timer(deadline - time.monotonic(), lambda: _kill(proc))
     watchdog.daemon = True
     watchdog.start()
@@ -86,6 +89,10 @@ def cmd_latency(args) -> int:
     finally:
         watchdog.cancel()
         _kill(proc)
+
+
+def _terminated(*_) -> None:
+    raise SystemExit(128 + signal.SIGTERM)
 
 
 def _kill(proc: subprocess.Popen) -> None:

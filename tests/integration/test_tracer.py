@@ -152,6 +152,15 @@ def test_iostat_latency_prints_each_stage_as_biolatency_would(stacked, engine):
     assert {("read", "queue"), ("read", "device"), ("read", "total")} <= mine, rows
     total = [x for x in rows if x["device"] == outer.name and x["stage"] == "total"][-1]
     assert 0 < total["p50_seconds"] <= total["p99_seconds"] <= total["p99.9_seconds"] < 5
+    # ended by SIGTERM (timeout(1), a unit stopping) it takes its tracer process with it: that process is in a
+    # session of its own, and ran on, attached, until its next write failed
+    cmd = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "iostat", "--latency", "--engine", engine,
+                            outer.name, "60", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    word = "bpftrace" if engine == "bpftrace" else "iowarden.probes.blockstage"
+    tracer_pid = wait_for(lambda: _children_named(cmd.pid, word), timeout=60, what=f"iostat's {word}")[0]
+    cmd.terminate()
+    assert cmd.wait(timeout=30) == 128 + signal.SIGTERM, cmd.stderr.read()
+    assert not os.path.exists(f"/proc/{tracer_pid}"), f"{word} {tracer_pid} outlived iostat --latency"
 
 
 def _children_named(pid: int, word: str) -> list[int]:
@@ -189,10 +198,11 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
     except AssertionError:
         print(said[0])
         raise
-    tracers = _children_named(d.proc.pid, "bpftrace")
-    assert len(tracers) == 1
+    # the default engine (auto) runs the compiled one here (scripts/setup.sh builds it)
+    tracers = _children_named(d.proc.pid, "iowarden.probes.blockstage")
+    assert len(tracers) == 1, _children_named(d.proc.pid, "bpftrace")
     d.close()
-    assert not os.path.exists(f"/proc/{tracers[0]}"), "bpftrace outlived the daemon"
+    assert not os.path.exists(f"/proc/{tracers[0]}"), "the tracer's loader outlived the daemon"
 
 
 def test_a_daemon_keeps_its_tracer_up_beside_60000_iops_elsewhere_and_exports_its_volumes_stages(
