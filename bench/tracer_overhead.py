@@ -169,8 +169,8 @@ def whole_cost(loop: str, dev: int, rate: int) -> None:
              "compiled, no disk traced": lambda: with_process(*floor, '"attached_probes"', at),
              "compiled, every request (daemon)": lambda: with_process(*every, '"attached_probes"', at),
              "iowarden iostat --latency": lambda: with_process(
-                 [sys.executable, "-m", "iowarden.daemon.cli", "iostat", "--latency", "--engine", "compiled", loop,
-                  "60", "1"], None, None, at),
+                 [sys.executable, "-m", "iowarden.daemon.cli", "iostat", "--latency", "--engine", "compiled",
+                  os.path.basename(loop), "60", "1"], None, None, at),
              "biolatency -D": lambda: with_process(["stdbuf", "-oL", "biolatency", "-D", "60"], None, "Tracing", at)}
     per_io: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(ROUNDS):

@@ -1,6 +1,7 @@
 """`iowarden iostat --latency`: where the time of real I/O goes, for a few seconds, as bcc's biolatency.
 
-The daemon's tracer program (probes/blocktrace.py) run once in the foreground: every INTERVAL seconds a
+The daemon's tracer (its engine chosen as the daemon's is: the compiled program where it can run, else bpftrace's,
+probes/blocktrace.py) run once in the foreground: every INTERVAL seconds a
 table per disk, direction and stage (queue: submission to issue; device: issue to completion; total),
 with the I/Os timed and their p50, p99 and p99.9 in one unit, and with --json one object per row.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,21 +19,17 @@ from iowarden.probes import blocktrace
 from iowarden.probes.common import ParseError, Roots
 
 from iowarden.daemon.commands.tables import latency_columns, print_lines as _print, table
-from iowarden.daemon.sources.tracer import (block_tracepoints, bpftrace_process, compiled_missing,
-                                             compiled_process, missing_tracepoints, traceable_disks)
+from iowarden.daemon.sources.tracer import (block_tracepoints, bpftrace_process, choose_engine, compiled_process,
+                                             missing_tracepoints, traceable_disks)
 
 COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)
 
 
 def cmd_latency(args) -> int:
     roots = Roots()
-    engine = getattr(args, "engine", "auto")
-    cannot = compiled_missing(roots) if engine != "bpftrace" else "not asked for"
-    if engine == "compiled" and cannot:
-        raise SystemExit(f"iowarden iostat --latency: {cannot}")
-    binary = shutil.which("bpftrace") if cannot else None
-    if cannot and binary is None:
-        raise SystemExit("iowarden iostat --latency: bpftrace is not installed (apt install bpftrace)")
+    engine, binary, missing = choose_engine(getattr(args, "engine", "auto"), "bpftrace", roots)   # as the daemon's
+    if engine is None:
+        raise SystemExit(f"iowarden iostat --latency: {missing}")
     disks = traceable_disks(roots, list(args.devices) + list(args.device_globs))
     if not disks:
         raise SystemExit("iowarden iostat --latency: no request-based disk matches "
