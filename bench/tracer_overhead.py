@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from iowarden.daemon.sources.tracer import skip_for
-from iowarden.probes import blocktrace
+from iowarden.probes import blockstage, blocktrace
 
 RUN_SECONDS = 10
 AT_IOPS = 200_000
@@ -132,9 +132,8 @@ def bpf_run_time_ns(pid: int) -> tuple[int, int]:
         except OSError:
             continue
         if "prog_type:" in text:
-            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-            ns += int(fields.get("run_time_ns", "0").strip() or 0)
-            cnt += int(fields.get("run_cnt", "0").strip() or 0)
+            run_ns, runs = blockstage.fdinfo_run_stats(text)   # the loader's own reading of the same fields
+            ns, cnt = ns + run_ns, cnt + runs
     return ns, cnt
 
 
