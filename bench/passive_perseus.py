@@ -21,6 +21,10 @@ Tuning replays nothing: a replay records each block's member medians, and the gr
 evidence arithmetic on them (passive_evidence.standardized and block_update, the detector's own).
 Per drive found: when it was named, in hours of its trace (evening windows of 3 hours a day), in sample
 and left out, with their median and worst; and the most evidence a healthy drive gathered.
+
+--synthetic: first how far the reference moves as one to four of twelve drives of each host slow down 2x (the
+plain median and MAD, and what a slowed drive is judged against, beside the untouched drives' own), then the
+hours to each slowed drive's first alert for 1.2x to 3x, with their median and worst per factor.
 """
 import argparse
 import csv
@@ -39,7 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 from iowarden.daemon.passive.detector import PassiveParams  # noqa: E402
-from iowarden.daemon.passive.evidence import EvidenceParams, block_update, standardized  # noqa: E402
+from iowarden.daemon.passive.evidence import (EvidenceParams, block_update, center_spread,  # noqa: E402
+                                              clear_outliers, standardized)
 from iowarden.daemon.passive.replay import parse_lines, replay  # noqa: E402
 
 ALLOWANCES = (2.0, 2.5, 3.0, 3.5, 4.0, 5.0)
@@ -126,32 +131,78 @@ def figures(flagged: set, drives: set, labels: set) -> str:
     return f"precision {p:.2f} recall {r:.2f} (named {len(flagged)}: true {tp}, false {fp}; missed {fn})"
 
 
+def _slowed(objs: list[dict], chosen: set, f: float) -> str:
+    return "\n".join(json.dumps({**o, "r_await": o["r_await"] * f} if o["disk_device"] in chosen and "r_await" in o
+                                else o) for o in objs)
+
+
+def _first_hours(parsed_lines: dict[str, list[str]], host: str, hours: float):
+    """(objects of the first `hours` of the host's trace, their timestamps, the drives, the seeded chooser)."""
+    import random
+    objs = [json.loads(x) for x in parsed_lines[host]]
+    keep = set(sorted({o["timestamp"] for o in objs})[: int(hours * 240)])
+    objs = [o for o in objs if o["timestamp"] in keep]
+    rng = random.Random(host.replace("/", "_"))   # the seed the figures in docs/detector.md were made with
+    return objs, sorted(keep), sorted({o["disk_device"] for o in objs}), rng
+
+
 def synthetic(parsed_lines: dict[str, list[str]], hosts: list[str], hours: float = 9.0) -> None:
     """Fail-slow cases made from healthy development hosts: one to four drives' latency scaled by 1.2 to 3
     from the first window (at equal throughput), the first `hours` of trace; hours to each slow drive's
     first alert, and any untouched drive named."""
-    import random
     print(f"\nsynthetic cases: the first {hours:g} h of trace, k drives slowed by f from the first window")
     print(f"{'host':<20} {'k':>2} {'f':>4}  hours to each slowed drive's first alert; untouched drives named")
+    found: dict[float, list[float]] = defaultdict(list)
+    false_named = 0
     for host in hosts:
-        objs = [json.loads(x) for x in parsed_lines[host]]
-        stamps = sorted({o["timestamp"] for o in objs})[: int(hours * 240)]
-        keep = set(stamps)
-        objs = [o for o in objs if o["timestamp"] in keep]
-        drives = sorted({o["disk_device"] for o in objs})
-        rng = random.Random(host.replace("/", "_"))   # the seed the figures in docs/detector.md were made with
+        objs, stamps, drives, rng = _first_hours(parsed_lines, host, hours)
         for k in (1, 2, 3, 4):
             chosen = set(rng.sample(drives, k))
             for f in (1.2, 1.6, 2.0, 3.0):
-                text = "\n".join(json.dumps({**o, "r_await": o["r_await"] * f}
-                                            if o["disk_device"] in chosen and "r_await" in o else o) for o in objs)
-                intervals, _ = replay(parse_lines(host, text), PassiveParams())
+                intervals, _ = replay(parse_lines(host, _slowed(objs, chosen, f)), PassiveParams())
                 first: dict[str, float] = {}
                 for i in intervals:
                     first.setdefault(i["device"], sum(1 for t in stamps if t <= i["start"]) * 15 / 3600)
+                found[f] += [first.get(d, math.inf) for d in chosen]
                 hit = ", ".join(f"{first[d]:.2f}" if d in first else "-" for d in sorted(chosen))
                 false = sorted(set(first) - chosen)
+                false_named += len(false)
                 print(f"{host:<20} {k:>2} {f:>4g}  {hit}; {', '.join(false) or 'none'}", flush=True)
+    for f, at in sorted(found.items()):
+        at.sort()
+        worst = f"{at[-1]:.2f} h" if math.isfinite(at[-1]) else f"not in {hours:g} h"
+        print(f"x{f:g}: {len(at)} slowed drives, median {statistics.median(at):.2f} h, worst {worst}; within an hour "
+              f"{sum(h <= 1 for h in at)}, within 3 h {sum(h <= 3 for h in at)}")
+    print(f"untouched drives named: {false_named}")
+
+
+def reference_drift(parsed_lines: dict[str, list[str]], hosts: list[str], f: float = 2.0, hours: float = 9.0) -> None:
+    """How far the reference moves as one to four of twelve drives slow down by f: over the closed blocks
+    (medians), the centre (in % of latency) and the stray of the plain median and MAD, and of the reference a
+    slowed drive is judged against, beside the untouched drives' own (the truth)."""
+    print(f"\nthe reference as k of twelve drives slow down x{f:g} (medians over the closed blocks of the first "
+          f"{hours:g} h):\ncentre above the untouched drives' own, in %; stray (sigma, log) of the untouched, "
+          "the plain MAD, and the reference a slowed drive is judged against")
+    print(f"{'host':<20} {'k':>2}  {'untouched':>9}  {'plain: centre':>13} {'stray':>6}  {'judged by: centre':>17} "
+          f"{'stray':>6}")
+    p = EvidenceParams()
+    for host in hosts:
+        objs, _, drives, rng = _first_hours(parsed_lines, host, hours)
+        for k in (0, 1, 2, 3, 4):
+            chosen = set(rng.sample(drives, k))
+            _, det = replay(parse_lines(host, _slowed(objs, chosen, f)), PassiveParams(), record_blocks=True)
+            rows = []
+            for _, medians in det.evidence.recorded:
+                true_c, true_s = center_spread(v for m, v in medians.items() if m not in chosen)
+                c, s = center_spread(medians.values(), p.scale_floor)
+                plain_c, plain_s = center_spread(medians.values())
+                clear, cc, cs = clear_outliers(medians, c, s, p.scale_floor)
+                judged = [(cc, cs) if m in clear else (c, s) for m in chosen] or [(c, s)]
+                rows.append((true_s, plain_c - true_c, plain_s, statistics.median(j[0] for j in judged) - true_c,
+                             statistics.median(j[1] for j in judged)))
+            med = [statistics.median(r[i] for r in rows) for i in range(5)]
+            print(f"{host:<20} {k:>2}  {med[0]:>9.3f}  {100 * math.expm1(med[1]):>12.1f}% {med[2]:>6.3f}  "
+                  f"{100 * math.expm1(med[3]):>16.1f}% {med[4]:>6.3f}", flush=True)
 
 
 def main() -> int:
@@ -168,6 +219,7 @@ def main() -> int:
             labels.add((f"{r['cluster']}/{r['host']}", r["disk"]))
     hosts = convert(os.path.join(args.data, "perseus-dev.tar.xz"))
     if args.synthetic:
+        reference_drift(hosts, args.synthetic.split(","), hours=args.synthetic_hours)
         synthetic(hosts, args.synthetic.split(","), args.synthetic_hours)
         return 0
     out_dir = args.keep or tempfile.mkdtemp(prefix="perseus-replay-")

@@ -204,6 +204,40 @@ def test_a_third_of_a_group_slow_does_not_drag_the_reference_and_fewer_leave_it_
     assert center_spread(many)[0] == pytest.approx(math.log(1.6))
 
 
+def test_a_drive_slow_beyond_doubt_is_judged_against_the_rest_and_the_rest_keep_the_plain_reference():
+    """Issue 34: three of twelve at 2x move the plain median up and widen the MAD (on cluster A's host_20 from
+    6 % to 11 %); each of them is judged against the nine it cannot drag, and stands further out. A drive at
+    1.1x beside a 1.6x one (cluster C's disk3 beside its disk1) keeps the plain reference: it is not measured
+    against a spread the 1.6x one no longer widens."""
+    import random
+    from collections import deque
+    from iowarden.daemon.passive.evidence import center_spread, clear_outliers, standardized
+    rng = random.Random(7)
+    healthy = {f"h{i}": rng.gauss(0.0, 0.06) for i in range(9)}
+    slow = {f"s{i}": math.log(2.0) + rng.gauss(0.0, 0.06) for i in range(3)}
+    medians = {**healthy, **slow}
+    center, spread = center_spread(medians.values(), 0.02)
+    clear, clear_center, clear_spread = clear_outliers(medians, center, spread, 0.02)
+    assert clear == set(slow)
+    assert (clear_center, clear_spread) == center_spread(healthy.values())
+    assert spread > clear_spread and center > clear_center
+    zs, scales = standardized(medians, deque(maxlen=24), EvidenceParams())
+    for m in slow:
+        assert zs[m] > (medians[m] - center) / spread and scales[m] == pytest.approx(clear_spread)
+    for m in healthy:
+        assert zs[m] == pytest.approx((medians[m] - center) / spread)   # the plain reference, as tuned
+    # cluster C's shape: disk1 1.6x, disk2 1.2x, disk3 1.1x, nine tight drives: only disk1 is beyond doubt
+    c = {f"h{i}": rng.gauss(-0.02, 0.02) for i in range(9)}
+    c.update(disk1=math.log(1.6), disk2=math.log(1.2), disk3=math.log(1.1))
+    zs, scales = standardized(c, deque(maxlen=24), EvidenceParams())
+    center, spread = center_spread(c.values(), 0.02)
+    assert zs["disk3"] == pytest.approx((c["disk3"] - center) / max(spread, 0.02))
+    assert scales["disk1"] < scales["disk3"]
+    # nothing beyond doubt (all within 1.5x): everyone on the plain reference
+    mild = {**healthy, "s0": math.log(1.4)}
+    assert clear_outliers(mild, *center_spread(mild.values(), 0.02), 0.02)[0] == frozenset()
+
+
 def test_a_healthy_member_of_a_new_tight_group_slow_for_minutes_is_not_named_one_slow_for_the_hour_is():
     """The week lane (stop 47): four loop volumes, one of them 2.8x its peers for five minutes of a compaction
     in the group's first block, was named at a threshold of 3 on the open block alone. A median of minutes
