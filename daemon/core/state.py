@@ -3,10 +3,8 @@
 WAL mode with synchronous=NORMAL: a `kill -9` loses at most the last commit,
 never the database.
 
-Damaged and unavailable are told apart by SQLite's own error code. Only a file
-that is really corrupt (SQLITE_CORRUPT, SQLITE_NOTADB, a failed integrity check)
-is moved aside for a fresh start: a monitor that refuses to run because its
-history is damaged protects nothing. A database that is locked, on a full
+Damaged and unavailable are told apart by SQLite's own error code: only a file that
+is really corrupt is moved aside (damage.py); one that is locked, on a full
 filesystem or unreadable for now is healthy: opening it is retried, never reset.
 
 Writes never raise into the daemon. Each is a transaction queued in memory
@@ -25,8 +23,9 @@ import threading
 import time
 
 from . import retention
+from .damage import Damage, read_what_a_start_reads
 from .state_schema import (DAMAGE_MARK_SUFFIX, SCHEMA, OffCoreWrite, StateDamaged, StateUnavailable,  # noqa: F401
-                           _add_missing_columns, is_corrupt, is_transient, quick_check)
+                           _add_missing_columns, is_corrupt, is_transient)
 
 log = logging.getLogger("iowarden")
 
@@ -56,15 +55,15 @@ class State:
         self.writes_dropped_total = 0
         self._writer_ident: int | None = None   # once bound: the one thread allowed to write (the core's)
         self._closed = False
+        # damage costs the damaged part: a row that does not decode is set aside (counted, said once) and
+        # the rest loads; a database moved aside has what still reads copied over first
+        self.damage = Damage(path)
         self.damage_mark = self._file + DAMAGE_MARK_SUFFIX
         if full_check is None:
             full_check = os.path.lexists(self.damage_mark)
         self.db = self._open(repair, full_check)
-        if full_check:
-            try:
-                os.unlink(self.damage_mark)   # checked now; repaired if it had to be
-            except OSError:
-                pass
+        if full_check and os.path.lexists(self.damage_mark):
+            os.unlink(self.damage_mark)   # checked now; repaired if it had to be
         self._next_alert_id = (self.db.execute("SELECT max(id) FROM alerts").fetchone()[0] or 0) + 1
 
     def _open(self, repair: bool, full_check: bool) -> sqlite3.Connection:
@@ -76,9 +75,12 @@ class State:
         db = None
         try:
             db = self._connect()
-            if not full_check or db.execute("PRAGMA quick_check").fetchone()[0] == "ok":
+            if full_check and db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                reason = "integrity check failed"
+            else:
+                if repair:
+                    read_what_a_start_reads(db)
                 return db
-            reason = "integrity check failed"
         except (sqlite3.Error, OSError) as exc:
             if not is_corrupt(exc):
                 raise StateUnavailable(f"{exc}") from None
@@ -88,29 +90,14 @@ class State:
                 db.close()
         if not repair:
             raise StateDamaged(f"state database {self.path} is damaged ({reason}); `iowarden run` moves it aside")
-        stamp = f".corrupt-{int(time.time())}"
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.lexists(self._file + suffix):
-                os.replace(self._file + suffix, self._file + stamp + suffix)
-        aside = self.path + stamp
-        log.error("state database %s is damaged (%s); moved aside to %s, starting fresh", self.path, reason, aside)
         try:
-            return self._connect()
+            return self.damage.move_aside(self._file, self.path, reason, self._connect)
         except (sqlite3.Error, OSError) as exc:
             raise StateUnavailable(str(exc)) from None
 
     def check_integrity(self) -> str | None:
-        """SQLite's quick_check on a connection of its own, read-only: any thread, while the core writes. None
-        when the file is sound; else what is wrong, and the mark that has the next start check and repair it
-        (the daemon does not move a database it is writing)."""
-        verdict = quick_check(self._file, BUSY_TIMEOUT_SECONDS)
-        if verdict is None:
-            return None
-        try:
-            os.close(os.open(self.damage_mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        except OSError as exc:
-            log.error("state database %s: cannot leave the mark for the next start (%s)", self.path, exc)
-        return str(verdict)[:300]
+        """The whole-file check, run beside the daemon (any thread): None when sound, else what is wrong."""
+        return self.damage.check(self._file, self.damage_mark, BUSY_TIMEOUT_SECONDS)
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self._file, check_same_thread=False, isolation_level=None,
@@ -193,7 +180,8 @@ class State:
     def stats(self) -> dict:
         with self._lock:
             return {"writable": self.writable, "pending_writes": len(self._pending),
-                    "write_errors": self.write_errors_total, "writes_dropped": self.writes_dropped_total}
+                    "write_errors": self.write_errors_total, "writes_dropped": self.writes_dropped_total,
+                    "recovered_rows": dict(self.damage.recovered_rows), "lost_rows": dict(self.damage.lost_rows)}
 
     def add_probe_result(self, record: dict, identity: str | None) -> None:
         self._write((
@@ -218,8 +206,9 @@ class State:
 
     def load_baselines(self) -> list[tuple[str, str, str, float, dict]]:
         with self._lock:
-            rows = self.db.execute("SELECT identity, profile, metric, learned_at, state FROM baselines").fetchall()
-        return [(i, p, m, t, json.loads(s)) for i, p, m, t, s in rows]
+            rows = self.db.execute("SELECT rowid, identity, profile, metric, learned_at, state FROM baselines").fetchall()
+        decoded = [(i, p, m, t, self.damage.decoded("baselines", rid, s)) for rid, i, p, m, t, s in rows]
+        return [row for row in decoded if row[4] is not None]
 
     def delete_baselines(self, identity: str, profile: str) -> None:
         self._write(("DELETE FROM baselines WHERE identity = ? AND profile = ?", (identity, profile)))
@@ -255,8 +244,13 @@ class State:
         with self._lock:
             rows = self.db.execute(sql).fetchall()
         n = len(keys)
-        return [{**dict(zip(keys, r[:n])), "evidence": json.loads(r[n]), "causes": json.loads(r[n + 1])}
-                for r in rows]
+        out = []
+        for r in rows:
+            evidence = self.damage.decoded("alerts", r[0], r[n])
+            causes = self.damage.decoded("alerts", r[0], r[n + 1], list) if evidence is not None else None
+            if causes is not None:
+                out.append({**dict(zip(keys, r[:n])), "evidence": evidence, "causes": causes})
+        return out
 
     def request_baseline(self, action: str, target: str | None, profile: str | None) -> None:
         with self._lock:
@@ -285,10 +279,13 @@ class State:
         return [r for r in rows if r[1] in devices or r[1] == "host"]
 
     def recent_results(self, target: str, profile: str, limit: int) -> list[dict]:
+        return self._records("SELECT id, record FROM probe_results WHERE target = ? AND profile = ? ORDER BY id DESC"
+                             " LIMIT ?", (target, profile, limit))
+
+    def _records(self, sql: str, params: tuple) -> list[dict]:
         with self._lock:
-            rows = self.db.execute("SELECT record FROM probe_results WHERE target = ? AND profile = ?"
-                                   " ORDER BY id DESC LIMIT ?", (target, profile, limit)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+            rows = self.db.execute(sql, params).fetchall()
+        return [r for r in (self.damage.decoded("probe_results", i, text) for i, text in rows) if r is not None]
 
     def save_settings(self, settings: dict[tuple[str, str], object]) -> None:
         """The last settings seen, so drift while the daemon was down is still recorded."""
@@ -299,7 +296,12 @@ class State:
     def load_settings(self) -> dict[tuple[str, str], object] | None:
         with self._lock:
             rows = self.db.execute("SELECT key, value FROM settings_snapshot").fetchall()
-        return {tuple(k.split("\t", 1)): json.loads(v) for k, v in rows} or None
+        out = {}
+        for k, v in rows:
+            value = self.damage.decoded("settings_snapshot", k, v, object)
+            if value is not None or v == "null":
+                out[tuple(k.split("\t", 1))] = value
+        return out or None
 
     def ack_alert(self, alert_id: int, note: str, by: str = "unknown") -> bool:
         """Mark an open alert acknowledged (who and why), and queue its id for the running daemon, which
@@ -367,9 +369,7 @@ class State:
             self._write(*statements)
 
     def probe_results(self, limit: int = 100) -> list[dict]:
-        with self._lock:
-            rows = self.db.execute("SELECT record FROM probe_results ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return self._records("SELECT id, record FROM probe_results ORDER BY id DESC LIMIT ?", (limit,))
 
     def drift_events(self, limit: int | None = None) -> list[tuple]:
         """Drift, oldest first; with `limit`, only the newest that many (read as such: a 9 GB database's every

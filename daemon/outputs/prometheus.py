@@ -185,6 +185,14 @@ class SnapshotCollector:
                 c = CounterMetricFamily(f"iowarden_state_{key}", help_)
                 c.add_metric([], s.state[key])
                 yield c
+            for key, help_ in (("recovered_rows", "Rows of a damaged state database copied into the fresh one when "
+                                                  "it was moved aside at this start, per table"),
+                               ("lost_rows", "Rows of the state database known lost since this start, per table: not "
+                                             "recovered from a damaged file, or set aside as unreadable")):
+                g = GaugeMetricFamily(f"iowarden_state_{key}", help_, labels=["table"])
+                for table, n in sorted(s.state.get(key, {}).items()):
+                    g.add_metric([table], n)
+                yield g
         if s.influx is not None:
             for key, help_ in (("written", "Points InfluxDB accepted"),
                                ("spooled", "Points kept on disk while InfluxDB was unreachable"),

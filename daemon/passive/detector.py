@@ -56,7 +56,10 @@ class PassiveDetector(GroupRules):
         self.group_slow: dict[tuple, deque] = {}   # group -> this past hour: was the members' median acutely slow
         self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
         for (device, direction, unit), st in (curves or {}).items():
-            self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
+            try:
+                self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue   # a damaged saved curve: this one is learned again, the rest load
 
     def _dev(self, device: str) -> _Device:
         d = self.devices.get(device)

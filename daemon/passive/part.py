@@ -75,11 +75,14 @@ class PassiveWatch:
         saved = [(ident, metric, st) for ident, profile, metric, _, st in state.load_baselines()
                  if profile == PASSIVE_PROFILE]
         curves = {(ident, metric.split(":")[1], metric.split(":")[2]): st
-                  for ident, metric, st in saved if metric.startswith("curve:")}
+                  for ident, metric, st in saved if metric.startswith("curve:") and metric.count(":") == 2}
         self.detector = PassiveDetector(params, curves)
         for ident, metric, st in saved:   # the evidence against its peers a drive had accumulated
             if metric == "evidence":
-                self.detector.evidence.load_state(ident, st)
+                try:
+                    self.detector.evidence.load_state(ident, st)
+                except (TypeError, ValueError, AttributeError):
+                    self.detector.evidence.members.pop(ident, None)   # damaged: gathered again
         self._load_capability()
         self._start: diskstats.DiskSample | None = None
         self._lock = threading.Lock()

@@ -92,14 +92,24 @@ class Health:
         for identity, profile, metric, learned_at, st in state.load_baselines():
             if profile in NOT_PROBE_PROFILES:
                 continue   # the passive detector's curves (passive_part), characterize's capability, sources
-            self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
+            try:
+                self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # a row that decodes but is not a baseline (bit rot in a value): this one relearns, the rest load
+                log.error("baseline %s/%s/%s in the state database is damaged (%s: %s); it is learned again",
+                          identity, profile, metric, type(exc).__name__, exc)
+                continue
             self.learned_at[(identity, profile, metric)] = learned_at
         for a in state.alerts(open_only=True):
-            self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
-                a["id"], a["alert"], a["severity"], a["evidence"].get("metrics", {}), a["target"], a["raised_at"],
-                tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None, a.get("ack_note"),
-                (a["evidence"].get("where") or {}).get("mountpoint"),
-                tuple((a["evidence"].get("where") or {}).get("devices") or ()))
+            try:
+                where = a["evidence"].get("where") or {}
+                self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
+                    a["id"], a["alert"], a["severity"], dict(a["evidence"].get("metrics", {})), a["target"],
+                    a["raised_at"], tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None,
+                    a.get("ack_note"), where.get("mountpoint"), tuple(where.get("devices") or ()))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.error("open alert %s in the state database is damaged (%s: %s); it is left out",
+                          a.get("id"), type(exc).__name__, exc)
 
     def open_alert_views(self) -> list:
         from iowarden.daemon.snapshot import AlertView

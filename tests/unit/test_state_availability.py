@@ -94,7 +94,7 @@ def test_writes_wait_in_memory_while_locked_and_are_written_in_order_after(tmp_p
         holder.close()
     st.retry_pending()
     assert st.stats() == {"writable": True, "pending_writes": 0, "write_errors": st.stats()["write_errors"],
-                          "writes_dropped": 0}
+                          "writes_dropped": 0, "recovered_rows": {}, "lost_rows": {}}
     assert _count(path) == 8
     assert [r["read_iops"] for r in reversed(st.probe_results())] == [1000.0 + i for i in range(8)]
     alerts = st.alerts()
