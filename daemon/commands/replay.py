@@ -6,12 +6,24 @@ import json
 import math
 
 
-from iowarden.probes.common import ParseError
+from iowarden.probes.common import ParseError, read_bounded
 
 
 from iowarden.daemon.commands.tables import table
 
 from iowarden.daemon.commands.tables import print_lines as _print, when as _when
+
+
+# What replay reads of a recording: a regular file (a FIFO would block it for ever, /dev/zero never end), at
+# most this many bytes, checked as it is read. A week of `iostat --json 15` over 10 disks is about 160 MB.
+REPLAY_MAX_BYTES = 512 << 20
+
+
+def read_recording(path: str) -> str:
+    try:
+        return read_bounded(path, REPLAY_MAX_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParseError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 REPLAY_METRICS = {"iops": "read_iops", "bandwidth": "read_bw_bytes", "latency": "clat_p99_seconds"}
@@ -26,11 +38,7 @@ def read_series_csv(path: str) -> list[tuple[float, float]]:
     """
     from datetime import datetime
     out = []
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ParseError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    lines = read_recording(path).splitlines()
     for lineno, line in enumerate(lines, 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -78,12 +86,7 @@ def cmd_replay(args) -> int:
 def _replay_passive(args) -> int:
     from iowarden.daemon.passive.detector import PassiveParams
     from iowarden.daemon.passive.replay import explain, parse_lines, replay
-    try:
-        with open(args.passive) as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ParseError(f"{args.passive}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    lines = parse_lines(args.passive, text)
+    lines = parse_lines(args.passive, read_recording(args.passive))
     params = PassiveParams(window_seconds=args.window) if args.window else PassiveParams()
     intervals, detector = replay(lines, params)
     if args.json:

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from iowarden.probes.common import ParseError
+
 IOWARDEN = [sys.executable, "-m", "iowarden.daemon.cli"]
 
 
@@ -32,6 +34,24 @@ def test_xfs_file_on_a_fifo_does_not_hang(tmp_path):
     os.mkfifo(fifo)
     r = run("xfs", "--file", str(fifo))
     assert r.returncode == 2 and "not a regular file" in r.stderr
+
+
+@pytest.mark.parametrize("how", ["csv", "passive"])
+def test_replay_refuses_a_fifo_and_a_device_at_once_and_bounds_what_it_reads(tmp_path, how, monkeypatch):
+    """Landed code: `replay /dev/zero` read until a MemoryError (2.6 GB under a ulimit) and `replay FIFO`
+    blocked for ever; both are refused now, and a recording over the bound is refused as it is read."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        argv = ("replay", str(path)) if how == "csv" else ("replay", "--passive", str(path))
+        r = run(*argv, timeout=20)
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+    from iowarden.daemon.commands import replay
+    big = tmp_path / "big.csv"
+    big.write_text("timestamp,value\n" + "".join(f"{i},5\n" for i in range(1, 2000)))
+    monkeypatch.setattr(replay, "REPLAY_MAX_BYTES", 1024)
+    with pytest.raises(ParseError, match="larger than 1024 bytes"):
+        replay.read_series_csv(str(big))
 
 
 @pytest.mark.parametrize("rows,says", [
