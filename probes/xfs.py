@@ -5,7 +5,7 @@ Tools and their output (xfsprogs 6.x man pages):
                                "Files on this filesystem average X extents per file"
   xfs_spaceman -c 'freesp -s' MOUNT   rows "from to extents blocks pct", then totals
   xfs_db -r -c 'freesp -s' DEV        the same table, read from the raw device
-  xfs_info MOUNT               geometry: bsize, agcount, sunit/swidth, ...
+  xfs_spaceman -c info MOUNT  geometry: bsize, agcount, sunit/swidth, ... (xfs_info's own, without its lookup)
 xfs_db reads the device beneath a mounted filesystem without its log, so its
 numbers can be stale; xfs_spaceman asks the kernel (GETFSMAP) and is live. The
 report says which source each part came from.
@@ -223,7 +223,13 @@ def read(mountpoint: str, device: str, timeout_seconds: float = 120.0) -> XfsRep
     if free is None:
         free = tool(["xfs_db", "-r", "-c", "freesp -s", device], parse_freesp)
         source = "xfs_db" if free else None
-    geometry = tool(["xfs_info", mountpoint], parse_xfs_info)
+    # xfs_info is a script that looks the path up again with findmnt, which prints a mount point's space,
+    # backslash or line feed escaped (\040, \134, \012): the path it then hands xfs_spaceman does not exist.
+    # For a mounted filesystem it runs `xfs_spaceman -c info` on the mount point, which is asked here directly.
+    if shutil.which("xfs_spaceman"):
+        geometry = tool(["xfs_spaceman", "-c", "info", mountpoint], parse_xfs_info)
+    else:
+        geometry = tool(["xfs_info", mountpoint], parse_xfs_info)
     # /dev/mapper/vg-lv and /dev/disk/by-uuid/... are links to the kernel's node, named as in /proc/diskstats
     kernel_name = os.path.basename(os.path.realpath(device)) if device.startswith("/dev/") else ""
     return XfsReport(mountpoint, device, frag, free, source, geometry, tuple(errors), kernel_name)
