@@ -237,8 +237,9 @@ def compare(a: list[dict], b: list[dict]) -> list[tuple[str, int, float | None, 
     ib = {(p["sweep"], p["value"]): p for p in b}
     out = []
     for key in sorted(ia.keys() | ib.keys()):
-        x = ia[key]["iops"] if key in ia and ia[key]["ok"] else None
-        y = ib[key]["iops"] if key in ib and ib[key]["ok"] else None
+        # a point another version wrote, or a person edited, without `ok` or `iops`: not measured, not a traceback
+        x = ia[key].get("iops") if key in ia and ia[key].get("ok", True) else None
+        y = ib[key].get("iops") if key in ib and ib[key].get("ok", True) else None
         out.append((key[0], key[1], x, y, (y / x - 1) if x and y is not None else None))
     return out
 

@@ -19,6 +19,7 @@ from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
 from iowarden.daemon.commands import characterize as ch
 from iowarden.daemon.commands.characterize_report import findings, render_tables
 from iowarden.daemon.commands.characterize_compare import cmd_compare
+from iowarden.daemon.commands.outdir import OutDir, OutDirRefused
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE
 
 BUSY_UTIL_PERCENT = 20.0
@@ -126,19 +127,31 @@ def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict)
             + (f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap["bandwidth_bytes"] else ""))
 
 
-def _earlier_run(out_dir: str | None) -> str | None:
+def _earlier_run(out: OutDir) -> str | None:
     """What an earlier run left in --out, said in a few words; None when there is nothing to overwrite."""
-    if not out_dir:
-        return None
-    path = os.path.join(out_dir, "characterize.json")
+    path = out.join("characterize.json")
     try:
-        with open(path) as f:
-            started = json.load(f).get("started_at")
-    except FileNotFoundError:
-        return None
+        text = out.read_text("characterize.json")
+        if text is None:
+            return None
+        started = json.loads(text).get("started_at")
     except (OSError, ValueError, AttributeError):
         return f"{path}, unreadable"
     return f"{path} of {time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}" if started else path
+
+
+def write_out(out: OutDir, doc: dict, points: list, found: dict, title: str, say) -> None:
+    """characterize.json, characterize.txt and the plots, each created in --out, never through a link there."""
+    with out.open("characterize.json") as f:
+        json.dump(doc, f, indent=1)
+    with out.open("characterize.txt") as f:
+        f.write(render_tables(points, found) + "\n")
+    from iowarden.daemon.commands import characterize_plots
+    if characterize_plots.available():
+        say("plots: " + ", ".join(characterize_plots.write_plots(points, found, out, title)))
+    else:
+        say("no plots: they need matplotlib (for the .deb or .rpm, the distro's python3-matplotlib; for a pip "
+            "install, pip install 'iowarden[plots]')")
 
 
 def run_parameters(args, kept: list, results: list, size: int, budget_bytes: int) -> dict:
@@ -191,11 +204,19 @@ def cmd_characterize(args) -> int:
         print(f"iowarden characterize: {args.path} is a block device: iowarden never writes to a raw device; "
               "give a directory on its filesystem for write sweeps", file=sys.stderr)
         return 2
-    earlier = _earlier_run(args.out)
-    if earlier and not args.overwrite:
-        print(f"iowarden characterize: {args.out} already holds a run ({earlier}): give another --out, or "
-              "--overwrite to replace it", file=sys.stderr)
-        return 2
+    out = None
+    if args.out:
+        try:
+            out = OutDir(args.out)
+        except OutDirRefused as exc:
+            print(f"iowarden characterize: --out {exc}", file=sys.stderr)
+            return 2
+        earlier = _earlier_run(out)
+        if earlier and not args.overwrite:
+            print(f"iowarden characterize: {args.out} already holds a run ({earlier}): give another --out, or "
+                  "--overwrite to replace it", file=sys.stderr)
+            out.close()
+            return 2
     sweeps = [s.strip() for s in args.sweep.split(",") if s.strip()]
     bad = [s for s in sweeps if s not in ch.SWEEPS]
     if bad:
@@ -316,19 +337,9 @@ def cmd_characterize(args) -> int:
     doc = {"path": args.path, "device": dev, "started_at": results[0].started_at if results else None,
            "sweeps": sweeps, "run": run_parameters(args, kept, results, size, budget_bytes),
            "points": [p.__dict__ for p in points], "findings": found, "complete": not interrupted}
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "characterize.json"), "w") as f:
-            json.dump(doc, f, indent=1)
-        with open(os.path.join(args.out, "characterize.txt"), "w") as f:
-            f.write(render_tables(points, found) + "\n")
-        from iowarden.daemon.commands import characterize_plots
-        if characterize_plots.available():
-            made = characterize_plots.write_plots(points, found, args.out, f"{args.path} ({dev or 'device ?'})")
-            say("plots: " + ", ".join(made))
-        else:
-            say("no plots: they need matplotlib (for the .deb or .rpm, the distro's python3-matplotlib; for a pip "
-                "install, pip install 'iowarden[plots]')")
+    if out is not None:
+        with out:
+            write_out(out, doc, points, found, f"{args.path} ({dev or 'device ?'})", say)
     if not raw:
         say(_probe_files_notice(args.path, args.cleanup))
     if args.config and not interrupted and found.get("qd", {}).get("saturation_iops"):

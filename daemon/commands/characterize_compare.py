@@ -21,11 +21,16 @@ def cmd_compare(args) -> int:
     rows = ch.compare(docs[0]["points"], docs[1]["points"])
     if args.out:
         from iowarden.daemon.commands import characterize_plots
-        os.makedirs(args.out, exist_ok=True)
+        from iowarden.daemon.commands.outdir import OutDir, OutDirRefused
         if characterize_plots.available():
-            path = characterize_plots.write_compare_plot(rows, (os.path.basename(args.compare[0]),
-                                                               os.path.basename(args.compare[1])),
-                                                         os.path.join(args.out, "compare.png"))
+            try:
+                with OutDir(args.out) as out:
+                    path = characterize_plots.write_compare_plot(rows, (os.path.basename(args.compare[0]),
+                                                                       os.path.basename(args.compare[1])),
+                                                                 out, "compare.png")
+            except OutDirRefused as exc:
+                print(f"iowarden characterize: --out {exc}", file=sys.stderr)
+                return 2
             print(f"plot: {path}", file=sys.stderr)
     out = [{"sweep": sw, "value": v, "a_iops": x, "b_iops": y, "change": c} for sw, v, x, y, c in rows]
     if args.json:

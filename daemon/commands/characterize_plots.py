@@ -7,7 +7,6 @@ naming all three; for --compare, both runs' IOPS per sweep.
 """
 from __future__ import annotations
 
-import os
 
 from iowarden.daemon.commands import characterize as ch
 
@@ -48,7 +47,7 @@ _SWEEPS = {
 }
 
 
-def write_plots(points: list[ch.Point], found: dict, out_dir: str, title: str) -> list[str]:
+def write_plots(points: list[ch.Point], found: dict, out, title: str) -> list[str]:
     """One PNG (and SVG) per sweep measured, in the order of _SWEEPS."""
     plt = _pyplot()
     written = []
@@ -56,7 +55,7 @@ def write_plots(points: list[ch.Point], found: dict, out_dir: str, title: str) -
         pts = sorted((p for p in points if p.ok and p.sweep == sweep), key=lambda p: p.value)
         if pts:
             fig = _sweep_figure(plt, pts, found, f"{title}: {sweep}", **spec)
-            written.append(_save(fig, plt, out_dir, f"{sweep}.png"))
+            written.append(_save(fig, plt, out, f"{sweep}.png"))
     return written
 
 
@@ -87,7 +86,7 @@ def _sweep_figure(plt, pts, found, title, x_label, x, right=None, marker=None, x
     return fig
 
 
-def write_compare_plot(rows, names: tuple[str, str], out_path: str) -> str:
+def write_compare_plot(rows, names: tuple[str, str], out, file_name: str) -> str:
     plt = _pyplot()
     sweeps = list(dict.fromkeys(r[0] for r in rows))
     fig, axes = plt.subplots(len(sweeps), 1, figsize=(7, 3.2 * len(sweeps)), squeeze=False)
@@ -102,11 +101,7 @@ def write_compare_plot(rows, names: tuple[str, str], out_path: str) -> str:
         ax.set_title(sweep)
         ax.set_ylabel("IOPS")
         ax.legend()
-    _plain_ticks(fig)
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
-    return out_path
+    return _save(fig, plt, out, file_name, svg=False)
 
 
 def _plain_ticks(fig) -> None:
@@ -117,11 +112,14 @@ def _plain_ticks(fig) -> None:
             ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
 
 
-def _save(fig, plt, out_dir: str, name: str) -> str:
+def _save(fig, plt, out, name: str, svg: bool = True) -> str:
+    """Into an OutDir (outdir.py): each file created by the command, never through a link found there."""
     _plain_ticks(fig)
-    path = os.path.join(out_dir, name)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    fig.savefig(path[:-4] + ".svg")   # the same plot, to scale in a report or a browser
+    with out.open(name, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    if svg:   # the same plot, to scale in a report or a browser
+        with out.open(name[:-4] + ".svg", "wb") as f:
+            fig.savefig(f, format="svg")
     plt.close(fig)
-    return path
+    return out.join(name)

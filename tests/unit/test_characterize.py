@@ -105,7 +105,9 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
     pts += [ch.Point("working-set", w << 20, i, 0, None, None, None) for w, i in ((64, 3.7e5), (128, 3.4e5), (256, 1.7e4))]
     found = {"qd": {"knee_depth": 8}, "bs": {"bandwidth_bound_from_bytes": 16384},
              "working-set": {"cache_knee_bytes": 128 << 20}}
-    made = cp.write_plots(pts, found, str(tmp_path), "test volume")
+    from iowarden.daemon.commands.outdir import OutDir
+    out = OutDir(str(tmp_path))
+    made = cp.write_plots(pts, found, out, "test volume")
     assert [p.rsplit("/", 1)[1] for p in made] == ["qd.png", "bs.png", "working-set.png"]
     blue, red, green = (0x1f, 0x77, 0xb4), (0xd6, 0x27, 0x28), (0x2c, 0xa0, 0x2c)
     colours = {"qd.png": (blue, red), "bs.png": (blue, green), "working-set.png": (blue,)}
@@ -117,7 +119,7 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
             assert (np.abs(rgb - np.array(want)).sum(axis=2) < 10).sum() > 300, (path, want)
     assert (tmp_path / "qd.svg").read_text().lstrip().startswith("<?xml")
     rows = ch.compare([p.__dict__ for p in pts], [{**p.__dict__, "iops": p.iops * 2} for p in pts])
-    compare = cp.write_compare_plot(rows, ("a.json", "b.json"), str(tmp_path / "compare.png"))
+    compare = cp.write_compare_plot(rows, ("a.json", "b.json"), out, "compare.png")
     assert imread(compare).shape[0] > 462 * 2                 # one panel per sweep
 
 
