@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import zlib
 
 from iowarden.daemon.outputs.influx_wire import V2Writer, WriteFailed
 from iowarden.probes.common import read_bounded
@@ -47,6 +48,53 @@ REJECTED_KEPT = 20                       # rejected batches kept on disk for a l
 MAX_WRITES_PER_FLUSH = 8                 # spooled batches replayed per flush: a flush's time is bounded
 MAX_HELD_POINTS = 200_000                # points kept in memory while neither server nor spool takes them
 MAX_TOKEN_BYTES = 4096
+
+# A segment's first line, then each point as its CRC-32 in hex, a space and the line: flipped bytes, a cut
+# or a page of NULs in a segment cost the points they touch, counted as rejected, never forwarded.
+SEGMENT_HEADER = b"# iowarden spool v2: crc32 per line\n"
+
+
+def encode_segment(lines: list[str]) -> bytes:
+    body = b"".join(b"%08x %s\n" % (zlib.crc32(ln.encode()), ln.encode()) for ln in lines)
+    return SEGMENT_HEADER + body
+
+
+def _checked(raw: bytes) -> str | None:
+    """A v2 line's point when its checksum matches, else None."""
+    crc, _, line = raw.partition(b" ")
+    if line and crc == b"%08x" % zlib.crc32(line):
+        try:
+            return line.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return None
+
+
+def decode_segment(data: bytes) -> tuple[list[str], int]:
+    """(the points that are whole, how many lines are damaged). A segment whose header and every checksum
+    fail to read is one written before the sums: its lines that are UTF-8 without NULs are kept, the server
+    judges the rest (a batch it refuses is set aside as before)."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()        # the last line's own end
+    header = bool(lines) and lines[0] + b"\n" == SEGMENT_HEADER
+    if header:
+        lines = lines[1:]
+    elif lines and len(lines[0]) > len(SEGMENT_HEADER) and _checked(lines[0][len(SEGMENT_HEADER):]) is not None:
+        lines[0], header = lines[0][len(SEGMENT_HEADER):], True   # the header's own line feed was damaged
+    checked = [_checked(raw) for raw in lines]
+    if header or any(c is not None for c in checked):
+        good = [c for c in checked if c is not None]
+        return good, len(checked) - len(good)
+    good, bad = [], 0
+    for raw in lines:
+        text = raw.decode("utf-8", "replace") if raw.strip(b"\0 \t\r") else ""
+        if text and "\0" not in text and "\ufffd" not in text:
+            good.append(text)
+        elif raw:
+            bad += 1
+    return good, bad
+
 
 class Spool:
     """Whole batches on disk, oldest first. Every method but append() tolerates a spool it cannot read."""
@@ -100,7 +148,7 @@ class Spool:
                 size += n
             if not kept:
                 return 0, len(lines)
-            data = ("\n".join(kept) + "\n").encode()
+            data = encode_segment(kept)
             path = os.path.join(self.directory, f"{self._next:012d}.lp")
             try:
                 with open(path + ".tmp", "wb") as f:
@@ -199,17 +247,22 @@ class InfluxWriter:
             batch, self._pending = self._pending, []
         for path in self.spool.segments()[:MAX_WRITES_PER_FLUSH]:
             try:
-                data = read_bounded(path, self.spool.max_bytes + 1).decode("utf-8", "replace")
+                lines, damaged = decode_segment(read_bounded(path, self.spool.max_bytes + 1))
             except OSError:
                 break
-            outcome = self._write(data)
+            if damaged:
+                self.points_rejected_total += damaged
+                log.error("InfluxDB spool segment %s: %d damaged points (their checksum does not match) are not "
+                          "sent; %d whole ones are", path, damaged, len(lines))
+            data = "\n".join(lines) + "\n"
+            outcome = self._write(data) if lines else "ok"
             if outcome == "retry":
                 break
             if outcome == "rejected":
                 self._reject(data, os.path.basename(path))
-            else:
-                self.points_written_total += data.count("\n")
-                log.info("replayed %d spooled points to InfluxDB", data.count("\n"))
+            elif lines:
+                self.points_written_total += len(lines)
+                log.info("replayed %d spooled points to InfluxDB", len(lines))
             try:
                 os.unlink(path)
             except OSError:
