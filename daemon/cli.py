@@ -16,6 +16,7 @@ import sys
 
 from iowarden.probes.common import ParseError, parse_size_bytes
 from iowarden.probes.fio_job import PROFILE_RW, ProbeProfile, profile_from_job_file
+from iowarden.probes import pathstat
 from iowarden.probes.fio_run import ProbeLimits, run_probe
 
 from iowarden.daemon import config as configmod
@@ -39,14 +40,22 @@ def target_problems(cfg) -> list[str]:
     state_problem = state_dir_problem(cfg.section("daemon").state_dir)
     if state_problem:
         problems.append(f"daemon.state_dir: {state_problem}: `iowarden run` refuses it")
+    answers = pathstat.WATCH.check([t.path for t in cfg.targets])   # at once, each with a deadline
     for i, t in enumerate(cfg.targets):
         where = f"targets[{i}] ({t.name}): path {t.path}"
-        try:
-            is_dir = stat.S_ISDIR(os.stat(t.path).st_mode)
-            read_only = is_dir and bool(os.statvfs(t.path).f_flag & os.ST_RDONLY)
-        except FileNotFoundError:
+        answer = answers[t.path]
+        if answer.hung:
+            problems.append(f"targets[{i}] ({t.name}): {answer.hung_text()}")
+            continue
+        if answer.error == "No such file or directory":
             problems.append(f"{where} does not exist")
             continue
+        if answer.error:
+            problems.append(f"{where}: {answer.error}")
+            continue
+        is_dir = stat.S_ISDIR(answer.st_mode)
+        try:   # the path answered a moment ago: its filesystem is there
+            read_only = is_dir and bool(os.statvfs(t.path).f_flag & os.ST_RDONLY)
         except OSError as exc:
             problems.append(f"{where}: {exc.strerror}")
             continue
@@ -170,8 +179,12 @@ def cmd_baseline(args) -> int:
 def cmd_cleanup(args) -> int:
     from iowarden.probes.fio_run import remove_probe_dir
     cfg = configmod.load(args.config)
-    for t in targets_now(cfg):
-        if os.path.isdir(t.path):
+    targets = targets_now(cfg)
+    answers = pathstat.WATCH.check([t.path for t in targets])
+    for t in targets:
+        if answers[t.path].hung:
+            print(f"iowarden cleanup: {answers[t.path].hung_text()}: left as it is", file=sys.stderr)
+        elif answers[t.path].ok and stat.S_ISDIR(answers[t.path].st_mode):
             for user in ("daemon", "probe"):   # what the daemon and `iowarden probe` left on its targets
                 for path in remove_probe_dir(t.path, user):
                     _print(f"removed {path}")

@@ -8,6 +8,7 @@ the user thinks it does.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import re
 import tomllib
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from iowarden.probes import pathstat
 from iowarden.probes.common import ParseError, parse_size_bytes, printable, read_bounded
 from iowarden.probes.fio_job import DEFAULT_MAX_BUFFER_BYTES, ProbeProfile, profile_from_job_file
 from iowarden.probes.fio_run import ProbeLimits
@@ -22,6 +24,8 @@ from iowarden.probes.fio_run import ProbeLimits
 from iowarden.daemon.config_schema import (BASE_SECTIONS, DISCOVER_KEYS, MAX_SIZE_BYTES, PROFILE_KEYS,
                                            TARGET_KEYS, Key, target_path_problem)
 from iowarden.daemon.sources.registry import SOURCES
+
+log = logging.getLogger("iowarden")
 
 EX_CONFIG = 78  # sysexits.h: configuration error
 CONFIG_MAX_BYTES = 1 << 20       # a configuration is a few KiB; a larger file is not one
@@ -265,11 +269,18 @@ def parse(text: str, source: str = "<config>") -> Config:
             yield path, v
 
     targets: list[Target] = []
-    for path, v in entries("targets", TARGET_KEYS):
+    listed = list(entries("targets", TARGET_KEYS))
+    # every target's path asked at once by a child with a deadline: a hung filesystem is said, not waited on
+    answers = pathstat.WATCH.check([v["path"] for _, v in listed if str(v.get("path", "")).startswith("/")])
+    for path, v in listed:
         if "path" in v and not v["path"].startswith("/"):
             errors.append(where(path + ("path",), f"must be an absolute path, got {v['path']!r}"))
         elif "path" in v:
-            problem = target_path_problem(v["path"])
+            answer = answers.get(v["path"])
+            if answer is not None and answer.hung:
+                log.warning("%s (its probes are failures on record until it answers)",
+                            where(path + ("path",), answer.hung_text()))
+            problem = target_path_problem(v["path"], answer)
             if problem:
                 errors.append(where(path + ("path",), problem))
         if len(v) == len(TARGET_KEYS):

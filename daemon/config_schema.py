@@ -63,17 +63,27 @@ def influx_url_problem(text: str) -> str | None:
     return None
 
 
-def target_path_problem(path: str) -> str | None:
-    """A target is a block device (read-only probes) or a directory iowarden may write its probe file in."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        st = None   # not there yet (a mount point made later): checked again at every probe
-    if st is not None and stat.S_ISBLK(st.st_mode):
+def target_path_problem(path: str, answer=None) -> str | None:
+    """A target is a block device (read-only probes) or a directory iowarden may write its probe file in.
+
+    answer: the path's stat as a child made it (probes/pathstat.py). A path that did not answer in time is
+    not a mistake in the file: nothing more of it is touched here (its walk would hang too), and the daemon
+    records its probes as failures that say so until it answers."""
+    if answer is not None and answer.hung:
         return None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
+    mode = answer.st_mode if answer is not None else _mode_of(path)
+    if mode is not None and stat.S_ISBLK(mode):
+        return None
+    if mode is not None and not stat.S_ISDIR(mode):
         return f"{path} is neither a directory nor a block device"
     return directory_target_problem(path)
+
+
+def _mode_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return None   # not there yet (a mount point made later): checked again at every probe
 
 
 @dataclass(frozen=True)

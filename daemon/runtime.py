@@ -177,7 +177,7 @@ class Daemon:
         """Match the rules against the mount table; hand the scheduler the new targets if they changed."""
         with self._discovery_lock:
             cfg = self.cfg
-            d = discover(cfg, self.roots)
+            d = discover(cfg, self.roots, self.discovered)
             found, read_only, unnameable = d.targets, d.read_only, d.unnameable
             if d.over_limit and not self._over_limit_said:
                 log.warning("[[discover]] rules match %d mount points past [scheduling] max_discovered_targets = %d; "

@@ -70,3 +70,13 @@ def latency_columns(columns: dict[str, list[float | None]]) -> tuple[list[str], 
     cells = [[None if v is None or not math.isfinite(v) else round(v / scale) for v in values]
              for values in columns.values()]
     return [f"{name} {unit}" for name in columns], [list(row) for row in zip(*cells)]
+
+
+def result_summary(r) -> str:
+    """A probe's result in one line of the journal (a fio_run.ProbeResult)."""
+    if not r.ok:
+        return f"probe {r.target}/{r.profile} failed: {r.error}"
+    p99 = r.clat_percentile_seconds(99.0)
+    return (f"probe {r.target}/{r.profile} on {r.device}: read {r.iops('read'):.0f} IOPS, write "
+            f"{r.iops('write'):.0f} IOPS, clat p99 {p99 * 1000 if p99 else float('nan'):.3f} ms"
+            f"{' (contended, learned under load)' if r.learned_under_load else ' (contended)' if r.contended else ''}")

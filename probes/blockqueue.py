@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from .common import ParseError, Roots, read_int, read_str, read_text
+from .common import ParseError, Roots, lines_of, read_int, read_str, read_text
 from .fs_uuid import FS_HEAD_BYTES, parse_fs_uuid, read_fs_uuid  # noqa: F401 - this module's names since before
 from .vocabulary import QUEUE_INT_SETTINGS
 
@@ -225,19 +226,37 @@ def _device(devdir, parent: str | None, roots: Roots, links_to: "_Links | None" 
         ident = stable_identity(name, udev, links, wwid, serial, dm, backing, read_fs_uuid(roots.dev / name))
     return BlockDevice(name, major, minor, kind, sectors * 512 if sectors is not None else None, parent,
                        _listdir(devdir / "slaves"), _listdir(devdir / "holders"), queue, md, dm, backing,
-                       udev, links, ident, _backing_devno(backing, roots))
+                       udev, links, ident, _backing_devno(backing, roots, links_to or _Links(roots)))
 
 
-def _backing_devno(backing: str | None, roots: Roots) -> str | None:
-    """The device of the filesystem a loop device's backing file is on (its stat's st_dev): what a limit
-    below the loop device sits on. Only on the real root (a fake tree's paths are not the host's)."""
-    if not backing or str(roots.sys) != "/sys":
+def _backing_devno(backing: str | None, roots: Roots, links: "_Links") -> str | None:
+    """The device of the filesystem a loop device's backing file is on (its st_dev): what a limit below the
+    loop device sits on. Read from the mount table, never by a stat of the file: a backing file on a
+    filesystem that stops answering (an image on NFS, or FUSE) would hold the settings poller in the kernel."""
+    if not backing:
         return None
-    try:
-        st = os.stat(backing.removesuffix(" (deleted)"))
-    except OSError:
-        return None
-    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    return links.mount_devno(backing.removesuffix(" (deleted)"))
+
+
+def parse_mountinfo_devnos(text: str) -> list[tuple[str, str]]:
+    """(mount point, "MAJ:MIN" of its filesystem) per line of /proc/self/mountinfo, in the table's order (a
+    later mount over the same point hides an earlier one). Octal escapes (\\040) are decoded."""
+    out = []
+    for line in lines_of(text):
+        fields = line.split(" ")
+        if len(fields) >= 5 and ":" in fields[2]:
+            out.append((re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]), fields[2]))
+    return out
+
+
+def mount_devno_of(path: str, mounts: list[tuple[str, str]]) -> str | None:
+    """The filesystem a path is on, by the longest mount point it lies under (the last such mount wins)."""
+    best, devno = -1, None
+    for mountpoint, dn in mounts:
+        prefix = mountpoint.rstrip("/") + "/"
+        if (path == mountpoint or path.startswith(prefix) or mountpoint == "/") and len(mountpoint) >= best:
+            best, devno = len(mountpoint), dn
+    return devno
 
 
 def devices_below(name: str, devices: dict[str, "BlockDevice"]) -> tuple[str, ...]:
@@ -275,15 +294,22 @@ def _links_by_target(roots: Roots) -> dict[str, tuple[str, ...]]:
 
 
 class _Links:
-    """_links_by_target, read when a device first needs it (most hosts run udevd, whose data name the links)."""
+    """What one read of the devices looks up once, when a device first needs it: _links_by_target (most hosts
+    run udevd, whose data name the links) and the mount table."""
 
     def __init__(self, roots: Roots):
-        self.roots, self._by_target = roots, None
+        self.roots, self._by_target, self._mounts = roots, None, None
 
     def to(self, name: str) -> tuple[str, ...]:
         if self._by_target is None:
             self._by_target = _links_by_target(self.roots)
         return self._by_target.get(name, ())
+
+    def mount_devno(self, path: str) -> str | None:
+        """The mount table's device for a path, the table read once per read of the devices."""
+        if self._mounts is None:
+            self._mounts = parse_mountinfo_devnos(read_text(self.roots.proc / "self" / "mountinfo") or "")
+        return mount_devno_of(path, self._mounts)
 
 
 def read_sysfs_and_superblocks(roots: Roots = Roots(), previous: Mapping[str, BlockDevice] | None = None,

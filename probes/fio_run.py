@@ -246,10 +246,24 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
     removes only its own in the probe directory.
     expect_dev: for a directory target, the filesystem (st_dev) it must still be on.
     """
+    result, stdout, run_error = measure(target, path, profile, limits, roots, fio_binary, keep_sizes, on_start,
+                                        expect_dev, owner, files_of)
+    if stdout is not None:
+        _interpret(result, stdout, run_error)
+    return result
+
+
+def measure(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
+            roots: Roots = Roots(), fio_binary: str = "fio", keep_sizes: set[int] | None = None,
+            on_start=None, expect_dev: int | None = None, owner: str | None = None,
+            files_of: str = "daemon") -> tuple[ProbeResult, str | None, str | None]:
+    """Everything of a probe but reading fio's report: (the result so far, fio's stdout, fio's run error).
+    stdout is None when fio did not run (the result's error says why)."""
     started_wall, started = time.time(), time.monotonic()
     result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0,
                          ramp_seconds=max(capped_seconds(o, limits.max_runtime_seconds)[1]
                                           for _, o in profile.job_dicts()))
+    stdout = run_error = None
     dir_fd = None
     try:
         try:
@@ -290,7 +304,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         env = {**os.environ, OWNER_ENV: owner} if owner else None
         run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds, on_start=on_start,
                        env=env, die_with_parent=True)
-        _interpret(result, run.stdout, run.error)
+        stdout, run_error = run.stdout, run.error
     except ProbeRefused as exc:
         result.error = f"refused: {exc}"
     except (ValueError, ParseError) as exc:
@@ -302,7 +316,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
         if dir_fd is not None:
             os.close(dir_fd)
         result.duration_seconds = time.monotonic() - started
-    return result
+    return result, stdout, run_error
 
 
 def _root_hint(exc: OSError) -> str:

@@ -21,7 +21,7 @@ from iowarden.probes.diskstats import DiskSample, compute_rates
 from iowarden.daemon.core import latency
 from iowarden.daemon.events import DevicesRead, ProbeFinished
 from iowarden.daemon.snapshot import ProbeView
-from iowarden.daemon.probing.scheduler import result_summary
+from iowarden.daemon.wording import result_summary
 from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups

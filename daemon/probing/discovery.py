@@ -15,6 +15,7 @@ import fnmatch
 import os
 from dataclasses import dataclass
 
+from iowarden.probes import pathstat
 from iowarden.probes.common import Roots, is_utf8, lines_of
 from iowarden.probes.xfs import parse_mounts, read_mounts_text
 
@@ -84,13 +85,6 @@ def _mounts(text: str) -> tuple[list[tuple[str, str, str, bool]], list[str]]:
     return list(latest.values()), unnameable
 
 
-def st_dev_of(path: str) -> int | None:
-    try:
-        return os.stat(path).st_dev
-    except OSError:
-        return None
-
-
 def over_limit(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bool]],
                configured: tuple[Target, ...], found: int) -> int:
     """How many writable mounts the rules would take beyond the `found` targets made (the cap's count)."""
@@ -108,14 +102,31 @@ class Discovered:
     over_limit: int = 0           # mounts the rules would take past [scheduling] max_discovered_targets
 
 
-def discover(cfg: Config, roots: Roots = Roots()) -> Discovered:
+def discover(cfg: Config, roots: Roots = Roots(), before: tuple[Target, ...] = (),
+             watch: pathstat.PathWatch | None = None) -> Discovered:
     """The targets the config's rules find in the mount table now (at most max_discovered_targets), and what
-    they passed over."""
+    they passed over.
+
+    Each candidate mount point is asked by a child with a deadline (pathstat), all at once. A mount that does
+    not answer stays the target it was (`before`), so its probes are failures on record that say it is
+    hung; one never seen answering is not taken until it answers."""
     if not cfg.discover:
         return Discovered((), [], [])
     mounts, unnameable = _mounts(read_mounts_text(roots))
     limit = cfg.section("scheduling").max_discovered_targets
-    found = tuple(match(cfg.discover, mounts, cfg.targets, st_dev_of, limit))
+    taken = {os.path.normpath(t.path) for t in cfg.targets}
+    candidates = [m for _d, m, fstype, ro in mounts
+                  if not ro and m not in taken and rule_for(cfg.discover, m, fstype) is not None]
+    answers = (watch or pathstat.WATCH).check(candidates)
+    known = {t.path: t.found_on_dev for t in before}
+
+    def dev_of(mountpoint: str) -> int | None:
+        answer = answers.get(mountpoint)
+        if answer is not None and answer.hung:
+            return known.get(mountpoint)
+        return answer.st_dev if answer is not None and answer.ok else None
+
+    found = tuple(match(cfg.discover, mounts, cfg.targets, dev_of, limit))
     over = over_limit(cfg.discover, mounts, cfg.targets, len(found)) if len(found) >= limit else 0
     return Discovered(found, read_only_matches(cfg.discover, mounts), unnameable, over)
 

@@ -20,15 +20,16 @@ import time
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from iowarden.probes import blockqueue
-from iowarden.probes.common import Roots, kill_group
-from iowarden.probes.fio_run import ProbeResult, device_name_for, run_probe
+from iowarden.probes import blockqueue, pathstat
+from iowarden.probes.common import Roots
+from iowarden.probes.fio_run import ProbeResult, device_name_for
+from iowarden.probes.probe_child import run_isolated
 
 from iowarden.daemon.config import Config, Target
 from iowarden.daemon.events import ProbeFinished, ProbeStarted
-from iowarden.daemon.probing.discovery import st_dev_of
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
+from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
 from iowarden.daemon.probing.suspicion import BY_PASSIVE, BY_PROBE, suspected_fault  # noqa: F401 - importable here as before
 from iowarden.daemon.registry import fault_switch
 
@@ -41,6 +42,9 @@ WARMUP_UNDER_LOAD_AFTER = 3   # warm-up probes in a row run contended before the
 # (and fio processes) when disks cannot be told apart (a target whose device is not found): 1,000
 # discovered targets started 1,000 workers in one step.
 MAX_PROBE_WORKERS = 8
+# A due probe runs only on a fresh answer from its target's path (pathstat: a stat by a child, with a
+# deadline): one asked within this many seconds. A target that does not answer is a failed probe on record.
+PATH_FRESH_SECONDS = 1.0
 
 
 @dataclass
@@ -56,8 +60,10 @@ class Due:
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, sampler, post, rng: random.Random | None = None,
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic,
-                 suspected=None, spawn=None):
+                 suspected=None, spawn=None, paths: pathstat.PathWatch | None = None):
         self.roots = roots
+        # every touch of a target's path: by a child with a deadline, never on this thread (pathstat)
+        self.paths = paths or pathstat.WATCH
         # spawn(part, deadline_seconds, fn, *args) -> Thread: a probe worker as a task of a supervised part
         # (Registry.run_task: counted, a crash said, a hung one stuck for the watchdog); a bare thread in tests
         self.spawn = spawn or _bare_thread
@@ -75,8 +81,7 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.skipped_total: collections.Counter = collections.Counter()
         self._busy_disks: set[str] = set()
-        self._procs: dict = {}  # running fio Popen -> the physical disks it probes
-        self._aborted_disks: set[str] = set()
+        self.processes = ProbeProcesses()
         self._last_probe_end = -1e9
         # target -> its physical disks when last looked at; replaced whole, never changed in place, so a
         # snapshot's copy (budget_view) never iterates a dict being written
@@ -86,7 +91,6 @@ class Scheduler:
         # held by step() and configure() for their whole run: a reload or a discovery (other threads)
         # replaces cfg and due while step reads them, and step's changes to the Due it holds would be lost
         self._plan_lock = threading.RLock()
-        self._stopping = False
         b = cfg.section("budget")
         self.budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day, clock=clock)
         if history:  # what was spent before a restart still counts
@@ -129,12 +133,20 @@ class Scheduler:
                     self.due.append(Due(t, p, prev.next_at if prev else first))
 
     def device_of(self, target: Target) -> str | None:
-        """Kernel name of the block device a target lives on (itself, for a device target)."""
-        try:
-            st = os.stat(target.path)
-        except OSError:
+        """Kernel name of the block device a target lives on (itself, for a device target), from its path's
+        last answer: None while it has none, or does not answer."""
+        answer = self.paths.latest(target.path)
+        if answer is None or not answer.ok:
             return None
-        return device_name_for(st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev, self.roots)
+        return device_name_for(answer.st_rdev if stat.S_ISBLK(answer.st_mode) else answer.st_dev, self.roots)
+
+    def still_mounted(self, target: Target) -> bool:
+        """False when a discovered target's filesystem is no longer the one at its path (by its last answer;
+        a path that does not answer is a hung filesystem, said as such, not a volume gone)."""
+        if target.found_on_dev is None:
+            return True
+        answer = self.paths.latest(target.path)
+        return answer is None or answer.hung or answer.st_dev == target.found_on_dev
 
     def physical_disks(self, target: Target) -> tuple[str, ...]:
         name = self.device_of(target)
@@ -190,7 +202,7 @@ class Scheduler:
         now = self.clock()
         self._confirm_soon(now)
         with self._lock:
-            if self._stopping:
+            if self.processes.stopping:
                 return
             due = [d for d in self.due if d.next_at <= now]
             busy = set(self._busy_disks)
@@ -198,15 +210,23 @@ class Scheduler:
         if not due:
             return
         sch = self.cfg.section("scheduling")
+        answers = self.paths.poll([d.target.path for d in due], PATH_FRESH_SECONDS)
+        fresh_since = self.paths.clock() - 3 * PATH_FRESH_SECONDS
         by_key, candidates = {}, []
         for d in due:
+            answer = answers.get(d.target.path)
+            if answer is None or answer.at < fresh_since:
+                continue   # asked: it runs at a later step, on a fresh answer
+            if answer.hung:
+                self._hung(d, answer, now)
+                continue
             disks = self.physical_disks(d.target)
             by_key[(d.target.name, d.profile)] = (d, disks)
             needed = self.cfg.profiles[d.profile].effective_runtime_seconds(self.cfg.limits.max_runtime_seconds)
             warming = self.warming_up(d.target.name, d.profile)
             interval = min(d.target.interval_seconds, sch.warmup_interval_seconds) if warming \
                 else d.target.interval_seconds
-            candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, still_mounted(d.target),
+            candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
                                         bool(self.suspected(d.target.name, d.profile))))
         psi = getattr(self.sampler, "io_pressure", None)
@@ -236,6 +256,20 @@ class Scheduler:
                 self.skip(dec.target, dec.reason)
                 self._log_hold(dec, disks, load)
 
+    def _hung(self, d: Due, answer, now: float) -> None:
+        """A target whose path does not answer: a failed probe on record that says so (ProbeFailing pages after
+        two), once an interval; nothing is started on it, and no other target waits for it."""
+        sch = self.cfg.section("scheduling")
+        interval = min(d.target.interval_seconds, sch.warmup_interval_seconds) \
+            if self.warming_up(d.target.name, d.profile) else d.target.interval_seconds
+        d.next_at = now + interval
+        self.skip(d.target.name, "hung")
+        error = answer.hung_text(pathstat.HUNG_AFTER_SECONDS)
+        log.error("probe %s/%s not run: %s", d.target.name, d.profile, error,
+                  extra={"TARGET": d.target.name, "PROBE": d.profile, "REPEATS": True})
+        self.post(ProbeFinished(ProbeResult(d.target.name, d.target.path, None, d.profile, False, error,
+                                            time.time(), 0.0), (), False))
+
     @staticmethod
     def _log_hold(dec: Decision, disks, load: Load) -> None:
         extra = {"TARGET": dec.target, "PROBE": dec.profile, "REPEATS": True}   # a condition: said once a minute
@@ -253,10 +287,8 @@ class Scheduler:
         """Run the probe in a thread of its own; the scheduler keeps its cadence while fio runs."""
         cfg = self.cfg
         profile = cfg.profiles[d.profile]
-        # fio's own timeout, and the layout of its file at a slow disk's 4 MiB/s: past it the worker is hung
-        deadline = (profile.effective_runtime_seconds(cfg.limits.max_runtime_seconds) + cfg.limits.timeout_margin_seconds
-                    + 60.0 + min(profile.effective_size_bytes(), cfg.limits.max_size_bytes) / (4 << 20))
-        w = self.spawn(PROBE_PART, deadline, self._run, d, disks, contended, util)
+        w = self.spawn(PROBE_PART, probe_deadline_seconds(cfg, profile) + CHILD_REAP_SECONDS, self._run, d, disks,
+                       contended, util)
         with self._lock:
             self._workers = [t for t in self._workers if t.is_alive()] + [w]
 
@@ -274,7 +306,7 @@ class Scheduler:
                      for p in d.target.profiles if p in cfg.profiles}
             device = self.device_of(d.target)
             refusal = self.pin_check(d.target, device)
-            if not still_mounted(d.target):
+            if not self.still_mounted(d.target):
                 self.skip(d.target.name, "unmounted")
                 return
             if refusal:
@@ -282,11 +314,12 @@ class Scheduler:
                                      f"refused: {refusal}", time.time(), 0.0)
             else:
                 self.post(ProbeStarted(d.target.name, d.profile, device, tuple(disks)))
-                result = run_probe(d.target.name, d.target.path, profile, cfg.limits, self.roots,
-                                   fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
-                                   on_start=lambda proc: self._track(proc, disks),
-                                   expect_dev=d.target.found_on_dev, owner=self.owner)
-            if not result.ok and not still_mounted(d.target):
+                result = run_isolated(d.target.name, d.target.path, profile, cfg.limits, self.roots,
+                                      fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
+                                      on_start=lambda proc: self.processes.track(proc, disks),
+                                      expect_dev=d.target.found_on_dev, owner=self.owner,
+                                      timeout_seconds=probe_deadline_seconds(cfg, profile))
+            if not result.ok and not self.still_mounted(d.target):
                 # unmounted between the check above and the probe's open (CI): a volume gone, not a failing probe
                 self.skip(d.target.name, "unmounted")
                 self.post(ProbeFinished(result, tuple(disks), False, unmounted=True))
@@ -297,11 +330,9 @@ class Scheduler:
             self.budget.record(disks, self.clock() - result.duration_seconds, result.duration_seconds,
                                result.write_io_bytes + result.layout_bytes,
                                warmup=self.warming_up(d.target.name, d.profile))
-            if self._stopping and not result.ok:
+            if self.processes.stopping and not result.ok:
                 result.error = "interrupted: iowarden is stopping"
-            with self._lock:
-                gone = self._aborted_disks & set(disks)
-                self._aborted_disks -= gone
+            gone = self.processes.aborted(disks)
             if gone and not result.ok:
                 result.error = f"aborted: {', '.join(sorted(gone))} was removed during the probe"
             if result.ok and (not result.contended or result.learned_under_load):
@@ -340,33 +371,13 @@ class Scheduler:
                          "that load", d.target.name, d.profile, streak,
                          extra={"TARGET": d.target.name, "PROBE": d.profile})
 
-    def _track(self, proc, disks=()) -> None:
-        with self._lock:
-            self._procs = {p: d for p, d in self._procs.items() if p.poll() is None}
-            self._procs[proc] = tuple(disks)
-            stopping = self._stopping
-        if stopping:
-            kill_group(proc)
-
     def abort_on(self, disk: str) -> int:
         """Kill probes running on a disk that was removed; their results record the failure."""
-        with self._lock:
-            victims = [p for p, disks in self._procs.items() if disk in disks and p.poll() is None]
-        for p in victims:
-            kill_group(p)
-        if victims:
-            with self._lock:
-                self._aborted_disks.add(disk)
-        return len(victims)
+        return self.processes.abort_on(disk)
 
     def stop(self, timeout_seconds: float) -> None:
-        """Kill running fio process groups and wait for the workers to record their results."""
-        with self._lock:
-            self._stopping = True
-            procs = list(self._procs)
-        for p in procs:
-            kill_group(p)
-        log.debug("stopping: killed %d running probe(s)", len(procs))
+        """Kill running probes and wait for the workers to record their results."""
+        log.debug("stopping: killed %d running probe(s)", self.processes.stop())
         deadline = time.monotonic() + timeout_seconds
         with self._lock:
             workers = list(self._workers)
@@ -383,17 +394,3 @@ def _bare_thread(part: str, deadline_seconds: float, fn, *args) -> threading.Thr
     t = threading.Thread(target=run, name=f"iowarden-{part}", daemon=True)
     t.start()
     return t
-
-
-def still_mounted(target: Target) -> bool:
-    """False when a discovered target's filesystem is no longer the one at its path."""
-    return target.found_on_dev is None or st_dev_of(target.path) == target.found_on_dev
-
-
-def result_summary(r: ProbeResult) -> str:
-    if not r.ok:
-        return f"probe {r.target}/{r.profile} failed: {r.error}"
-    p99 = r.clat_percentile_seconds(99.0)
-    return (f"probe {r.target}/{r.profile} on {r.device}: read {r.iops('read'):.0f} IOPS, write "
-            f"{r.iops('write'):.0f} IOPS, clat p99 {p99 * 1000 if p99 else float('nan'):.3f} ms"
-            f"{' (contended, learned under load)' if r.learned_under_load else ' (contended)' if r.contended else ''}")

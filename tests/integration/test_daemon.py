@@ -66,14 +66,18 @@ def test_ready_probes_drift_reload_and_stop(loop_xfs, tmp_path, daemon_factory):
     d.wait_message("STOPPING=1", 2)  # already queued on the socket before the exit
 
 
-def _fio_pids(daemon_pid):
+def _fio_pids(state_dir):
+    """The fio processes of the daemon with this state directory (each probe's fio carries it in its
+    environment: probes run in a process of their own, so fio is the daemon's grandchild)."""
+    owner = f"IOWARDEN_PROBE_OWNER={os.path.realpath(state_dir)}".encode()
     pids = []
     for p in glob.glob("/proc/[0-9]*/cmdline"):
         try:
             cmd = open(p, "rb").read().decode(errors="replace")
+            env = open(p[:-len("cmdline")] + "environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if cmd.startswith("fio\0") and f"/proc/{daemon_pid}/fd/" in cmd:
+        if cmd.startswith("fio\0") and owner in env:
             pids.append(int(p.split("/")[2]))
     return pids
 
@@ -82,14 +86,14 @@ def test_sigterm_mid_probe_kills_fio_and_records_the_interruption(loop_xfs, tmp_
     state = tmp_path / "state"
     d = daemon_factory(config_text(loop_xfs.mountpoint, state, runtime=30.0, interval=1.0))
     d.wait_message("READY=1")
-    wait_for(lambda: _fio_pids(d.proc.pid), what="a running fio")
+    wait_for(lambda: _fio_pids(state), what="a running fio")
     time.sleep(1.0)
     t0 = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(timeout=10) == 0
     assert time.monotonic() - t0 < 5, "SIGTERM must stop the daemon within 5 s"
     time.sleep(0.3)
-    assert _fio_pids(d.proc.pid) == []
+    assert _fio_pids(state) == []
     got = rows(str(state / "state.db"), "SELECT ok, error FROM probe_results")
     assert got and got[-1][0] == 0 and "interrupted" in got[-1][1]
 

@@ -10,6 +10,7 @@ from iowarden.daemon.probing import scheduler as schedmod
 from iowarden.daemon.verdicts.health import Health
 from iowarden.probes.common import Roots
 from iowarden.probes.fio_run import ProbeResult
+from iowarden.probes.pathstat import PathAnswer
 from tests.unit.test_policy import Clock, _cfg, _target
 
 
@@ -20,13 +21,16 @@ def test_a_volume_unmounted_as_its_probe_begins_is_a_volume_gone_not_a_failed_pr
         mounted["dev"] = 7   # unmounted after the scheduler's check, before the probe's open
         return ProbeResult(target, path, None, profile.name, False,
                            f"refused: {path} is no longer on the filesystem it was found on (unmounted?)", 0.0, 0.0)
-    monkeypatch.setattr(schedmod, "run_probe", probe_meets_the_unmount)
-    monkeypatch.setattr(schedmod, "st_dev_of", lambda path: mounted["dev"])
+    monkeypatch.setattr(schedmod, "run_isolated", probe_meets_the_unmount)
+
+    class Paths:   # the path's last answer (pathstat): the filesystem on it now
+        def latest(self, path):
+            return PathAnswer(path, 0.0, st_dev=mounted["dev"], st_mode=0o40755)
     cfg = _cfg(_target("new", 1.0))
     posted = []
     sampler = type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0, "io_pressure": None})()
     sch = schedmod.Scheduler(cfg, Roots(), sampler, posted.append, clock=Clock(), devices=lambda: {},
-                             spawn=lambda name, fn: fn())
+                             spawn=lambda name, fn: fn(), paths=Paths())
     d = sch.due[0]
     d.target = dataclasses.replace(d.target, found_on_dev=42)
     sch._run(d, ("sdb",), False, 0.0)
