@@ -30,6 +30,25 @@ from pathlib import Path
 from .blocktrace import DIRECTIONS, SAMPLE_SCALE, STAGES
 
 OBJECT_NAME = "blockstage.bpf.o"
+EM_BPF = 247          # the ELF machine of a BPF object
+
+
+def object_problem(head: bytes, size_bytes: int) -> str | None:
+    """Why these first 64 bytes of a file of this size are not a whole 64-bit little-endian BPF object, or None.
+    The section headers sit at the file's end, so a cut file is told by its size (libbpf would only say
+    "could not open", and the tracer would retry it every window)."""
+    if len(head) < 64 or head[:4] != b"\x7fELF":
+        return "not an ELF object"
+    if head[4] != 2 or head[5] != 1:
+        return "not a 64-bit little-endian ELF object"
+    machine = int.from_bytes(head[18:20], "little")
+    if machine != EM_BPF:
+        return f"an ELF object for machine {machine}, not BPF ({EM_BPF})"
+    shoff = int.from_bytes(head[40:48], "little")
+    shentsize, shnum = int.from_bytes(head[58:60], "little"), int.from_bytes(head[60:62], "little")
+    if shoff + shentsize * shnum > size_bytes:
+        return f"cut short: its section headers end at byte {shoff + shentsize * shnum}, the file has {size_bytes}"
+    return None
 MAX_DISKS = 8192                # the `disks` map and the `sums` slots: more is refused at the start
 MAX_INPUT_BYTES = 1 << 20       # the disks on standard input
 BATCH = 4096                    # entries read from a map per system call

@@ -153,36 +153,37 @@ class PathWatch:
         self._asking[path] = (child, now)
 
     def _harvest(self, path: str, wait_seconds: float) -> PathAnswer | None:
-        """The child's answer once it has exited (waiting up to wait_seconds), else None."""
+        """The child's answer once it has exited (waiting up to wait_seconds), else None. Any thread may ask:
+        the one that finds the child ended reads it, under the lock (its pipes are at their end then), and
+        the others read the answer it left."""
         with self._lock:
             asking = self._asking.get(path)
-        if asking is None:
-            with self._lock:
+            if asking is None:
                 return self._latest.get(path)
         child, _ = asking
-        try:
-            child.wait(timeout=wait_seconds) if wait_seconds > 0 else None
-        except subprocess.TimeoutExpired:
-            pass
+        if wait_seconds > 0:
+            try:
+                child.wait(timeout=wait_seconds)
+            except subprocess.TimeoutExpired:
+                pass
         if child.poll() is None:
             return None
-        out = child.stdout.read(MAX_ANSWER_BYTES) if child.stdout else b""
-        err = child.stderr.read(MAX_ANSWER_BYTES) if child.stderr else b""
-        for f in (child.stdout, child.stderr):
-            if f:
-                f.close()
-        now = self.clock()
-        if child.returncode < 0:   # killed at its deadline, and let go since: not an answer about the path
-            answer = PathAnswer(path, now, error="stat was killed before it answered", hung=True)
-        else:
-            answer = parse(path, out, err, child.returncode, now)
         with self._lock:
+            if self._asking.get(path) is not asking:       # another thread read it
+                latest = self._latest.get(path)
+                return latest if latest is not None and not latest.hung else None
+            del self._asking[path]
             self._killed.discard(child.pid)
-            if self._asking.get(path) is asking:
-                del self._asking[path]
-            if child.returncode >= 0:
-                self._latest[path] = answer
-        return answer if child.returncode >= 0 else None
+            out = child.stdout.read(MAX_ANSWER_BYTES) if child.stdout else b""
+            err = child.stderr.read(MAX_ANSWER_BYTES) if child.stderr else b""
+            for f in (child.stdout, child.stderr):
+                if f:
+                    f.close()
+            if child.returncode < 0:   # killed at its deadline, and let go since: not an answer about the path
+                return None
+            answer = parse(path, out, err, child.returncode, self.clock())
+            self._latest[path] = answer
+            return answer
 
     def _hung(self, path: str) -> PathAnswer:
         """The deadline passed: kill the child (the kernel ends it when the filesystem lets go) and keep it,

@@ -140,12 +140,13 @@ class Scheduler:
             return None
         return device_name_for(answer.st_rdev if stat.S_ISBLK(answer.st_mode) else answer.st_dev, self.roots)
 
-    def still_mounted(self, target: Target) -> bool:
-        """False when a discovered target's filesystem is no longer the one at its path (by its last answer;
-        a path that does not answer is a hung filesystem, said as such, not a volume gone)."""
+    def still_mounted(self, target: Target, now: bool = False) -> bool:
+        """False when a discovered target's filesystem is no longer the one at its path: by its last answer,
+        or (now: a worker, which may wait) by one asked now. A path that does not answer is a hung filesystem,
+        said as such, not a volume gone."""
         if target.found_on_dev is None:
             return True
-        answer = self.paths.latest(target.path)
+        answer = self.paths.check([target.path])[target.path] if now else self.paths.latest(target.path)
         return answer is None or answer.hung or answer.st_dev == target.found_on_dev
 
     def physical_disks(self, target: Target) -> tuple[str, ...]:
@@ -184,9 +185,11 @@ class Scheduler:
         return self.learned[(target, profile)] < self.cfg.section("detector").warmup_probes
 
     def skip(self, target: str, reason: str) -> None:
-        """Count a deferral or skip (probe workers and the scheduler both count)."""
+        """Count a deferral or skip (workers and the scheduler both count); not for a target dropped meanwhile
+        (a worker that finds its volume gone ends after discovery dropped it): its series went with it."""
         with self._lock:
-            self.skipped_total[(target, reason)] += 1
+            if any(d.target.name == target for d in self.due):
+                self.skipped_total[(target, reason)] += 1
 
     def skipped(self) -> dict:
         """The skip counters as they are now, for a snapshot."""
@@ -304,9 +307,10 @@ class Scheduler:
             profile = cfg.profiles[d.profile]
             sizes = {min(cfg.profiles[p].effective_size_bytes(), cfg.limits.max_size_bytes)
                      for p in d.target.profiles if p in cfg.profiles}
+            mounted = self.still_mounted(d.target, now=True)   # asked again: the scheduler's answer is a second old
             device = self.device_of(d.target)
             refusal = self.pin_check(d.target, device)
-            if not self.still_mounted(d.target):
+            if not mounted:
                 self.skip(d.target.name, "unmounted")
                 return
             if refusal:
@@ -319,7 +323,7 @@ class Scheduler:
                                       on_start=lambda proc: self.processes.track(proc, disks),
                                       expect_dev=d.target.found_on_dev, owner=self.owner,
                                       timeout_seconds=probe_deadline_seconds(cfg, profile))
-            if not result.ok and not self.still_mounted(d.target):
+            if not result.ok and not self.still_mounted(d.target, now=True):
                 # unmounted between the check above and the probe's open (CI): a volume gone, not a failing probe
                 self.skip(d.target.name, "unmounted")
                 self.post(ProbeFinished(result, tuple(disks), False, unmounted=True))

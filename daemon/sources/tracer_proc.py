@@ -115,8 +115,17 @@ def _libbpf_installed() -> bool:
 
 def compiled_missing(roots) -> str | None:
     """Why the compiled engine cannot run here, or None: its object, libbpf, the kernel's BTF (CO-RE)."""
-    if compiled_object() is None:
+    path = compiled_object()
+    if path is None:
         return f"the compiled tracer ({blockstage.OBJECT_NAME}) is not built (scripts/build-bpf.sh)"
+    try:
+        with open(path, "rb") as f:
+            problem = blockstage.object_problem(f.read(64), os.fstat(f.fileno()).st_size)
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    if problem:
+        return f"the compiled tracer's object {path} is damaged ({problem}): rebuild it (scripts/build-bpf.sh) or " \
+               "reinstall the package"
     if not _libbpf_installed():
         return "libbpf is not installed (apt install libbpf1)"
     if not (roots.sys / "kernel" / "btf" / "vmlinux").is_file():

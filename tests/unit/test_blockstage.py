@@ -3,6 +3,7 @@ printed (one parser reads both), its input is bounded, and a tracer set to it sa
 import json
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,29 @@ def test_a_tracer_set_to_the_compiled_engine_on_a_kernel_without_btf_says_so(tmp
     read = tracer.start(section, Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev"))
     r = read()
     assert not r.up and ("BTF" in r.reason or "not built" in r.reason or "libbpf" in r.reason), r.reason
+
+
+def test_a_damaged_object_is_said_and_the_default_engine_goes_to_bpftrace(tmp_path, monkeypatch):
+    """A cut, empty or foreign object: libbpf only says "could not open" and the tracer would start the loader
+    again every window; the object is checked first and auto runs bpftrace, saying why."""
+    good = tracer_proc.compiled_object()
+    built = good.read_bytes() if good is not None else None
+    sys_root = tmp_path / "sys"
+    (sys_root / "kernel" / "btf").mkdir(parents=True)
+    (sys_root / "kernel" / "btf" / "vmlinux").write_text("")
+    monkeypatch.setattr(tracer_proc, "_libbpf_installed", lambda: True)
+    for name, data, says in (("cut", (built or b"")[:3000], "cut short" if built else "not an ELF"),
+                             ("empty", b"", "not an ELF object"),
+                             ("foreign", Path("/bin/true").read_bytes(), "not BPF (247)")):
+        obj = tmp_path / f"{name}.bpf.o"
+        obj.write_bytes(data)
+        monkeypatch.setattr(tracer_proc, "compiled_object", lambda obj=obj: obj)
+        missing = tracer_proc.compiled_missing(Roots(sys=sys_root))
+        assert missing and "is damaged" in missing and says in missing, (name, missing)
+        engine, _binary, why = tracer_proc.choose_engine("auto", "bpftrace", Roots(sys=sys_root))
+        assert engine in ("bpftrace", None) and says in (why or ""), (name, engine, why)
+    if built is not None:
+        assert blockstage.object_problem(built[:64], len(built)) is None
 
 
 def test_the_default_engine_is_the_compiled_one_where_it_can_run_and_bpftrace_where_it_cannot(tmp_path, monkeypatch):

@@ -86,3 +86,28 @@ def test_parse_names_the_error_without_the_tools_words():
     a = parse("/x", b"", b"stat: cannot statx '/x': Permission denied\n", 1, 0.0)
     assert a.error == "Permission denied" and not a.ok and not a.hung
     assert parse("/x", b"2049 41ed 0 0\n", b"", 0, 0.0).st_mode == 0o40755
+
+
+def test_many_threads_asking_the_same_paths_at_once_all_get_answers(tmp_path, watches):
+    """The discovery, the scheduler and the probe workers ask the same mount points from their own threads:
+    one reads each child's answer, the others take it (a second reader found the pipe closed)."""
+    import threading
+    watch = watches()
+    paths = [str(tmp_path)] + [str(tmp_path / f"d{i}") for i in range(4)]
+    for p in paths[1:]:
+        os.mkdir(p)
+    errors, answers = [], []
+
+    def ask():
+        try:
+            for _ in range(20):
+                got = watch.check(paths, timeout_seconds=5)
+                answers.append(all(got[p].ok for p in paths))
+        except Exception as exc:   # noqa: BLE001 - the test's finding
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(answers) == 120 and all(answers)

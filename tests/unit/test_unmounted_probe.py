@@ -23,9 +23,12 @@ def test_a_volume_unmounted_as_its_probe_begins_is_a_volume_gone_not_a_failed_pr
                            f"refused: {path} is no longer on the filesystem it was found on (unmounted?)", 0.0, 0.0)
     monkeypatch.setattr(schedmod, "run_isolated", probe_meets_the_unmount)
 
-    class Paths:   # the path's last answer (pathstat): the filesystem on it now
+    class Paths:   # the path's answer (pathstat): the filesystem on it now
         def latest(self, path):
             return PathAnswer(path, 0.0, st_dev=mounted["dev"], st_mode=0o40755)
+
+        def check(self, paths):
+            return {p: self.latest(p) for p in paths}
     cfg = _cfg(_target("new", 1.0))
     posted = []
     sampler = type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0, "io_pressure": None})()
