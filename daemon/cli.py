@@ -66,9 +66,26 @@ def target_problems(cfg) -> list[str]:
     return problems
 
 
+def budget_problems(cfg) -> list[str]:
+    """Targets whose profiles, at what they are expected to cost, ask more of a disk than [budget] gives
+    routine probes (probing/fit.py): the daemon would stretch their intervals, and says so; this says it first."""
+    from iowarden.daemon.probing import fit
+    b = cfg.section("budget")
+    allowed = b.device_time_ratio * b.window_seconds
+    out = []
+    for i, t in enumerate(cfg.targets):
+        entries = [(fit.nominal_cost_seconds(cfg.profiles[p], cfg.limits.max_runtime_seconds), t.interval_seconds)
+                   for p in t.profiles if p in cfg.profiles]
+        demand = fit.demand_seconds(entries, b.window_seconds)
+        if fit.stretch(demand, allowed) > 1.0:
+            out.append(f"targets[{i}] ({t.name}): " + fit.fit_sentence("its disk", demand, allowed, b.device_time_ratio,
+                                                                          b.window_seconds, entries))
+    return out
+
+
 def cmd_check_config(args) -> int:
     cfg = configmod.load(args.config)
-    problems = target_problems(cfg)
+    problems = budget_problems(cfg) + target_problems(cfg)
     _print(f"{args.config}: valid ({len(cfg.profiles)} profiles, {len(cfg.targets)} targets, "
            f"{len(cfg.discover)} discovery rules)" + (", but on this host:" if problems else ""))
     for line in problems:

@@ -137,15 +137,24 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                                       minimum=1, maximum=100000),
     },
     "budget": {
-        "device_time_ratio": Key("float", 0.02, 'Probe device-time as a share of wall time, over window_seconds. The example profiles take '
-                                                '4 x (1 s + 0.5 s ramp) = 6 s every 300 s: 72 s an hour, 2 %.',
+        "device_time_ratio": Key("float", 0.04, 'Probe device-time as a share of wall time, over window_seconds. A '
+                                                'probe costs its runtime, its ramp and fio\'s start: the example '
+                                                'profiles measured 1.8-2.0 s each for 1 s + 0.5 s ramp, 4 x 1.9 s '
+                                                'every 300 s = 91 s an hour, 63 % of this 144 s. Routine probes '
+                                                'that would ask more than 90 % of it are spread out (their intervals '
+                                                'stretched, and the journal and check-config say so), not run until '
+                                                'the budget is spent.',
                                  minimum=0.0, maximum=1.0),
         "warmup_device_time_ratio": Key("float", 0.15, "The share a volume may use while it learns its normal "
-                                        "([scheduling] warmup_interval_seconds): the example's 6 s a minute is 10 %, "
-                                        "and its whole warm-up (12 rounds) 72 s of device time. It counts every probe "
+                                        "([scheduling] warmup_interval_seconds): the example's 7.6 s a minute is 13 %, "
+                                        "and its whole warm-up (12 rounds) 91 s of device time. It counts every probe "
                                         "on the disk; device_time_ratio counts only the probes of armed volumes, so "
                                         "a warm-up just done leaves their budget whole.",
                                         minimum=0.0, maximum=1.0),
+        "reserve_device_time_ratio": Key("float", 0.02, "A share beside device_time_ratio that only the probes "
+                                         "confirming a suspected fault, or its end, may use: a fault found never "
+                                         "spends the budget its alert needs to clear, and no routine probe spends "
+                                         "it.", minimum=0.0, maximum=1.0),
         "window_seconds": Key("float", 3600.0, "The window that share is measured over", minimum=60.0, maximum=7 * 86400.0),
         "write_bytes_per_day": Key("size", "10GiB", 'Bytes probes may write per disk per day (cloud volumes bill per request).'),
     },

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from .common import ParseError, Roots, lines_of, read_int, read_str, read_text
+from . import mountinfo
+from .common import ParseError, Roots, read_int, read_str, read_text
 from .fs_uuid import FS_HEAD_BYTES, parse_fs_uuid, read_fs_uuid  # noqa: F401 - this module's names since before
 from .vocabulary import QUEUE_INT_SETTINGS
 
@@ -226,37 +226,8 @@ def _device(devdir, parent: str | None, roots: Roots, links_to: "_Links | None" 
         ident = stable_identity(name, udev, links, wwid, serial, dm, backing, read_fs_uuid(roots.dev / name))
     return BlockDevice(name, major, minor, kind, sectors * 512 if sectors is not None else None, parent,
                        _listdir(devdir / "slaves"), _listdir(devdir / "holders"), queue, md, dm, backing,
-                       udev, links, ident, _backing_devno(backing, roots, links_to or _Links(roots)))
-
-
-def _backing_devno(backing: str | None, roots: Roots, links: "_Links") -> str | None:
-    """The device of the filesystem a loop device's backing file is on (its st_dev): what a limit below the
-    loop device sits on. Read from the mount table, never by a stat of the file: a backing file on a
-    filesystem that stops answering (an image on NFS, or FUSE) would hold the settings poller in the kernel."""
-    if not backing:
-        return None
-    return links.mount_devno(backing.removesuffix(" (deleted)"))
-
-
-def parse_mountinfo_devnos(text: str) -> list[tuple[str, str]]:
-    """(mount point, "MAJ:MIN" of its filesystem) per line of /proc/self/mountinfo, in the table's order (a
-    later mount over the same point hides an earlier one). Octal escapes (\\040) are decoded."""
-    out = []
-    for line in lines_of(text):
-        fields = line.split(" ")
-        if len(fields) >= 5 and ":" in fields[2]:
-            out.append((re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]), fields[2]))
-    return out
-
-
-def mount_devno_of(path: str, mounts: list[tuple[str, str]]) -> str | None:
-    """The filesystem a path is on, by the longest mount point it lies under (the last such mount wins)."""
-    best, devno = -1, None
-    for mountpoint, dn in mounts:
-        prefix = mountpoint.rstrip("/") + "/"
-        if (path == mountpoint or path.startswith(prefix) or mountpoint == "/") and len(mountpoint) >= best:
-            best, devno = len(mountpoint), dn
-    return devno
+                       udev, links, ident,
+                       (links_to or _Links(roots)).mount_devno(backing.removesuffix(" (deleted)")) if backing else None)
 
 
 def devices_below(name: str, devices: dict[str, "BlockDevice"]) -> tuple[str, ...]:
@@ -306,10 +277,12 @@ class _Links:
         return self._by_target.get(name, ())
 
     def mount_devno(self, path: str) -> str | None:
-        """The mount table's device for a path, the table read once per read of the devices."""
+        """The filesystem (its st_dev) a loop device's backing file is on, what a limit below the loop device
+        sits on: from the mount table (read once per read of the devices), never by a stat of the file, which
+        on a filesystem that stopped answering (an image on NFS, or FUSE) would hold the settings poller."""
         if self._mounts is None:
-            self._mounts = parse_mountinfo_devnos(read_text(self.roots.proc / "self" / "mountinfo") or "")
-        return mount_devno_of(path, self._mounts)
+            self._mounts = mountinfo.read_devnos(self.roots)
+        return mountinfo.devno_of(path, self._mounts)
 
 
 def read_sysfs_and_superblocks(roots: Roots = Roots(), previous: Mapping[str, BlockDevice] | None = None,

@@ -138,10 +138,10 @@ class Spool:
         """Keep a batch, oldest lines first: (lines kept, lines over the size limit). OSError when the
         spool cannot be written (full, read-only): then nothing was kept."""
         with self._lock:
-            room = self.max_bytes - self.size_bytes()
+            room = self.max_bytes - self.size_bytes() - len(SEGMENT_HEADER)
             kept, size = [], 0
             for ln in lines:
-                n = len(ln.encode()) + 1
+                n = len(ln.encode()) + 10     # its checksum, a space and its line feed (encode_segment)
                 if size + n > room:
                     break
                 kept.append(ln)

@@ -3,7 +3,11 @@
 The routine budget ([budget] device_time_ratio of window_seconds) counts the probes of armed volumes; a
 volume still learning its normal probes every minute under the warm-up's share (warmup_device_time_ratio),
 which counts every probe on the disk. So the total an hour is bounded by the two shares together, and a
-warm-up, once done, leaves the routine budget whole. The clock is monotonic and passed in.
+warm-up, once done, leaves the routine budget whole.
+
+A reserve (reserve_device_time_ratio) beside the routine share is for the probes that confirm a suspected
+fault or its end, and only for them: a fault found must never burn the budget its alert needs to clear, and
+routine probes can never spend it. The clock is monotonic and passed in.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from iowarden.probes import blockqueue
 
 DAY_SECONDS = 86400.0
+ROUTINE, WARMUP, CONFIRM = "routine", "warmup", "confirm"     # whose share a probe's device time is counted in
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,8 @@ class BudgetStatus:
     written_bytes_allowed: int
     routine_seconds_used: float = 0.0
     warmup_seconds_allowed: float = 0.0
+    confirm_seconds_used: float = 0.0         # probes that confirmed a suspected fault or its end
+    reserve_seconds_allowed: float = 0.0      # what those may use beyond the routine share
 
 
 class Budget:
@@ -49,9 +56,17 @@ class Budget:
         self.write_bytes_per_day = write_bytes_per_day
         self.clock, self.wall = clock, wall
         self.warmup_time_ratio = 0.0   # the share a volume still learning may use ([budget] warmup_device_time_ratio)
-        # disk -> (clock time, device seconds, bytes written, a warm-up probe's)
+        self.reserve_time_ratio = 0.0  # the confirmations' own share ([budget] reserve_device_time_ratio)
+        # disk -> (clock time, device seconds, bytes written, ROUTINE / WARMUP / CONFIRM)
         self.spent: dict[str, collections.deque] = {}
         self._lock = threading.Lock()
+
+    def configure(self, section) -> None:
+        """Take the [budget] section of a (re)loaded configuration."""
+        self.time_ratio, self.window_seconds = section.device_time_ratio, section.window_seconds
+        self.write_bytes_per_day = section.write_bytes_per_day
+        self.warmup_time_ratio = section.warmup_device_time_ratio
+        self.reserve_time_ratio = section.reserve_device_time_ratio
 
     def replay(self, records: list[dict], devices: dict, warmup_probes: int = 0) -> None:
         """Count stored probe results (from the state database, dated by the wall clock, oldest first) against
@@ -69,13 +84,17 @@ class Budget:
                 disks = blockqueue.physical_devices(rec["device"], devices) or (rec["device"],)
                 age = max(0.0, wall_now - rec["started_at"])
                 self.record(disks, now - age, rec["duration_seconds"],
-                            rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0), warmup)
+                            rec.get("write_io_bytes", 0) + rec.get("layout_bytes", 0), warmup,
+                            bool(rec.get("confirming")))
 
-    def record(self, disks, at: float, seconds: float, written: int, warmup: bool = False) -> None:
-        """`at`: when the probe started, on the budget's clock; `warmup`: a probe of a volume still learning."""
+    def record(self, disks, at: float, seconds: float, written: int, warmup: bool = False,
+               confirm: bool = False) -> None:
+        """`at`: when the probe started, on the budget's clock; `warmup`: a probe of a volume still learning;
+        `confirm`: one that confirmed a suspected fault or its end (the reserve's)."""
+        kind = WARMUP if warmup else CONFIRM if confirm else ROUTINE
         with self._lock:
             for disk in disks:
-                self.spent.setdefault(disk, collections.deque()).append((at, seconds, written, warmup))
+                self.spent.setdefault(disk, collections.deque()).append((at, seconds, written, kind))
 
     def disks(self) -> list[str]:
         with self._lock:
@@ -91,23 +110,31 @@ class Budget:
         now = self.clock() if now is None else now
         with self._lock:
             q = self._trim(disk, now)
-            recent = [(sec, warmup) for at, sec, _, warmup in q if at >= now - self.window_seconds]
+            recent = [(sec, kind) for at, sec, _, kind in q if at >= now - self.window_seconds]
             written = sum(b for at, _, b, _ in q if at >= now - DAY_SECONDS)
-        routine = sum(sec for sec, warmup in recent if not warmup)
         return BudgetStatus(sum(sec for sec, _ in recent), self.time_ratio * self.window_seconds, written,
-                            self.write_bytes_per_day, routine,
-                            max(self.time_ratio, self.warmup_time_ratio) * self.window_seconds)
+                            self.write_bytes_per_day, sum(sec for sec, kind in recent if kind == ROUTINE),
+                            max(self.time_ratio, self.warmup_time_ratio) * self.window_seconds,
+                            sum(sec for sec, kind in recent if kind == CONFIRM),
+                            self.reserve_time_ratio * self.window_seconds)
 
-    def refuses(self, disks, needed_seconds: float, now: float | None = None, warming_up: bool = False) -> str | None:
+    def refuses(self, disks, needed_seconds: float, now: float | None = None, warming_up: bool = False,
+                confirming: bool = False) -> str | None:
         """Why these disks cannot take a probe of `needed_seconds` now, or None. A volume still learning its
         normal may use `warmup_time_ratio` of the window, all probes counted (the warm-up's own, stated budget);
         a routine probe counts only the routine ones: a warm-up just spent must not hold the armed volume's
         first probes back for the rest of the hour (the first half hour's test: armed at minute 12, then no
-        probe until minute 60)."""
+        probe until minute 60). A probe confirming a suspected fault (or its end) may also use the reserve, which
+        nothing else spends."""
         for disk in disks:
             st = self.status(disk, now)
-            used, allowed = ((st.device_seconds_used, st.warmup_seconds_allowed) if warming_up else
-                             (st.routine_seconds_used, st.device_seconds_allowed))
+            if warming_up:
+                used, allowed = st.device_seconds_used, st.warmup_seconds_allowed
+            elif confirming:
+                used = st.routine_seconds_used + st.confirm_seconds_used
+                allowed = st.device_seconds_allowed + st.reserve_seconds_allowed
+            else:
+                used, allowed = st.routine_seconds_used, st.device_seconds_allowed
             if used + needed_seconds > allowed:
                 return "budget_time"
             if st.written_bytes_24h >= st.written_bytes_allowed:

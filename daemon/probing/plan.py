@@ -68,7 +68,7 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
          jitter: Callable[[float], float]) -> list[Decision]:
     """Decide every due probe, the longest-waiting first.
 
-    `budget_refusal(disks, seconds, warming_up)`: None, or "budget_time" / "budget_bytes".
+    `budget_refusal(disks, seconds, warming_up, confirming)`: None, or "budget_time" / "budget_bytes".
     `jitter(ratio)`: a random factor in [-ratio, ratio] (the caller's RNG).
     """
     held = set(busy_disks)
@@ -87,7 +87,7 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
             # that fell due later; counted once per time it has to wait
             hold("waiting_for_disk", counted=not c.waiting, waiting=True)
             continue
-        refusal = budget_refusal(c.disks, c.needed_seconds, c.warming_up)
+        refusal = budget_refusal(c.disks, c.needed_seconds, c.warming_up, c.suspected)
         if refusal:
             hold(refusal, next_at=now + BUDGET_RETRY_SECONDS)
             continue

@@ -27,8 +27,9 @@ from iowarden.probes.probe_child import run_isolated
 
 from iowarden.daemon.config import Config, Target
 from iowarden.daemon.events import ProbeFinished, ProbeStarted
+from iowarden.daemon.probing import fit
 from iowarden.daemon.probing.budget import Budget
-from iowarden.daemon.probing.plan import Candidate, Decision, Load, Rules, plan
+from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan
 from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
 from iowarden.daemon.probing.suspicion import BY_PASSIVE, BY_PROBE, suspected_fault  # noqa: F401 - importable here as before
 from iowarden.daemon.registry import fault_switch
@@ -100,6 +101,7 @@ class Scheduler:
         self.learned: collections.Counter = collections.Counter(
             (r["target"], r["profile"]) for r in history or ()
             if r.get("ok") and (not r.get("contended") or r.get("learned_under_load")))
+        self.fit = fit.Fit(history or ())        # what each profile costs, and routine intervals fitted to it
         # (target, profile) -> warm-up probes in a row that ran contended (each waited out its deferral)
         self._contended_warmups: collections.Counter = collections.Counter()
         self.configure(cfg)
@@ -112,10 +114,7 @@ class Scheduler:
 
     def _configure(self, cfg: Config, targets: tuple[Target, ...]) -> None:
         now = self.clock()
-        b = cfg.section("budget")
-        self.budget.time_ratio, self.budget.window_seconds = b.device_time_ratio, b.window_seconds
-        self.budget.write_bytes_per_day = b.write_bytes_per_day
-        self.budget.warmup_time_ratio = b.warmup_device_time_ratio
+        self.budget.configure(cfg.section("budget"))
         with self._lock:
             old = {(d.target.name, d.profile): d for d in getattr(self, "due", [])}
             self.cfg = cfg
@@ -216,6 +215,7 @@ class Scheduler:
         answers = self.paths.poll([d.target.path for d in due], PATH_FRESH_SECONDS)
         fresh_since = self.paths.clock() - 3 * PATH_FRESH_SECONDS
         by_key, candidates = {}, []
+        stretch = self._fit()
         for d in due:
             answer = answers.get(d.target.path)
             if answer is None or answer.at < fresh_since:
@@ -227,8 +227,7 @@ class Scheduler:
             by_key[(d.target.name, d.profile)] = (d, disks)
             needed = self.cfg.profiles[d.profile].effective_runtime_seconds(self.cfg.limits.max_runtime_seconds)
             warming = self.warming_up(d.target.name, d.profile)
-            interval = min(d.target.interval_seconds, sch.warmup_interval_seconds) if warming \
-                else d.target.interval_seconds
+            interval = self._interval(d, max((stretch.get(x, 1.0) for x in disks), default=1.0))
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
                                         bool(self.suspected(d.target.name, d.profile))))
@@ -236,8 +235,8 @@ class Scheduler:
         load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
                     psi.full_avg10_percent if psi is not None else None, since_own_probe)
         rules = Rules(sch.defer_util_percent, sch.max_deferral_seconds, sch.jitter_ratio, sch.warmup_interval_seconds)
-        decisions = plan(now, candidates, busy, lambda disks, needed, warming: self.budget.refuses(
-                         disks, needed, warming_up=warming), load, rules,
+        decisions = plan(now, candidates, busy, lambda disks, needed, warming, suspected: self.budget.refuses(
+                         disks, needed, warming_up=warming, confirming=suspected), load, rules,
                          lambda ratio: self.rng.uniform(-ratio, ratio))
         with self._lock:
             running = sum(1 for t in self._workers if t.is_alive())
@@ -257,15 +256,12 @@ class Scheduler:
                 continue
             if dec.counted:
                 self.skip(dec.target, dec.reason)
-                self._log_hold(dec, disks, load)
+                fit.log_hold(dec, disks, load)
 
     def _hung(self, d: Due, answer, now: float) -> None:
         """A target whose path does not answer: a failed probe on record that says so (ProbeFailing pages after
         two), once an interval; nothing is started on it, and no other target waits for it."""
-        sch = self.cfg.section("scheduling")
-        interval = min(d.target.interval_seconds, sch.warmup_interval_seconds) \
-            if self.warming_up(d.target.name, d.profile) else d.target.interval_seconds
-        d.next_at = now + interval
+        d.next_at = now + self._interval(d)
         self.skip(d.target.name, "hung")
         error = answer.hung_text(pathstat.HUNG_AFTER_SECONDS)
         log.error("probe %s/%s not run: %s", d.target.name, d.profile, error,
@@ -273,18 +269,21 @@ class Scheduler:
         self.post(ProbeFinished(ProbeResult(d.target.name, d.target.path, None, d.profile, False, error,
                                             time.time(), 0.0), (), False))
 
-    @staticmethod
-    def _log_hold(dec: Decision, disks, load: Load) -> None:
-        extra = {"TARGET": dec.target, "PROBE": dec.profile, "REPEATS": True}   # a condition: said once a minute
-        if dec.reason in ("budget_time", "budget_bytes"):
-            log.info("probe %s/%s waits: %s budget spent on %s", dec.target, dec.profile,
-                     "device-time" if dec.reason == "budget_time" else "write", ",".join(disks), extra=extra)
-        elif dec.reason == "busy":
-            util = max((load.util_percent.get(x, 0.0) for x in disks), default=0.0)
-            log.info("probe %s/%s deferred: device busy (%.0f%% util)", dec.target, dec.profile, util, extra=extra)
-        elif dec.reason == "io_pressure":
-            log.info("probe %s/%s deferred: I/O pressure (full avg10 %.0f%%)", dec.target, dec.profile,
-                     load.io_full_avg10_percent or 0.0, extra=extra)
+    def _interval(self, d: Due, stretch: float = 1.0) -> float:
+        """Its next probe's interval: the warm-up's while it learns, else its own, stretched to fit the budget."""
+        if self.warming_up(d.target.name, d.profile):
+            return min(d.target.interval_seconds, self.cfg.section("scheduling").warmup_interval_seconds)
+        return d.target.interval_seconds * stretch
+
+    def _fit(self) -> dict[str, float]:
+        """Each disk's stretch of its routine intervals (fit.py)."""
+        per_disk: dict[str, list] = {}
+        for d in self.due:
+            if d.profile in self.cfg.profiles and not self.warming_up(d.target.name, d.profile):
+                cost = self.fit.cost(d.target.name, self.cfg.profiles[d.profile], self.cfg.limits.max_runtime_seconds)
+                for disk in self._disks_of.get(d.target.name, ()):
+                    per_disk.setdefault(disk, []).append((cost, d.target.interval_seconds))
+        return self.fit.stretches(per_disk, self.budget.time_ratio, self.budget.window_seconds)
 
     def start_worker(self, d: Due, disks, contended: bool, util: float) -> None:
         """Run the probe in a thread of its own; the scheduler keeps its cadence while fio runs."""
@@ -331,9 +330,12 @@ class Scheduler:
             result.contended = contended
             result.foreign_util_percent = round(foreign_util, 1)
             self._learn_under_load(d, result)
+            if result.ok:
+                self.fit.observe(d.target.name, d.profile, result.duration_seconds)
             self.budget.record(disks, self.clock() - result.duration_seconds, result.duration_seconds,
                                result.write_io_bytes + result.layout_bytes,
-                               warmup=self.warming_up(d.target.name, d.profile))
+                               warmup=self.warming_up(d.target.name, d.profile),
+                               confirm=bool(self.suspected(d.target.name, d.profile)))
             if self.processes.stopping and not result.ok:
                 result.error = "interrupted: iowarden is stopping"
             gone = self.processes.aborted(disks)
@@ -353,11 +355,9 @@ class Scheduler:
             self.probe_done(disks)
 
     def _learn_under_load(self, d: Due, result) -> None:
-        """A volume busy from its first minute would never arm: every warm-up probe waits out its deferral,
-        runs contended and is not learned (one run: not armed after 53 min, 1,591 deferrals). After
-        WARMUP_UNDER_LOAD_AFTER such probes in a row, its warm-up learns what it does beside that load: a
-        normal slower and wider than an idle volume's, which still catches a collapse, and which probes
-        on a quiet device later only make faster."""
+        """A volume busy from its first minute would never arm (every warm-up probe runs contended and is not
+        learned): after WARMUP_UNDER_LOAD_AFTER such probes in a row, its warm-up learns what it does beside that
+        load, a normal slower and wider than an idle volume's, which probes on a quiet device only make faster."""
         key = (d.target.name, d.profile)
         if not result.ok:
             return

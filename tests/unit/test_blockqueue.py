@@ -135,7 +135,7 @@ def test_a_burst_of_uevents_reads_again_only_the_devices_it_names(tree, monkeypa
 def test_a_loop_backing_file_is_placed_by_the_mount_table_not_by_a_stat():
     """A stat of a backing file on a filesystem that stops answering (an image on NFS or FUSE) held the
     settings poller in the kernel; the mount table says the same without touching the file."""
-    from iowarden.probes.blockqueue import mount_devno_of, parse_mountinfo_devnos
+    from iowarden.probes.mountinfo import devno_of as mount_devno_of, parse as parse_mountinfo_devnos
     text = ("22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
             "30 22 7:3 / /srv/my\\040images rw - xfs /dev/loop3 rw\n"
             "31 22 0:50 / /srv/nfs rw - nfs4 host:/x rw\n"

@@ -263,13 +263,17 @@ def test_line_protocol_escaping():
 
 
 def test_spool_bounds_and_order(tmp_path):
-    sp = influx.Spool(str(tmp_path / "spool"), max_bytes=64)
+    # room for exactly the three small batches below, each segment with its header and checksums
+    bound = sum(len(influx.encode_segment(b)) for b in (["a 1", "b 2"], ["c 3"], ["d 4"]))
+    sp = influx.Spool(str(tmp_path / "spool"), max_bytes=bound)
     assert sp.append(["a 1", "b 2"]) == (2, 0) and sp.append(["c 3"]) == (1, 0)
     assert sp.append(["x" * 100]) == (0, 1)                 # would exceed the bound: dropped, counted
     assert sp.append(["d 4", "y" * 100]) == (1, 1)           # what fits is kept, the rest counted
-    assert [open(p).read() for p in sp.segments()] == ["a 1\nb 2\n", "c 3\n", "d 4\n"]
+    assert [influx.decode_segment(open(p, "rb").read()) for p in sp.segments()] == \
+        [(["a 1", "b 2"], 0), (["c 3"], 0), (["d 4"], 0)]
+    assert sp.size_bytes() == bound
     (tmp_path / "spool" / "000000000009.lp.tmp").write_text("half")
-    again = influx.Spool(str(tmp_path / "spool"), max_bytes=64)   # a restart keeps whole batches, drops halves
+    again = influx.Spool(str(tmp_path / "spool"), max_bytes=bound)   # a restart keeps whole batches, drops halves
     assert len(again.segments()) == 3 and not list((tmp_path / "spool").glob("*.tmp"))
 
 

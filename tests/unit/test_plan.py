@@ -5,7 +5,7 @@ RULES = Rules(defer_util_percent=50.0, max_deferral_seconds=600.0, jitter_ratio=
 IDLE = Load({}, None, 1e9)
 
 
-def no_budget_limit(disks, seconds, warming_up=False):
+def no_budget_limit(disks, seconds, warming_up=False, confirming=False):
     return None
 
 
@@ -34,7 +34,7 @@ def test_disjoint_disks_run_together_and_a_shared_member_does_not():
 
 
 def test_budget_refusal_holds_for_a_minute_with_its_reason():
-    out = run(10.0, [c("db")], budget=lambda disks, s, warming_up: "budget_bytes" if "sdb" in disks else None)
+    out = run(10.0, [c("db")], budget=lambda disks, s, warming_up, confirming: "budget_bytes" if "sdb" in disks else None)
     d = out[("db", "rr")]
     assert (d.action, d.reason, d.counted, d.next_at) == ("hold", "budget_bytes", True, 10.0 + BUDGET_RETRY_SECONDS)
 

@@ -1,0 +1,114 @@
+"""The budget fits what it pays for (fake clock, no root, no fio).
+
+Landed code: the example's four profiles were planned at 1.5 s each and measured 1.8-2.0 s, 89 s an hour of a
+72 s budget; every volume's budget ran dry 45 minutes after arming and nothing was probed for a quarter of an
+hour. A detected fault re-probed every minute spent the budget, so its alert could not clear. Now routine
+intervals are fitted to what the probes cost, and a reserve only confirming probes spend stays for them.
+"""
+import logging
+
+from tests.unit.test_policy import Clock, FakeRun, Sampler
+
+from iowarden.daemon import config
+from iowarden.daemon.probing import fit
+from iowarden.daemon.probing.budget import Budget
+from iowarden.probes.common import Roots
+
+COST = 1.9   # what each of the example's probes took, measured
+
+
+def _example_like(ratio=0.02, reserve=0.02, interval=300.0):
+    profiles = "".join(f'[profiles.p{i}]\nrw = "randread"\nruntime_seconds = 1.0\nramp_time_seconds = 0.5\n'
+                       for i in range(4))
+    return config.parse(f"""
+[budget]
+device_time_ratio = {ratio}
+reserve_device_time_ratio = {reserve}
+[scheduling]
+jitter_ratio = 0.0
+[detector]
+warmup_probes = 3
+{profiles}
+[[targets]]
+name = "db"
+path = "/srv/db"
+profiles = ["p0", "p1", "p2", "p3"]
+interval_seconds = {interval}
+""")
+
+
+class Paying(FakeRun):
+    """Each probe costs COST seconds of device time, charged as _run charges it."""
+
+    def start_worker(self, d, disks, contended, util):
+        warming = self.warming_up(d.target.name, d.profile)   # as _run records it, before the probe is learned
+        super().start_worker(d, disks, contended, util)
+        self.budget.record(disks, self.clock(), COST, 0, warmup=warming,
+                           confirm=bool(self.suspected(d.target.name, d.profile)))
+        self.fit.observe(d.target.name, d.profile, COST)
+        self.learned[(d.target.name, d.profile)] += 1
+
+
+def test_the_reserve_is_for_confirming_probes_only():
+    now = [10_000.0]
+    b = Budget(0.02, 3600.0, 10 << 30, clock=lambda: now[0])
+    b.reserve_time_ratio = 0.02
+    b.record(("sdb",), now[0] - 100, 72.0, 0)                        # the routine share, spent
+    assert b.refuses(("sdb",), 2.0) == "budget_time"
+    assert b.refuses(("sdb",), 2.0, confirming=True) is None        # the reserve is whole
+    b.record(("sdb",), now[0] - 50, 71.0, 0, confirm=True)
+    assert b.refuses(("sdb",), 2.0, confirming=True) == "budget_time"   # the reserve has its own bound
+    st = b.status("sdb")
+    assert (st.routine_seconds_used, st.confirm_seconds_used, st.reserve_seconds_allowed) == (72.0, 71.0, 72.0)
+    now[0] += 3600                                                  # an hour on: both whole again
+    assert b.refuses(("sdb",), 2.0) is None and b.refuses(("sdb",), 2.0, confirming=True) is None
+
+
+def test_confirming_probes_never_take_the_routine_share():
+    now = [10_000.0]
+    b = Budget(0.02, 3600.0, 10 << 30, clock=lambda: now[0])
+    b.reserve_time_ratio = 0.02
+    for i in range(30):                                             # a fault confirmed every minute: 57 s
+        b.record(("sdb",), now[0] - 1800 + 60 * i, COST, 0, confirm=True)
+    assert b.refuses(("sdb",), COST) is None                        # the armed volumes' routine probes still run
+
+
+def test_routine_probes_over_their_budget_are_spread_not_starved(caplog):
+    clock = Clock(0.0)
+    s = Paying(_example_like(), Roots(), Sampler(), lambda e: None, clock=clock, devices=lambda: {},
+               device_of={"db": "sdb"})
+    with caplog.at_level(logging.WARNING, logger="iowarden"):
+        for _ in range(4 * 3600):
+            s.tick()
+    routine = [t for t, _, _ in s.ran if t > 600]       # past the warm-up
+    assert s.skipped_total[("db", "budget_time")] == 0, s.skipped_total
+    # spread over the hours, each profile about every 300 x 1.41 s: never a gap of a quarter hour
+    by_profile = {}
+    for (t, _, _), p in zip(s.ran, s.ran_profiles):
+        if t > 600:
+            by_profile.setdefault(p, []).append(t)
+    for p, times in by_profile.items():
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert max(gaps) < 470 and min(gaps) > 400, (p, gaps)
+    assert len(routine) >= 4 * 3 * 3600 / 470
+    said = [r.getMessage() for r in caplog.records if "routine probes on sdb" in r.getMessage()]
+    assert said and "1.41x less often" in said[-1] and "device_time_ratio = 0.0281" in said[-1], said
+
+
+def test_a_schedule_that_fits_is_left_as_it_is():
+    clock = Clock(0.0)
+    s = Paying(_example_like(ratio=0.04), Roots(), Sampler(), lambda e: None, clock=clock, devices=lambda: {},
+               device_of={"db": "sdb"})
+    for _ in range(3600):
+        s.tick()
+    times = [t for (t, _, _), p in zip(s.ran, s.ran_profiles) if p == "p0" and t > 600]
+    assert all(299 <= b - a <= 301 for a, b in zip(times, times[1:])), times
+
+
+def test_check_config_says_what_would_fit():
+    from iowarden.daemon.cli import budget_problems
+    (line,) = budget_problems(_example_like())
+    assert "targets[0] (db)" in line and "ask 91 s of device time per 3600 s" in line
+    assert "device_time_ratio = 0.0281" in line
+    assert budget_problems(_example_like(ratio=0.04)) == []
+    assert fit.stretch(91.2, 144.0) == 1.0
