@@ -92,14 +92,11 @@ class Health:
         for identity, profile, metric, learned_at, st in state.load_baselines():
             if profile in NOT_PROBE_PROFILES:
                 continue   # the passive detector's curves (passive_part), characterize's capability, sources
-            try:
+            try:   # a row that decodes but is not a baseline is learned again; the rest load
                 self.detectors[(identity, profile, metric)] = Detector.from_state(st, params)
+                self.learned_at[(identity, profile, metric)] = learned_at
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                # a row that decodes but is not a baseline (bit rot in a value): this one relearns, the rest load
-                log.error("baseline %s/%s/%s in the state database is damaged (%s: %s); it is learned again",
-                          identity, profile, metric, type(exc).__name__, exc)
-                continue
-            self.learned_at[(identity, profile, metric)] = learned_at
+                log.error("baseline %s/%s/%s in the state database is damaged (%s)", identity, profile, metric, exc)
         for a in state.alerts(open_only=True):
             try:
                 where = a["evidence"].get("where") or {}
@@ -108,8 +105,7 @@ class Health:
                     a["raised_at"], tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None,
                     a.get("ack_note"), where.get("mountpoint"), tuple(where.get("devices") or ()))
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                log.error("open alert %s in the state database is damaged (%s: %s); it is left out",
-                          a.get("id"), type(exc).__name__, exc)
+                log.error("open alert %s in the state database is damaged (%s); it is left out", a.get("id"), exc)
 
     def open_alert_views(self) -> list:
         from iowarden.daemon.snapshot import AlertView
@@ -221,8 +217,13 @@ class Health:
             verdicts[metric] = v
             self.state.save_baseline(identity, profile, metric, self.learned_at[key], det.to_state())
         self.latest[(identity, profile)] = verdicts
-        alerting = {m: v for m, v in verdicts.items() if v.alerting}
+        # paged and re-sent only for a metric worse than its normal now, never for one back in band or better
+        alerting = {m: v for m, v in verdicts.items() if v.alerting and v.z > 0}
         akey = ("VolumeDegraded", identity, profile)
+        if akey in self.open and not any(v.z > self.params.clear_z for v in alerting.values()):
+            if any(v.alerting for v in verdicts.values()):
+                return events   # back in band: the detectors' hysteresis clears it, nothing is re-sent meanwhile
+            alerting = {}
         if alerting and akey not in self.open and not any(
                 v.changed == "raised" or v.z >= self.params.clear_z for v in alerting.values()):
             # the detectors are counting probes back in band (their hysteresis) on an alert closed by other
@@ -231,8 +232,8 @@ class Health:
         if alerting:
             severity = "critical" if any(v.severity == "critical" for v in alerting.values()) else "warning"
             # every metric past its band is said, not only those whose detector fired ("reason" says which did)
-            moved = {m: v for m, v in verdicts.items() if v.alerting or (not v.learning and v.baseline
-                                                                          and v.z > MOVED_Z)}
+            moved = {m: v for m, v in verdicts.items() if v.z > 0 and (v.alerting or (
+                not v.learning and v.baseline and v.z > MOVED_Z))}
             evidence = {"metrics": {m: {"value": v.value, "baseline": v.baseline, "z": round(v.z, 2),
                                         "reason": v.reason if v.alerting else None} for m, v in moved.items()},
                         "passive": context or {}}
