@@ -14,6 +14,7 @@ mounts cost one deadline, not ten.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import threading
 import time
@@ -162,13 +163,11 @@ class PathWatch:
                 return self._latest.get(path)
         child, _ = asking
         if wait_seconds > 0:
-            try:
-                child.wait(timeout=wait_seconds)
-            except subprocess.TimeoutExpired:
-                pass
-        if child.poll() is None:
-            return None
+            _wait_exit(child, wait_seconds)
         with self._lock:
+            # under the lock: Popen.poll answers None while another thread reaps the same child
+            if child.poll() is None:
+                return None
             if self._asking.get(path) is not asking:       # another thread read it
                 latest = self._latest.get(path)
                 return latest if latest is not None and not latest.hung else None
@@ -201,6 +200,21 @@ class PathWatch:
                 except OSError:
                     pass
         return answer
+
+
+def _wait_exit(child: subprocess.Popen, seconds: float) -> None:
+    """Until the child exits or `seconds` pass, on a pidfd: Popen.wait(timeout) sleeps in steps with
+    time.sleep, which fails under a shifted wall clock (libfaketime's clock_nanosleep: EINVAL)."""
+    try:
+        fd = os.pidfd_open(child.pid)
+    except OSError:
+        return   # gone already, or a kernel without pidfds: the caller polls
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        p.poll(max(1, int(seconds * 1000)))
+    finally:
+        os.close(fd)
 
 
 # One per process: the children a dead mount holds are bounded per path across every part that asks

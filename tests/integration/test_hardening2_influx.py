@@ -157,9 +157,10 @@ def test_a_full_spool_keeps_the_batch_in_memory_and_spools_it_when_space_returns
         os.unlink(filler)
     w.add([line("m", {"t": "a"}, {"v": 5.0}, 5.0)])
     w.flush()
-    spooled = "".join(open(p).read() for p in w.spool.segments())
-    assert spooled.count("m,t=a ") == 6, spooled                # every point, in order
-    assert [float(x.split("v=")[1].split(" ")[0]) for x in spooled.split("\n") if x] == [0, 1, 2, 3, 4, 5]
+    from iowarden.daemon.outputs.influx import decode_segment
+    spooled = [ln for p in w.spool.segments() for ln in decode_segment(open(p, "rb").read())[0]]
+    assert sum(ln.startswith("m,t=a ") for ln in spooled) == 6, spooled   # every point, in order
+    assert [float(x.split("v=")[1].split(" ")[0]) for x in spooled] == [0, 1, 2, 3, 4, 5]
 
 
 def test_sigterm_with_a_read_only_spool_still_closes_everything(shared_loop_xfs, tmp_path, daemon_factory):
