@@ -95,7 +95,7 @@ class Daemon:
         post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
         self.sampler = Sampler(roots, c.section("sampler").devices, post, c.section("sampler").exclude_devices)
         self.settings = SettingsPoller(roots, post)
-        self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post)
+        self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post, wanted=self._watched)
         self.health = Health(self.state, DetectorParams.from_config(c.section("detector")), on_event=on_event)
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, post,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
@@ -172,6 +172,12 @@ class Daemon:
     def targets(self) -> tuple[Target, ...]:
         """The configured targets and the ones [[discover]] rules found mounted."""
         return self.cfg.targets + self.discovered
+
+    def _watched(self, name: str) -> bool:
+        """The sampler's filter for a device or the disk it is a partition of (the XFS poller's devices)."""
+        dev = (self.settings.devices or {}).get(name)
+        s = self.cfg.section("sampler")
+        return any(selected(n, s.devices, s.exclude_devices) for n in (name, dev.parent if dev else None) if n)
 
     def rediscover(self, reconfigure: bool = False) -> None:
         """Match the rules against the mount table; hand the scheduler the new targets if they changed."""

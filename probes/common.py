@@ -345,7 +345,12 @@ def kill_group(proc: subprocess.Popen) -> None:
     process group (seen with fio 3.33), and would go on hammering the device for
     the rest of their runtime after their parent was killed. Descendants are
     listed before anything is killed, while they are still linked to the parent.
+
+    A process already reaped is left alone: its pid, and the group of that number, may be another process's
+    by now (pid_max is 32768 on this kind of host, and a busy one reuses pids within minutes).
     """
+    if proc.returncode is not None:
+        return
     try:
         descendants = psutil.Process(proc.pid).children(recursive=True)
     except psutil.Error:

@@ -61,7 +61,7 @@ class ProbeProcesses:
         """Kill every running probe (and what it started); how many."""
         with self._lock:
             self.stopping = True
-            procs = list(self._procs)
+            procs = [p for p in self._procs if p.poll() is None]
         for p in procs:
             kill_group(p)
         return len(procs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from types import MappingProxyType
 
@@ -24,15 +25,20 @@ def mount_of(path: str, mounts) -> str | None:
 
 
 class XfsPoller:
-    def __init__(self, roots: Roots, timeout_seconds: float, post):
+    def __init__(self, roots: Roots, timeout_seconds: float, post, wanted=lambda kernel_name: True):
+        """wanted: whether a device is one the daemon watches ([sampler] devices / exclude_devices: one filter
+        for every source); another user's filesystem is neither read nor reported."""
         self.roots = roots
         self.timeout_seconds = timeout_seconds
         self.post = post
+        self.wanted = wanted
         self._unnameable_said: set[str] = set()
 
     def step(self) -> None:
         reports = {}
         for dev, mnt in xfs.xfs_mounts(self.roots):
+            if not self.wanted(os.path.basename(os.path.realpath(dev)) if dev.startswith("/dev/") else dev):
+                continue
             if not is_utf8(mnt):   # no label, tag or key can carry it; said once per name
                 if mnt not in self._unnameable_said:
                     self._unnameable_said.add(mnt)

@@ -93,7 +93,11 @@ def test_a_hung_filesystem_costs_its_target_only(shared_loop_xfs, tmp_path):
         again = DaemonProc(tmp_path, _config(shared_loop_xfs, mnt, tmp_path / "state", port))
         daemons.append(again)
         t0 = time.monotonic()
-        again.wait_message("READY=1", timeout=60)
+        try:
+            again.wait_message("READY=1", timeout=60)
+        except AssertionError:
+            print(f"the restarted daemon ended with {again.proc.poll()}")
+            raise
         print(f"restarted to READY=1 with the filesystem hung: {time.monotonic() - t0:.1f} s")
         assert "did not answer within 5 s: its filesystem is hung" in again.output()
     finally:

@@ -109,3 +109,22 @@ def test_a_name_that_now_holds_another_device_is_no_drift(tree):
     another = pollers.watched_settings({**devices, "sdb": replace(sdb, queue=other_queue,
                                                                   identity="fs-uuid:another")}, power)
     assert pollers.settings_changes(before, another) == []
+
+
+def test_the_xfs_poller_reads_only_the_filesystems_of_watched_devices(tmp_path, monkeypatch):
+    """Landed code: the XFS poller read every XFS on the host, other users' included ([sampler] devices was
+    ignored), and a fragmentation alert went pending for filesystems nobody asked iowarden to watch."""
+    from iowarden.daemon.sources import xfs as xfs_source
+    from iowarden.probes import xfs as xfs_probe
+    from iowarden.probes.common import Roots
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "mounts").write_text(
+        "/dev/loop3 /srv/ours xfs rw 0 0\n/dev/loop9 /srv/theirs xfs rw 0 0\n/dev/vda1 / ext4 rw 0 0\n")
+    read = []
+    monkeypatch.setattr(xfs_probe, "read", lambda mnt, dev, timeout: read.append(mnt) or
+                        xfs_probe.XfsReport(mnt, dev, None, None, None, None, ()))
+    posted = []
+    poller = xfs_source.XfsPoller(Roots(proc=tmp_path / "proc"), 10.0, posted.append,
+                                  wanted=lambda name: name == "loop3")
+    poller.step()
+    assert read == ["/srv/ours"] and list(posted[0].reports_at) == ["/srv/ours"]

@@ -166,3 +166,23 @@ def test_every_tool_reader_answers_whatever_the_tool_prints(fake_tools, payload_
     assert time.monotonic() - started < 30
     # a reader keeps at most its cap of a tool's output: the peak grows by far less than 12 MB x 5 tools
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
+
+
+def test_a_reaped_process_is_never_signalled_by_its_old_pid(monkeypatch):
+    """A stop kills every probe process it tracked; one that ended and was reaped may have a pid (and a process
+    group of that number) that is another process's by now: it is left alone."""
+    import subprocess
+    from iowarden.probes import common
+    proc = subprocess.Popen(["true"], start_new_session=True)
+    proc.wait()
+    signalled = []
+    monkeypatch.setattr(common.os, "killpg", lambda pid, sig: signalled.append(pid))
+    common.kill_group(proc)
+    assert signalled == []
+    live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        common.kill_group(live)
+        assert signalled == [live.pid]
+    finally:
+        live.kill()
+        live.wait()
