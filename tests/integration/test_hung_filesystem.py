@@ -25,7 +25,9 @@ STOP_TIMEOUT_SECONDS = 20     # the unit's TimeoutStopSec
 
 
 def _config(healthy, hung_dir, state, port):
-    text = config_text(healthy.mountpoint, state, runtime=0.3, interval=2.0, port=port)
+    # probes every 2 s for the test's minute: the budget is not what it tests
+    text = config_text(healthy.mountpoint, state, runtime=0.3, interval=2.0, port=port,
+                       extra="[budget]\ndevice_time_ratio = 1.0\n")
     return text + f"""
 [[targets]]
 name = "nfs"
