@@ -13,6 +13,7 @@ mounts cost one deadline, not ten.
 """
 from __future__ import annotations
 
+import errno
 import os
 import select
 import subprocess
@@ -207,8 +208,14 @@ def _wait_exit(child: subprocess.Popen, seconds: float) -> None:
     time.sleep, which fails under a shifted wall clock (libfaketime's clock_nanosleep: EINVAL)."""
     try:
         fd = os.pidfd_open(child.pid)
-    except OSError:
-        return   # gone already, or a kernel without pidfds: the caller polls
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            return   # gone already
+        # no pidfds here (an older kernel, a seccomp filter): short waits that a shifted clock does not break
+        pause, until = threading.Event(), time.monotonic() + seconds
+        while child.poll() is None and time.monotonic() < until:
+            pause.wait(0.005)
+        return
     try:
         p = select.poll()
         p.register(fd, select.POLLIN)

@@ -111,3 +111,15 @@ def test_many_threads_asking_the_same_paths_at_once_all_get_answers(tmp_path, wa
     for t in threads:
         t.join(60)
     assert not errors and len(answers) == 120 and all(answers)
+
+
+def test_without_pidfds_the_wait_still_ends_on_the_childs_exit(tmp_path, watches, monkeypatch):
+    """A seccomp filter or an older kernel without pidfd_open: the answer is still waited for, not taken as
+    hung at once."""
+    import errno as errno_
+
+    def refused(pid):
+        raise OSError(errno_.EPERM, "Operation not permitted")
+    monkeypatch.setattr(pathstat.os, "pidfd_open", refused)
+    answer = watches().check([str(tmp_path)], timeout_seconds=5)[str(tmp_path)]
+    assert answer.ok, answer
