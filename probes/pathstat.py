@@ -126,13 +126,6 @@ class PathWatch:
                 out[p] = latest
         return out
 
-    def forget(self, keep) -> None:
-        """Drop the answers of paths no longer watched (a dropped target); a stuck child stays counted."""
-        keep = set(keep)
-        with self._lock:
-            for p in [p for p in self._latest if p not in keep]:
-                del self._latest[p]
-
     def close(self) -> None:
         """Kill every child still asking (each ends when its filesystem lets it go)."""
         with self._lock:

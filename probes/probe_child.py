@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 
 from .common import Roots, run_tool
@@ -50,9 +51,10 @@ def run_isolated(target: str, path: str, profile: ProbeProfile, limits: ProbeLim
     """fio_run.run_probe() in a child process with a deadline; never raises for the probe's failure."""
     argv = [sys.executable, "-m", "iowarden.probes.probe_child",
             request_text(target, path, profile, limits, roots, fio_binary, keep_sizes, expect_dev, owner, files_of)]
+    started_wall = time.time()
     run = run_tool(argv, timeout_seconds=timeout_seconds, on_start=on_start, die_with_parent=True,
                    max_output_bytes=ANSWER_MAX_BYTES)
-    failed = ProbeResult(target, path, None, profile.name, False, None, 0.0, run.duration_seconds)
+    failed = ProbeResult(target, path, None, profile.name, False, None, started_wall, run.duration_seconds)
     if run.cut_short:
         failed.error = (f"{path} did not finish its probe within {timeout_seconds:g} s and was left: its "
                         "filesystem may be hung" if "timed out" in (run.error or "") else run.error)
