@@ -43,9 +43,9 @@ WARMUP_UNDER_LOAD_AFTER = 3   # warm-up probes in a row run contended before the
 # (and fio processes) when disks cannot be told apart (a target whose device is not found): 1,000
 # discovered targets started 1,000 workers in one step.
 MAX_PROBE_WORKERS = 8
-# A due probe runs only on a fresh answer from its target's path (pathstat: a stat by a child, with a
-# deadline): one asked within this many seconds. A target that does not answer is a failed probe on record.
-PATH_FRESH_SECONDS = 1.0
+# A due probe's path is asked (pathstat: a stat by a child, with a deadline) at most this often while it waits,
+# and once more by its worker just before it runs. A target that does not answer is a failed probe on record.
+PATH_ASK_EVERY_SECONDS = 10.0
 
 
 @dataclass
@@ -140,9 +140,8 @@ class Scheduler:
         return device_name_for(answer.st_rdev if stat.S_ISBLK(answer.st_mode) else answer.st_dev, self.roots)
 
     def still_mounted(self, target: Target, now: bool = False) -> bool:
-        """False when a discovered target's filesystem is no longer the one at its path: by its last answer,
-        or (now: a worker, which may wait) by one asked now. A path that does not answer is a hung filesystem,
-        said as such, not a volume gone."""
+        """False when a discovered target's filesystem is no longer the one at its path, by its last answer or
+        (now: a worker, which may wait) one asked now; a path that does not answer is hung, not gone."""
         if target.found_on_dev is None:
             return True
         answer = self.paths.check([target.path])[target.path] if now else self.paths.latest(target.path)
@@ -212,8 +211,8 @@ class Scheduler:
         if not due:
             return
         sch = self.cfg.section("scheduling")
-        answers = self.paths.poll([d.target.path for d in due], PATH_FRESH_SECONDS)
-        fresh_since = self.paths.clock() - 3 * PATH_FRESH_SECONDS
+        answers = self.paths.poll([d.target.path for d in due], PATH_ASK_EVERY_SECONDS)
+        fresh_since = self.paths.clock() - 3 * PATH_ASK_EVERY_SECONDS
         by_key, candidates = {}, []
         stretch = self._fit()
         for d in due:
@@ -221,7 +220,8 @@ class Scheduler:
             if answer is None or answer.at < fresh_since:
                 continue   # asked: it runs at a later step, on a fresh answer
             if answer.hung:
-                self._hung(d, answer, now)
+                d.next_at = now + self._interval(d)   # once an interval: nothing is started on it
+                self._hung(d, answer, ())
                 continue
             disks = self.physical_disks(d.target)
             by_key[(d.target.name, d.profile)] = (d, disks)
@@ -258,16 +258,14 @@ class Scheduler:
                 self.skip(dec.target, dec.reason)
                 fit.log_hold(dec, disks, load)
 
-    def _hung(self, d: Due, answer, now: float) -> None:
-        """A target whose path does not answer: a failed probe on record that says so (ProbeFailing pages after
-        two), once an interval; nothing is started on it, and no other target waits for it."""
-        d.next_at = now + self._interval(d)
+    def _hung(self, d: Due, answer, disks) -> None:
+        """A target whose path does not answer: a failed probe on record that says so (ProbeFailing after two)."""
         self.skip(d.target.name, "hung")
         error = answer.hung_text(pathstat.HUNG_AFTER_SECONDS)
         log.error("probe %s/%s not run: %s", d.target.name, d.profile, error,
                   extra={"TARGET": d.target.name, "PROBE": d.profile, "REPEATS": True})
         self.post(ProbeFinished(ProbeResult(d.target.name, d.target.path, None, d.profile, False, error,
-                                            time.time(), 0.0), (), False))
+                                            time.time(), 0.0), tuple(disks), False))
 
     def _interval(self, d: Due, stretch: float = 1.0) -> float:
         """Its next probe's interval: the warm-up's while it learns, else its own, stretched to fit the budget."""
@@ -275,8 +273,7 @@ class Scheduler:
             return min(d.target.interval_seconds, self.cfg.section("scheduling").warmup_interval_seconds)
         return d.target.interval_seconds * stretch
 
-    def _fit(self) -> dict[str, float]:
-        """Each disk's stretch of its routine intervals (fit.py)."""
+    def _fit(self) -> dict[str, float]:   # each disk's stretch of its routine intervals (fit.py)
         per_disk: dict[str, list] = {}
         for d in self.due:
             if d.profile in self.cfg.profiles and not self.warming_up(d.target.name, d.profile):
@@ -306,10 +303,13 @@ class Scheduler:
             profile = cfg.profiles[d.profile]
             sizes = {min(cfg.profiles[p].effective_size_bytes(), cfg.limits.max_size_bytes)
                      for p in d.target.profiles if p in cfg.profiles}
-            mounted = self.still_mounted(d.target, now=True)   # asked again: the scheduler's answer is a second old
+            answer = self.paths.check([d.target.path])[d.target.path]   # afresh: the scheduler's may be 10 s old
+            if answer.hung:
+                self._hung(d, answer, disks)
+                return
             device = self.device_of(d.target)
             refusal = self.pin_check(d.target, device)
-            if not mounted:
+            if not self.still_mounted(d.target):   # by that answer
                 self.skip(d.target.name, "unmounted")
                 return
             if refusal:
