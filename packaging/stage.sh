@@ -20,7 +20,13 @@ venv=$dest$final
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
 "$python" -m venv "$venv"
-"$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check "$src"
+# pip builds in the tree it is given (build/, *.egg-info): it gets a copy of what the package is made of, so two
+# builds at once (the test suite's lab and packaging tests) and the developer's own tree never share a build
+pkgsrc=$(mktemp -d)
+trap 'rm -rf "$pkgsrc"' EXIT
+cp -a "$src/pyproject.toml" "$src/README.md" "$src/daemon" "$src/probes" "$pkgsrc/"
+find "$pkgsrc" -name __pycache__ -prune -exec rm -rf {} +
+"$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check "$pkgsrc"
 # Installed in isolation (so what the package holds never depends on the build machine's python3-*
 # packages), then allowed to see the system's site-packages after its own: the distro's
 # python3-matplotlib (suggested) draws `iowarden characterize`'s plots.

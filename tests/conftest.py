@@ -201,7 +201,33 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "alone: run after everything else, the lane included, when nothing else runs")
 
 
+def _parallel() -> bool:
+    """This process is one of pytest-xdist's workers (scripts/test.sh runs the suite on several)."""
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
 def pytest_collection_modifyitems(session, config, items):
+    if _parallel():
+        # Workers take work in this order, each test on its own except the lab's, which share one guest (one
+        # worker runs them all, its package fixture booting the guest once). The longest first: the lanes
+        # (half an hour of mostly waiting, each run inline by a worker of its own), then the lab, then the
+        # integration tests, the unit tests last to fill the gaps.
+        # The tracer's tests take turns too: the tracer pauses when the whole host's I/O rate would cost it more
+        # than its CPU budget, and one of them drives a busy disk to show that it does not.
+        for item in items:
+            if item.nodeid.startswith("tests/lab/"):
+                item.add_marker(pytest.mark.xdist_group("lab"))
+            elif item.nodeid.startswith(("tests/integration/test_tracer.py", "tests/integration/test_tracer_maps.py")):
+                item.add_marker(pytest.mark.xdist_group("tracer"))
+        order = {"lab": 1, "tracer": 2, "integration": 3}
+
+        def rank(item) -> int:
+            if item.get_closest_marker("lane"):
+                return 0
+            group = item.get_closest_marker("xdist_group")
+            return order.get(group.args[0] if group else item.nodeid.split("/")[1], 4)
+        items.sort(key=rank)
+        return
     # the lane's tests last: by then their scenarios have had the whole run to go by; after them the tests
     # that must run alone (a storm of a thousand hotplugs would be every running daemon's to read)
     items.sort(key=lambda item: 2 if item.get_closest_marker("alone") else 1 if item.get_closest_marker("lane") else 0)
@@ -210,7 +236,7 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_collection_finish(session):
     scenarios = [item.get_closest_marker("lane").args[0] for item in session.items
                  if item.get_closest_marker("lane") is not None]
-    if scenarios and not session.config.option.collectonly:
+    if scenarios and not session.config.option.collectonly and not _parallel():
         from tests.integration.lane import Lane
         lane = Lane(scenarios)
         lane.start()
@@ -222,20 +248,71 @@ def pytest_sessionfinish(session, exitstatus):
         lane.stop()   # a scenario still running is cancelled: it removes its devices on the way out
 
 
-_PHASE: list[str] = []
+def _phase(nodeid: str, lane: bool = False) -> str:
+    parts = nodeid.split("/")
+    return "lane" if lane else parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+
+
+class Timeline:
+    """When each phase (unit, integration, lab, the lanes) ran and on which worker: a line as a phase begins, and
+    at the end each phase's span and test time, and what each worker ran beside the others."""
+
+    def __init__(self):
+        self.began = time.monotonic()
+        self.phases: dict[str, list[float]] = {}   # phase -> [first start, last end, seconds of tests, tests]
+        self.started: dict[str, float] = {}
+        self.long: list[tuple[str, str, float, float]] = []   # (worker, nodeid, start, end) of tests over 60 s
+        self.lane_reports: list[str] = []
+
+    def start(self, reporter, nodeid: str) -> None:
+        now = time.monotonic() - self.began
+        self.started[nodeid] = now
+        phase = _phase(nodeid, nodeid.endswith(_LANE_TESTS))
+        if phase not in self.phases:
+            self.phases[phase] = [now, now, 0.0, 0]
+            if reporter is not None:
+                reporter.ensure_newline()
+                reporter.write_line(f"== phase: {phase} (run {RUN_ID}), from {time.strftime('%H:%M:%S')}")
+
+    def end(self, report) -> None:
+        if report.when == "call" and report.nodeid.endswith(_LANE_TESTS) and not _LANE:
+            # a worker ran the scenario: its report (the figures it shows) is in the test's output
+            self.lane_reports.append(f"== lane: {report.nodeid.split('::')[-1]}: {report.outcome}")
+            self.lane_reports += report.capstdout.splitlines()
+        if report.when != "teardown" or report.nodeid not in self.started:
+            return
+        t0, now = self.started.pop(report.nodeid), time.monotonic() - self.began
+        phase = _phase(report.nodeid, report.nodeid.endswith(_LANE_TESTS))
+        span = self.phases.setdefault(phase, [t0, now, 0.0, 0])
+        span[1], span[2], span[3] = max(span[1], now), span[2] + now - t0, span[3] + 1
+        if now - t0 > 60:
+            self.long.append((getattr(getattr(report, "node", None), "gateway", None) and report.node.gateway.id
+                              or "main", report.nodeid, t0, now))
+
+    def lines(self) -> list[str]:
+        out = [f"== phases (wall {time.monotonic() - self.began:.0f} s since the first test):"]
+        for phase, (t0, t1, busy, n) in sorted(self.phases.items(), key=lambda kv: kv[1][0]):
+            out.append(f"   {phase:<12} {n:4d} tests, from {t0:5.0f} s to {t1:5.0f} s, {busy:6.0f} s of tests")
+        if self.long:
+            out.append("== tests over a minute, by worker (what ran beside what):")
+            for worker, nodeid, t0, t1 in sorted(self.long):
+                out.append(f"   {worker:<5} {t0:5.0f}-{t1:5.0f} s  {nodeid.split('::')[-1][:90]}")
+        return out
+
+
+# the lanes' tests, by their module (their phase is "lane" wherever they run)
+_LANE_TESTS = ("test_first_half_hour.py::test_a_new_volume_is_armed_in_minutes_and_pages_by_minute_30",
+               "test_week_on_call.py::test_a_week_on_call_pages_once_for_the_fault_and_never_for_the_work")
+_TIMELINE = Timeline()
 
 
 def pytest_runtest_logstart(nodeid, location):
-    """A line as each phase begins (unit, integration, lab): where a long run is, and since when."""
-    parts = nodeid.split("/")
-    phase = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
-    if _PHASE and _PHASE[-1] == phase:
-        return
-    _PHASE.append(phase)
     reporter = _CONFIG[0].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
-    if reporter is not None:
-        reporter.ensure_newline()
-        reporter.write_line(f"== phase: {phase} (run {RUN_ID}), from {time.strftime('%H:%M:%S')}")
+    _TIMELINE.start(reporter, nodeid)
+
+
+def pytest_runtest_logreport(report):
+    _TIMELINE.end(report)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -243,10 +320,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for lane in _LANE:
         for line in lane.reports():
             terminalreporter.write_line(line)
+    for line in _TIMELINE.lane_reports + _TIMELINE.lines():
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture
-def lane():
+def lane(request):
+    marker = request.node.get_closest_marker("lane")
+    if marker is None:
+        pytest.fail("the lane fixture is for tests marked @pytest.mark.lane.with_args(scenario)")
+    if _parallel():
+        # a worker of its own runs the scenario now; the others take the rest of the suite meanwhile
+        from tests.integration.lane import Lane
+        own = Lane([marker.args[0]])
+        own.start()
+        yield own
+        own.stop()
+        return
     if not _LANE:
-        pytest.fail("the lane did not start (is the test marked @pytest.mark.lane.with_args(scenario)?)")
-    return _LANE[0]
+        pytest.fail("the lane did not start")
+    yield _LANE[0]

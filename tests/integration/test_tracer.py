@@ -209,11 +209,13 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
     assert not os.path.exists(f"/proc/{tracers[0]}"), "the tracer's loader outlived the daemon"
 
 
-def test_a_daemon_keeps_its_tracer_up_beside_60000_iops_elsewhere_and_exports_its_volumes_stages(
+def test_a_daemon_keeps_its_tracer_up_beside_a_busy_disk_elsewhere_and_exports_its_volumes_stages(
         stacked, tmp_path, daemon_factory, engine="compiled"):
-    """Issue 37: the tracer paused on any busy host (its budget assumed 1,800 ns per request). fio reads a loop
-    device over /dev/shm, not the daemon's, at up to 120,000 IOPS throughout; the daemon, with the default CPU budget,
-    keeps its compiled tracer up and its volume's stage histograms appear within two windows of its start."""
+    """The tracer paused on any busy host when its budget assumed 1,800 ns per request. fio reads a loop device over
+    /dev/shm, not the daemon's, as fast as it can up to 120,000 IOPS throughout (what it reaches depends on what else
+    the machine runs: 25,000-110,000 here); the test needs only a rate at which a tracer priced at 1,800 ns a request
+    would pause under the default CPU budget. The daemon keeps its compiled tracer up, its volume's stage histograms
+    appear within two windows of its start, and the program's measured cost at the rate reached is inside the budget."""
     _, outer = stacked
     work = tempfile.mkdtemp(dir="/dev/shm", prefix="iowarden-test-hot-")
     with ExitStack() as stack:
@@ -251,13 +253,18 @@ def test_a_daemon_keeps_its_tracer_up_beside_60000_iops_elsewhere_and_exports_it
         assert "iowarden_tracer_up 1.0" in text
         host_iops = (_reads(hot) - reads_before) / (time.monotonic() - started)
         print(f"{os.path.basename(hot)}: {host_iops:,.0f} reads/s throughout")
-        assert fio.poll() is None and host_iops > 60_000   # the load ran throughout, at the rate it says
+        # the load ran throughout, at a rate that would have paused a tracer priced at 1,800 ns a request
+        assert fio.poll() is None and host_iops * OLD_ASSUMED_COST_PER_IO_SECONDS > default_cores, host_iops
         # the budget is judged on the program's cost as the kernel measured it under this load (bpf_stats)
         cost = re.search(r'iowarden_tracer_cost_per_io_seconds\{engine="compiled",source="measured"\} (\S+)', text)
         assert cost, [x for x in text.splitlines() if "tracer_cost" in x]
         print(f"measured: {float(cost.group(1)) * 1e9:.0f} ns per request, "
               f"{host_iops * float(cost.group(1)):.4f} of a core at this rate")
         assert host_iops * float(cost.group(1)) < default_cores
+
+
+# what the tracer's budget once assumed every request cost; the load must be one that price would have paused at
+OLD_ASSUMED_COST_PER_IO_SECONDS = 1800e-9
 
 
 def _reads(device: str) -> int:
