@@ -206,6 +206,7 @@ def _parallel() -> bool:
     return "PYTEST_XDIST_WORKER" in os.environ
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's own, which reads the groups marked here into the test's id
 def pytest_collection_modifyitems(session, config, items):
     if _parallel():
         # Workers take work in this order, each test on its own except the lab's, which share one guest (one
