@@ -201,6 +201,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "alone: run after everything else, the lane included, when nothing else runs")
 
 
+def _loadgroup(config) -> bool:
+    return bool(getattr(config.option, "loadgroup", False))
+
+
 def _parallel() -> bool:
     """This process is one of pytest-xdist's workers (scripts/test.sh runs the suite on several)."""
     return "PYTEST_XDIST_WORKER" in os.environ
@@ -235,6 +239,11 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
+    if _parallel() and _loadgroup(session.config):
+        ungrouped = [i.nodeid for i in session.items if i.nodeid.startswith("tests/lab/") and not i.nodeid.endswith("@lab")]
+        if ungrouped:   # each worker would boot a guest of its own: say so rather than run the lab twice
+            raise pytest.UsageError(f"pytest-xdist did not group the lab's tests on one worker ({ungrouped[0]}): "
+                                    "pytest 9.2 and later ignore its groups (pyproject.toml pins pytest below it)")
     scenarios = [item.get_closest_marker("lane").args[0] for item in session.items
                  if item.get_closest_marker("lane") is not None]
     if scenarios and not session.config.option.collectonly and not _parallel():
