@@ -2,9 +2,9 @@
 
 - `iowarden_alert_active` (1 per open alert): what the rules fire on. Its labels are the alert's identity
   and never change while it is open: Prometheus and Alertmanager take a changed label for a new alert, so
-  a grade that moves between warning and critical would end one page and start another.
+  its severity is the alert kind's one (daemon/alert_kinds.py), never a grade that moves with the figures.
 - `iowarden_alert_info` (1 per open alert): the sentence, as labels (where, what moved with its numbers,
-  the likely cause and the others, the daemon's grade, the runbook). The rules' annotations *query* it
+  the likely cause and the others, the runbook). The rules' annotations *query* it
   (`query` in the annotation template) instead of joining it into the alert with `group_left`: joined,
   its labels would become the alert's own, and every new figure would be a new alert. Queried, the page
   carries the figures of the last evaluation and the alert stays one episode. Each value is cut at
@@ -21,7 +21,7 @@ from iowarden.daemon.verdicts.sentence import alert_text, cut
 
 DEFAULT_RUNBOOK_URL = "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md"
 ALERT_LABELS = ["alert", "severity", "volume", "target", "device", "profile"]
-INFO_LABELS = ["alert", "volume", "target", "device", "profile", "mountpoint", "grade", "where", "what", "cause",
+INFO_LABELS = ["alert", "volume", "target", "device", "profile", "mountpoint", "where", "what", "cause",
                "more_causes", "runbook_url", "alert_id"]
 
 
@@ -63,7 +63,7 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
         metrics = {m: {"value": now, "baseline": normal} for m, now, normal in a.moved}
         text = alert_text(a.alert, target or None, mount or None, (device,) if device else (), a.volume, a.profile,
                           metrics, a.causes)
-        info.add_metric([a.alert, a.volume, target, device, a.profile, cut(mount), a.severity, text.where, text.what,
+        info.add_metric([a.alert, a.volume, target, device, a.profile, cut(mount), text.where, text.what,
                          text.cause, text.more_causes, f"{runbook_url}#{text.runbook_anchor}", str(a.id)], 1)
         if a.acked_by is not None:
             acked.add_metric([a.alert, a.volume, a.profile, cut(a.acked_by, 64), cut(a.ack_note or "", 200)], 1)

@@ -34,6 +34,7 @@ import math
 import statistics
 from collections import deque
 
+from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
 from iowarden.daemon.passive.tail import TailEvidence
@@ -297,13 +298,9 @@ class PassiveDetector(GroupRules):
 
     # -- transitions and views ----------------------------------------------------------------
     def _raise(self, device, d, kind, ev, summary) -> Transition:
-        ratio = ev.get("ratio", 0)
-        # a tail out of line with the mean in line is an early sign, not yet a slow drive: a warning
-        severity = "critical" if kind != "saturation" and ev.get("rule") != "tail" and ratio >= self.p.severe_ratio \
-            else "warning"
         ev = {**ev, "summary": summary}
         d.flagged[kind] = ev
-        return Transition(kind, device, "raised", severity, summary, dict(ev))
+        return Transition(kind, device, "raised", severity_of(ALERT_OF_KIND[kind]), summary, dict(ev))
 
     def _clear(self, device, d, kind, why) -> Transition:
         ev = d.flagged.pop(kind)

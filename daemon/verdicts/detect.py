@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 
 from iowarden.probes.vocabulary import HIGHER_IS_WORSE, LOWER_IS_WORSE
 
+from iowarden.daemon.alert_kinds import severity_of
+
 MAD_TO_SIGMA = 1.4826
 
 
@@ -298,11 +300,10 @@ def replay(values: list[tuple[float, float]], metric: str, params: DetectorParam
     for ts, v in values:
         verdict = det.update(v)
         if verdict.changed == "raised":
-            open_iv = {"start": ts, "end": None, "severity": verdict.severity}
+            # what the daemon would have raised: VolumeDegraded, with its one severity
+            open_iv = {"start": ts, "end": None, "severity": severity_of("VolumeDegraded")}
             intervals.append(open_iv)
         elif open_iv is not None:
-            if verdict.severity == "critical":
-                open_iv["severity"] = "critical"
             if verdict.changed in ("cleared", "accepted"):
                 open_iv["end"] = ts
                 open_iv = None

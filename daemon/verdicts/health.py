@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from iowarden.probes.vocabulary import BASELINED_LATENCIES, DIRECTIONS
 
+from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.snapshot import NOT_PROBE_PROFILES, PASSIVE_PROFILE
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.verdicts.pins import pin_refusal, stable_identity
@@ -101,7 +102,7 @@ class Health:
             try:
                 where = a["evidence"].get("where") or {}
                 self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
-                    a["id"], a["alert"], a["severity"], dict(a["evidence"].get("metrics", {})), a["target"],
+                    a["id"], a["alert"], severity_of(a["alert"]), dict(a["evidence"].get("metrics", {})), a["target"],
                     a["raised_at"], tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None,
                     a.get("ack_note"), where.get("mountpoint"), tuple(where.get("devices") or ()))
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -188,7 +189,7 @@ class Health:
             akey = ("ProbeFailing",) + fkey
             if self.failures[fkey] >= FAILURES_BEFORE_ALERT and akey not in self.open:
                 evidence = {"error": record["error"], "consecutive_failures": self.failures[fkey]}
-                self._raise(akey, target, None, "warning", evidence, [record["error"] or "unknown error"])
+                self._raise(akey, target, None, evidence, [record["error"] or "unknown error"])
                 events.append("ProbeFailing raised")
             return events
         self.failures[fkey] = 0
@@ -230,7 +231,6 @@ class Health:
             # evidence (the busy device delivering its normal): a probe at its baseline is not a new page
             alerting = {}
         if alerting:
-            severity = "critical" if any(v.severity == "critical" for v in alerting.values()) else "warning"
             # every metric past its band is said, not only those whose detector fired ("reason" says which did)
             moved = {m: v for m, v in verdicts.items() if v.z > 0 and (v.alerting or (
                 not v.learning and v.baseline and v.z > MOVED_Z))}
@@ -239,14 +239,14 @@ class Health:
                         "passive": context or {}}
             if akey not in self.open:
                 causes = causes_fn(self.baseline_since(identity, profile))
-                self._raise(akey, target, ",".join(sorted(alerting)), severity, evidence, causes)
+                self._raise(akey, target, ",".join(sorted(alerting)), evidence, causes)
                 events.append("VolumeDegraded raised")
             else:
                 # the figures and the causes of now: a limit or a neighbour seen since the raise is named too
                 a = self.open[akey]
-                a.severity, a.metrics = severity, evidence["metrics"]
+                a.metrics = evidence["metrics"]
                 a.causes = tuple(causes_fn(self.baseline_since(identity, profile)))
-                self._update(a, severity, evidence, list(a.causes))
+                self._update(a, evidence, list(a.causes))
         elif akey in self.open:
             if "delivered_iops" in self.open[akey].metrics:
                 # raised on a busy device's total: one quiet probe at its baseline is not yet the volume back. A
@@ -298,8 +298,7 @@ class Health:
             evidence = {"metrics": {"delivered_iops": {"value": round(delivered_iops, 1),
                                                        "baseline": round(normal_iops, 1), "reason": "contended"}},
                         "passive": context}
-            severity = "critical" if delivered_iops * 10 < normal_iops else "warning"
-            self._raise(akey, target, "delivered_iops", severity, evidence, [finding] + causes_fn(
+            self._raise(akey, target, "delivered_iops", evidence, [finding] + causes_fn(
                 self.baseline_since(identity, profile)))
             return ["VolumeDegraded raised"]
         a = self.open.get(akey)
@@ -327,11 +326,11 @@ class Health:
         akey = (t.alert, t.device, PASSIVE_PROFILE)
         evidence = {"kind": t.kind, "device": device, **t.evidence}
         if t.state == "raised" and akey not in self.open:
-            self._raise(akey, device, None, t.severity, evidence, [t.summary, *more_causes])
+            self._raise(akey, device, None, evidence, [t.summary, *more_causes])
             return f"{t.alert} raised"
         if t.state == "updated" and akey in self.open:
             a = self.open[akey]
-            self._update(a, a.severity, evidence)
+            self._update(a, evidence)
             log.warning("%s %s: %s", t.alert, device, t.summary, extra={"ALERT": t.alert, "DEVICE": device})
             return None
         if t.state == "cleared" and akey in self.open:
@@ -354,8 +353,9 @@ class Health:
             if ("ProbeFailing",) + fkey in self.open:
                 self._close(("ProbeFailing",) + fkey, why)
 
-    def _raise(self, akey, target, metric, severity, evidence, causes) -> None:
+    def _raise(self, akey, target, metric, evidence, causes) -> None:
         alert, identity, profile = akey
+        severity = severity_of(alert)
         passive = profile == PASSIVE_PROFILE
         mount, devices = self.place_of(target, passive)
         evidence = {**evidence, "where": {"mountpoint": mount, "devices": list(devices)}}
@@ -371,9 +371,9 @@ class Health:
                   extra={"ALERT": alert, "TARGET": target, "PROBE": profile, "VOLUME": identity,
                          "SEVERITY": severity})
 
-    def _update(self, a: OpenAlert, severity: str, evidence: dict, causes: list | None = None) -> None:
+    def _update(self, a: OpenAlert, evidence: dict, causes: list | None = None) -> None:
         """New figures for an open alert; where it was raised stays part of its record (the sentence's place)."""
-        self.state.update_alert(a.id, severity, {**evidence, "where": {"mountpoint": a.mountpoint,
+        self.state.update_alert(a.id, a.severity, {**evidence, "where": {"mountpoint": a.mountpoint,
                                                                       "devices": list(a.devices)}}, causes)
 
     def _close(self, akey, why: str) -> None:

@@ -6,11 +6,14 @@ state database is a file of the test's own).
   normal 59,271 (1.9x higher)" for a volume faster than its normal, and raised a new critical alert whose
   figures were all better).
 - An alert whose volume is back is closed once its detectors have seen enough probes back in band.
+- Every alert says its kind's one severity (daemon/alert_kinds.py), raised or re-sent, however far its volume
+  moved: the rules page on the same one, and a severity that moved would end one page and start another.
 """
 import random
 
 from hypothesis import given, settings, strategies as st
 
+from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.core.state import State
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
@@ -37,14 +40,20 @@ class Recorder:
 
     def __init__(self, state):
         self.sent = []
+        self.severities = []   # (alert or its id, severity) of every raise and re-send
         opened, updated = state.open_alert, state.update_alert
+        kinds = {}
 
         def open_alert(alert, identity, target, profile, metric, severity, evidence, causes):
             self.sent.append(("raise", alert, evidence))
-            return opened(alert, identity, target, profile, metric, severity, evidence, causes)
+            self.severities.append((alert, severity))
+            aid = opened(alert, identity, target, profile, metric, severity, evidence, causes)
+            kinds[aid] = alert
+            return aid
 
         def update_alert(alert_id, severity, evidence, causes=None):
             self.sent.append(("update", None, evidence))
+            self.severities.append((kinds[alert_id], severity))
             return updated(alert_id, severity, evidence, causes)
         state.open_alert, state.update_alert = open_alert, update_alert
 
@@ -96,4 +105,27 @@ def test_a_fault_that_ends_is_cleared_within_its_hysteresis(tmp_path_factory, fa
         i += 1
     assert ("VolumeDegraded", "vol", "rr") not in h.open, (fault, length, after, raised)
     assert not [s for s in rec.sent[sent_before:] if s[0] == "update"]
+    state.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(segments=st.lists(st.tuples(st.sampled_from([1.0, 0.25, 0.5, 0.02, 0.7, 2.0, None]), st.integers(1, 10)),
+                         min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
+def test_every_alert_says_its_kinds_one_severity_however_far_it_moved(tmp_path_factory, segments, seed):
+    """Histories of probes at 2 % to 200 % of normal and failing probes (None): each raise and re-send of
+    VolumeDegraded and ProbeFailing carries the severity of its kind, and so does every open alert's view."""
+    rng = random.Random(seed)
+    state = State(str(tmp_path_factory.mktemp("sev") / "s.db"))
+    rec = Recorder(state)
+    h = Health(state, DetectorParams(warmup_probes=WARMUP))
+    i = 0
+    for factor, length in [(1.0, WARMUP + 4)] + segments:
+        for _ in range(length):
+            record = _probe(i, factor or 1.0, rng)
+            if factor is None:
+                record = {**record, "ok": False, "error": "fio exited 1"}
+            h.on_result(record, "vol", lambda since: ["a cause"])
+            i += 1
+    assert all(severity == severity_of(alert) for alert, severity in rec.severities), rec.severities
+    assert all(a.severity == severity_of(a.alert) for a in h.open_alert_views())
     state.close()

@@ -1,0 +1,21 @@
+"""The alerts iowarden raises, each with its one severity.
+
+The journal, /metrics (`iowarden_alert_active{severity}`), InfluxDB, `iowarden status`, `replay` and the shipped
+Prometheus rules all say this one (tests/unit/test_alert_kinds.py holds the rules file to it). It is fixed per
+kind, never graded by how far a figure moved: Alertmanager routes on it, and a severity that changed while a
+fault lasted would end one alert and start another; how bad it is, the page's numbers say.
+"""
+from __future__ import annotations
+
+SEVERITY = {
+    "VolumeDegraded": "critical",   # a volume's own probes far from its learned normal
+    "DeviceSlow": "critical",       # a device slower than its own normal at the load it carries
+    "SlowMember": "warning",        # one member slower than its peers over hours: replace it before it fails
+    "VolumeAtLimit": "warning",     # a volume held at a ceiling (a cgroup limit, a provisioned or burst rate)
+    "ProbeFailing": "warning",      # the probes of a target fail: iowarden cannot judge it
+}
+
+
+def severity_of(alert: str) -> str:
+    """The severity every output gives this alert (KeyError for a name iowarden does not raise)."""
+    return SEVERITY[alert]
