@@ -37,6 +37,13 @@ class ProbeStarted:
 
 
 @dataclass(frozen=True)
+class IntervalsFitted:
+    """The interval each probe runs at now: its own, the warm-up's, or stretched to fit its disks' budget
+    (probing/fit.py). Posted when one changes; /metrics says it, and the ProbeStale rule allows for it."""
+    intervals: MappingProxyType          # (target, profile) -> seconds
+
+
+@dataclass(frozen=True)
 class DisksSampled:
     """The sampler's 1 Hz reading: raw counters, iostat -x rates of the sampled devices, PSI."""
     sample: object                       # diskstats.DiskSample

@@ -45,7 +45,8 @@ from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry, down_switch
 from iowarden.daemon.service import notify
 from iowarden.daemon.sources.sampler import Sampler, selected
-from iowarden.daemon.probing.scheduler import PROBE_PART, Scheduler, suspected_fault
+from iowarden.daemon.probing.scheduler import PROBE_PART, Scheduler
+from iowarden.daemon.probing.suspicion import suspected_fault
 from iowarden.daemon.core import statedir
 from iowarden.daemon.core.opening import (EXIT_CONFIG, STATE_RETRY_SECONDS, StartRefused, StopRequested, open_state_waiting,
                                           own_state_dir)

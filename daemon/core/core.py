@@ -25,8 +25,8 @@ from types import MappingProxyType
 from typing import Callable
 
 from iowarden.daemon.core import knowledge, retention
-from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, PassiveJudged, ProbeFinished,
-                                         ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
+from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, IntervalsFitted, PassiveJudged,
+                                   ProbeFinished, ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.snapshot import Snapshot
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
@@ -164,7 +164,8 @@ class Core:
             devices=k.devices, power=k.power, drift_total=dict(k.drift_total),
             drift_last_at=dict(k.drift_last_at), xfs=k.xfs_at,
             budget=self.readers.budget(), parts=self.readers.parts(), io_pressure=k.io_pressure,
-            probe_intervals={(t.name, p): t.interval_seconds for t in k.targets for p in t.profiles},
+            probe_intervals={(t.name, p): k.fitted_intervals.get((t.name, p), t.interval_seconds)
+                             for t in k.targets for p in t.profiles},
             discovery_over_limit=k.discovery_over_limit,
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
             sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)),
@@ -179,6 +180,9 @@ class Core:
         self.known.probing_disks.pop((e.result.target, e.result.profile), None)
         if device:
             self.known.probe_ended_at[device] = self.clock()
+
+    def _on_intervals(self, e: IntervalsFitted) -> None:
+        self.known.fitted_intervals = e.intervals
 
     def _on_probe_started(self, e: ProbeStarted) -> None:
         self.known.probe_started(e.target, e.profile, e.device, e.disks)
@@ -272,4 +276,5 @@ HANDLERS = {
     ProbeFinished: Core._on_probe, ProbeStarted: Core._on_probe_started, DisksSampled: Core._on_sample, DevicesRead: Core._on_devices,
     SettingsRead: Core._on_settings, XfsRead: Core._on_xfs, PassiveJudged: Core._on_passive,
     SourceRead: Core._on_source, TargetsChanged: Core._on_targets, Housekeeping: Core._on_housekeeping,
+    IntervalsFitted: Core._on_intervals,
 }

@@ -53,6 +53,7 @@ class Knowledge:
     last_result: object | None = None
     targets: tuple = ()
     discovery_over_limit: int = 0
+    fitted_intervals: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))   # IntervalsFitted
     devices: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     devices_read_at: float = float("-inf")
     power: object | None = None

@@ -56,6 +56,7 @@ class Fit:
 
     def __init__(self, history=()):
         self._cost: dict[tuple[str, str], float] = {}
+        self.intervals: dict[tuple[str, str], float] = {}   # (target, profile) -> the interval last posted
         for r in history:   # stored results, oldest first: the costs a restart starts from
             if r.get("ok") and r.get("duration_seconds"):
                 self.observe(r["target"], r["profile"], r["duration_seconds"])

@@ -26,12 +26,12 @@ from iowarden.probes.fio_run import ProbeResult, device_name_for
 from iowarden.probes.probe_child import run_isolated
 
 from iowarden.daemon.config import Config, Target
-from iowarden.daemon.events import ProbeFinished, ProbeStarted
+from iowarden.daemon.events import IntervalsFitted, ProbeFinished, ProbeStarted, frozen_map
 from iowarden.daemon.probing import fit
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan
 from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
-from iowarden.daemon.probing.suspicion import BY_PASSIVE, BY_PROBE, suspected_fault  # noqa: F401 - importable here as before
+from iowarden.daemon.probing.suspicion import BY_PROBE
 from iowarden.daemon.registry import fault_switch
 
 log = logging.getLogger("iowarden")
@@ -43,8 +43,8 @@ WARMUP_UNDER_LOAD_AFTER = 3   # warm-up probes in a row run contended before the
 # (and fio processes) when disks cannot be told apart (a target whose device is not found): 1,000
 # discovered targets started 1,000 workers in one step.
 MAX_PROBE_WORKERS = 8
-# A due probe's path is asked (pathstat: a stat by a child, with a deadline) at most this often while it waits,
-# and once more by its worker just before it runs. A target that does not answer is a failed probe on record.
+# A due probe's path is asked (pathstat: a stat by a child, with a deadline) at most this often while it waits, and
+# once more by its worker just before it runs; a target that does not answer is a failed probe on record
 PATH_ASK_EVERY_SECONDS = 10.0
 
 
@@ -65,45 +65,43 @@ class Scheduler:
         self.roots = roots
         # every touch of a target's path: by a child with a deadline, never on this thread (pathstat)
         self.paths = paths or pathstat.WATCH
-        # spawn(part, deadline_seconds, fn, *args) -> Thread: a probe worker as a task of a supervised part
-        # (Registry.run_task: counted, a crash said, a hung one stuck for the watchdog); a bare thread in tests
+        # spawn(part, deadline_seconds, fn, *args) -> Thread: a probe worker as a supervised part's task (Registry.run_task:
+        # counted, a crash said, a hung one stuck for the watchdog); a bare thread in tests
         self.spawn = spawn or _bare_thread
         self.clock = clock
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
         self.owner = os.path.realpath(cfg.section("daemon").state_dir)
         self.sampler = sampler
-        self.post = post                  # a ProbeFinished event to the core
+        self.post = post                  # its events (ProbeStarted, ProbeFinished, IntervalsFitted) to the core
         self.pin_check = pin_check or (lambda target, device: None)
         # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
         self.suspected = suspected or (lambda target, profile: None)
-        # the block devices as last read (the settings poller's view, kept current by hotplug):
-        # a probe waiting for a busy disk must not re-read all of sysfs every second
+        # the block devices as last read (the settings poller's view, kept current by hotplug): a probe waiting
+        # for a busy disk must not re-read all of sysfs every second
         self.devices = devices or (lambda: blockqueue.read_sysfs_and_superblocks(roots))
         self.rng = rng or random.Random()
         self.skipped_total: collections.Counter = collections.Counter()
         self._busy_disks: set[str] = set()
         self.processes = ProbeProcesses()
         self._last_probe_end = -1e9
-        # target -> its physical disks when last looked at; replaced whole, never changed in place, so a
-        # snapshot's copy (budget_view) never iterates a dict being written
+        # target -> its physical disks when last looked at; replaced whole, never in place (budget_view copies it)
         self._disks_of: MappingProxyType = MappingProxyType({})
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
-        # held by step() and configure() for their whole run: a reload or a discovery (other threads)
-        # replaces cfg and due while step reads them, and step's changes to the Due it holds would be lost
+        # held by step() and configure() for their whole run: a reload or a discovery (other threads) replaces
+        # cfg and due while step reads them, and step's changes to the Due it holds would be lost
         self._plan_lock = threading.RLock()
         b = cfg.section("budget")
         self.budget = Budget(b.device_time_ratio, b.window_seconds, b.write_bytes_per_day, clock=clock)
         if history:  # what was spent before a restart still counts
             self.budget.replay(history, self.devices(), cfg.section("detector").warmup_probes)
-        # (target, profile) -> measured probes so far (ok, uncontended: what a baseline learns from), this run's
-        # and the stored ones: fewer than [detector] warmup_probes is a volume still learning its normal
+        # (target, profile) -> measured probes so far (ok, uncontended: what a baseline learns from), this run's and
+        # the stored ones: fewer than [detector] warmup_probes is a volume still learning its normal
         self.learned: collections.Counter = collections.Counter(
             (r["target"], r["profile"]) for r in history or ()
             if r.get("ok") and (not r.get("contended") or r.get("learned_under_load")))
         self.fit = fit.Fit(history or ())        # what each profile costs, and routine intervals fitted to it
-        # (target, profile) -> warm-up probes in a row that ran contended (each waited out its deferral)
-        self._contended_warmups: collections.Counter = collections.Counter()
+        self._contended_warmups: collections.Counter = collections.Counter()   # key -> contended warm-ups in a row
         self.configure(cfg)
 
     def configure(self, cfg: Config, targets: tuple[Target, ...] | None = None) -> None:
@@ -126,8 +124,7 @@ class Scheduler:
             for t in targets:
                 for p in t.profiles:
                     prev = old.get((t.name, p))
-                    # first runs are spread over the first interval (at most a minute) so
-                    # a restart does not fire every probe at once
+                    # first runs are spread over the first interval (at most a minute): a restart fires not all at once
                     first = now + self.rng.uniform(1.0, min(t.interval_seconds, 60.0))
                     self.due.append(Due(t, p, prev.next_at if prev else first))
 
@@ -213,7 +210,7 @@ class Scheduler:
         sch = self.cfg.section("scheduling")
         answers = self.paths.poll([d.target.path for d in due], PATH_ASK_EVERY_SECONDS)
         fresh_since = self.paths.clock() - 3 * PATH_ASK_EVERY_SECONDS
-        by_key, candidates = {}, []
+        by_key, candidates, fitted = {}, [], dict(self.fit.intervals)
         stretch = self._fit()
         for d in due:
             answer = answers.get(d.target.path)
@@ -227,10 +224,14 @@ class Scheduler:
             by_key[(d.target.name, d.profile)] = (d, disks)
             needed = self.cfg.profiles[d.profile].effective_runtime_seconds(self.cfg.limits.max_runtime_seconds)
             warming = self.warming_up(d.target.name, d.profile)
-            interval = self._interval(d, max((stretch.get(x, 1.0) for x in disks), default=1.0))
+            interval = fitted[(d.target.name, d.profile)] = self._interval(d, max((stretch.get(x, 1.0) for x in disks),
+                                                                                   default=1.0))
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
                                         bool(self.suspected(d.target.name, d.profile))))
+        if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
+            self.fit.intervals = fitted
+            self.post(IntervalsFitted(frozen_map(fitted)))
         psi = getattr(self.sampler, "io_pressure", None)
         load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
                     psi.full_avg10_percent if psi is not None else None, since_own_probe)
@@ -284,10 +285,9 @@ class Scheduler:
 
     def start_worker(self, d: Due, disks, contended: bool, util: float) -> None:
         """Run the probe in a thread of its own; the scheduler keeps its cadence while fio runs."""
-        cfg = self.cfg
-        profile = cfg.profiles[d.profile]
-        w = self.spawn(PROBE_PART, probe_deadline_seconds(cfg, profile) + CHILD_REAP_SECONDS, self._run, d, disks,
-                       contended, util)
+        profile = self.cfg.profiles[d.profile]
+        w = self.spawn(PROBE_PART, probe_deadline_seconds(self.cfg, profile) + CHILD_REAP_SECONDS, self._run, d,
+                       disks, contended, util)
         with self._lock:
             self._workers = [t for t in self._workers if t.is_alive()] + [w]
 

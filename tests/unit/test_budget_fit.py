@@ -112,3 +112,26 @@ def test_check_config_says_what_would_fit():
     assert "device_time_ratio = 0.0281" in line
     assert budget_problems(_example_like(ratio=0.04)) == []
     assert fit.stretch(91.2, 144.0) == 1.0
+
+
+def test_the_interval_each_probe_runs_at_is_published_stretched(tmp_path):
+    """/metrics says the interval a probe runs at, not the configured one: IowardenProbeStale allows three of them,
+    and a stretched schedule would otherwise read as probes gone stale."""
+    from iowarden.daemon.core.core import Core
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.events import IntervalsFitted, TargetsChanged
+    from iowarden.daemon.verdicts.health import Health
+    clock, posted = Clock(0.0), []
+    cfg = _example_like()
+    s = Paying(cfg, Roots(), Sampler(), posted.append, clock=clock, devices=lambda: {}, device_of={"db": "sdb"})
+    for _ in range(2 * 3600):
+        s.tick()
+    fitted = [e for e in posted if isinstance(e, IntervalsFitted)]
+    assert fitted and len(fitted) < 40, len(fitted)   # said when it changes, not every second
+    assert fitted[0].intervals[("db", "p0")] < 300           # the warm-up's first
+    assert all(415 < v < 430 for v in fitted[-1].intervals.values()), fitted[-1].intervals   # 300 s x 1.41
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "t")
+    core.run_batch([TargetsChanged(cfg.targets), fitted[-1]])
+    assert set(core.snapshot.probe_intervals.items()) == set(fitted[-1].intervals.items())
+    st.close()

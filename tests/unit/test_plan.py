@@ -65,7 +65,7 @@ def test_a_probe_of_a_suspected_volume_waits_for_a_busy_disk_one_interval_at_mos
 
 def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
     from iowarden.daemon.snapshot import AlertView, BaselineView, ProbeView, Snapshot
-    from iowarden.daemon.probing.scheduler import suspected_fault
+    from iowarden.daemon.probing.suspicion import suspected_fault
     probe = ProbeView("db", "rr", "vol", None, None)
     calm = Snapshot(taken_at=0.0, version="t", probes=(probe,),
                     baselines=(BaselineView("vol", "rr", "read_iops", 1000.0, 0.1, 1.2, 20, False),))
