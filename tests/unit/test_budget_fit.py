@@ -128,7 +128,7 @@ def test_the_interval_each_probe_runs_at_is_published_stretched(tmp_path):
         s.tick()
     fitted = [e for e in posted if isinstance(e, IntervalsFitted)]
     assert fitted and len(fitted) < 40, len(fitted)   # said when it changes, not every second
-    assert fitted[0].intervals[("db", "p0")] < 300           # the warm-up's first
+    assert all(v < 300 for v in fitted[0].intervals.values()), fitted[0].intervals   # the warm-up's first
     assert all(415 < v < 430 for v in fitted[-1].intervals.values()), fitted[-1].intervals   # 300 s x 1.41
     st = State(str(tmp_path / "s.db"))
     core = Core(st, Health(st), "t")
