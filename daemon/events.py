@@ -80,6 +80,7 @@ class PassiveJudged:
     transitions: tuple = ()
     views: tuple = ()
     saves: tuple = ()
+    host_slowdown_ratio: float | None = None   # the host's disks' median latency over their normals (passive/host.py)
 
 
 @dataclass(frozen=True)

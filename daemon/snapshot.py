@@ -80,6 +80,7 @@ class Snapshot:
     influx: dict | None = None                               # writer counters, when InfluxDB is on
     state: dict | None = None                                # state database: writable, pending, errors
     passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)
+    passive_host_ratio: float | None = None                  # the host's disks' median slowdown (passive/host.py)
     sources: dict = field(default_factory=dict)              # registered source -> its last reading
     probe_latency: dict = field(default_factory=dict)        # (target, profile, direction) -> latency.LatencyTotal
     pins: dict = field(default_factory=dict)                 # target -> the volume it was first probed on

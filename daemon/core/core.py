@@ -168,7 +168,8 @@ class Core:
                              for t in k.targets for p in t.profiles},
             discovery_over_limit=k.discovery_over_limit,
             influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
-            sources=dict(k.sources), probe_latency=MappingProxyType(dict(k.latency_totals)),
+            sources=dict(k.sources), passive_host_ratio=k.passive_host_ratio,
+            probe_latency=MappingProxyType(dict(k.latency_totals)),
             pins=MappingProxyType(dict(self.health.pins)), own_probes=k.own_probes())
         self.published = (self.published[0] + 1, self.clock())
 
@@ -211,7 +212,7 @@ class Core:
     def _on_passive(self, e: PassiveJudged) -> None:
         for transition, device in e.transitions:
             self.health.on_passive(transition, device, self.passive_causes(transition, device))
-        self.known.passive_views = e.views
+        self.known.passive_views, self.known.passive_host_ratio = e.views, e.host_slowdown_ratio
         now = time.time()
         for identity, metric, st in e.saves:
             self.state.save_baseline(identity, knowledge.PASSIVE_PROFILE, metric, now, st)

@@ -67,6 +67,7 @@ class Knowledge:
     sampled: frozenset | None = None                        # the sampler's devices (None: not sampled yet)
     drift_last_at: dict = field(default_factory=dict)       # (device, volume, setting) -> unix time of the last change
     passive_views: tuple = ()
+    passive_host_ratio: float | None = None                 # PassiveJudged.host_slowdown_ratio
     sources: dict = field(default_factory=dict)
     latency_totals: dict = field(default_factory=dict)      # (target, profile, direction) -> LatencyTotal
     probing: dict = field(default_factory=dict)             # (target, profile) -> the device its probe runs on

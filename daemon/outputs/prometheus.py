@@ -64,7 +64,7 @@ SECTION_INPUTS = {
     "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
     "settings": ("devices", "drift_total", "drift_last_at", "power"),
     "xfs": ("xfs", "devices"),
-    "passive": ("passive",),
+    "passive": ("passive", "passive_host_ratio"),
     # a registered source's section (sources/registry.py) reads its own reading and the device view
     **{spec.name: ("sources", "devices") for spec in SOURCES},
 }

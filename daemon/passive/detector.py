@@ -35,6 +35,7 @@ import statistics
 from collections import deque
 
 from iowarden.daemon.alert_kinds import severity_of
+from iowarden.daemon.passive import host
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
 from iowarden.daemon.passive.tail import TailEvidence
@@ -56,6 +57,7 @@ class PassiveDetector(GroupRules):
         self.tail = TailEvidence(params.tail())
         self.group_slow: dict[tuple, deque] = {}   # group -> this past hour: was the members' median acutely slow
         self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
+        self.host_ratio: float | None = None        # the host's disks' median ratio to their normals (host.py)
         for (device, direction, unit), st in (curves or {}).items():
             try:
                 self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
@@ -80,17 +82,30 @@ class PassiveDetector(GroupRules):
                 stacks: dict[str, tuple[str, ...]] | None = None) -> list[Transition]:
         """Judge one batch of windows that end together; `groups` are sets of devices that are peers,
         `stacks` maps an md array or striped dm device to the members under it."""
-        out = self._judge(windows, groups)
+        out = self._judge(windows, groups, stacks or {})
         return self._held_back_by_members(out, stacks or {})
 
-    def _judge(self, windows: list[Window], groups) -> list[Transition]:
+    def _judge(self, windows: list[Window], groups, stacks: dict) -> list[Transition]:
         out: list[Transition] = []
         evidence = {w.device: {d: f for d, f in w.flows.items() if f.is_evidence(w.seconds, self.p)}
                     for w in windows}
         common = self._common_shift(groups)
         common_now = self._common_now(groups)
+        # what the host's other disks share (host.py), from their last windows and their last hour
+        related = host.related_by_stack(stacks)
+        ratios = {w.device: r for w in windows if (r := self._ratio_now(w, evidence[w.device])) is not None}
+        self.host_ratio = host.host_slowdown(ratios)
+        host_now = host.neighbours_median(ratios, related)
+        hours = {w.device: self.devices[w.device].self_log for w in windows if w.device in self.devices}
+        host_shift = host.neighbours_median({m: log.median() for m, log in hours.items()
+                                             if len(log) >= self.p.shift_min_windows}, related)
         for w in windows:
-            out += self._judge_self(w, evidence[w.device], common.get(w.device, 0.0), common_now.get(w.device, 1.0))
+            now = max(common_now.get(w.device, 1.0), host_now.get(w.device, 1.0))
+            # the hour's shift beyond the neighbours' hour, and beyond what they share this very window (their
+            # hours turn a window apart: a host's slow hour is not one device's for the window between)
+            shift = max(common.get(w.device, 0.0), host_shift.get(w.device, 0.0),
+                        math.log(max(1.0, host_now.get(w.device, 1.0))))
+            out += self._judge_self(w, evidence[w.device], shift, now)
             out += self._judge_saturation(w, evidence[w.device])
         by_device = {w.device: w for w in windows}
         for group in groups:
@@ -144,6 +159,17 @@ class PassiveDetector(GroupRules):
         return out
 
     # -- self ---------------------------------------------------------------------------------
+    def _ratio_now(self, w: Window, flows: dict) -> float | None:
+        """This window's worst latency over the device's normal at its load (None: nothing to judge it by)."""
+        d, worst = self.devices.get(w.device), None
+        for direction, f in flows.items():
+            unit, load = f.load()
+            curve = d.curves.get((direction, unit)) if d is not None else None
+            normal = curve.normal_at(load, self.p.bin_min_windows) if curve is not None else None
+            if normal is not None:
+                worst = max(worst or 0.0, max(f.await_ms, 1e-6) / normal.median_ms)
+        return worst
+
     def _judge_self(self, w: Window, flows: dict, common_shift: float = 0.0,
                     common_ratio: float = 1.0) -> list[Transition]:
         d = self._dev(w.device)
@@ -306,7 +332,7 @@ class PassiveDetector(GroupRules):
         ev = d.flagged.pop(kind)
         if kind == "saturation":
             d.ceiling = None
-        return Transition(kind, device, "cleared", "warning", f"{device}: {why}", ev)
+        return Transition(kind, device, "cleared", severity_of(ALERT_OF_KIND[kind]), f"{device}: {why}", ev)
 
     def views(self) -> tuple[DeviceView, ...]:
         out = []

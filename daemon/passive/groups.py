@@ -7,8 +7,9 @@ import math
 import statistics
 from collections import deque
 
+from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.passive.peerstats import leave_one_out_medians
-from iowarden.daemon.passive.values import (DIRECTIONS, Transition, _evidence_summary, _median)
+from iowarden.daemon.passive.values import ALERT_OF_KIND, DIRECTIONS, Transition, _evidence_summary, _median
 
 
 PEERS_NAMED = 8   # peers an alert names; a group of 1,024 disks is "and 1,015 more", not a 10 KB sentence
@@ -183,7 +184,7 @@ class GroupRules:
                     ev = d.flagged["self"]
                     if not ev.get("together"):
                         ev["together"] = sorted(group)
-                        out.append(Transition("self", m, "updated", "warning",
+                        out.append(Transition("self", m, "updated", severity_of(ALERT_OF_KIND["self"]),
                                               f"every member of {', '.join(sorted(group))} slowed together: the "
                                               "array, controller or host, not one member", dict(ev)))
         for key in set(self.group_slow) - {tuple(g) for g in groups}:

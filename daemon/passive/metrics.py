@@ -65,4 +65,10 @@ def passive_families(s):
         evidence_threshold.add_metric([], threshold)
     if slow_ratio is not None:
         slow_at.add_metric([], slow_ratio)
-    yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw, load)
+    host = GaugeMetricFamily("iowarden_passive_host_slowdown_ratio", "The median over the host's judged disks of "
+                             "their latency over their own normal at their load, last window: a slowdown most of "
+                             "them share is the host's, and names no device (1 = normal; three or more disks)")
+    if getattr(s, "passive_host_ratio", None) is not None:   # a snapshot, or a replay's views without a host
+        host.add_metric([], s.passive_host_ratio)
+    yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw,
+                load, host)

@@ -132,7 +132,8 @@ class PassiveWatch:
         self.windows_total += 1
         self._windows += 1
         due = self._windows >= SAVE_EVERY_WINDOWS or transitions   # `status` sees a new verdict at once
-        self.post(PassiveJudged(tuple(transitions), self.views, self._saves() if due else ()))
+        self.post(PassiveJudged(tuple(transitions), self.views, self._saves() if due else (),
+                                self.detector.host_ratio))
 
     def _own_probed(self, since_monotonic: float, devices: dict) -> set[str]:
         """Kernel names a probe of ours ran on since the window began, with every device under them (an
