@@ -40,15 +40,22 @@ def stretch(demand: float, allowed_seconds: float) -> float:
     return demand / (FIT_ROOM * allowed_seconds)
 
 
-def fit_sentence(where: str, demand: float, allowed: float, ratio: float, window: float, entries) -> str:
-    """What the journal and check-config say of a schedule over its budget, and what would fit it."""
+# What the journal and check-config say of a schedule over its budget, and what would fit it. A template, so the
+# journal's repeat filter takes each disk's sentence as one message whatever its figures (daemon/logs.py).
+FIT_TEMPLATE = ("routine probes on %s ask %.0f s of device time per %.0f s (%d probes of %.2f s each), over %.0f%% "
+                "of the budget's %.0f s (device_time_ratio %g): they run %.2fx less often (every %.0f s at the "
+                "shortest); device_time_ratio = %.3g, or intervals %.2fx as long, would fit them")
+
+
+def fit_args(where: str, demand: float, allowed: float, ratio: float, window: float, entries) -> tuple:
     factor = stretch(demand, allowed)
     shortest = min((interval for _, interval in entries), default=0.0)
-    return (f"routine probes on {where} ask {demand:.0f} s of device time per {window:.0f} s ({len(entries)} "
-            f"probes of {sum(c for c, _ in entries) / max(1, len(entries)):.2f} s each), over {FIT_ROOM:.0%} of "
-            f"the budget's {allowed:.0f} s (device_time_ratio {ratio:g}): they run {factor:.2f}x less often "
-            f"(every {shortest * factor:.0f} s at the shortest); device_time_ratio = "
-            f"{ratio * factor:.3g}, or intervals {factor:.2f}x as long, would fit them")
+    return (where, demand, window, len(entries), sum(c for c, _ in entries) / max(1, len(entries)), FIT_ROOM * 100,
+            allowed, ratio, factor, shortest * factor, ratio * factor, factor)
+
+
+def fit_sentence(where: str, demand: float, allowed: float, ratio: float, window: float, entries) -> str:
+    return FIT_TEMPLATE % fit_args(where, demand, allowed, ratio, window, entries)
 
 
 class Fit:
@@ -77,10 +84,14 @@ class Fit:
             demand = demand_seconds(entries, window)
             out[disk] = stretch(demand, ratio * window)
             if abs(out[disk] - self._said.get(disk, 1.0)) > 0.05:
+                # a condition that holds while the costs move with the load: said again at most once a minute
+                extra = {"DEVICE": disk, "REPEATS": True}
                 if out[disk] > 1.0:
-                    log.warning(fit_sentence(disk, demand, ratio * window, ratio, window, entries))
+                    log.warning(FIT_TEMPLATE, *fit_args(disk, demand, ratio * window, ratio, window, entries),
+                                extra=extra)
                 else:
-                    log.info("routine probes on %s fit their budget again: they run at their intervals", disk)
+                    log.info("routine probes on %s fit their budget again: they run at their intervals", disk,
+                             extra=extra)
                 self._said[disk] = out[disk]
         return out
 

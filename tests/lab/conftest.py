@@ -195,7 +195,7 @@ def lab(tmp_path_factory, lab_deb):
     try:
         booted = time.monotonic() - started
         guest.install(lab_deb)
-        guest.sh(STACKS, timeout=300)
+        guest.sh(STACKS, timeout=600)
         lab = Lab(guest)
         lab.boot_seconds = booted
         yield lab

@@ -135,3 +135,28 @@ def test_the_interval_each_probe_runs_at_is_published_stretched(tmp_path):
     core.run_batch([TargetsChanged(cfg.targets), fitted[-1]])
     assert set(core.snapshot.probe_intervals.items()) == set(fitted[-1].intervals.items())
     st.close()
+
+
+def test_a_disks_fit_said_again_with_new_figures_within_a_minute_is_held_as_a_repeat():
+    """Probe costs move with the load, and with them the stretch: said each time it moved 5 %, one busy host said
+    it twice in 31 s. The journal's repeat filter takes each disk's sentence as one message, whatever its figures."""
+    from iowarden.daemon.logs import RepeatFilter
+    now = [0.0]
+    held = RepeatFilter(clock=lambda: now[0])
+    f, said = fit.Fit(), []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+    handler = Keep()
+    handler.addFilter(held)
+    logger = logging.getLogger("iowarden")
+    logger.addHandler(handler)
+    try:
+        for cost in (2.4, 2.9, 3.5):                   # each a stretch more than 5 % off the last said
+            f.stretches({"loop10": [(cost, 60.0)] * 4}, 0.15, 3600.0)
+            now[0] += 31
+    finally:
+        logger.removeHandler(handler)
+    assert len(said) == 2 and "1 more like this" in said[1], said
+    assert said[0].startswith("routine probes on loop10 ask 576 s") and "device_time_ratio = " in said[0]
