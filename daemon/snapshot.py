@@ -71,6 +71,7 @@ class Snapshot:
     power: object | None = None                              # PowerSettings
     drift_total: dict = field(default_factory=dict)          # (device, volume, setting) -> count
     drift_last_at: dict = field(default_factory=dict)        # (device, volume, setting) -> unix time of the last
+    drift_last_change: dict = field(default_factory=dict)    # (device, volume, setting) -> (old, new) of the last
     xfs: dict = field(default_factory=dict)                  # mount -> (XfsReport, unix time of the report)
     budget: dict = field(default_factory=dict)               # disk -> scheduler.BudgetStatus
     parts: dict = field(default_factory=dict)                # name -> PartStats

@@ -162,7 +162,7 @@ class Core:
             skipped_total=self.readers.skipped(), baselines=tuple(self.health.baseline_views()),
             alerts=tuple(self.health.open_alert_views()), disk_rates=k.rates, disk_sample=k.sample,
             devices=k.devices, power=k.power, drift_total=dict(k.drift_total),
-            drift_last_at=dict(k.drift_last_at), xfs=k.xfs_at,
+            drift_last_at=dict(k.drift_last_at), drift_last_change=dict(k.drift_last_change), xfs=k.xfs_at,
             budget=self.readers.budget(), parts=self.readers.parts(), io_pressure=k.io_pressure,
             probe_intervals={(t.name, p): k.fitted_intervals.get((t.name, p), t.interval_seconds)
                              for t in k.targets for p in t.profiles},

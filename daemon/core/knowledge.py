@@ -66,6 +66,7 @@ class Knowledge:
     drift_total: collections.Counter = field(default_factory=collections.Counter)
     sampled: frozenset | None = None                        # the sampler's devices (None: not sampled yet)
     drift_last_at: dict = field(default_factory=dict)       # (device, volume, setting) -> unix time of the last change
+    drift_last_change: dict = field(default_factory=dict)   # (device, volume, setting) -> (old, new) of the last
     passive_views: tuple = ()
     passive_host_ratio: float | None = None                 # PassiveJudged.host_slowdown_ratio
     sources: dict = field(default_factory=dict)
@@ -348,6 +349,7 @@ def apply_settings(core, power) -> None:
             k.recent_drift.append((time.time(), device, ident, setting, str(old), str(new)))
             k.drift_total[(device, ident or device, setting)] += 1
             k.drift_last_at[(device, ident or device, setting)] = time.time()
+            k.drift_last_change[(device, ident or device, setting)] = (str(old), str(new))
             if core.influx is not None:
                 core.influx.event(kind="drift", device=device, volume=ident or device, setting=setting,
                                   old=str(old), new=str(new))

@@ -6,6 +6,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from iowarden.probes.blockqueue import identity_of
 
+from iowarden.daemon.verdicts.sentence import cut
+
 
 def settings_families(s):
     """Block queue settings, md arrays, drift, C-states, PM QoS, cpufreq and the tuned profile."""
@@ -55,6 +57,13 @@ def settings_families(s):
     for (device, volume, setting), at in sorted(s.drift_last_at.items()):
         last.add_metric([device, volume, setting], at)
     yield last
+    # what the drift page says: each setting's last change, from what to what (the rule lists those of the
+    # last ten minutes in one alert per device)
+    change = GaugeMetricFamily("iowarden_settings_drift_last_info", "The watched setting's last change, its old "
+                               "and new values as labels", labels=["device", "volume", "setting", "old", "new"])
+    for (device, volume, setting), (old, new) in sorted(s.drift_last_change.items()):
+        change.add_metric([device, volume, setting, cut(old, 200), cut(new, 200)], 1)
+    yield change
     p = s.power
     if p is None:
         return

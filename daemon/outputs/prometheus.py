@@ -62,7 +62,7 @@ SECTION_INPUTS = {
     "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency", "discovery_over_limit"),
     "baselines": ("baselines", "alerts", "probes", "xfs"),
     "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
-    "settings": ("devices", "drift_total", "drift_last_at", "power"),
+    "settings": ("devices", "drift_total", "drift_last_at", "drift_last_change", "power"),
     "xfs": ("xfs", "devices"),
     "passive": ("passive", "passive_host_ratio"),
     # a registered source's section (sources/registry.py) reads its own reading and the device view
