@@ -101,6 +101,9 @@ def families(r: TraceReading | None, snap):
 
 # ---- causes ------------------------------------------------------------------------------------
 
+TIME_GOES_TO = "the time goes to "   # how the tracer's cause says where (the sentence's Also line reads it)
+
+
 def where_the_time_goes(r: TraceReading, disk: str, direction: str) -> str | None:
     """"p99 read 180 ms, 97 % of it in the device", from the last window, or None with too few I/Os."""
     total = r.window.get((disk, direction, "total"))
@@ -115,7 +118,7 @@ def where_the_time_goes(r: TraceReading, disk: str, direction: str) -> str | Non
              "the kernel's queue in front of the device (I/O scheduler, nr_requests, writeback throttling)"
              if in_device <= 0.5 else "both the device and the kernel's queue")
     return (f"{disk}: p99 {direction} {human_seconds(p99)} over the last {r.window_seconds:.0f} s, "
-            f"{in_device:.0%} of it in the device: the time goes to {where}")
+            f"{in_device:.0%} of it in the device: {TIME_GOES_TO}{where}")
 
 
 def causes(r: TraceReading | None, disks: set[str]) -> list[str]:

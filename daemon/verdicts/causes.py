@@ -71,15 +71,18 @@ def _ms(v: float) -> str:
     return f"{v:.2f} ms" if v < 10 else f"{v:,.0f} ms"
 
 
+ABOVE_BLOCK_LAYER = "above the block layer"   # how a cause above it begins (the sentence's Also line reads it)
+
+
 def _layer_causes(ev: Evidence, layer: str | None) -> list[str]:
     w, out = ev.window, []
     if layer == "above":
         seen = (f"the probe's I/Os took {_ms(w.probe_p50_seconds * 1e3)} at the median while {w.device} answered in "
                 f"{_ms(w.device_await_ms)} at {w.device_util_percent or 0:.0f}% util")
         if ev.cgroup_limits:
-            out.extend(f"above the block layer: {lim}; {seen}" for lim in ev.cgroup_limits)
+            out.extend(f"{ABOVE_BLOCK_LAYER}: {lim}; {seen}" for lim in ev.cgroup_limits)
         else:
-            out.append(f"above the block layer: {seen}; no cgroup I/O limit on it applies to iowarden's I/O "
+            out.append(f"{ABOVE_BLOCK_LAYER}: {seen}; no cgroup I/O limit on it applies to iowarden's I/O "
                        "(look at memory and CPU pressure, the filesystem, a hypervisor's limit)")
     elif ev.cgroup_limits:
         out.extend(ev.cgroup_limits)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from iowarden.daemon.sources.tracer_views import TIME_GOES_TO
+from iowarden.daemon.verdicts.causes import ABOVE_BLOCK_LAYER
 from iowarden.daemon.wording import human_metric, metric_label
 
 MAX_TEXT_CHARS = 400       # per label value: Prometheus has no limit, Alertmanager's receivers (chat, SMS) do
@@ -113,5 +115,9 @@ def alert_text(alert: str, target: str | None, mountpoint: str | None, devices: 
     # a finding that is its own cause (a drive at its limit, a probe that cannot run) has no cause line
     # beyond it; "no cause found" is said only of a probe that moved and nothing that explains it
     cause = causes[0] if causes else (NO_CAUSE if alert == "VolumeDegraded" else "")
+    if cause.startswith(ABOVE_BLOCK_LAYER):
+        # the tracer times requests from the block layer down: where it says that time goes leaves out the time
+        # above it, and "the time goes to the device" beside a limit above the block layer contradicts the page
+        causes = causes[:1] + [c for c in causes[1:] if TIME_GOES_TO not in c]
     return AlertText(where=cut(where, max_chars), what=cut(what, max_chars), cause=cut(cause, max_chars),
                      more_causes=cut("; ".join(causes[1:]), max_chars), runbook_anchor=RUNBOOK_ANCHORS.get(alert, alert.lower()))

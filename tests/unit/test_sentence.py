@@ -147,3 +147,21 @@ def test_a_fallback_identity_is_never_pinned_and_never_refuses_the_volume_found_
     assert h.pins["db"] == "fs-uuid:f1" and h.pin_refusal("db", "fs-uuid:other") is not None
     # a kernel: pin an earlier version stored is not held against the volume either
     assert pin_refusal({"db": "kernel:loop1"}, "db", "fs-uuid:f1") is None
+
+
+def test_the_also_line_never_says_the_time_goes_to_the_device_beside_a_limit_above_the_block_layer():
+    """A throttled volume's page said "Likely cause: above the block layer: a cgroup I/O limit ..." and then "Also:
+    loop2: p99 read 170 µs ..., the time goes to the device": the tracer times requests from the block layer down,
+    so its figure leaves out the time the limit held them above it. Beside such a cause it is left out; beside a
+    cause in the device it stays."""
+    from iowarden.daemon.sources.tracer_views import TIME_GOES_TO
+    tracer = f"loop2: p99 read 170 µs over the last 60 s, 100% of it in the device: {TIME_GOES_TO}the device"
+    metrics = {"read_iops": {"value": 24.0, "baseline": 59271.0}}
+    above = ("above the block layer: a cgroup I/O limit holds loop2 (7:2) at 50 read IOPS (blkio.throttle."
+             "read_iops_device of the root cgroup); the probe's I/Os took 20 ms at the median")
+    t = alert_text("VolumeDegraded", "db", "/srv/db", ("loop2",), "fs-uuid:b6", "rr", metrics,
+                   [above, tracer, "md0 is resyncing"])
+    assert t.cause == above and t.more_causes == "md0 is resyncing", t
+    device = "the device itself: loop2 took 19.8 ms per I/O at 100% util"
+    t = alert_text("VolumeDegraded", "db", "/srv/db", ("loop2",), "fs-uuid:b6", "rr", metrics, [device, tracer])
+    assert t.cause == device and t.more_causes == tracer
