@@ -6,6 +6,7 @@ runs: smartctl, xfs_db / xfs_spaceman / xfs_info, tuned-adm. No root, no devices
 """
 import json
 import os
+import signal
 import resource
 import subprocess
 import sys
@@ -53,12 +54,17 @@ def test_a_tool_printing_600_mb_is_killed_at_the_cap_and_the_reader_stays_small(
 
 def test_a_child_left_holding_stdout_does_not_hold_the_reader(tmp_path):
     """Landed code: the SMART part hung for the child's life (communicate() after the kill had no timeout)."""
-    tool = _stand_in(tmp_path, "smartctl", "echo '{}'\nsetsid sleep 240 &\nexit 0")
+    pidfile = tmp_path / "left.pid"
+    tool = _stand_in(tmp_path, "smartctl", f"echo '{{}}'\nsetsid sleep 240 &\necho $! > {pidfile}\nexit 0")
     started = time.monotonic()
     try:
         h = smart.read("sda", "/dev", tool, timeout_seconds=1.0)
-    finally:
-        subprocess.run(["pkill", "-f", "^sleep 240$"], check=False)
+    finally:   # the child it left, by its pid: no other `sleep 240` on the machine is this test's
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
     assert time.monotonic() - started < 3.0
     assert h.error   # '{}' is no smartctl report
 
