@@ -10,7 +10,8 @@ from .vm import Disk
 
 HOT_WWN = "0x5000c50000002a01"
 # takes the freed kernel name (sd_mod reuses the lowest free index), so the disk comes back as another
-FILLER = Disk("fill", "scsi", 64, serial="lab-fill", wwn="0x5000c50000003a01")
+FILLER_WWN = "0x5000c50000003a01"
+FILLER = Disk("fill", "scsi", 64, serial="lab-fill", wwn=FILLER_WWN)
 
 
 def _rows(lab, since: float) -> list[list]:
@@ -47,6 +48,10 @@ def test_hot_removed_disk_fails_its_probe_and_returns_with_its_identity(lab):
     # back, on another slot and under another name
     g.sh("umount -l /srv/hot")
     g.plug(FILLER, **{"scsi-id": 5})
+    # the filler named before the disk is plugged: the kernel names disks as their scans end, and on a busy
+    # machine the second scan can end first and take the name the filler was plugged to take
+    wait_for(lambda: g.agent.run(["test", "-e", f"/dev/disk/by-id/wwn-{FILLER_WWN}"])[0] == 0, timeout=60,
+             what="udev's link for the filler")
     g.plug(Disk("hp1", "scsi", 320, serial="lab-hp1", wwn=HOT_WWN), **{"scsi-id": 6})
     wait_for(lambda: g.agent.run(["test", "-e", f"/dev/disk/by-id/wwn-{HOT_WWN}"])[0] == 0, timeout=60,
              what="udev's link for the disk")

@@ -167,7 +167,7 @@ def _slow_member_scenario(lab, r0: dict, slow: str) -> None:
     # the gauge is the median of the member's last few windows: a window of the deep probe (every 10 s, all four
     # members loaded at once) can bring it near its peers' for a moment; what holds is that it stands far out
     text = wait_for(lambda: (lambda t: t if (value(t, "iowarden_passive_peer_ratio", device=slow) or 0) > 4 else None)(
-        lab.metrics()), timeout=60, what=f"{slow}'s peer ratio above 4")
+        lab.metrics()), timeout=120, what=f"{slow}'s peer ratio above 4")
     for name in set(r0.values()) - {slow}:
         assert value(text, "iowarden_passive_peer_ratio", device=name) < 2
     # the probes of the array see it slow; the cause names the member, not the array's own limit
