@@ -317,11 +317,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-p", "--partitions", action="store_true", help="include partitions")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_settings)
+    p.subcommands = sub.choices   # name -> its parser (parse_command_line)
     return p
 
 
+def parse_command_line(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, its options and operands in any order a person types them, as sysstat's iostat takes
+    them (`iostat loop0 --json 1 2`, `iostat 1 2 -x loop0`): the command first, then its own arguments parsed
+    intermixed, which argparse cannot do across subcommands. A usage error prints that command's usage."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = parser.subcommands.get(argv[0]) if argv else None
+    if command is None:   # no command, or an option before it (--help, --version): the top level's own
+        return parser.parse_args(argv)
+    args = command.parse_intermixed_args(argv[1:])
+    args.command = argv[0]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_command_line(argv)
     try:
         return args.func(args)
     except configmod.ConfigError as exc:

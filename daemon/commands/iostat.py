@@ -33,18 +33,14 @@ AVG_CPU_HEADER = "avg-cpu:  %user   %nice %system %iowait  %steal   %idle"
 
 
 class Operands(argparse.Action):
-    """Split sysstat's operands: device names first, then an interval and a count (numbers)."""
+    """Split sysstat's operands as sysstat does: numbers are the interval, then the count; anything else is a
+    device, wherever it stands (`iostat 1 2 -x sda` is sysstat's too)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         from iowarden.daemon.commands.args import positive_int, positive_seconds
         devices, numbers = [], []
         for token in values:
-            if _is_number(token):
-                numbers.append(token)
-            elif numbers:
-                parser.error(f"{token!r}: device names come before the interval and count")
-            else:
-                devices.append(token)
+            (numbers if _is_number(token) else devices).append(token)
         if len(numbers) > 2:
             parser.error(f"at most an interval and a count, got {' '.join(numbers)}")
         try:
