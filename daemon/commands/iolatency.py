@@ -18,9 +18,10 @@ import time
 from iowarden.probes import blocktrace
 from iowarden.probes.common import ParseError, Roots
 
-from iowarden.daemon.commands.tables import latency_columns, print_lines as _print, table
+from iowarden.daemon.commands.tables import print_lines as _print, table
 from iowarden.daemon.sources.tracer import (block_tracepoints, bpftrace_process, choose_engine, compiled_process,
                                              missing_tracepoints, traceable_disks)
+from iowarden.daemon.wording import latency_unit
 
 COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)
 
@@ -104,19 +105,43 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
+# No request spends less than a microsecond in a stage a device times; a stage whose every request took less was
+# not stamped by the device (a loop device's queue stage, under the compiled engine, read as "2 nsec")
+UNTIMED_BELOW_SECONDS = 1e-6
+NOT_TIMED = "not timed by this device"
+
+
+def timed(stage: str, h) -> bool:
+    """False for a queue or device stage the device does not stamp (all of it under a microsecond)."""
+    top = h.quantile_seconds(0.999)
+    return stage == "total" or top is None or top >= UNTIMED_BELOW_SECONDS
+
+
+def person_unit(values_seconds) -> tuple[str, float]:
+    """µs, or ms when every value is over 2 ms and one over 100 ms: the units biolatency and a person read
+    latency in (fio's nsec is for its own percentile lists)."""
+    unit, scale = latency_unit(values_seconds)
+    return (unit, scale) if unit == "msec" else ("usec", 1e-6)
+
+
 def _report(window: dict, names: dict, as_json: bool) -> None:
     rows = sorted(((names[dev], d, s, h) for (dev, d, s), h in window.items() if h.total and dev in names),
                   key=lambda r: (r[0], r[1], blocktrace.STAGES.index(r[2])))
     if as_json:
         for name, d, s, h in rows:
+            ok = timed(s, h)
             _print(json.dumps({"timestamp": round(time.time(), 3), "device": name, "direction": d, "stage": s,
-                               "ios": h.total, **{f"p{p}_seconds": h.quantile_seconds(float(p) / 100)
-                                                  for p in ("50", "99", "99.9")}}))
+                               "ios": h.total, "timed": ok,
+                               **{f"p{p}_seconds": h.quantile_seconds(float(p) / 100) if ok else None
+                                  for p in ("50", "99", "99.9")}}))
         return
     if not rows:
         _print(time.strftime("%H:%M:%S") + "  no I/O on the traced disks\n")
         return
-    headers, lat = latency_columns({p: [h.quantile_seconds(float(p.lstrip("p")) / 100) for *_, h in rows]
-                                    for p in ("p50", "p99", "p99.9")})
-    _print(time.strftime("%H:%M:%S") + "\n" + table(["device", "dir", "stage", "I/Os", *headers],
-                                                    [[n, d, s, h.total, *v] for (n, d, s, h), v in zip(rows, lat)]) + "\n")
+    shown = {p: [h.quantile_seconds(float(p.lstrip("p")) / 100) if timed(s, h) else None for _, _, s, h in rows]
+             for p in ("p50", "p99", "p99.9")}
+    unit, scale = person_unit(v for values in shown.values() for v in values)
+    cells = [[NOT_TIMED, "", ""] if row[0] is None else ["<1" if v < scale else f"{v / scale:,.0f}" for v in row]
+             for row in zip(*shown.values())]
+    _print(time.strftime("%H:%M:%S") + "\n" + table(["device", "dir", "stage", "I/Os", *(f"{p} {unit}" for p in shown)],
+                                                    [[n, d, s, h.total, *c] for (n, d, s, h), c in zip(rows, cells)]) + "\n")

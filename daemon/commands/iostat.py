@@ -78,8 +78,9 @@ def add_parser(sub) -> None:
     io.add_argument("--json", action="store_true", help="one JSON object per device per interval, one per line "
                     "(sysstat's keys; no CPU report)")
     io.add_argument("--latency", action="store_true", help="instead: the latency of real I/O per disk, direction "
-                    "and stage (queue, device, total) from the block layer's tracepoints (bpftrace), every "
-                    "INTERVAL seconds (default 5), COUNT times (default 1), as bcc's biolatency")
+                    "and stage (queue, device, total) from the block layer's tracepoints (the engine below), every "
+                    "INTERVAL seconds (default 5), COUNT times (default 1), in µs or ms as bcc's biolatency; a stage "
+                    "the device does not stamp is said as not timed")
     io.add_argument("--engine", choices=("auto", "compiled", "bpftrace"), default="auto",
                     help="with --latency: the tracer's engine ([tracer] engine); auto: the compiled one where it "
                     "can run (its object built, libbpf, a kernel with BTF), else bpftrace")
