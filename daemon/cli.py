@@ -83,11 +83,16 @@ def budget_problems(cfg) -> list[str]:
     return out
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 target", "2 targets", "0 targets"."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def cmd_check_config(args) -> int:
     cfg = configmod.load(args.config)
     problems = target_problems(cfg)
-    _print(f"{args.config}: valid ({len(cfg.profiles)} profiles, {len(cfg.targets)} targets, "
-           f"{len(cfg.discover)} discovery rules)" + (", but on this host:" if problems else ""))
+    _print(f"{args.config}: valid ({counted(len(cfg.profiles), 'profile')}, {counted(len(cfg.targets), 'target')}, "
+           f"{counted(len(cfg.discover), 'discovery rule')})" + (", but on this host:" if problems else ""))
     for line in problems:
         print(f"{args.config}: {line}", file=sys.stderr)
     # not a mistake: the daemon fits such a schedule to its budget; said first, with what would fit it

@@ -63,3 +63,13 @@ def test_the_top_level_still_answers_help_and_version(capsys):
             parse_command_line(argv)
         assert exc.value.code == 0
     assert "iowarden" in capsys.readouterr().out
+
+
+def test_check_config_counts_in_words_a_person_reads(tmp_path, capsys):
+    from iowarden.daemon.cli import main
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[profiles.rr]\nrw = "randread"\n'
+                   f'[[targets]]\nname = "t"\npath = "{tmp_path}"\nprofiles = ["rr"]\n')
+    main(["check-config", "-c", str(cfg)])
+    out = capsys.readouterr().out
+    assert "(1 profile, 1 target, 0 discovery rules)" in out, out
