@@ -79,8 +79,8 @@ def add_parser(sub) -> None:
                     "(sysstat's keys; no CPU report)")
     io.add_argument("--latency", action="store_true", help="instead: the latency of real I/O per disk, direction "
                     "and stage (queue, device, total) from the block layer's tracepoints (the engine below), every "
-                    "INTERVAL seconds (default 5), COUNT times (default 1), in µs or ms as bcc's biolatency; a stage "
-                    "the device does not stamp is said as not timed")
+                    "INTERVAL seconds (default 5), COUNT times (default 1), in microseconds or milliseconds as "
+                    "bcc's biolatency; a stage the device does not stamp is said as not timed")
     io.add_argument("--engine", choices=("auto", "compiled", "bpftrace"), default="auto",
                     help="with --latency: the tracer's engine ([tracer] engine); auto: the compiled one where it "
                     "can run (its object built, libbpf, a kernel with BTF), else bpftrace")
