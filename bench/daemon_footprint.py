@@ -115,7 +115,7 @@ def hotplug(work: str, procs: dict, ports: dict, count: int, seconds: float,
     attached_s = time.monotonic() - t0
     # each second's CPU, for a fixed time: "quiet" is judged against where each settles with the new devices
     # (its share over the last minute), not its share before them, which a process at 16x the devices never
-    # falls back to (stop 48's run: neither was ever "quiet", and both were charged ten minutes)
+    # falls back to (neither was ever "quiet", and both were charged ten minutes)
     last, per_second = dict(start), {n: [] for n in procs}
     while time.monotonic() - t0 < seconds:
         tick = time.monotonic()

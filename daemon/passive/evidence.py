@@ -105,7 +105,7 @@ def center_spread(values, floor: float | None = None) -> tuple[float, float]:
     Fewer are left in. Set aside whenever any stood out past the allowance, or when a quarter did past
     2.5, cluster C's disk3 (1.1-1.15x its peers every day, healthy by the data set's labels) was
     measured against a spread its slow disk1 and disk2 no longer widened, and named on three or four
-    hosts (stop 47's note); the plain MAD was what the parameters were tuned with.
+    hosts; the plain MAD was what the parameters were tuned with.
     """
     values = sorted(values)
     center, spread = _median_spread(values)
@@ -216,7 +216,7 @@ class PeerEvidence:
         # a median of a quarter hour strays further than an hour's: the host's stray is of hour medians, so
         # over w windows it is widened by sqrt(block / w) (twice at a quarter of a block, 3.5x at a twelfth).
         # Unwidened, a healthy loop volume of the week lane at 2.8x its peers for five minutes of a compaction
-        # was named at a threshold of 3 (stop 47); widened, 2.8x must hold for a quarter hour of a one-hour block
+        # was named at a threshold of 3; widened, 2.8x must hold for a quarter hour of a one-hour block
         horizon = math.sqrt(self.p.block_windows / w)
         moved = {}
         for m, v in medians.items():

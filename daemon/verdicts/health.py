@@ -25,8 +25,8 @@ log = logging.getLogger("iowarden")
 FAILURES_BEFORE_ALERT = 2
 # Short: a busy device delivering under a fifth of the probe's healthy figure in total. Not half: a busy total
 # depends on what the other work asks (writes beside reads on flash, fsyncs, a loop device sharing the host's
-# CPU and dirty pages); a healthy volume's fell 3.6x below its deep probe's quiet figure in the week lane (CI,
-# stop 50) while a neighbour's throttle filled the dirty pages. A limit or a collapse is 10-100x below.
+# CPU and dirty pages); a healthy volume's fell 3.6x below its deep probe's quiet figure in the week lane while
+# a neighbour's throttle filled the dirty pages. A limit or a collapse is 10-100x below.
 CONTENDED_SHORTFALL = 0.2
 CONTENDED_HALF = 0.5         # with the passive view at its normal latency, at least this much in total: back
 CONTENDED_RECOVERED = 0.75

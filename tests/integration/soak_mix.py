@@ -134,7 +134,7 @@ def stacked_volumes(stack, where: Path, count: int = 4, in_ram: bool = False) ->
 
     in_ram: the lower images on a tmpfs of their own (where/backing; helpers.ram_backing), not on the host's
     disk, which is every other test's too: a lab phase beside the lane stalled it for 40 s and more, and every
-    volume on it with it (stops 49 and 50), which is that disk's fault, not a volume's."""
+    volume on it with it, which is that disk's fault, not a volume's."""
     from tests.conftest import LoopXfs
     from tests.integration.helpers import ram_backing
     # each lower image is 1.5 GiB, sparse: room for every one filled, no more

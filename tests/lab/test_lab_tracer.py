@@ -51,7 +51,7 @@ def _run_in_guest(lab, steps: list[dict], on_wait) -> dict[str, dict]:
 
 # The tracer times a read from its insertion into the block layer to its completion; fio's completion latency
 # also holds the path above and below that (the io_submit system call, the interrupt, the reap), a fixed cost
-# per read that TCG makes about 40 us (stop 43's CI: 37 us on virtio, 39 us on NVMe, 10.4 % of a 0.37 ms p50).
+# per read that TCG makes about 40 us (CI: 37 us on virtio, 39 us on NVMe, 10.4 % of a 0.37 ms p50).
 # So the tracer's percentile may lie below fio's by the tolerance plus that path, and above it by no more
 # than the width of one of its buckets (an eighth of an octave, interpolated inside: blocktrace.SUB_BUCKETS).
 PATH_MS = 0.06

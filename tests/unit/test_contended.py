@@ -88,7 +88,7 @@ def test_an_alert_raised_on_the_busy_totals_is_not_cleared_by_one_quiet_probe_be
 
 
 def test_a_busy_healthy_volume_short_of_its_quiet_figure_by_less_than_five_times_raises_nothing(tmp_path):
-    """The week lane's false page (CI, stop 50): a neighbour's throttle filled the host's dirty pages and a
+    """The week lane's false page: a neighbour's throttle filled the host's dirty pages and a
     healthy volume's busy randread-4k probe delivered 4,126 IOPS in total against its quiet 14,787 (3.6x short),
     twice in a row. A busy total depends on what the other work asks; under a fifth is a limit or a collapse."""
     st, h = _armed(tmp_path)
@@ -102,7 +102,7 @@ def test_a_busy_healthy_volume_short_of_its_quiet_figure_by_less_than_five_times
 
 
 def test_an_alert_the_busy_device_cleared_is_not_raised_again_by_a_quiet_probe_back_at_its_baseline(tmp_path):
-    """The week lane's second page (CI, stop 52): two quiet probes at a tenth of normal raised VolumeDegraded on
+    """The week lane's second page: two quiet probes at a tenth of normal raised VolumeDegraded on
     the probe's own figures; the busy device then delivered its normal in total, which closed it, while the
     detectors were still counting their probes back in band. The next quiet probe, at its baseline, was still
     "alerting" in that count and raised a second page saying the latency was 0.38x higher."""

@@ -142,7 +142,7 @@ def test_a_volume_held_flat_at_a_ceiling_with_a_queue_is_at_its_limit():
 
 
 def test_iowardens_own_probe_held_flat_by_its_queue_depth_is_not_a_ceiling_but_shows_the_best():
-    """The week lane's warm-up (CI, stop 43): profiles back to back on one device, fio at a fixed depth, flat
+    """The week lane's warm-up: profiles back to back on one device, fio at a fixed depth, flat
     for 30 s: VolumeAtLimit raised on the daemon's own probes. Such windows neither start nor end a ceiling,
     and still show what the device delivers."""
     det = PassiveDetector()

@@ -210,7 +210,7 @@ def test_a_drive_slow_beyond_doubt_is_judged_against_the_rest_and_the_rest_keep_
 
 
 def test_a_healthy_member_of_a_new_tight_group_slow_for_minutes_is_not_named_one_slow_for_the_hour_is():
-    """The week lane (stop 47): four loop volumes, one of them 2.8x its peers for five minutes of a compaction
+    """The week lane: four loop volumes, one of them 2.8x its peers for five minutes of a compaction
     in the group's first block, was named at a threshold of 3 on the open block alone. A median of minutes
     strays further than an hour's: at a twelfth of a block the host's stray is widened 3.5-fold. The same
     2.8x held for the whole first hour is a slow drive, named within it."""

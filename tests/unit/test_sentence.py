@@ -58,7 +58,7 @@ def test_the_sentences_match_the_golden_file():
 
 def test_a_metric_back_past_its_normal_is_said_the_right_way_round():
     """An open alert's metric better than its normal (a latency back below it) reads "2.6x lower", never the
-    "0.38x higher" of the week lane's page (CI, stop 52)."""
+    "0.38x higher" of the week lane's page."""
     metrics = {"clat_p999_seconds": {"value": 0.00211, "baseline": 0.00554},
                "write_iops": {"value": 2100.0, "baseline": 2000.0}}
     what = alert_text("VolumeDegraded", "db", "/srv/db", ("loop2",), "fs-uuid:b6", "randwrite-4k", metrics, []).what

@@ -1,4 +1,4 @@
-"""A discovered volume unmounted between the scheduler's check and the probe's open (CI, stop 48: the probe was
+"""A discovered volume unmounted between the scheduler's check and the probe's open (the probe was
 refused "no longer on the filesystem it was found on" and stored as a failure of a volume that was simply gone).
 Fake clock, a fake probe, no root."""
 import dataclasses
