@@ -80,3 +80,12 @@ def result_summary(r) -> str:
     return (f"probe {r.target}/{r.profile} on {r.device}: read {r.iops('read'):.0f} IOPS, write "
             f"{r.iops('write'):.0f} IOPS, clat p99 {p99 * 1000 if p99 else float('nan'):.3f} ms"
             f"{' (contended, learned under load)' if r.learned_under_load else ' (contended)' if r.contended else ''}")
+
+
+def duration_said(seconds: float) -> str:
+    """How long something lasted, as a person says it: 45 s, 12 min, 3.5 h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

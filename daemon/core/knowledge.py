@@ -26,6 +26,7 @@ from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
+from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
 log = logging.getLogger("iowarden")
@@ -201,6 +202,12 @@ def apply_result(core, e: ProbeFinished) -> None:
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
+    view = next((v for name, _, v in k.passive_views if name == result.device), None) if result.device else None
+    if view is not None and view.neighbours_ratio is not None:
+        context["host_slowdown"] = round(view.neighbours_ratio, 2)
+        if not result.contended and view.neighbours_ratio >= HOST_SHARED_SLOWDOWN:
+            total_said += (f"; the host's other disks served their loads at {view.neighbours_ratio:.1f}x their normal "
+                           "latency meanwhile: measured on a slowed host, not judged as the volume's own")
     if beside is not None:
         total_said += f"; other work began during it: {beside / (1 << 20):.1f} MiB/s beside it"
     log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result) + total_said,

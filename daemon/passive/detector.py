@@ -58,6 +58,7 @@ class PassiveDetector(GroupRules):
         self.group_slow: dict[tuple, deque] = {}   # group -> this past hour: was the members' median acutely slow
         self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
         self.host_ratio: float | None = None        # the host's disks' median ratio to their normals (host.py)
+        self.neighbours_now: dict[str, float] = {}  # device -> its neighbours' median ratio, last windows
         for (device, direction, unit), st in (curves or {}).items():
             try:
                 self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
@@ -96,6 +97,7 @@ class PassiveDetector(GroupRules):
         ratios = {w.device: r for w in windows if (r := self._ratio_now(w, evidence[w.device])) is not None}
         self.host_ratio = host.host_slowdown(ratios)
         host_now = host.neighbours_median(ratios, related)
+        self.neighbours_now = host.neighbours_median(ratios, related, devices=self.devices)
         hours = {w.device: self.devices[w.device].self_log for w in windows if w.device in self.devices}
         host_shift = host.neighbours_median({m: log.median() for m, log in hours.items()
                                              if len(log) >= self.p.shift_min_windows}, related)
@@ -353,7 +355,8 @@ class PassiveDetector(GroupRules):
             out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
                                   tuple(sorted(d.flagged)), cap, ratio, dataclasses.replace(e) if e else None,
                                   self.evidence.p.threshold if e else None, self.p.self_ratio,
-                                  dataclasses.replace(t) if t is not None and t.tail_ms is not None else None))
+                                  dataclasses.replace(t) if t is not None and t.tail_ms is not None else None,
+                                  self.neighbours_now.get(name)))
         return tuple(out)
 
     def curves_state(self) -> dict:

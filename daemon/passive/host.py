@@ -25,11 +25,13 @@ def related_by_stack(stacks: dict[str, tuple[str, ...]]) -> dict[str, set[str]]:
     return out
 
 
-def neighbours_median(values: dict[str, float], related: dict[str, set[str]]) -> dict[str, float]:
-    """device -> the median of the other devices' values, less those related to it, where at least
-    MIN_NEIGHBOURS remain (a device absent from the result has no host layer to be judged against)."""
+def neighbours_median(values: dict[str, float], related: dict[str, set[str]], devices=None) -> dict[str, float]:
+    """device (of `devices`, by default those with a value) -> the median of the other devices' values, less
+    those related to it, where at least MIN_NEIGHBOURS remain (a device absent from the result has no host
+    layer to be judged against). A quiet device has no value of its own and still has neighbours: a probe on
+    it is measured on the host they share."""
     out = {}
-    for device in values:
+    for device in (values if devices is None else devices):
         others = [v for k, v in values.items() if k != device and k not in related.get(device, ())]
         if len(others) >= MIN_NEIGHBOURS:
             out[device] = statistics.median(others)

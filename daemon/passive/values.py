@@ -155,6 +155,7 @@ class DeviceView:
     evidence_threshold: float | None = None
     self_ratio: float | None = None   # the configured ratio a window is slow at ([passive] self_ratio)
     tail: object = None            # passive_tail.MemberTail (a copy): its p99.9 against its peers', last block
+    neighbours_ratio: float | None = None   # the host's other disks' median slowdown at their loads (host.py)
 
 
 @dataclass(slots=True)   # a thousand of them: no __dict__ each (issue 38)

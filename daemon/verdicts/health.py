@@ -19,6 +19,7 @@ from iowarden.daemon.snapshot import NOT_PROBE_PROFILES, PASSIVE_PROFILE
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.verdicts.pins import pin_refusal, stable_identity
 from iowarden.daemon.verdicts.sentence import alert_text
+from iowarden.daemon.wording import duration_said
 
 log = logging.getLogger("iowarden")
 
@@ -38,6 +39,10 @@ QUIET_PROBES_TO_CLEAR_CONTENDED = 2   # quiet probes in a row at baseline that c
 # contended; the deep ones and the passive view of the same device speak for the volume.
 SATURATING_QUEUE_DEPTH = 8
 PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
+# A probe taken while the host's other disks serve their loads at twice their normal latency or more (their median,
+# passive/host.py) measured the host as much as the volume: neither learned nor paged (HostSlow says the host; a
+# volume slower than what its neighbours share is the passive detector's to name). An open alert is still judged.
+HOST_SHARED_SLOWDOWN = 2.0
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
 
@@ -203,6 +208,9 @@ class Health:
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead
             return events + self._judge_contended(identity, profile, target, context or {}, causes_fn)
+        if (context or {}).get("host_slowdown", 0) >= HOST_SHARED_SLOWDOWN and ("VolumeDegraded", identity, profile) \
+                not in self.open:
+            return events
         verdicts = {}
         for metric, value in metrics_of(record).items():
             key = (identity, profile, metric)
@@ -387,14 +395,5 @@ class Health:
         lasted = max(0.0, time.time() - a.raised_at)
         self.on_event(kind="alert", alert=akey[0], state="cleared", severity=a.severity, volume=akey[1],
                       target=a.target, profile=akey[2], causes=why, lasted_seconds=round(lasted))
-        log.warning("ALERT %s #%d cleared for %s/%s after %s: %s", akey[0], a.id, akey[1], akey[2], _lasted(lasted),
+        log.warning("ALERT %s #%d cleared for %s/%s after %s: %s", akey[0], a.id, akey[1], akey[2], duration_said(lasted),
                     why, extra={"ALERT": akey[0], "VOLUME": akey[1], "PROBE": akey[2]})
-
-
-def _lasted(seconds: float) -> str:
-    """How long an alert was open, as a person says it: 45 s, 12 min, 3.5 h."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

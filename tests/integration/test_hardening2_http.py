@@ -4,6 +4,7 @@ scraper another (127.0.0.1); every socket the test opens is closed by it.
 """
 import resource
 import socket
+import statistics
 import ssl
 import subprocess
 import time
@@ -90,10 +91,14 @@ def test_4000_idle_tls_connections_from_one_source_cost_little_and_others_are_se
         limit_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         print(f"4000 idle TLS connections from {HOSTILE}: RSS {rss_before / 1e6:.0f} -> peak {peak_rss / 1e6:.0f} MB, "
               f"peak fds {peak_fds}; 12 scrapes from 127.0.0.1: slowest {max(times) * 1000:.0f} ms")
-        # on f1018d6: 651 MB and 2,013 fds at 2,000; 4,096 fds and 13 of 30 scrapes failed at 4,300
+        # without a cap per source: 651 MB and 2,013 fds at 2,000; 4,096 fds and 13 of 30 scrapes failed at 4,300
         assert peak_rss < 100e6 + rss_before, peak_rss
         assert peak_fds < 700, peak_fds          # 64 from the hostile source at most, and the daemon's own
-        assert max(times) < 1.0, times
+        # Served as usual, and never near Prometheus' 10 s scrape timeout: the first scrape meets the daemon
+        # still turning away the flood's backlog, and a machine busy with other work stretches any one of them
+        # (1.05 s once beside the rest of the suite), so the bound on the slowest has room.
+        assert statistics.median(times) < 0.25, times
+        assert max(times) < 3.0, times
         assert peak_fds < limit_nofile
     finally:
         for s in socks:

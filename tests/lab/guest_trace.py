@@ -148,7 +148,7 @@ def job(traced: Traced, step: dict) -> dict:
     between = types.SimpleNamespace(**{**after.__dict__, "window": window})
     clat = read["clat_ns"]["percentile"]
     return {"job": step["job"], "disk": disk, "iops": read["iops"], "fio_ios": read["total_ios"],
-            "fio": {"p50": clat["50.000000"] / 1e6, "p99": clat["99.000000"] / 1e6,
+            "fio": {"p50": clat["50.000000"] / 1e6, "p95": clat["95.000000"] / 1e6, "p99": clat["99.000000"] / 1e6,
                     "mean": read["clat_ns"]["mean"] / 1e6, "lat_mean": read["lat_ns"]["mean"] / 1e6},
             "tracer": {st: percentiles(window.get((disk, "read", st))) for st in STAGES},
             "cause": tracer_views.where_the_time_goes(between, disk, "read")}
@@ -171,17 +171,22 @@ def main() -> None:
         if not traced.last.up and traced.state.proc is None:   # "compiling the program" is on its way up
             raise RuntimeError(f"the tracer is off: {traced.last.reason}")
         arm(traced, jobs[0], started)
+        extra_fio = []
         emit({"armed_after_seconds": round(time.monotonic() - started, 1), "engine": traced.state.engine})
         for step in steps:
             if "wait" in step:
                 emit({"waiting": step["wait"]})
                 end = time.monotonic() + 300
-                while not os.path.exists(step["flag"]):
+                while not os.path.exists(step["flag"]) or not os.path.getsize(step["flag"]):
                     if time.monotonic() > end:
                         raise TimeoutError(f"nobody raised {step['flag']}")
                     traced.tick()
                     time.sleep(0.5)
+                with open(step["flag"]) as f:   # what the host asks of the next job, e.g. its runtime
+                    extra_fio = json.load(f).get("fio", [])
                 continue
+            step = {**step, "fio": step.get("fio", []) + extra_fio}
+            extra_fio = []
             restarts = []
             while True:
                 try:

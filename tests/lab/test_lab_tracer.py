@@ -7,9 +7,11 @@ then the daemon itself runs the tracer under its systemd unit (CAP_BPF, the bpf 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
+from daemon.sources.tracer_views import MIN_TAIL_SAMPLES
 from tests.integration.helpers import wait_for
 
 from .scrape import samples, value
@@ -17,11 +19,12 @@ from .scrape import samples, value
 OUT = "/root/lab-trace.jsonl"
 LOAD_SECONDS = 120
 FLAG = "/root/lab-trace.throttled"
-THROTTLE_IOPS = 150
+THROTTLE_IOPS = 150        # the cap at most; under it, a fifth of what the free job got (below)
 
 
 def _run_in_guest(lab, steps: list[dict], on_wait) -> dict[str, dict]:
-    """Start guest_trace.py as a transient unit; poll its output; call on_wait(label) when it asks."""
+    """Start guest_trace.py as a transient unit; poll its output; call on_wait(label, results so far) when it
+    asks, and hand what it returns (extra fio options for the next job) to the guest in the flag file."""
     g = lab.guest
     g.write("/root/guest_trace.py", (Path(__file__).parent / "guest_trace.py").read_text())
     g.run(["rm", "-f", OUT, FLAG])
@@ -36,8 +39,7 @@ def _run_in_guest(lab, steps: list[dict], on_wait) -> dict[str, dict]:
                 raise AssertionError(f"the guest's tracer run failed: {line['error']}\n{line.get('trace')}")
             if "waiting" in line and line["waiting"] not in handled:
                 handled.add(line["waiting"])
-                on_wait(line["waiting"])
-                g.run(["touch", FLAG])
+                g.write(FLAG, json.dumps(on_wait(line["waiting"], results)))
             if "job" in line:
                 results[line["job"]] = line
             if "armed_after_seconds" in line:
@@ -58,11 +60,16 @@ PATH_MS = 0.06
 ABOVE_TOLERANCE = 1 / 8
 
 
+# Above the block layer the path is not always short: a machine busy elsewhere delays the guest's vCPU between
+# the completion and fio's reap, and that lands on a few reads, all in fio's tail (fio's p99 0.91 ms against the
+# tracer's 0.60 ms, p50s within 4 %, once with the host's two cores running other tests). So the tracer's p99
+# is held from below by fio's p95, from above by fio's p99: time the tracer failed to count would move every
+# rank, and the p50 is held to 10 %.
 def _agree(r: dict, p50_tolerance=0.10, p99_tolerance=0.20) -> None:
     fio, total = r["fio"], r["tracer"]["total"]
     assert total["n"] >= 0.95 * r["fio_ios"], r   # every read of the job timed (no sampling at this rate)
-    for q, tolerance in (("p50", p50_tolerance), ("p99", p99_tolerance)):
-        low = fio[q] * (1 - tolerance) - PATH_MS
+    for q, tolerance, below in (("p50", p50_tolerance, "p50"), ("p99", p99_tolerance, "p95")):
+        low = fio[below] * (1 - tolerance) - PATH_MS
         high = fio[q] * (1 + ABOVE_TOLERANCE)
         assert low <= total[q] <= high, (q, f"tracer {total[q]:.3f} ms, fio {fio[q]:.3f} ms", r)
 
@@ -77,8 +84,17 @@ def test_tracer_agrees_with_fio_on_virtio_and_nvme_and_names_a_throttled_device(
         {"job": "nvme throttled", "disk": nv, "file": "/srv/nvme/trace.dat"},
     ]
     g.run(["systemctl", "stop", "iowarden"], timeout=120)
+    cap = {}
+
+    def throttle(_label, so_far):
+        # A cap a fifth of what the free job got holds each read about five times as long, whatever this
+        # machine lends the guest today (a busy host once gave the free job 10 IOPS, under a fixed cap of 150).
+        # The job runs long enough for the tracer to quote its tail (MIN_TAIL_SAMPLES, with room).
+        cap["iops"] = min(THROTTLE_IOPS, max(5, int(so_far["nvme"]["iops"] / 5)))
+        g.throttle("nv1", cap["iops"])
+        return {"fio": [f"--runtime={max(10, math.ceil(2 * MIN_TAIL_SAMPLES / cap['iops']))}"]}
     try:
-        results = _run_in_guest(lab, steps, lambda _: g.throttle("nv1", THROTTLE_IOPS))
+        results = _run_in_guest(lab, steps, throttle)
     finally:
         g.throttle("nv1", 0)
     for r in results.values():
@@ -99,7 +115,7 @@ def test_tracer_agrees_with_fio_on_virtio_and_nvme_and_names_a_throttled_device(
     assert held["total"]["p50"] >= 3 * free["total"]["p50"], (free, held)
     assert held["device"]["p99"] >= 0.8 * held["total"]["p99"], held
     assert "the time goes to the device" in results["nvme throttled"]["cause"]
-    assert results["nvme throttled"]["iops"] <= 1.1 * THROTTLE_IOPS
+    assert results["nvme throttled"]["iops"] <= 1.1 * cap["iops"]
 
 
 def _tracer_pids(g) -> list[str]:

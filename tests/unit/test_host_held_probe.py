@@ -1,0 +1,93 @@
+"""The host as a layer on the probe side: a probe taken while the host's other disks serve their loads far above
+their normals measured the host, not the volume. No root, no fio; the passive detector on synthetic windows and
+Health on generated probes, each with a state database of the test's own.
+
+Beside two unrelated fio jobs on the same store, a healthy volume's quiet probe read p99.9 at 12x its normal
+for 45 s, and paged VolumeDegraded, while every volume on the host was slow at its own load. The passive side
+already judged a disk only beyond what its neighbours share; the probe side now does too.
+"""
+import random
+
+from iowarden.daemon.core.state import State
+from iowarden.daemon.events import PassiveJudged, ProbeFinished
+from iowarden.daemon.passive.values import DeviceView
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN, Health
+from tests import passive_traces as pt
+from tests.unit.test_alert_invariants import WARMUP, _probe
+from tests.unit.test_core import _result, parts  # noqa: F401 (a fixture)
+
+DAY = pt.DAY_WINDOWS
+
+
+def _neighbours_ratio(slow: set[int], factor: float = 4.0, quiet: int | None = None) -> dict[str, float | None]:
+    """Five disks, a day learned, then an hour with those in `slow` at `factor` times their normal; the disk
+    `quiet` carries no traffic in that hour (it is the one being probed). Each view's neighbours' ratio."""
+    hour = 240
+    traces = [pt.device_trace(10 + k, DAY + hour, slow_from=DAY if k in slow else None, factor=factor,
+                              device=f"vd{k}") for k in range(5)]
+    det = PassiveDetector()
+    for i, batch in enumerate(zip(*traces)):
+        det.observe([w for w in batch if not (i >= DAY and w.device == f"vd{quiet}")], [])
+    return {v.device: v.neighbours_ratio for v in det.views()}
+
+
+def test_a_quiet_disk_sees_what_its_busy_neighbours_share():
+    ratios = _neighbours_ratio(slow={1, 2, 3, 4}, quiet=0)
+    assert ratios["vd0"] is not None and ratios["vd0"] > 3.0, ratios   # no traffic of its own, still its host's
+    calm = _neighbours_ratio(slow=set(), quiet=0)
+    assert calm["vd0"] is not None and calm["vd0"] < 1.5, calm
+
+
+def test_one_slow_neighbour_is_not_the_host():
+    ratios = _neighbours_ratio(slow={1}, quiet=0)
+    assert ratios["vd0"] < HOST_SHARED_SLOWDOWN, ratios   # the median of four neighbours, one of them slow
+
+
+def _health(tmp_path):
+    h = Health(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=WARMUP))
+    rng, clock = random.Random(7), iter(range(10_000))
+    for _ in range(WARMUP + 4):
+        h.on_result(_probe(next(clock), 1.0, rng), "vol", lambda since: ["a cause"])
+    return h, rng, clock
+
+
+def test_slow_probes_on_a_slowed_host_page_nothing_and_teach_nothing(tmp_path):
+    h, rng, clock = _health(tmp_path)
+    before = {k: d.to_state() for k, d in h.detectors.items()}
+    for _ in range(12):
+        h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"], {"host_slowdown": 3.0})
+    assert h.open == {}
+    assert {k: d.to_state() for k, d in h.detectors.items()} == before   # the host's figures are not its normal
+    # the same probes on a host whose other disks are at their normal: the volume's own, and paged
+    events = []
+    for _ in range(8):
+        events += h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"], {"host_slowdown": 1.1})
+    assert events == ["VolumeDegraded raised"], events
+
+
+def test_an_open_alert_still_clears_on_a_slowed_host(tmp_path):
+    h, rng, clock = _health(tmp_path)
+    for _ in range(8):
+        h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"])
+    assert list(h.open) == [("VolumeDegraded", "vol", "rr")]
+    events = []
+    for _ in range(6):   # the fault ends while the host is busy: the volume back at its normal is still said
+        events += h.on_result(_probe(next(clock), 1.0, rng), "vol", lambda since: ["a cause"], {"host_slowdown": 3.0})
+    assert "VolumeDegraded cleared" in events and h.open == {}, events
+
+
+def test_the_core_hands_a_probe_its_hosts_slowdown_from_the_passive_view(parts):
+    """The wiring: the passive detector's view of the probed device (its neighbours' ratio) reaches the
+    judgement of the probe, and the journal's line for the probe says it was measured on a slowed host."""
+    core = parts.new_core()
+    core.run_batch([ProbeFinished(_result(i, 38000.0 * (1 + 0.01 * (i % 3)))) for i in range(12)])
+
+    def host_at(ratio):
+        view = DeviceView("dm-0", {}, {}, {}, None, None, (), neighbours_ratio=ratio)
+        return PassiveJudged(views=(("dm-0", parts.devices["dm-0"].identity, view),))
+    core.run_batch([host_at(3.0)] + [ProbeFinished(_result(i, 3000.0)) for i in range(12, 20)])
+    assert core.snapshot.alerts == ()
+    core.run_batch([host_at(1.0)] + [ProbeFinished(_result(i, 3000.0)) for i in range(20, 28)])
+    assert [a.alert for a in core.snapshot.alerts] == ["VolumeDegraded"]
