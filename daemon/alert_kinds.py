@@ -12,6 +12,7 @@ SEVERITY = {
     "DeviceSlow": "critical",       # a device slower than its own normal at the load it carries
     "SlowMember": "warning",        # one member slower than its peers over hours: replace it before it fails
     "VolumeAtLimit": "warning",     # a volume held at a ceiling (a cgroup limit, a provisioned or burst rate)
+    "VolumeContended": "warning",   # other work floods a healthy device: its users wait many times their usual
     "ProbeFailing": "warning",      # the probes of a target fail: iowarden cannot judge it
 }
 

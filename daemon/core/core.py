@@ -260,7 +260,9 @@ class Core:
         if not limits and transition.kind in ("self", "peers"):
             out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "
                        "cgroup limit), and no cgroup I/O limit is set on it")
-        who = cgroups.who(view, cgroups.level_counted(view, {device}, knowledge.below_stack(self.known, {device})))
+        seen = cgroups.level_counted(view, {device}, knowledge.below_stack(self.known, {device}))
+        # other work flooding the device: who it is, or why that cannot be said
+        who = cgroups.who(view, seen) or (cgroups.not_counted(view, seen) if transition.kind == "contention" else None)
         return out + ([who] if who else []) + self.source_causes({device})
 
     def source_causes(self, disks: set[str]) -> list[str]:

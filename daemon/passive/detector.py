@@ -22,6 +22,8 @@ it returns alert transitions of three kinds, each with the evidence behind it:
 - saturation: a volume at its limit (a provisioned-IOPS or burst-credit cloud
   volume): throughput flat at a constant while the device stays busy with a
   queue, for `saturation_windows` windows. Named with the ceiling it sits at.
+- contention: its users wait many times their usual while the device carries many times its usual load
+  (passive/contention.py): other work floods a healthy device.
 
 Pure: no clock, no I/O. Keys are whatever the caller uses for a device (the
 daemon passes stable identities, replay the kernel names); learned curves go in
@@ -35,7 +37,7 @@ import statistics
 from collections import deque
 
 from iowarden.daemon.alert_kinds import severity_of
-from iowarden.daemon.passive import host
+from iowarden.daemon.passive import contention, host
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
 from iowarden.daemon.passive.tail import TailEvidence
@@ -59,6 +61,7 @@ class PassiveDetector(GroupRules):
         self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
         self.host_ratio: float | None = None        # the host's disks' median ratio to their normals (host.py)
         self.neighbours_now: dict[str, float] = {}  # device -> its neighbours' median ratio, last windows
+        self.contention = contention.ContentionRule()
         for (device, direction, unit), st in (curves or {}).items():
             try:
                 self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
@@ -107,7 +110,10 @@ class PassiveDetector(GroupRules):
             # hours turn a window apart: a host's slow hour is not one device's for the window between)
             shift = max(common.get(w.device, 0.0), host_shift.get(w.device, 0.0),
                         math.log(max(1.0, host_now.get(w.device, 1.0))))
-            out += self._judge_self(w, evidence[w.device], shift, now)
+            d = self._dev(w.device)
+            out += contention.transitions(self.contention, w, evidence[w.device], d)
+            # a device other work floods is slow along the flood's load, not its own: not DeviceSlow meanwhile
+            out += self._judge_self(w, evidence[w.device], shift, now) if "contention" not in d.flagged else []
             out += self._judge_saturation(w, evidence[w.device])
         by_device = {w.device: w for w in windows}
         for group in groups:

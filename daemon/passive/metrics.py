@@ -20,7 +20,7 @@ def passive_families(s):
                              "peers' median p99.9 in the last one-minute block (the worse direction); "
                              "SlowMember at [passive] tail_ratio for three blocks in a row", labels=labels + ["direction"])
     state = GaugeMetricFamily("iowarden_passive_state", "1 while the passive detector holds this kind of "
-                              "verdict open on the device (self, peers, saturation)", labels=labels + ["kind"])
+                              "verdict open on the device (self, peers, saturation, contention)", labels=labels + ["kind"])
     cap_iops = GaugeMetricFamily("iowarden_passive_capability_iops", "Saturation IOPS `iowarden characterize` "
                                  "measured on the volume", labels=labels)
     cap_bw = GaugeMetricFamily("iowarden_passive_capability_bytes_per_second", "Best bandwidth (bytes per second) `iowarden "

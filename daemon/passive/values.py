@@ -13,9 +13,10 @@ from iowarden.daemon.passive.tail import TailParams
 
 
 DIRECTIONS = ("read", "write")
-KINDS = ("self", "peers", "saturation")
+KINDS = ("self", "peers", "saturation", "contention")
 SUSPECT_WEIGHT = 0.125
-ALERT_OF_KIND = {"self": "DeviceSlow", "peers": "SlowMember", "saturation": "VolumeAtLimit"}
+ALERT_OF_KIND = {"self": "DeviceSlow", "peers": "SlowMember", "saturation": "VolumeAtLimit",
+                 "contention": "VolumeContended"}
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Transition:
-    kind: str                 # self, peers, saturation
+    kind: str                 # self, peers, saturation, contention
     device: str
     state: str                # raised, cleared, updated
     severity: str
