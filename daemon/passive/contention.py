@@ -35,6 +35,12 @@ class ContentionParams:
     learn_windows: int = 240    # an hour of windows learned before anything is judged
     memory_windows: float = 1440.0   # the averages' time constant: six hours of 15 s windows
 
+    @classmethod
+    def for_windows_of(cls, seconds: float) -> "ContentionParams":
+        """The same minutes and hours in windows of this length ([passive] window_seconds)."""
+        return cls(windows=max(4, round(300 / seconds)), learn_windows=max(4, round(3600 / seconds)),
+                   memory_windows=max(4.0, 21600 / seconds))
+
 
 @dataclass
 class _Usual:

@@ -61,7 +61,7 @@ class PassiveDetector(GroupRules):
         self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
         self.host_ratio: float | None = None        # the host's disks' median ratio to their normals (host.py)
         self.neighbours_now: dict[str, float] = {}  # device -> its neighbours' median ratio, last windows
-        self.contention = contention.ContentionRule()
+        self.contention = contention.ContentionRule(contention.ContentionParams.for_windows_of(params.window_seconds))
         for (device, direction, unit), st in (curves or {}).items():
             try:
                 self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)

@@ -84,3 +84,9 @@ def test_a_throttle_is_not_contention():
         held = Window("vdb", 0, 15, {"read": Flow(50.0, 200.0, 40.0)}, None, None)
         states.append(rule.judge("vdb", held.flows, held.flows)[0])
     assert True not in states, states
+
+
+def test_the_rules_minutes_are_the_same_in_windows_of_any_length():
+    assert ContentionParams.for_windows_of(15.0) == ContentionParams()
+    five = ContentionParams.for_windows_of(5.0)
+    assert (five.windows, five.learn_windows, five.memory_windows) == (60, 720, 4320.0)
