@@ -177,7 +177,7 @@ def probe_table(results) -> str:
 
 def cmd_run(args) -> int:
     from iowarden.daemon.runtime import main as run_main
-    return run_main(args.config)
+    return run_main(args.config, args.listen_address)
 
 
 # ---- replay ---------------------------------------------------------------------------------
@@ -238,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the daemon in the foreground (systemd: Type=notify)")
     r.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
+    r.add_argument("--web.listen-address", dest="listen_address", metavar="ADDRESS",
+                   help="serve /metrics on this address rather than [prometheus] listen_address, as the exporters' "
+                        "flag of the same name (':29110' every interface, '127.0.0.1:29110', '[::1]:29110')")
     r.set_defaults(func=cmd_run)
 
     st = sub.add_parser("status", help="volumes, last probes, baselines, alerts, budgets (from the state database)")

@@ -22,7 +22,7 @@ from iowarden.probes.fio_job import DEFAULT_MAX_BUFFER_BYTES, ProbeProfile, prof
 from iowarden.probes.fio_run import ProbeLimits
 
 from iowarden.daemon.config_schema import (BASE_SECTIONS, DISCOVER_KEYS, MAX_SIZE_BYTES, PROFILE_KEYS,
-                                           TARGET_KEYS, Key, target_path_problem)
+                                           TARGET_KEYS, Key, listen_address_problem, target_path_problem)
 from iowarden.daemon.sources.registry import SOURCES
 
 log = logging.getLogger("iowarden")
@@ -310,10 +310,20 @@ def parse(text: str, source: str = "<config>") -> Config:
 DEFAULT_CONFIG_PATH = "/etc/iowarden/config.toml"   # where the packages install it; every command's default
 
 
-def load(path: str | Path) -> Config:
+def load(path: str | Path, listen_address: str | None = None) -> Config:
     """The configuration in a file: a regular file (not a FIFO or a device) of at most CONFIG_MAX_BYTES.
-    Every failure is a ConfigError: a reload that fails keeps the running configuration."""
-    p = Path(path)
+    Every failure is a ConfigError: a reload that fails keeps the running configuration. `listen_address`
+    (`run --web.listen-address`) stands in for [prometheus] listen_address, at every reload too."""
+    cfg = _load(Path(path))
+    if listen_address is None:
+        return cfg
+    problem = listen_address_problem(listen_address)
+    if problem:
+        raise ConfigError([f"--web.listen-address {listen_address!r}: {problem}"])
+    return cfg.with_section("prometheus", dataclasses.replace(cfg.section("prometheus"), listen_address=listen_address))
+
+
+def _load(p: Path) -> Config:
     try:
         text = read_bounded(p, CONFIG_MAX_BYTES).decode("utf-8")
     except OSError as exc:

@@ -68,10 +68,10 @@ def sampler_filter(section, sampler):
 
 
 class Daemon:
-    def __init__(self, config_path: str, roots: Roots = Roots()):
-        self.config_path = config_path
+    def __init__(self, config_path: str, roots: Roots = Roots(), listen_address: str | None = None):
+        self.config_path, self.listen_address = config_path, listen_address   # run --web.listen-address
         self.roots = roots
-        self.cfg = configmod.load(config_path)
+        self.cfg = configmod.load(config_path, listen_address)
         setup_logging(self.cfg.section("daemon").log_level)
         state_dir = self.cfg.section("daemon").state_dir
         self.stop_event = threading.Event()
@@ -277,7 +277,7 @@ class Daemon:
     def reload(self) -> None:
         notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
         try:
-            new = configmod.load(self.config_path)
+            new = configmod.load(self.config_path, self.listen_address)
         except configmod.ConfigError as exc:
             log.error("reload rejected, keeping the running configuration: %s",
                       "; ".join(e[:300] for e in exc.errors[:5])
@@ -389,9 +389,9 @@ def _stop_step(what: str, step) -> None:
         log.exception("stopping: %s failed", what)
 
 
-def main(config_path: str) -> int:
+def main(config_path: str, listen_address: str | None = None) -> int:
     try:
-        daemon = Daemon(config_path)
+        daemon = Daemon(config_path, listen_address=listen_address)
     except StopRequested:
         return 0
     except StartRefused as exc:

@@ -140,3 +140,29 @@ def test_test_script_explains_it_needs_root(tmp_path):
     r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
                         "bash", os.path.join(root, "scripts", "test.sh")], capture_output=True, text=True)
     assert r.returncode == 77 and "needs root" in r.stderr
+
+
+def test_run_serves_metrics_where_its_listen_address_flag_says_and_keeps_it_over_a_reload(tmp_path):
+    import signal
+    import urllib.request
+    from tests.integration.helpers import DaemonProc, free_port, wait_for
+    configured, flagged = free_port(), free_port()
+    d = DaemonProc(tmp_path, f'[prometheus]\nlisten_address = "127.0.0.1:{configured}"\n'
+                             f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n',
+                   on_host=lambda argv: argv + ["--web.listen-address", f"127.0.0.1:{flagged}"])
+    try:
+        d.wait_message("READY=1")
+
+        def served(port):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    return r.status == 200 and b"iowarden_build_info" in r.read()
+            except OSError:
+                return False
+        assert served(flagged) and not served(configured)
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload" in d.output().lower(), timeout=60, what="the reload said in the log")
+        wait_for(lambda: served(flagged), timeout=30, what="metrics still on the flag's address after a reload")
+        assert not served(configured), "the reload moved /metrics to the configured port"
+    finally:
+        d.close()

@@ -1,0 +1,25 @@
+"""`iowarden run --web.listen-address`, the exporters' flag: it stands in for [prometheus] listen_address, is
+checked as that key is, and holds across a reload (config.load takes it each time). No root."""
+import pytest
+
+from iowarden.daemon import config as configmod
+from iowarden.daemon.cli import parse_command_line
+
+
+def test_the_flag_is_taken_in_any_order_and_replaces_the_configured_address(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[prometheus]\nlisten_address = "127.0.0.1:29110"\n')
+    for argv in (["run", "--web.listen-address", "127.0.0.1:9", "-c", str(path)],
+                 ["run", "-c", str(path), "--web.listen-address=127.0.0.1:9"]):
+        args = parse_command_line(argv)
+        assert args.listen_address == "127.0.0.1:9" and args.config == str(path)
+    assert configmod.load(path, "127.0.0.1:9").section("prometheus").listen_address == "127.0.0.1:9"
+    assert configmod.load(path).section("prometheus").listen_address == "127.0.0.1:29110"
+
+
+def test_a_bad_address_is_refused_naming_the_flag(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("")
+    with pytest.raises(configmod.ConfigError) as e:
+        configmod.load(path, "localhost:99999")
+    assert "--web.listen-address 'localhost:99999'" in str(e.value.errors), e.value.errors
