@@ -56,6 +56,25 @@ def watch_endpoint(server, restart, timeout_seconds: float):
     return restart(), problem
 
 
+def _security(web) -> str:
+    users = len(web.users)
+    return (("TLS" if web.tls else "no TLS") + ", " +
+            (f"basic auth for {users} user{'s' if users != 1 else ''}" if users else "no basic auth"))
+
+
+def endpoint_change(before, after) -> str:
+    """What a reload did to the endpoint's security, said as a change only where there is one: an unchanged
+    file is "kept as it was", not a "now without TLS" that reads like a downgrade."""
+    if before is None:
+        return f"serving with {_security(after)}"
+    was, now = _security(before), _security(after)
+    if was == now and before.users == after.users:
+        return f"kept as it was ({now}; the web config read again)"
+    if was == now:
+        return f"{now}, the users' passwords or names changed"
+    return f"was {was}, now {now}"
+
+
 def reload_prometheus(server, old: dict, new: dict, core, roots):
     """Apply a reloaded [prometheus] section, or refuse it whole: (the endpoint serving now, None), or (the
     endpoint as it was, why the new section was refused). The web-config file is read again either way:
@@ -73,12 +92,12 @@ def reload_prometheus(server, old: dict, new: dict, core, roots):
     except WebConfigError as exc:
         return server, f"the web config cannot be used ({exc})"
     if server is not None and old.enabled and new.listen_address == old.listen_address:
+        before = getattr(server, "web", None)
         try:
             server.reconfigure(web)
         except OSError as exc:
             return server, str(exc)
-        log.info("metrics endpoint on %s: now%s%s", new.listen_address, " with TLS" if web.tls else " without TLS",
-                 " and with basic auth" if web.users else " and without basic auth")
+        log.info("metrics endpoint on %s: %s", new.listen_address, endpoint_change(before, web))
         return server, None
     try:
         fresh = start_prometheus(new, core, roots)
