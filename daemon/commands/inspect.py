@@ -57,6 +57,23 @@ def cmd_xfs(args) -> int:
 
 # ---- settings -------------------------------------------------------------------------------
 
+def settings_table(devices: dict, partitions: bool = False) -> str:
+    """One row per block device. The identity goes last: a loop device's backing path can be hundreds of
+    characters, and in the middle it widened every row of the table."""
+    rows = []
+    for d in devices.values():
+        if d.kind == "partition" and not partitions:
+            continue
+        if d.kind == "loop" and not d.size_bytes:
+            continue  # an unattached loop device is not storage
+        q = d.queue
+        md = d.md and f"{d.md.level} {d.md.array_state} degraded={d.md.degraded}"
+        rows.append([d.name, d.kind, q and q.scheduler, q and q.nr_requests, q and q.read_ahead_kb,
+                     q and q.max_sectors_kb, q and q.rotational, q and q.write_cache, md or "-", d.identity])
+    return table(["device", "kind", "scheduler", "nr_requests", "read_ahead_kb", "max_sectors_kb", "rotational",
+                  "write_cache", "md", "identity"], rows)
+
+
 def cmd_settings(args) -> int:
     roots = Roots()
     devices = blockqueue.read_sysfs_and_superblocks(roots)
@@ -64,18 +81,7 @@ def cmd_settings(args) -> int:
     if args.json:
         _print(dumps({"block_devices": devices, "power": power}))
         return 0
-    rows = []
-    for d in devices.values():
-        if d.kind == "partition" and not args.partitions:
-            continue
-        if d.kind == "loop" and not d.size_bytes:
-            continue  # an unattached loop device is not storage
-        q = d.queue
-        md = d.md and f"{d.md.level} {d.md.array_state} degraded={d.md.degraded}"
-        rows.append([d.name, d.kind, d.identity, q and q.scheduler, q and q.nr_requests, q and q.read_ahead_kb,
-                     q and q.max_sectors_kb, q and q.rotational, q and q.write_cache, md or "-"])
-    _print(table(["device", "kind", "identity", "scheduler", "nr_requests", "read_ahead_kb",
-                  "max_sectors_kb", "rotational", "write_cache", "md"], rows))
+    _print(settings_table(devices, args.partitions))
     _print("")
     qos = power.pm_qos_cpu_dma_latency_usec
     if qos is None:
