@@ -35,8 +35,15 @@ SECTIONS: dict[str, dict[str, Key]] = {**BASE_SECTIONS, **{spec.name: spec.confi
 
 class ConfigError(Exception):
     def __init__(self, errors: list[str]):
+        errors = sorted(errors, key=_line_of)   # in the file's order, as a person reads it and fixes it
         super().__init__("\n".join(errors))
         self.errors = errors
+
+
+def _line_of(error: str) -> tuple[str, int]:
+    """("FILE", LINE) of a "FILE:LINE: key: message" error; a message with no line goes last, in its order."""
+    m = re.match(r"(.*?):(\d+): ", error)
+    return (m.group(1), int(m.group(2))) if m else ("\U0010ffff", 0)
 
 
 @dataclass(frozen=True)

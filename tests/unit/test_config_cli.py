@@ -1,5 +1,6 @@
-"""`iowarden run --web.listen-address`, the exporters' flag: it stands in for [prometheus] listen_address, is
-checked as that key is, and holds across a reload (config.load takes it each time). No root."""
+"""The configuration as the command line takes it: `run --web.listen-address`, the exporters' flag, stands in
+for [prometheus] listen_address, is checked as that key is, and holds across a reload (config.load takes it
+each time); `check-config` says the file's mistakes in the file's order. No root."""
 import pytest
 
 from iowarden.daemon import config as configmod
@@ -23,3 +24,14 @@ def test_a_bad_address_is_refused_naming_the_flag(tmp_path):
     with pytest.raises(configmod.ConfigError) as e:
         configmod.load(path, "localhost:99999")
     assert "--web.listen-address 'localhost:99999'" in str(e.value.errors), e.value.errors
+
+
+def test_check_config_says_the_mistakes_in_the_files_order(tmp_path):
+    """Sections were checked in the schema's order: line 7's mistake came before line 3's."""
+    path = tmp_path / "c.toml"
+    path.write_text('[[targets]]\nname = "a"\npath = "relative/path"\nprofiles = ["nope"]\n\n'
+                    '[daemon]\nlog_level = "loud"\n\n[profiles.x]\nrw = "randwhat"\n')
+    with pytest.raises(configmod.ConfigError) as e:
+        configmod.load(path)
+    lines = [int(x.split(":")[1]) for x in e.value.errors]
+    assert lines == sorted(lines) and lines[0] == 3 and len(lines) >= 4, e.value.errors
