@@ -113,6 +113,19 @@ def _adhoc_profile(args) -> ProbeProfile:
                         rate_iops=args.rate_iops, ioengine=args.ioengine)
 
 
+def nothing_matches(target: str | None, profile: str | None, targets, cfg) -> str:
+    """Why a --target and --profile select no probe, with what they could have named."""
+    names = [t.name for t in targets]
+    if target is not None and target not in names:
+        return f"no target named {target!r} (known: {', '.join(sorted(names)) or 'none'})"
+    if profile is not None and profile not in cfg.profiles:
+        return f"no profile named {profile!r} (configured: {', '.join(sorted(cfg.profiles)) or 'none'})"
+    if target is not None and profile is not None:
+        mine = next(t.profiles for t in targets if t.name == target)
+        return f"target {target!r} does not run {profile!r} (it runs: {', '.join(mine)})"
+    return "no targets configured or discovered"
+
+
 def cmd_probe(args) -> int:
     if args.path:
         limits = ProbeLimits(max_runtime_seconds=max(args.runtime, 60.0), min_free_bytes=args.min_free_bytes,
@@ -131,7 +144,8 @@ def cmd_probe(args) -> int:
                     continue
                 plan.append((t.name, t.path, cfg.profiles[p], sizes))
         if not plan:
-            raise SystemExit(f"iowarden: nothing to probe: no target/profile matches in {args.config}")
+            raise SystemExit(f"iowarden probe: nothing to probe in {args.config}: "
+                             + nothing_matches(args.target, args.profile, targets_now(cfg), cfg))
     else:
         raise SystemExit("iowarden probe: give -c CONFIG or --path DIR_OR_DEVICE")
     for _target, _path, profile, _sizes in plan:

@@ -166,3 +166,11 @@ def test_run_serves_metrics_where_its_listen_address_flag_says_and_keeps_it_over
         assert not served(configured), "the reload moved /metrics to the configured port"
     finally:
         d.close()
+
+
+def test_probe_of_a_target_nobody_configured_names_the_known_ones(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[profiles.rr]\nrw = "randread"\nsize = "32MiB"\n\n'
+                   f'[[targets]]\nname = "db"\npath = "{tmp_path}"\nprofiles = ["rr"]\n')
+    r = iowarden("probe", "-c", str(cfg), "--target", "nope", check=False)
+    assert r.returncode != 0 and "no target named 'nope' (known: db)" in r.stderr, r.stderr

@@ -35,3 +35,13 @@ def test_check_config_says_the_mistakes_in_the_files_order(tmp_path):
         configmod.load(path)
     lines = [int(x.split(":")[1]) for x in e.value.errors]
     assert lines == sorted(lines) and lines[0] == 3 and len(lines) >= 4, e.value.errors
+
+
+def test_probe_with_a_target_or_profile_that_names_nothing_lists_what_it_could_name():
+    from types import SimpleNamespace
+    from iowarden.daemon.cli import nothing_matches
+    targets = [SimpleNamespace(name="db", profiles=("randread-4k",)), SimpleNamespace(name="logs", profiles=())]
+    cfg = SimpleNamespace(profiles={"randread-4k": None, "read-1m": None})
+    assert nothing_matches("nope", None, targets, cfg) == "no target named 'nope' (known: db, logs)"
+    assert nothing_matches(None, "x", targets, cfg) == "no profile named 'x' (configured: randread-4k, read-1m)"
+    assert nothing_matches("db", "read-1m", targets, cfg) == "target 'db' does not run 'read-1m' (it runs: randread-4k)"
