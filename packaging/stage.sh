@@ -38,6 +38,9 @@ rm -rf "$venv"/bin/Activate.ps1
 # pip and setuptools built the venv; the installed program never runs them
 "$venv/bin/python" -m pip uninstall -q -y --disable-pip-version-check pip setuptools >/dev/null
 find "$venv" -name __pycache__ -prune -exec rm -rf {} +
+# the libraries' own test suites (systemd-python's systemd/test, psutil's psutil/tests): nothing runs them here
+find "$venv"/lib/python3*/site-packages -mindepth 2 -maxdepth 2 -type d \( -name test -o -name tests \) \
+    -prune -exec rm -rf {} +
 # the libraries' compiled extensions without their symbols (as dh_strip and RPM's brp-strip do)
 find "$venv" -name '*.so' -type f -exec strip --strip-unneeded {} +
 # nothing in site-packages is run as a program: no execute bits (a wheel's tests sometimes carry them)
