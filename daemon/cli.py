@@ -246,7 +246,7 @@ def cmd_version(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iowarden", description="Storage-health daemon and probes.")
     p.add_argument("-V", "--version", action="version", version=version_text())
-    config_help = f"the TOML configuration file (default: {configmod.DEFAULT_CONFIG_PATH}, as the package installs it)"
+    config_help = "the TOML configuration file, as the package installs it"
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print iowarden's version").set_defaults(func=cmd_version)
 
@@ -293,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--metric", choices=sorted(REPLAY_METRICS), default="iops",
                     help="iops and bandwidth alert when they fall, latency when it rises")
     rp.add_argument("--warmup", type=positive_int, help="values learned before any alert (default 12)")
-    rp.add_argument("--json", action="store_true", help="one JSON object per value")
+    rp.add_argument("--json", action="store_true", help="a JSON array of the alert intervals found (start and end "
+                    "in Unix seconds, end null while open; with --passive, each with its device and kind)")
     rp.set_defaults(func=cmd_replay)
 
     from iowarden.daemon.commands.characterize_cmd import add_parser as add_characterize
@@ -318,7 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--ramp-time", type=float, default=1.0, help="seconds excluded from the results")
     pr.add_argument("--rate-iops", type=int, default=0, help="cap the probe's IOPS (0: none)")
     pr.add_argument("--job-file", help="an existing fio job file instead of --rw/--bs/...")
-    pr.add_argument("--min-free-bytes", type=parse_size_bytes, default=ProbeLimits.min_free_bytes,
+    pr.add_argument("--min-free-bytes", type=parse_size_bytes,
+                    default=human_bytes(ProbeLimits.min_free_bytes).replace(" ", ""),   # typed: said as written
                     help="refuse to lay out a probe file that would leave less free space")
     pr.add_argument("--min-free-ratio", type=float, default=ProbeLimits.min_free_ratio,
                     help="... or a smaller share of the filesystem free")
@@ -340,7 +342,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_settings)
     p.subcommands = sub.choices   # name -> its parser (parse_command_line)
+    for command in (p, *sub.choices.values()):
+        command.formatter_class = DefaultsShown
     return p
+
+
+def help_with_default(action: argparse.Action) -> str:
+    """An option's help with its default said once, in --help and the man page alike (packaging/manpage.py):
+    none for a flag, an option without one, or help that already says it."""
+    text = action.help or ""
+    if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
+            or action.default == [] or "default" in text):
+        return text
+    return f"{text} (default: %(default)s)"
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    def _get_help_string(self, action):
+        return help_with_default(action)
 
 
 def parse_command_line(argv: list[str] | None = None) -> argparse.Namespace:

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from iowarden.daemon.cli import build_parser
+from iowarden.daemon.cli import build_parser, help_with_default
 from iowarden.daemon.config import EX_CONFIG
 
 DESCRIPTION = r"""
@@ -26,6 +26,8 @@ It exports to Prometheus (port 29110 by default) and InfluxDB 2 and logs to the 
 Probe files live only in a \fI.iowarden\fR directory under each configured target; a raw
 block device is only ever probed read-only.
 """
+
+PROGRAM_NAMES = ("iostat", "fio", "iowarden", "xfs_db", "smartctl", "bpftrace")
 
 TAIL = r"""
 .SH FILES
@@ -68,11 +70,16 @@ A probe or an XFS report failed, or nothing matched what was asked for (the reas
 .B 2
 A usage error or unreadable input.
 .TP
+.B 75
+\fBrun\fR: another iowarden daemon holds the state directory (its lock); try again when it has stopped.
+.TP
 .B 77
 Permission denied: the command needs root (or read access to the block devices).
 .TP
 .B {ex_config}
-The configuration is invalid; each mistake is printed as FILE:LINE: key.path: message.
+The configuration is invalid; each mistake is printed as FILE:LINE: key.path: message. Also \fBrun\fR
+refusing a state directory that is not the daemon's own (a symbolic link, another owner, files of other
+names where its own belong).
 .TP
 .B 130
 Interrupted.
@@ -110,12 +117,18 @@ def argument(action: argparse.Action) -> str:
 
 
 def describe(action: argparse.Action) -> str:
-    text = action.help or ""
+    """The option's help as --help says it (its default once), and its choices."""
+    text = help_with_default(action) % dict(vars(action), prog="iowarden")
     if action.choices and action.option_strings:
         text += f" (one of: {', '.join(action.choices)})"
-    if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings:
-        text += f" (default: {action.default})"
     return roff(text.strip())
+
+
+def sentence(summary: str) -> str:
+    """A command's summary as a sentence; a program's name that opens it keeps its case (iostat, not Iostat)."""
+    first = summary.split(" ", 1)[0]
+    keep = first in PROGRAM_NAMES or first.startswith("`")
+    return (summary if keep else summary[0].upper() + summary[1:]) + "."
 
 
 def manpage(version: str) -> str:
@@ -129,7 +142,7 @@ def manpage(version: str) -> str:
            DESCRIPTION.strip(), ".SH COMMANDS"]
     for name, summary, sub in subcommands(parser):
         usage = " ".join(sub.format_usage().split())[len("usage: "):]
-        out += [f".SS {roff(name)}", roff(summary[0].upper() + summary[1:] + "."), ".PP", ".nf", roff(usage), ".fi"]
+        out += [f".SS {roff(name)}", roff(sentence(summary)), ".PP", ".nf", roff(usage), ".fi"]
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):
                 continue

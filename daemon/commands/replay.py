@@ -77,8 +77,8 @@ def cmd_replay(args) -> int:
     if args.json:
         _print(json.dumps(intervals))
     else:
-        _print(table(["start", "end", "severity"], [[i["start"], i["end"] if i["end"] is not None else "open",
-                                                      i["severity"]] for i in intervals]) if intervals
+        _print(table(["start", "end", "severity"], [[_when(i["start"]), _when(i["end"]) if i["end"] is not None
+                                                      else "open", i["severity"]] for i in intervals]) if intervals
                else f"no alerts in {len(series)} values")
     return 0
 

@@ -163,3 +163,23 @@ def test_the_passive_table_shows_the_devices_there_now_each_once():
              {"device": "loop11", "identity": "loop-file:/gone", "at": 40.0}]
     shown = present_views(views, {"loop10": object(), "sdb": object()})
     assert [(v["device"], v["identity"]) for v in shown] == [("loop10", "loop-file:/b"), ("sdb", "wwn:1")]
+
+
+def test_replay_says_when_an_alert_was_in_local_time_and_its_json_is_the_array_its_help_says(tmp_path):
+    """The CSV replay's table printed raw Unix seconds; its --help promised "one JSON object per value"."""
+    import json
+    import time
+    csv = tmp_path / "iops.csv"
+    start = 1_700_000_000
+    csv.write_text("".join(f"{start + 300 * i},{1000.0 if i < 30 else 100.0}\n" for i in range(40)))
+    r = run("replay", str(csv))
+    assert r.returncode == 0, r.stderr
+    import re
+    raised = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)  +open +critical$", r.stdout, re.M)
+    assert raised and str(start)[:6] not in r.stdout, r.stdout
+    at = time.mktime(time.strptime(raised.group(1), "%Y-%m-%d %H:%M:%S"))
+    assert start + 300 * 30 <= at <= start + 300 * 39, (raised.group(1), r.stdout)   # after the drop, local time
+    alerts = json.loads(run("replay", str(csv), "--json").stdout)
+    assert isinstance(alerts, list) and alerts and set(alerts[0]) >= {"start", "end", "severity"}, alerts
+    assert "a JSON array of the alert intervals" in run("replay", "--help").stdout.replace("\n", " ").replace(
+        "  ", " ")

@@ -115,6 +115,37 @@ def test_man_page_matches_help_and_renders_without_warnings():
             assert action.help and action.help in text, (name, action.dest, action.help)
 
 
+def test_help_and_the_man_page_say_each_default_once_and_the_same():
+    """--help showed no defaults where the man page printed each twice ("(default: /etc/iowarden/config.toml,
+    as the package installs it) (default: /etc/iowarden/config.toml)")."""
+    import argparse
+    import re
+    from iowarden.daemon.cli import build_parser
+    page = _manpage_module().manpage("9.9.9")
+    rendered = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-P-cbou"], input=page, capture_output=True,
+                              text=True).stdout
+    text = " ".join(rendered.replace("\u2010", "-").replace("\u2212", "-").split())
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    shown, configs = 0, 0
+    for name, sub in subparsers.choices.items():
+        helped = " ".join(sub.format_help().split())
+        for action in sub._actions:
+            if action.default in (None, False, argparse.SUPPRESS, []) or not action.option_strings:
+                continue
+            said = f"(default: {action.default})"
+            if said in (action.help or "") or "default" in (action.help or ""):
+                continue   # the help says it in its own words
+            assert helped.count(said) >= 1, (name, action.dest, said)
+            shown += 1
+            configs += action.dest == "config"
+        assert not re.search(r"\(default: [^)]*\) \(default: ", helped), name
+    assert shown >= 20, shown
+    assert configs >= 6 and text.count("(default: /etc/iowarden/config.toml)") == configs
+    assert not re.search(r"\(default: [^)]*\) \(default: ", text)
+    assert "Iostat" not in text and "iostat -x from /proc/diskstats" in text
+    assert re.search(r"\b75 run: another iowarden daemon holds the state directory", text), "EXIT STATUS lacks 75"
+
+
 def unit_of_query(expr: str) -> str:
     """The Grafana unit a query's values are in, from the metric it reads and what is done to it."""
     import re
