@@ -7,7 +7,7 @@ import stat
 from iowarden.probes import blockqueue, cpupower, xfs
 from iowarden.probes.common import Roots, printable
 
-from iowarden.daemon.commands.tables import dumps, table
+from iowarden.daemon.commands.tables import dumps, human_bytes, table
 from iowarden.daemon.commands.tables import print_lines as _print
 
 
@@ -37,22 +37,40 @@ def cmd_xfs(args) -> int:
             raise SystemExit(f"iowarden xfs: not an XFS mount point: {', '.join(missing)}")
         mounts = [(known[m], m) for m in wanted]
     reports = [xfs.read(mnt, dev, args.timeout) for dev, mnt in mounts]
-    if args.json:
-        _print(dumps(reports))
-    else:
-        rows = []
-        for r in reports:
-            f, fs = r.frag, r.free_space
-            rows.append([r.mountpoint, r.device, f and f.actual_extents, f and f.ideal_extents,
-                         f and f.fragmentation_ratio * 100, f and f.extents_per_file,
-                         fs and fs.total_free_extents, fs and fs.average_free_extent_blocks,
-                         r.free_space_source or "-"])
-        _print(table(["mount", "device", "extents", "ideal", "frag %", "extents/file",
-                      "free extents", "avg free ext (blocks)", "free-space source"], rows))
-        for r in reports:
-            for e in r.errors:
-                _print(f"{printable(r.mountpoint)}: {printable(e, 400)}")
+    _print(dumps(reports) if args.json else xfs_text(reports))
     return 0 if all(not r.errors for r in reports) else 1
+
+
+def xfs_text(reports) -> str:
+    """The summary table, then per filesystem its geometry and free-space histogram (xfs_spaceman's rows), as
+    `--json` has them; then what could not be read."""
+    rows = []
+    for r in reports:
+        f, fs = r.frag, r.free_space
+        rows.append([r.mountpoint, r.device, f and f.actual_extents, f and f.ideal_extents,
+                     f and f.fragmentation_ratio * 100, f and f.extents_per_file,
+                     fs and fs.total_free_extents, fs and fs.average_free_extent_blocks,
+                     r.free_space_source or "-"])
+    out = [table(["mount", "device", "extents", "ideal", "frag %", "extents/file",
+                  "free extents", "avg free ext (blocks)", "free-space source"], rows)]
+    for r in reports:
+        g, fs = r.geometry, r.free_space
+        if g is None and fs is None:
+            continue
+        out.append("")
+        if g is not None:
+            stripe = (f"stripe unit {g.sunit_blocks} blocks, width {g.swidth_blocks} blocks" if g.sunit_blocks
+                      else "no stripe")
+            out.append(f"{printable(r.mountpoint)}: {human_bytes(g.block_size_bytes * g.data_blocks)} in "
+                       f"{g.data_blocks:,} blocks of {human_bytes(g.block_size_bytes)}, {g.ag_count} allocation groups "
+                       f"of {g.ag_size_blocks:,} blocks, {stripe}, inodes of {g.inode_size_bytes} bytes, reflink "
+                       + ("unknown" if g.reflink is None else "on" if g.reflink else "off"))
+        if fs is not None and fs.buckets:
+            out.append(f"{printable(r.mountpoint)}: free space by extent size ({r.free_space_source or '-'})")
+            out.append(table(["from (blocks)", "to (blocks)", "extents", "blocks", "%"],
+                             [[b.from_blocks, b.to_blocks, b.extents, b.blocks, b.percent] for b in fs.buckets]))
+    out += [f"{printable(r.mountpoint)}: {printable(e, 400)}" for r in reports for e in r.errors]
+    return "\n".join(out)
 
 
 # ---- settings -------------------------------------------------------------------------------
