@@ -23,7 +23,7 @@ from iowarden.daemon import config as configmod
 from iowarden.daemon.probing.discovery import targets_now
 from iowarden.daemon.core.state import StateDamaged, StateUnavailable
 from iowarden.daemon.core.statedir import state_dir_problem
-from iowarden.daemon.commands.args import positive_int, positive_seconds, version_text
+from iowarden.daemon.commands.args import DefaultsShown, positive_int, positive_seconds, version_text
 from iowarden.daemon.commands.inspect import cmd_settings, cmd_xfs
 from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
 from iowarden.daemon.commands.tables import dumps, human_bytes, latency_columns, print_lines as _print, table
@@ -208,7 +208,7 @@ def cmd_status(args) -> int:
 def cmd_baseline(args) -> int:
     from iowarden.daemon.commands.status import NothingMatches, baseline_command
     try:
-        _print(baseline_command(configmod.load(args.config), args.action, args.target, args.profile))
+        _print(baseline_command(configmod.load(args.config), args.action, args.target, args.profile, args.json))
     except NothingMatches as exc:
         print(f"iowarden baseline {args.action}: {exc}", file=sys.stderr)
         return 1
@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("-c", "--config", default=configmod.DEFAULT_CONFIG_PATH, help=config_help)
     bl.add_argument("--target", help="only this target's baselines")
     bl.add_argument("--profile", help="only this probe profile's baselines")
+    bl.add_argument("--json", action="store_true", help="with show: a JSON array, one object per baseline")
     bl.set_defaults(func=cmd_baseline)
 
     cl = sub.add_parser("cleanup", help="remove the probe files iowarden laid out in its targets")
@@ -345,21 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (p, *sub.choices.values()):
         command.formatter_class = DefaultsShown
     return p
-
-
-def help_with_default(action: argparse.Action) -> str:
-    """An option's help with its default said once, in --help and the man page alike (packaging/manpage.py):
-    none for a flag, an option without one, or help that already says it."""
-    text = action.help or ""
-    if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
-            or action.default == [] or "default" in text):
-        return text
-    return f"{text} (default: %(default)s)"
-
-
-class DefaultsShown(argparse.HelpFormatter):
-    def _get_help_string(self, action):
-        return help_with_default(action)
 
 
 def parse_command_line(argv: list[str] | None = None) -> argparse.Namespace:

@@ -12,7 +12,8 @@ import os
 import sys
 import time
 
-from iowarden.daemon.cli import build_parser, help_with_default
+from iowarden.daemon.cli import build_parser
+from iowarden.daemon.commands.args import help_with_default
 from iowarden.daemon.config import EX_CONFIG
 
 DESCRIPTION = r"""

@@ -1,4 +1,5 @@
-"""What the commands share of their command line: argument types that refuse nonsense, the version line."""
+"""What the commands share of their command line: argument types that refuse nonsense, the version line,
+help that says each default once."""
 from __future__ import annotations
 
 import argparse
@@ -34,3 +35,18 @@ def version_text() -> str:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown (not installed)"
     return f"iowarden {version} (Python {platform.python_version()})"
+
+
+def help_with_default(action: argparse.Action) -> str:
+    """An option's help with its default said once, in --help and the man page alike (packaging/manpage.py):
+    none for a flag, an option without one, or help that already says it."""
+    text = action.help or ""
+    if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
+            or action.default == [] or "default" in text):
+        return text
+    return f"{text} (default: %(default)s)"
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    def _get_help_string(self, action):
+        return help_with_default(action)

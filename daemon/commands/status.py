@@ -18,7 +18,7 @@ from iowarden.daemon.config import Config
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.outputs.prometheus import BAND_SPREADS
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, NOT_PROBE_PROFILES, PASSIVE_PROFILE, SOURCE_PROFILE
-from iowarden.daemon.commands.tables import human_metric, human_seconds, latency_columns, metric_label
+from iowarden.daemon.commands.tables import dumps, human_metric, human_seconds, latency_columns, metric_label
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
 from iowarden.daemon.sources.registry import SOURCES
@@ -85,19 +85,24 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
 
 
 def verdict_of(b: dict, fired_by: str | None) -> str:
-    """One baseline's line in `status`: the detector that fired on it, else how far its last probe moved."""
-    moved = ""
-    if b["last"] and b["baseline"] and not b["learning"]:
+    """One baseline's line in `status`: learning; the detector that fired on it; else where its last probe is
+    against the band, said as "26x lower" (a latency higher is worse, a throughput lower) and whether that is
+    worse (outside the band, not yet confirmed: the detector waits for probes that agree) or better."""
+    if b["learning"]:
+        return "learning"
+    moved, worse = "", False
+    if b["last"] and b["baseline"] and not (b["band_lower"] <= b["last"] <= b["band_upper"]):
         r = b["last"] / b["baseline"]
-        worse = r if b["metric"].endswith("_seconds") else 1 / r if r else math.inf
-        outside = not (b["band_lower"] <= b["last"] <= b["band_upper"])
-        if outside:
-            moved = f"moved {worse:,.0f}x" if worse >= 10 else f"moved {r:.2g}x of normal"
+        moved = f"{max(r, 1 / r):,.2g}x {'higher' if r > 1 else 'lower'}"
+        worse = (r > 1) == b["metric"].endswith("_seconds")
     if fired_by:
         return f"FIRED ({fired_by})" + (f", {moved}" if moved else "")
     if b["alerting"]:
         return "FIRED" + (f", {moved}" if moved else "")
-    return f"{moved}, within the detector's allowance" if moved else "normal"
+    if moved:
+        return (f"{moved}: outside its band, not yet confirmed (the next probes decide)" if worse
+                else f"{moved}: better than its normal")
+    return "normal"
 
 
 def _p(text, max_chars: int = 120) -> str:
@@ -200,7 +205,17 @@ class NothingMatches(Exception):
     """A --target or --profile that names nothing this daemon knows: exit 1, nothing queued."""
 
 
-def baseline_command(cfg: Config, action: str, target: str | None, profile: str | None) -> str:
+def baseline_line(b: dict) -> str:
+    """`baseline show`: the normal and since when it holds, or how far its learning is and since when."""
+    since = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b['learned_at']))
+    return (f"{_p(b['identity'])} {_p(b['profile'])} {metric_label(b['metric'])}: "
+            + (f"learning ({b['samples']} of {b['warmup']} probes, since {since})" if b["learning"] else
+               f"{human_metric(b['metric'], b['baseline'])} over {b['samples']} probes, learned since {since}")
+            + (" (ALERTING)" if b["alerting"] else ""))
+
+
+def baseline_command(cfg: Config, action: str, target: str | None, profile: str | None,
+                     as_json: bool = False) -> str:
     state = open_state(cfg)
     try:
         measured = state.target_identities()
@@ -211,15 +226,11 @@ def baseline_command(cfg: Config, action: str, target: str | None, profile: str 
             raise NothingMatches(f"no profile named {profile!r} (configured: {', '.join(sorted(cfg.profiles))})")
         if action == "show":
             volumes = measured.get(target, set()) if target is not None else None
-            return "\n".join(f"{_p(b['identity'])} {_p(b['profile'])} {metric_label(b['metric'])}: "
-                             + (f"learning ({b['samples']} of {b['warmup']} probes)" if b["learning"] else
-                                f"{human_metric(b['metric'], b['baseline'])} over {b['samples']} probes")
-                             + ", learned since "
-                             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b['learned_at']))}"
-                             + (" (ALERTING)" if b["alerting"] else "")
-                             for b in baseline_rows(state, detector_params(cfg))
-                             if (not profile or b["profile"] == profile)
-                             and (volumes is None or b["identity"] in volumes)) \
+            rows = [b for b in baseline_rows(state, detector_params(cfg)) if (not profile or b["profile"] == profile)
+                    and (volumes is None or b["identity"] in volumes)]
+            if as_json:
+                return dumps(rows)
+            return "\n".join(baseline_line(b) for b in rows) \
                 or ("no baselines yet" if target is None and profile is None else
                     f"no baselines yet for {' '.join(x for x in (target and f'target {target}', profile and f'profile {profile}') if x)}")
         state.request_baseline(action, target, profile)

@@ -48,7 +48,10 @@ def baseline_unit(metric: str) -> tuple[str, str]:
     (seconds, clat_p99)."""
     for suffix, (unit, _) in BASELINE_UNITS.items():
         if metric.endswith(suffix):
-            return unit, metric if unit == "iops" else metric[:-len(suffix)]
+            # a label says what the number is in the families that hold every unit (deviation, learning):
+            # read_bw, never a bare "read" that reads as IOPS
+            return unit, metric if unit == "iops" else metric[:-len("_bytes")] if suffix == "_bw_bytes" \
+                else metric[:-len(suffix)]
     raise ValueError(f"baseline metric {metric!r} has no unit iowarden exports")
 
 
