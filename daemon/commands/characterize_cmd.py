@@ -263,6 +263,9 @@ def cmd_characterize(args) -> int:
     progress = sys.stderr.isatty() and not args.json
     interrupted = False
     written, largest_write, skipped_writes, cut_short, out_of_time = 0, 0, 0, [], 0
+    # every step asked for and not measured, with why: the tables, plots and findings say them
+    not_measured = [{"sweep": s.sweep, "step": s.label, "why": f"--budget-seconds {args.budget_seconds:g}: not in "
+                     "the plan that fits it"} for s in dropped if s.sweep != "warm"]
     started = time.monotonic()
     refined, refine_refused = 0, False
     try:
@@ -272,12 +275,16 @@ def cmd_characterize(args) -> int:
             i += 1
             if not ch.step_fits(time.monotonic() - started, step, args.budget_seconds):
                 out_of_time += 1
+                not_measured += [{"sweep": step.sweep, "step": step.label, "why": "the run reached "
+                                  f"--budget-seconds {args.budget_seconds:g}"}] if step.sweep != "warm" else []
                 continue
             profile, cap = step.profile, None
             if step.profile.writes:
                 cap = ch.write_step_cap(budget_bytes, written + layout, largest_write, step.profile.bs_bytes)
                 if cap is None:
                     skipped_writes += 1
+                    not_measured.append({"sweep": step.sweep, "step": step.label,
+                                         "why": f"another write step would have passed --budget-bytes {args.budget_bytes}"})
                     continue
                 profile = ch.capped_at(step.profile, cap)
             if progress:
@@ -318,6 +325,8 @@ def cmd_characterize(args) -> int:
                     cut_short.append(f"{step.sweep} {step.label}")
     except KeyboardInterrupt:
         interrupted = True
+        not_measured += [{"sweep": s.sweep, "step": s.label, "why": "interrupted"} for s in kept[max(0, i - 1):]
+                         if s.sweep != "warm" and not any((p.sweep, p.value) == (s.sweep, s.value) for p in points)]
     if refined:
         say(f"{refined} working sets added between the last served from the cache and the first not, to narrow "
             "the cache knee")
@@ -333,10 +342,12 @@ def cmd_characterize(args) -> int:
         say(f"{skipped_writes} write steps left out: another would have passed --budget-bytes {args.budget_bytes}")
     if progress:
         print("\r", end="", file=sys.stderr)
-    found = findings(points)
+    found = findings(points, not_measured)
     doc = {"path": args.path, "device": dev, "started_at": results[0].started_at if results else None,
            "sweeps": sweeps, "run": run_parameters(args, kept, results, size, budget_bytes),
-           "points": [p.__dict__ for p in points], "findings": found, "complete": not interrupted}
+           "points": [p.__dict__ for p in points], "findings": found, "not_measured": not_measured,
+           # complete: every step asked for was measured (an interrupt or a budget that left steps out is not)
+           "complete": not interrupted and not not_measured}
     if out is not None:
         with out:
             write_out(out, doc, points, found, f"{args.path} ({dev or 'device ?'})", say)

@@ -54,15 +54,22 @@ def write_plots(points: list[ch.Point], found: dict, out, title: str) -> list[st
     for sweep, spec in _SWEEPS.items():
         pts = sorted((p for p in points if p.ok and p.sweep == sweep), key=lambda p: p.value)
         if pts:
-            fig = _sweep_figure(plt, pts, found, f"{title}: {sweep}", **spec)
+            fig = sweep_figure(plt, pts, found, f"{title}: {sweep}", **spec)
             written.append(_save(fig, plt, out, f"{sweep}.png"))
     return written
 
 
-def _sweep_figure(plt, pts, found, title, x_label, x, right=None, marker=None, x_log=True, y_log=False):
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    xs = [x(p) for p in pts]
-    lines = ax.plot(xs, [p.iops for p in pts], "o-", color=IOPS_COLOUR, label="IOPS")
+def sweep_figure(plt, pts, found, title, x_label, x, right=None, marker=None, x_log=True, y_log=False):
+    """A sweep's figure: the steps the findings rest on joined by lines; a step left out of them (out of line
+    twice) a hollow grey marker, not joined; a finding at the edge of the range not drawn as a knee; the
+    legend below the axes, where no line can cross it."""
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    shown, left_out = [p for p in pts if not p.suspect], [p for p in pts if p.suspect]
+    xs = [x(p) for p in shown]
+    lines = ax.plot(xs, [p.iops for p in shown], "o-", color=IOPS_COLOUR, label="IOPS")
+    if left_out:
+        lines += ax.plot([x(p) for p in left_out], [p.iops for p in left_out], "o", mfc="none", color="gray",
+                         label="left out of the findings (out of line twice)")
     ax.set_xlabel(x_label)
     ax.set_ylabel("IOPS", color=IOPS_COLOUR)
     if x_log:
@@ -74,22 +81,36 @@ def _sweep_figure(plt, pts, found, title, x_label, x, right=None, marker=None, x
     if right:
         label, colour, value = right
         ax2 = ax.twinx()
-        lines += ax2.plot(xs, [value(p) for p in pts], "s--", color=colour, label=label)
+        lines += ax2.plot(xs, [value(p) for p in shown], "s--", color=colour, label=label)
         ax2.set_ylabel(label, color=colour)
         ax2.set_ylim(bottom=0)
     if marker:
         at, text, unit = marker(found)
-        if at:
+        if at and not _beyond_range(found, pts[0].sweep):
             lines.append(ax.axvline(at / unit, color="gray", linestyle=":", label=text(at)))
-    ax.legend(lines, [line.get_label() for line in lines], loc="best", fontsize="small")
+    _legend_below(ax, lines)
     ax.set_title(title)
     return fig
 
 
+def _beyond_range(found: dict, sweep: str) -> bool:
+    return bool((found.get(sweep) or {}).get("beyond_range"))
+
+
+def _legend_below(ax, lines) -> None:
+    ax.legend(lines, [line.get_label() for line in lines], loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              ncol=min(3, len(lines)), fontsize="small", frameon=False)
+
+
 def write_compare_plot(rows, names: tuple[str, str], out, file_name: str) -> str:
     plt = _pyplot()
+    return _save(compare_figure(plt, rows, names), plt, out, file_name, svg=False)
+
+
+def compare_figure(plt, rows, names: tuple[str, str]):
+    """Both runs' IOPS per sweep, one panel each, each legend below its panel."""
     sweeps = list(dict.fromkeys(r[0] for r in rows))
-    fig, axes = plt.subplots(len(sweeps), 1, figsize=(7, 3.2 * len(sweeps)), squeeze=False)
+    fig, axes = plt.subplots(len(sweeps), 1, figsize=(7, 3.6 * len(sweeps)), squeeze=False)
     for ax, sweep in zip(axes[:, 0], sweeps):
         pts = [r for r in rows if r[0] == sweep]
         for idx, (name, style) in enumerate(zip(names, ("o-", "s--"))):
@@ -100,8 +121,8 @@ def write_compare_plot(rows, names: tuple[str, str], out, file_name: str) -> str
             ax.set_xscale("log", base=2)
         ax.set_title(sweep)
         ax.set_ylabel("IOPS")
-        ax.legend()
-    return _save(fig, plt, out, file_name, svg=False)
+        _legend_below(ax, ax.get_lines())
+    return fig
 
 
 def _plain_ticks(fig) -> None:
@@ -116,10 +137,10 @@ def _save(fig, plt, out, name: str, svg: bool = True) -> str:
     """Into an OutDir (outdir.py): each file created by the command, never through a link found there."""
     _plain_ticks(fig)
     fig.tight_layout()
-    with out.open(name, "wb") as f:
-        fig.savefig(f, format="png", dpi=110)
+    with out.open(name, "wb") as f:   # "tight": the legend below the axes is inside the picture
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
     if svg:   # the same plot, to scale in a report or a browser
         with out.open(name[:-4] + ".svg", "wb") as f:
-            fig.savefig(f, format="svg")
+            fig.savefig(f, format="svg", bbox_inches="tight")
     plt.close(fig)
     return out.join(name)

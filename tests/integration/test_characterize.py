@@ -159,6 +159,10 @@ def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_lo
     assert "10 steps left out by --budget-seconds 6" in r.stderr, r.stderr
     assert len(doc["points"]) in (3, 4) and {p["sweep"] for p in doc["points"]} == {"qd"}, r.stderr
     assert len(doc["points"]) == 4 or "1 steps left out: the run reached --budget-seconds 6" in r.stderr
+    # and the document says so: not complete, each step left out named with why, the findings not trusted
+    assert doc["complete"] is False and len(doc["not_measured"]) == 14 - len(doc["points"]), doc["not_measured"]
+    assert {g["sweep"] for g in doc["not_measured"]} == {"qd", "qd-write"}
+    assert doc["findings"]["qd-write"]["not_measured"] and doc["findings"]["qd"]["confidence"]["trusted"] is False
     # bytes: what the device takes in writes (layout, ramp, steps, metadata) stays within 200 MiB. Steps
     # grow with depth, so a prediction from the last alone was passed (245 MiB in a CI run); each write step
     # is capped at what is left, and one that could not do a step's worth is left out
@@ -177,6 +181,7 @@ def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_lo
     assert 64 * 2 ** 20 < written <= 200 * 2 ** 20, written
     assert 0 < len(writes) < 7, r.stderr
     assert "write steps left out: another would have passed --budget-bytes 200MiB" in r.stderr, r.stderr
+    assert doc["complete"] is False and any("--budget-bytes 200MiB" in g["why"] for g in doc["not_measured"])
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(direct_loop_xfs, tmp_path):

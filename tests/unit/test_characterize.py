@@ -113,14 +113,14 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
     colours = {"qd.png": (blue, red), "bs.png": (blue, green), "working-set.png": (blue,)}
     for path in made:
         img = imread(path)
-        assert img.shape[:2] == (462, 770)                     # 7 x 4.2 inches at 110 dpi
+        assert 400 < img.shape[0] < 560 and 600 < img.shape[1] <= 800, img.shape   # 7 x 4.6 in at 110 dpi, cropped
         rgb = (img[:, :, :3] * 255).round().astype(int)
         for want in colours[path.rsplit("/", 1)[1]]:          # IOPS in blue in every plot, and the second measure
             assert (np.abs(rgb - np.array(want)).sum(axis=2) < 10).sum() > 300, (path, want)
     assert (tmp_path / "qd.svg").read_text().lstrip().startswith("<?xml")
     rows = ch.compare([p.__dict__ for p in pts], [{**p.__dict__, "iops": p.iops * 2} for p in pts])
     compare = cp.write_compare_plot(rows, ("a.json", "b.json"), out, "compare.png")
-    assert imread(compare).shape[0] > 462 * 2                 # one panel per sweep
+    assert imread(compare).shape[0] > 400 * 2                 # one panel per sweep
 
 
 def test_every_plot_has_iops_on_the_left_and_a_legend_naming_its_lines():
@@ -130,7 +130,7 @@ def test_every_plot_has_iops_on_the_left_and_a_legend_naming_its_lines():
     pts = [ch.Point("bs", b, 1000.0, 1000.0 * b, 1e-3, 2e-3, 3e-3) for b in ch.BS_STEPS]
     found = {"bs": {"bandwidth_bound_from_bytes": 16384}}
     for sweep, spec in cp._SWEEPS.items():
-        fig = cp._sweep_figure(plt, [ch.Point(sweep, p.value, p.iops, p.bw_bytes, p.mean_latency_seconds,
+        fig = cp.sweep_figure(plt, [ch.Point(sweep, p.value, p.iops, p.bw_bytes, p.mean_latency_seconds,
                                               p.p99_seconds, p.p999_seconds) for p in pts], found, sweep, **spec)
         left = fig.axes[0]
         assert left.get_ylabel() == "IOPS" and left.lines[0].get_label() == "IOPS"
@@ -201,3 +201,70 @@ def test_a_step_out_of_its_sweeps_line_or_beside_other_work_is_measured_again_an
     # a block-size step whose MB/s fall as blocks grow is out of line too
     bs = [ch.Point("bs", 4096, 20000, 20000 * 4096, None, None, None)]
     assert "MiB/s" in ch.step_problem(ch.Point("bs", 8192, 2000, 2000 * 8192, None, None, None), bs)
+
+
+def test_no_line_crosses_a_legend_in_any_plot():
+    """The right axis's line was drawn over the legend and crossed out its text: every legend is below the axes,
+    its box clear of every axes' box (where all the lines are), in each sweep's plot and the comparison."""
+    from iowarden.daemon.commands import characterize_plots as cp
+    plt = cp._pyplot()
+    pts = [ch.Point("qd", q, 100.0 * q, 4096.0 * 100 * q, 1e-3, 2e-3 * q, 3e-3 * q) for q in (1, 2, 4, 8, 16, 32, 64)]
+    figures = [cp.sweep_figure(plt, [ch.replace(p, sweep=sweep) for p in pts], {"qd": {"knee_depth": 16}}, sweep, **spec)
+               for sweep, spec in cp._SWEEPS.items()]
+    both = [ch.replace(p, sweep=s) for p in pts for s in ("qd", "bs")]
+    rows = ch.compare([p.__dict__ for p in both], [{**p.__dict__, "iops": p.iops * 2} for p in both])
+    figures.append(cp.compare_figure(plt, rows, ("a.json", "b.json")))
+    for fig in figures:
+        fig.tight_layout()   # as every plot is laid out before it is saved
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is None:
+                continue
+            box = legend.get_window_extent(renderer)
+            for other in fig.axes:
+                assert not box.overlaps(other.bbox), (ax.get_title(), box, other.bbox)
+        plt.close(fig)
+
+
+def test_a_step_left_out_is_drawn_as_such_and_a_knee_at_the_last_step_is_not_drawn():
+    from iowarden.daemon.commands import characterize_plots as cp
+    from iowarden.daemon.commands.characterize_report import findings
+    plt = cp._pyplot()
+    pts = [ch.Point("qd", q, 100.0 * q, 0.0, 1e-3, 2e-3, 3e-3) for q in (1, 2, 4, 8)]
+    pts[1] = ch.replace(pts[1], iops=10.0, suspect="out of line twice")
+    found = findings(pts)
+    assert found["qd"]["beyond_range"] and found["qd"]["knee_depth"] == 8   # IOPS still rising at the deepest
+    fig = cp.sweep_figure(plt, pts, found, "qd", **cp._SWEEPS["qd"])
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "left out of the findings (out of line twice)" in labels and not any("knee" in x for x in labels), labels
+    iops_line = fig.axes[0].lines[0]
+    assert list(iops_line.get_xdata()) == [1, 4, 8]   # the line joins only the steps the findings rest on
+    plt.close(fig)
+
+
+def test_steps_a_budget_left_out_are_named_in_the_findings_and_the_tables():
+    """A requested jobs sweep dropped by the budget was named nowhere, and the findings said "trusted"."""
+    from iowarden.daemon.commands.characterize_report import findings, render_tables
+    pts = [ch.Point("qd", q, 1000.0 * min(q, 8), 0.0, 1e-3, 2e-3, 3e-3) for q in (1, 2, 4, 8, 16)]
+    gaps = [{"sweep": "qd", "step": "QD 32", "why": "the run reached --budget-seconds 60"},
+            {"sweep": "jobs", "step": "1 job", "why": "--budget-seconds 60: not in the plan that fits it"},
+            {"sweep": "jobs", "step": "2 jobs", "why": "--budget-seconds 60: not in the plan that fits it"}]
+    found = findings(pts, gaps)
+    assert found["qd"]["knee_depth"] == 8 and not found["qd"]["beyond_range"]
+    assert found["qd"]["not_measured"] == ["QD 32"] and found["qd"]["confidence"]["trusted"] is False
+    assert found["jobs"]["not_measured"] == ["1 job", "2 jobs"]
+    text = render_tables(pts, found)
+    assert "jobs: not measured: the whole sweep, steps 1 job, 2 jobs (--budget-seconds 60: not in the plan" in text
+    assert "qd: not measured: steps QD 32 (the run reached --budget-seconds 60)" in text
+    assert "knee at queue depth 8" in text
+
+
+def test_a_turn_at_the_largest_block_is_beyond_the_range_not_a_turn():
+    from iowarden.daemon.commands.characterize_report import findings, render_tables
+    pts = [ch.Point("bs", b, 1000.0, 1000.0 * b, 1e-3, 2e-3, 3e-3) for b in ch.BS_STEPS]   # MiB/s still rising
+    found = findings(pts)
+    assert found["bs"]["beyond_range"], found
+    text = render_tables(pts, found)
+    assert "no turn to bandwidth-bound within the block sizes measured" in text and "bandwidth-bound from" not in text
