@@ -10,6 +10,7 @@ import pytest
 
 from iowarden.daemon import registry as registrymod
 from iowarden.daemon.registry import Registry
+from tests.thread_frames import blocked_in
 
 
 def _wait(cond, timeout=10.0):
@@ -80,12 +81,14 @@ def test_a_loop_that_keeps_failing_backs_off_and_is_stuck_when_it_makes_no_progr
     monkeypatch.setenv("IOWARDEN_TEST_FAULT_FILE", str(fault))
     reg = Registry()
     reg.add("settings", 0.1, 0.2, lambda: None)
+    started = time.monotonic()
     running(reg)
-    time.sleep(1.2)
-    restarts = reg.stats()["settings"].restarts_total
-    # backoff 0.05, 0.1, 0.2, 0.2, ...: about 7 in 1.2 s, not hundreds
-    assert 3 <= restarts <= 10, restarts
-    assert reg.stuck() == ["settings"]        # no step has completed for longer than cadence + deadline
+    # backoff 0.05, 0.1, 0.2: the fourth failure cannot come before 0.35 s (without backoff, within ms)
+    assert _wait(lambda: reg.stats()["settings"].restarts_total >= 4)
+    took = time.monotonic() - started
+    assert took >= 0.35, f"4 restarts in {took:.3f} s: no backoff between them"
+    # no step has completed for longer than cadence + deadline
+    assert _wait(lambda: reg.stuck() == ["settings"]), reg.stuck()
 
 
 def test_a_cadence_past_threading_timeout_max_waits_without_overflow(running):
@@ -93,7 +96,8 @@ def test_a_cadence_past_threading_timeout_max_waits_without_overflow(running):
     reg.add("xfs", threading.TIMEOUT_MAX * 10, 60.0, lambda: None)
     stop = running(reg)
     assert _wait(lambda: reg.stats()["xfs"].runs_total == 1)
-    time.sleep(0.3)
+    # in the wait for its next run, past the step: the wait of TIMEOUT_MAX x 10 did not overflow there
+    assert _wait(lambda: blocked_in(reg.parts["xfs"].thread, "wait", below="_loop"))
     part = reg.stats()["xfs"]
     assert part.restarts_total == 0 and part.last_error is None and reg.parts["xfs"].thread.is_alive()
     stop.set()
