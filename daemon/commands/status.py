@@ -79,9 +79,16 @@ def collect(cfg: Config, roots: Roots = Roots()) -> dict:
             "passive": present_views([{"identity": i, "at": at, **st} for i, p, m, at, st in state.load_baselines()
                                       if p == PASSIVE_PROFILE and m == "view"], devices),
             "sources": {i: {"at": at, **st} for i, p, m, at, st in state.load_baselines() if p == SOURCE_PROFILE},
+            "next_probes": next_probes(latest, {t.name: t.interval_seconds for t in cfg.targets}),
         }
     finally:
         state.close()
+
+
+def next_probes(latest: dict, intervals: dict) -> dict:
+    """"target/profile" -> when its next routine probe is due: its last probe and its configured interval (the
+    daemon may stretch it to fit its budget, and a probe confirming an alert comes sooner)."""
+    return {f"{t}/{p}": rec["started_at"] + intervals[t] for (t, p), rec in latest.items() if t in intervals}
 
 
 def verdict_of(b: dict, fired_by: str | None) -> str:
@@ -156,6 +163,11 @@ def render(st: dict, table) -> str:
             causes += [c for c in (a["causes"] or []) if c and c != text.cause and c != text.what]
             for c in causes:
                 out.append(f"  likely cause: {_p(c, 600)}")
+            due = (st.get("next_probes") or {}).get(f"{a['target']}/{a['profile']}")
+            if due is not None:   # what it waits on to clear: the volume's own probes back within its band
+                out.append(f"  clears on probes back within the band: the next {_p(a['profile'])} probe of "
+                           f"{_p(a['target'])} is due by about {time.strftime('%H:%M:%S', time.localtime(due))} "
+                           "(its interval; a confirming probe may come sooner)")
     else:
         out.append("no open alerts")
     for disk, b in st["budget"].items():

@@ -53,3 +53,16 @@ def test_baseline_show_says_learning_since_and_learned_since_and_has_json(tmp_pa
     rows = json.loads(baseline_command(cfg, "show", None, None, as_json=True))
     assert {r["identity"] for r in rows} == {"vol-a", "vol-b"} and all("learning" in r for r in rows)
     assert baseline_line(rows[0]).startswith(rows[0]["identity"])
+
+
+def test_an_open_probe_alert_says_what_it_waits_on_and_when_the_next_probe_is_due():
+    from iowarden.daemon.commands.status import next_probes, render
+    from iowarden.daemon.commands.tables import table
+    latest = {("db", "rr"): {"started_at": 1_700_000_000.0}, ("gone", "rr"): {"started_at": 1.0}}
+    due = next_probes(latest, {"db": 300.0})
+    assert due == {"db/rr": 1_700_000_300.0}
+    alert = {"id": 3, "alert": "VolumeDegraded", "severity": "critical", "target": "db", "profile": "rr",
+             "identity": "v", "raised_at": 1_700_000_000.0, "causes": [], "evidence": {"metrics": {}}}
+    st = {"probes": [], "baselines": [], "alerts": [alert], "drift": [], "budget": {}, "next_probes": due}
+    text = render(st, table)
+    assert "clears on probes back within the band: the next rr probe of db is due by about" in text, text
