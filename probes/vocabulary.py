@@ -28,3 +28,16 @@ QUEUE_INT_SETTINGS = ("rotational", "nr_requests", "read_ahead_kb", "max_sectors
 # the ones whose change is recorded as drift (block sizes are the hardware's, not a setting)
 WATCHED_QUEUE_SETTINGS = ("scheduler", "nr_requests", "read_ahead_kb", "max_sectors_kb", "write_cache",
                           "wbt_lat_usec", "nomerges", "rq_affinity", "rotational")
+
+
+def metrics_of(record: dict) -> dict[str, float]:
+    """The baselined numbers of one probe result: IOPS and bandwidth per direction that did I/O, latencies."""
+    out = {}
+    for d in DIRECTIONS:
+        if record[f"{d}_iops"] > 0:
+            out[f"{d}_iops"] = record[f"{d}_iops"]
+            out[f"{d}_bw_bytes"] = record[f"{d}_bw_bytes"]
+    for m in BASELINED_LATENCIES:
+        if record.get(m):
+            out[m] = record[m]
+    return out

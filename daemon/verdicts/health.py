@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from iowarden.probes.vocabulary import BASELINED_LATENCIES, DIRECTIONS
+from iowarden.probes.vocabulary import metrics_of
 
 from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.snapshot import NOT_PROBE_PROFILES, PASSIVE_PROFILE
@@ -43,21 +43,11 @@ PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal 
 # passive/host.py) measured the host as much as the volume: neither learned nor paged (HostSlow says the host; a
 # volume slower than what its neighbours share is the passive detector's to name). An open alert is still judged.
 HOST_SHARED_SLOWDOWN = 2.0
+# A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
+# read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
+LATENCY_FLOOR_SECONDS = 20e-6
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
-
-
-def metrics_of(record: dict) -> dict[str, float]:
-    """The baselined numbers of one probe result: IOPS and bandwidth per direction that did I/O, latencies."""
-    out = {}
-    for d in DIRECTIONS:
-        if record[f"{d}_iops"] > 0:
-            out[f"{d}_iops"] = record[f"{d}_iops"]
-            out[f"{d}_bw_bytes"] = record[f"{d}_bw_bytes"]
-    for m in BASELINED_LATENCIES:
-        if record.get(m):
-            out[m] = record[m]
-    return out
 
 
 @dataclass
@@ -227,7 +217,8 @@ class Health:
             self.state.save_baseline(identity, profile, metric, self.learned_at[key], det.to_state())
         self.latest[(identity, profile)] = verdicts
         # paged and re-sent only for a metric worse than its normal now, never for one back in band or better
-        alerting = {m: v for m, v in verdicts.items() if v.alerting and v.z > 0}
+        alerting = {m: v for m, v in verdicts.items() if v.alerting and v.z > 0 and not (
+            m.endswith("_seconds") and v.baseline and v.value - v.baseline < LATENCY_FLOOR_SECONDS)}
         akey = ("VolumeDegraded", identity, profile)
         if akey in self.open and not any(v.z > self.params.clear_z for v in alerting.values()):
             if any(v.alerting for v in verdicts.values()):

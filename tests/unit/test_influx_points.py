@@ -37,7 +37,7 @@ def test_a_failed_probe_is_a_point_with_its_reason_and_no_figures():
 
 
 def test_one_vocabulary_every_layer_agrees_on():
-    from iowarden.daemon.verdicts.health import metrics_of
+    from iowarden.probes.vocabulary import metrics_of
     from iowarden.probes.vocabulary import HIGHER_IS_WORSE, LOWER_IS_WORSE, MEASURED_METRICS
     record = _result(True, None).to_json()
     assert set(MEASURED_METRICS) <= set(record)                  # the record carries every figure by name

@@ -1,0 +1,34 @@
+"""A latency a few microseconds above its normal is not a page, however many spreads that is (no root; a state
+database of the test's own). Beside other work, a healthy RAM-backed volume's qd1 probe read p50 24 us against
+its normal 11 us and paged VolumeDegraded for a minute: CPU contention, not the volume."""
+import random
+
+from iowarden.daemon.core.state import State
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import LATENCY_FLOOR_SECONDS, Health
+
+
+def _qd1(i, p50_seconds, rng):
+    noise = 1 + rng.uniform(-0.02, 0.02)
+    return {"target": "db", "profile": "qd1", "ok": True, "error": None, "contended": False, "started_at": i,
+            "read_iops": 50_000.0 * noise, "write_iops": 0.0, "read_bw_bytes": 50_000.0 * 4096 * noise,
+            "write_bw_bytes": 0.0, "clat_p50_seconds": p50_seconds * noise}
+
+
+def _run(tmp_path, p50_now):
+    h, rng = Health(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=6)), random.Random(2)
+    events = []
+    for i in range(10):
+        h.on_result(_qd1(i, 11e-6, rng), "vol", lambda since: [])
+    for i in range(10, 22):
+        events += h.on_result(_qd1(i, p50_now, rng), "vol", lambda since: [])
+    return events
+
+
+def test_a_fast_volumes_latency_doubled_by_a_few_microseconds_pages_nothing(tmp_path):
+    assert 24e-6 - 11e-6 < LATENCY_FLOOR_SECONDS
+    assert _run(tmp_path, 24e-6) == []
+
+
+def test_the_same_volume_slower_by_more_than_the_floor_pages(tmp_path):
+    assert _run(tmp_path, 80e-6) == ["VolumeDegraded raised"]
