@@ -216,6 +216,10 @@ def run_tool(argv: list[str], timeout_seconds: float, idle_io: bool = False,
     if idle_io:
         argv = ["ionice", "-c", "3", *argv]
     started = time.monotonic()
+    # Every tool speaks the C locale to us, whatever the host's: systemd hands a service the LANG of
+    # /etc/locale.conf, and under de_DE xfs_db's "fragmentation factor 12.34%" comes translated with a decimal
+    # comma, tuned-adm's lines translated: what is parsed is the tool's own words in its own notation.
+    env = {**(os.environ if env is None else env), "LC_ALL": "C"}
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)

@@ -192,3 +192,17 @@ def test_a_reaped_process_is_never_signalled_by_its_old_pid(monkeypatch):
     finally:
         live.kill()
         live.wait()
+
+
+def test_every_tool_speaks_the_c_locale_whatever_the_hosts(monkeypatch):
+    """systemd hands a service /etc/locale.conf's LANG: under de_DE xfs_db's fragmentation factor would come with
+    a decimal comma and tuned-adm's words translated. A tool is run with LC_ALL=C, with or without an env of
+    the caller's."""
+    from iowarden.probes.common import run_tool
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
+    monkeypatch.setenv("LC_NUMERIC", "de_DE.UTF-8")
+    said = run_tool(["sh", "-c", 'echo "$LC_ALL"; printf "%.2f" 12.34'], timeout_seconds=10).stdout.split()
+    assert said == ["C", "12.34"], said
+    own = run_tool(["sh", "-c", 'echo "$LC_ALL $MINE"'], timeout_seconds=10, env={"PATH": "/usr/bin:/bin", "MINE": "x"})
+    assert own.stdout.split() == ["C", "x"], own.stdout
