@@ -25,6 +25,7 @@ from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Win
 
 log = logging.getLogger("iowarden")
 SAVE_EVERY_WINDOWS = 20
+VIEWS_SAVE_EVERY_WINDOWS = 4    # a minute of 15 s windows: what `status` shows as the passive verdict's "as of"
 
 
 def peer_groups(devices: dict, stacked: dict | None = None) -> list[tuple[str, ...]]:
@@ -132,8 +133,9 @@ class PassiveWatch:
         self.windows_total += 1
         self._windows += 1
         due = self._windows >= SAVE_EVERY_WINDOWS or transitions   # `status` sees a new verdict at once
-        self.post(PassiveJudged(tuple(transitions), self.views, self._saves() if due else (),
-                                self.detector.host_ratio))
+        # the views alone (a row per device) every minute or so: `status`'s "as of" lagged the verdict by minutes
+        saves = self._saves() if due else self._view_saves() if self._windows % VIEWS_SAVE_EVERY_WINDOWS == 0 else ()
+        self.post(PassiveJudged(tuple(transitions), self.views, saves, self.detector.host_ratio))
 
     def _own_probed(self, since_monotonic: float, devices: dict) -> set[str]:
         """Kernel names a probe of ours ran on since the window began, with every device under them (an
@@ -191,14 +193,16 @@ class PassiveWatch:
         out = [(ident, f"curve:{direction}:{unit}", st)
                for (ident, direction, unit), st in self.detector.curves_state().items()]
         out += [(ident, "evidence", self.detector.evidence.to_state(ident)) for ident in self.detector.evidence.members]
-        # the latest verdicts, for `iowarden status` (a separate process reading the database)
-        out += [(ident, "view", {
+        return tuple(out) + self._view_saves()
+
+    def _view_saves(self) -> tuple:
+        """The latest verdicts, for `iowarden status` (a separate process reading the database)."""
+        return tuple((ident, "view", {
             "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
             "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
             "flagged": list(v.flagged),
             "tail": None if v.tail is None else {"direction": v.tail.direction, "tail_ms": v.tail.tail_ms,
-                                                 "peers_tail_ms": v.tail.peers_tail_ms}}) for name, ident, v in self.views]
-        return tuple(out)
+                                                 "peers_tail_ms": v.tail.peers_tail_ms}}) for name, ident, v in self.views)
 
 
 def identities_pattern(identities) -> re.Pattern:

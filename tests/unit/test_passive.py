@@ -570,3 +570,27 @@ def test_a_pair_member_named_on_its_last_windows_is_not_cleared_while_they_stay_
     assert [s for _, s in peers] == ["raised", "cleared"], peers   # one episode
     # cleared once the member is mended, within its last windows (before: held for the two hours' median)
     assert 400 <= peers[1][0] <= 400 + p.severe_windows, peers
+
+
+def test_the_views_status_shows_are_saved_every_minute_the_curves_every_five(tmp_path):
+    """`status`'s passive "as of" lagged the verdict by 3-5 minutes: the views were saved with the curves."""
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.passive.part import SAVE_EVERY_WINDOWS, VIEWS_SAVE_EVERY_WINDOWS, PassiveWatch
+    from iowarden.probes import diskstats
+
+    st, posted, sampler = State(str(tmp_path / "s.db")), [], FakeSampler()
+    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, posted.append)
+    reads = 0
+    for i in range(SAVE_EVERY_WINDOWS + 1):   # a quiet disk at 200 IOPS and 1 ms: no verdict to save at once
+        sampler.last_sample = diskstats.DiskSample(15.0 * i, {"sdz": diskstats.DiskCounters(
+            8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=reads, io_ms=int(15.0 * i * 200),
+            weighted_io_ms=reads)})
+        part.step()
+        reads += 3000
+    kinds = [sorted({m.split(":")[0] for _, m, _ in e.saves}) for e in posted]
+    assert all(not e.transitions for e in posted)
+    views_at = [n for n, k in enumerate(kinds, 1) if k == ["view"]]
+    full_at = [n for n, k in enumerate(kinds, 1) if "curve" in k]
+    assert views_at and all(b - a == VIEWS_SAVE_EVERY_WINDOWS for a, b in zip(views_at, views_at[1:])), kinds
+    assert full_at == [SAVE_EVERY_WINDOWS], kinds
+    st.close()
