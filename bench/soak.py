@@ -1,0 +1,237 @@
+"""On call on a mix nobody tuned to: the example configuration as shipped, seeded mixes, then seeded faults.
+
+    .venv/bin/python bench/soak.py --seeds 1,2,3 [--healthy-minutes 120] [--faults all|throttle,collapse] [--volumes 4]
+
+Per seed: four stacked loop XFS volumes of 1 GiB (their lower images in RAM, so the host's own disk is not
+under them); one daemon on config.example.toml with only its paths changed (state directory, listen address,
+one [[targets]] per volume with the example's profiles and interval, the sampler's device filter); a real
+Prometheus scraping every 15 s with the shipped rules and a real Alertmanager sending to a webhook receiver of
+the bench's own. The healthy phase plays tests/integration/scenarios.py's `healthy(seed)` (database mixes on
+daily cycles, backups buffered and direct, compactions, writeback storms, a WAL appender, defragmentation,
+trims, a limited batch job, CPU pressure, I/O pressure elsewhere) and counts the notifications that reach the
+webhook (the goal: none), the budget the routine probes spent, and the longest gap between two probes of one
+target and profile against its interval. The fault phase plays `faults(seed)`: per fault the time to the
+first notification for its volume, the alerts it raised, whether the text names the cause, and how long after
+the fault's end every alert of the volume was resolved.
+
+Needs root (loop devices, cgroup v1 blkio, mounts); each seed takes its healthy minutes plus about 20 minutes
+per fault. Prints one table per seed and the scenario it played (the seed repeats it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tests.integration import servers  # noqa: E402
+from tests.integration.helpers import DaemonProc, blkio_cap, free_port  # noqa: E402
+from tests.integration.scenarios import FAULT_KINDS, Runner, Scenario, faults, fio, healthy  # noqa: E402
+from tests.integration.soak_mix import stacked_volumes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "config.example.toml"
+RULES = ROOT / "packaging" / "prometheus" / "iowarden.rules.yml"
+CLEAR_WITHIN_S = 300
+
+
+def example_config(state: Path, port: int, mounts: list[Path], devices: list[str]) -> str:
+    """config.example.toml with its paths changed and nothing else: the state directory, the listen address,
+    one target per volume in place of the example's own (its profiles and interval kept), the device filter."""
+    text = EXAMPLE.read_text()
+    text = text.replace('state_dir = "/var/lib/iowarden"', f'state_dir = "{state}"', 1)
+    text = text.replace('listen_address = ":29110"', f'listen_address = "127.0.0.1:{port}"', 1)
+    start = text.index("[[targets]]\nname = \"state\"")
+    block = text[start:text.index("\n\n", start)]
+    profiles = re.search(r"profiles = (\[.*\])", block).group(1)
+    interval = re.search(r"interval_seconds = ([\d.]+)", block).group(1)
+    targets = "\n\n".join(f'[[targets]]\nname = "{m.name}"\npath = "{m}"\nprofiles = {profiles}\n'
+                          f"interval_seconds = {interval}" for m in mounts)
+    text = text[:start] + targets + text[start + len(block):]
+    sampler = text.index("[sampler]")
+    devices_line = text.index("devices = []", sampler)
+    return text[:devices_line] + "devices = [" + ", ".join(f'"{d}"' for d in devices) + "]" + \
+        text[devices_line + len("devices = []"):]
+
+
+def metrics(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        out = {}
+        for fam in text_string_to_metric_families(r.read().decode()):
+            for s in fam.samples:
+                out.setdefault(s.name, []).append((s.labels, s.value))
+        return out
+
+
+def notifications(hook) -> list[dict]:
+    """Every alert in every webhook payload, with the payload's status (firing or resolved)."""
+    return [{**a, "payload_status": p["status"]} for p in hook.payloads for a in p["alerts"]]
+
+
+class Coverage:
+    """The longest gap between two successful probes of each target and profile, against its interval."""
+
+    def __init__(self):
+        self.last: dict[tuple, float] = {}
+        self.gap: dict[tuple, float] = {}
+        self.interval: dict[tuple, float] = {}
+
+    def look(self, m: dict, now: float) -> None:
+        for labels, v in m.get("iowarden_probe_last_success_timestamp_seconds", []):
+            key = (labels["target"], labels["profile"])
+            if key in self.last and v > self.last[key]:
+                self.gap[key] = max(self.gap.get(key, 0.0), v - self.last[key])
+            self.last[key] = v
+        for labels, v in m.get("iowarden_probe_interval_seconds", []):
+            self.interval[(labels["target"], labels["profile"])] = v
+
+
+def run_seed(seed: int, args) -> list[str]:
+    report = []
+    tmp = Path(tempfile.mkdtemp(prefix=f"iowarden-soak-{seed}-"))
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, True)
+        lowers, uppers = stacked_volumes(stack, tmp, args.volumes, in_ram=True)
+        mounts = [u.mountpoint for u in uppers]
+        for m in mounts:   # what the mix reads, laid out before it starts
+            for name, size in (("db.dat", "128M"), ("backup.dat", "192M")):
+                subprocess.run(fio("--name=layout", f"--filename={m / name}", "--rw=write", "--bs=1M",
+                                   "--direct=1", f"--size={size}"), check=True, timeout=300)
+        elsewhere = tmp / "elsewhere"
+        elsewhere.mkdir()
+        port = free_port()
+        daemon = DaemonProc(tmp, example_config(tmp / "state", port, mounts, [v.name for v in lowers + uppers]))
+        stack.callback(daemon.close)
+        daemon.wait_message("READY=1", timeout=120)
+        hook = servers.Webhook()
+        stack.callback(hook.stop)
+        am, am_port = servers.alertmanager(tmp, hook.port)
+        stack.callback(am.stop)
+        prom, _ = servers.prometheus(tmp, port, rule_files=[RULES], interval="15s", alertmanager_port=am_port)
+        stack.callback(prom.stop)
+
+        scenario = healthy(seed, args.volumes, args.healthy_minutes * 60)
+        report += scenario.said()
+        runner = Runner(scenario, mounts, elsewhere)
+        runner.start()
+        stack.callback(runner.stop)
+        coverage, started = Coverage(), time.monotonic()
+        while time.monotonic() - started < args.healthy_minutes * 60:
+            time.sleep(15)
+            coverage.look(metrics(port), time.monotonic())
+        fired = [a for a in notifications(hook) if a["payload_status"] == "firing"]
+        m = metrics(port)
+        routine = {lab["device"]: v for lab, v in m.get("iowarden_budget_routine_device_time_used_seconds", [])}
+        allowed = {lab["device"]: v for lab, v in m.get("iowarden_budget_device_time_allowed_seconds", [])}
+        worst = max(((g / coverage.interval.get(k, 300.0)), k) for k, g in coverage.gap.items()) if coverage.gap \
+            else (None, None)
+        report.append(f"seed {seed}: healthy {args.healthy_minutes} min: {len(fired)} notifications"
+                      + "".join(f"\n    {a['labels'].get('alertname')} {a['labels'].get('volume', '')} "
+                                f"{a['labels'].get('device', a['labels'].get('target', ''))}: "
+                                f"{a['annotations'].get('summary', '')[:300]}" for a in fired))
+        report.append("  routine budget spent per disk (s, of allowed): "
+                      + ", ".join(f"{d} {routine[d]:.0f}/{allowed.get(d, 0):.0f}" for d in sorted(routine)))
+        report.append(f"  longest gap between two probes of one target and profile: "
+                      f"{worst[0]:.2f} intervals ({worst[1]})" if worst[0] is not None else "  no probe gaps seen")
+        runner.stop()
+        report += ["  played: " + line for line in runner.log if "database mix" not in line][:80]
+        before = len(hook.payloads)
+        for fault in faults(seed, args.volumes, args.faults):
+            report.append(play_fault(fault, stack, lowers, uppers, scenario, hook, before, port))
+            before = len(hook.payloads)
+    return report
+
+
+def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) -> str:
+    """One fault on a running mix: (time to the first notification for its volume, alerts, cause named,
+    resolved after its end)."""
+    runner = Runner(Scenario(scenario.seed, scenario.databases, ()), [u.mountpoint for u in uppers])
+    runner.start()
+    v = fault.volume
+    devices = {uppers[v].name, lowers[v].name} if v is not None else set()
+    target = uppers[v].mountpoint.name if v is not None else None
+    with ExitStack() as held:
+        began = time.monotonic()
+        if fault.kind in ("throttle", "collapse"):
+            cap = max(10, int(scenario.databases[v].peak_iops * fault.params["of_load"]))
+            held.enter_context(blkio_cap("read_iops_device", lowers[v].major_minor, cap))
+            held.enter_context(blkio_cap("write_iops_device", lowers[v].major_minor, cap))
+        elif fault.kind == "noisy-neighbour":
+            cg = runner.cgroup("noisy-batch")
+            runner._spawn("noisy-batch", fio("--name=noisy", f"--filename={uppers[v].mountpoint / 'noisy.dat'}",
+                                             "--size=128M", "--rw=randwrite", "--bs=4k", "--direct=1", "--iodepth=16",
+                                             "--startdelay=1", "--time_based", f"--runtime={int(fault.seconds)}"), cg)
+        elif fault.kind == "host-contention":
+            for i, u in enumerate(uppers):
+                runner._spawn("host contention", fio("--name=hog", f"--filename={u.mountpoint / 'hog.dat'}",
+                                                     "--size=128M", "--rw=randrw", "--bs=4k", "--direct=1",
+                                                     "--iodepth=32", "--time_based", f"--runtime={int(fault.seconds)}"))
+            for _ in range(2):
+                runner._spawn("cpu", ["timeout", str(int(fault.seconds)), "sh", "-c", "while :; do :; done"])
+        elif fault.kind == "scheduler-drift":
+            path = Path(f"/sys/block/{lowers[v].name}/queue/scheduler")
+            old = path.read_text().split("[")[-1].split("]")[0]
+            path.write_text(fault.params["scheduler"])
+            held.callback(path.write_text, old)
+        elif fault.kind == "filling":
+            fill = uppers[v].mountpoint / "filling.dat"
+            free = shutil.disk_usage(uppers[v].mountpoint).free
+            subprocess.run(["fallocate", "-l", str(int(free * 0.95)), str(fill)], check=False)
+            held.callback(lambda: fill.unlink(missing_ok=True))
+        first = None
+        while time.monotonic() - began < fault.seconds:
+            time.sleep(5)
+            mine = [a for p in hook.payloads[seen_before:] for a in p["alerts"] if p["status"] == "firing"
+                    and (a["labels"].get("target") == target or a["labels"].get("device") in devices
+                         or fault.volume is None)]
+            if mine and first is None:
+                first = (time.monotonic() - began, mine[0])
+    ended = time.monotonic()
+    resolved_after = None
+
+    def key(a):
+        lab = a["labels"]
+        return lab.get("alertname"), lab.get("volume"), lab.get("target"), lab.get("device")
+    while time.monotonic() - ended < 600:
+        time.sleep(5)
+        sent = [a for p in hook.payloads[seen_before:] for a in p["alerts"]]
+        last = {key(a): a["status"] for a in sent}   # each alert's latest word
+        if all(status == "resolved" for status in last.values()):
+            resolved_after = time.monotonic() - ended
+            break
+    runner.stop()
+    raised = sorted({(a["labels"].get("alertname"), a["labels"].get("volume", "")) for p in hook.payloads[seen_before:]
+                     for a in p["alerts"]})
+    said = first[1]["annotations"].get("description", "")[:400] if first else ""
+    return (f"  fault {fault.kind} on {'the host' if v is None else f'vol{v}'} ({json.dumps(fault.params)}) for "
+            f"{fault.seconds:.0f} s: first notification "
+            + (f"after {first[0]:.0f} s ({first[1]['labels'].get('alertname')})" if first else "none")
+            + f"; alerts {raised}; resolved "
+            + (f"{resolved_after:.0f} s after its end" if resolved_after is not None else "not within 10 min")
+            + (f"\n    text: {said}" if said else ""))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1", help="comma-separated seeds")
+    ap.add_argument("--healthy-minutes", type=float, default=120.0)
+    ap.add_argument("--faults", default="all", help=f"all, none, or some of {', '.join(FAULT_KINDS)}")
+    ap.add_argument("--volumes", type=int, default=4)
+    args = ap.parse_args()
+    args.faults = () if args.faults == "none" else FAULT_KINDS if args.faults == "all" else tuple(args.faults.split(","))
+    for seed in (int(s) for s in args.seeds.split(",")):
+        print("\n".join(run_seed(seed, args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
