@@ -330,6 +330,14 @@ def limits_on_stack(k: Knowledge, devices: set[str], anyone: bool = False) -> li
     return [f"below {', '.join(sorted(devices))}: {held}" for held in cgroups.limits_holding(view, below, anyone)]
 
 
+def mounts_over(k: Knowledge, device: str) -> str:
+    """Where a device's change is felt: the XFS mounted from it or from a device built on it (an array over it,
+    a loop device over a file on it), as the XFS poller last saw them; "" where it knows none."""
+    over = sorted(m for m, (r, _) in k.xfs_at.items()
+                  if r.kernel_name == device or device in below_stack(k, {r.kernel_name}))
+    return ", ".join(over[:3]) + (f" and {len(over) - 3} more" if len(over) > 3 else "")
+
+
 def below_stack(k: Knowledge, devices: set[str]) -> set[str]:
     """The devices these are built on (a loop device's backing file's device included), not themselves."""
     return {b for d in devices for b in blockqueue.devices_below(d, k.devices or {})} - devices
@@ -356,7 +364,7 @@ def apply_settings(core, power) -> None:
             k.recent_drift.append((time.time(), device, ident, setting, str(old), str(new)))
             k.drift_total[(device, ident or device, setting)] += 1
             k.drift_last_at[(device, ident or device, setting)] = time.time()
-            k.drift_last_change[(device, ident or device, setting)] = (str(old), str(new))
+            k.drift_last_change[(device, ident or device, setting)] = (str(old), str(new), mounts_over(k, device))
             if core.influx is not None:
                 core.influx.event(kind="drift", device=device, volume=ident or device, setting=setting,
                                   old=str(old), new=str(new))

@@ -60,9 +60,10 @@ def settings_families(s):
     # what the drift page says: each setting's last change, from what to what (the rule lists those of the
     # last ten minutes in one alert per device)
     change = GaugeMetricFamily("iowarden_settings_drift_last_info", "The watched setting's last change, its old "
-                               "and new values as labels", labels=["device", "volume", "setting", "old", "new"])
-    for (device, volume, setting), (old, new) in sorted(s.drift_last_change.items()):
-        change.add_metric([device, volume, setting, cut(old, 200), cut(new, 200)], 1)
+                               "and new values and the XFS mounted on or over the device as labels",
+                               labels=["device", "volume", "setting", "old", "new", "mountpoint"])
+    for (device, volume, setting), (old, new, mounts) in sorted(s.drift_last_change.items()):
+        change.add_metric([device, volume, setting, cut(old, 200), cut(new, 200), cut(mounts, 200)], 1)
     yield change
     p = s.power
     if p is None:

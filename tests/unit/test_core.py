@@ -253,3 +253,16 @@ def test_the_core_keeps_counters_only_of_the_disk_a_probe_runs_on_from_the_sampl
     assert core.known.delivered("loop5", 999.2, 1000.3).reads_per_second == 1000.0
     st.close()
 
+
+
+def test_a_drift_says_where_it_is_felt_the_xfs_over_the_device(parts):
+    """The drift page lacked the mount: sdb is a member of md0 under dm-0, where /srv's XFS is."""
+    core = parts.new_core()
+    report = xfs.XfsReport("/srv", "/dev/dm-0", None, None, None, None, (), kernel_name="dm-0")
+    core.run_batch([XfsRead(MappingProxyType({"/srv": (report, 1.7e9)})),
+                    SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(parts.devices, "sdb", "bfq")), 3.0),
+                                 parts.power)])
+    ((key, change),) = [(k, v) for k, v in core.snapshot.drift_last_change.items() if k[0] == "sdb"]
+    assert change[1:] == ("bfq", "/srv"), change
+    text = scrape(core.snapshot)
+    assert 'mountpoint="/srv"' in text and 'setting="scheduler"' in text
