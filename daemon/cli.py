@@ -9,6 +9,7 @@ import argparse
 
 
 import os
+import time
 import stat
 
 import sys
@@ -345,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.subcommands = sub.choices   # name -> its parser (parse_command_line)
     for command in (p, *sub.choices.values()):
         command.formatter_class = DefaultsShown
+    for name in ("status", "baseline", "replay", "iostat", "characterize"):   # the commands that print instants
+        sub.choices[name].add_argument("--utc", action="store_true", help="print times in UTC, not local time")
     return p
 
 
@@ -364,6 +367,9 @@ def parse_command_line(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
+    if getattr(args, "utc", False):   # as `date -u` does: every instant this process prints, in UTC
+        os.environ["TZ"] = "UTC0"
+        time.tzset()
     try:
         return args.func(args)
     except configmod.ConfigError as exc:

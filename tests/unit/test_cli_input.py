@@ -183,3 +183,24 @@ def test_replay_says_when_an_alert_was_in_local_time_and_its_json_is_the_array_i
     assert isinstance(alerts, list) and alerts and set(alerts[0]) >= {"start", "end", "severity"}, alerts
     assert "a JSON array of the alert intervals" in run("replay", "--help").stdout.replace("\n", " ").replace(
         "  ", " ")
+
+
+def test_utc_prints_instants_in_utc_as_date_u_does(tmp_path):
+    csv = tmp_path / "iops.csv"
+    start = 1_700_000_000   # 2023-11-14 22:13:20 UTC
+    csv.write_text("".join(f"{start + 300 * i},{1000.0 if i < 30 else 100.0}\n" for i in range(40)))
+    env_tz = {"TZ": "Asia/Kolkata"}   # +05:30: a local time is not the UTC one
+    import os
+    import subprocess
+    local = subprocess.run(IOWARDEN + ["replay", str(csv)], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, **env_tz}).stdout
+    utc = subprocess.run(IOWARDEN + ["replay", str(csv), "--utc"], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, **env_tz}).stdout
+    import calendar
+    import re
+    import time
+    stamp = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
+    at_utc = calendar.timegm(time.strptime(re.search(stamp, utc).group(1), "%Y-%m-%d %H:%M:%S"))
+    at_local = calendar.timegm(time.strptime(re.search(stamp, local).group(1), "%Y-%m-%d %H:%M:%S"))
+    assert at_local - at_utc == 5.5 * 3600, (utc, local)                  # the same instant, said two ways
+    assert start + 300 * 30 <= at_utc <= start + 300 * 39, utc              # and the UTC one is the instant
