@@ -189,6 +189,8 @@ def apply_result(core, e: ProbeFinished) -> None:
     context = {"disk_util_percent": rates.util_percent, "disk_read_await_ms": rates.read_await_ms,
                "disk_write_await_ms": rates.write_await_ms} if rates else {}
     total_said = ""
+    # the passive detector's view of the same device: its own latency at its load, and its host's
+    view = next((v for name, _, v in k.passive_views if name == result.device), None) if result.device else None
     if result.contended and result.device:
         context["probe_queue_depth"] = result.queue_depth
         total = delivered_in_total(k, result.device, e.disks, result.started_at,
@@ -198,11 +200,9 @@ def apply_result(core, e: ProbeFinished) -> None:
             # said in the probe's one line: a line of its own every probe is the chatter a journal must not carry
             total_said = (f": the busy disk delivered {total[0]:.0f} IOPS, {total[1] / (1 << 20):.1f} MiB/s in "
                           f"total on {total[2]}, the probe and the other work")
-        view = next((v for name, _, v in k.passive_views if name == result.device), None)
         if view is not None and view.slowdown_ratio and not view.flagged:
             # the passive view of the same device: is it serving the load it carries at its normal latency?
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
-    view = next((v for name, _, v in k.passive_views if name == result.device), None) if result.device else None
     if view is not None and view.neighbours_ratio is not None:
         context["host_slowdown"] = round(view.neighbours_ratio, 2)
         if not result.contended and view.neighbours_ratio >= HOST_SHARED_SLOWDOWN:
