@@ -205,6 +205,8 @@ def apply_result(core, e: ProbeFinished) -> None:
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
     if view is not None and view.neighbours_ratio is not None:
         context["host_slowdown"] = round(view.neighbours_ratio, 2)
+        if view.slowdown_ratio:   # the device's own latency at its load: slower than its host, or with it
+            context["own_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
         if not result.contended and view.neighbours_ratio >= HOST_SHARED_SLOWDOWN:
             total_said += (f"; the host's other disks served their loads at {view.neighbours_ratio:.1f}x their normal "
                            "latency meanwhile: measured on a slowed host, not judged as the volume's own")

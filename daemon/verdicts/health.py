@@ -40,8 +40,8 @@ QUIET_PROBES_TO_CLEAR_CONTENDED = 2   # quiet probes in a row at baseline that c
 SATURATING_QUEUE_DEPTH = 8
 PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
 # A probe taken while the host's other disks serve their loads at twice their normal latency or more (their median,
-# passive/host.py) measured the host as much as the volume: neither learned nor paged (HostSlow says the host; a
-# volume slower than what its neighbours share is the passive detector's to name). An open alert is still judged.
+# passive/host.py) measured the host as much as the volume: neither learned nor paged (HostSlow says the host),
+# unless the volume's own device is twice as slow as they are (an array dragged by a slow member on a slow host).
 HOST_SHARED_SLOWDOWN = 2.0
 # A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
 # read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
@@ -198,8 +198,9 @@ class Health:
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead
             return events + self._judge_contended(identity, profile, target, context or {}, causes_fn)
-        if (context or {}).get("host_slowdown", 0) >= HOST_SHARED_SLOWDOWN and ("VolumeDegraded", identity, profile) \
-                not in self.open:
+        host, own = (context or {}).get("host_slowdown", 0), (context or {}).get("own_slowdown")
+        if host >= HOST_SHARED_SLOWDOWN and (own is None or own < HOST_SHARED_SLOWDOWN * host) and \
+                ("VolumeDegraded", identity, profile) not in self.open:
             return events
         verdicts = {}
         for metric, value in metrics_of(record).items():

@@ -91,3 +91,18 @@ def test_the_core_hands_a_probe_its_hosts_slowdown_from_the_passive_view(parts):
     assert core.snapshot.alerts == ()
     core.run_batch([host_at(1.0)] + [ProbeFinished(_result(i, 3000.0)) for i in range(20, 28)])
     assert [a.alert for a in core.snapshot.alerts] == ["VolumeDegraded"]
+
+
+def test_a_volume_twice_as_slow_as_its_slowed_host_is_still_its_own(tmp_path):
+    """An array dragged by a slow member in a guest whose every disk ran slow: its device at 10x its normal
+    beside neighbours at 3x is its own slowdown, and its probes page; at 4x beside 3x it is the host's."""
+    h, rng, clock = _health(tmp_path)
+    for _ in range(8):
+        h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"],
+                    {"host_slowdown": 3.0, "own_slowdown": 4.0})
+    assert h.open == {}
+    events = []
+    for _ in range(8):
+        events += h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"],
+                              {"host_slowdown": 3.0, "own_slowdown": 10.0})
+    assert events == ["VolumeDegraded raised"], events
