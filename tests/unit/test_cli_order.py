@@ -25,6 +25,12 @@ ORDERS = [
     (["status", "-c", "/etc/x.toml", "--json"], ["status", "--json", "-c", "/etc/x.toml"]),
     (["probe", "--json", "--path", "/srv"], ["probe", "--path", "/srv", "--json"]),
     (["settings", "-p", "--json"], ["settings", "--json", "-p"]),
+    (["run", "--web.listen-address", ":9", "-c", "/etc/x.toml"], ["run", "-c", "/etc/x.toml", "--web.listen-address", ":9"]),
+    (["check-config", "-c", "/etc/x.toml"], ["check-config", "--config=/etc/x.toml"]),
+    (["cleanup", "-c", "/etc/x.toml"], ["cleanup", "--config", "/etc/x.toml"]),
+    (["characterize", "--sweep", "qd", "--path", "/srv", "--dry-run"],
+     ["characterize", "--dry-run", "--path", "/srv", "--sweep", "qd"]),
+    (["iostat", "--utc", "-x", "loop0", "1", "2"], ["iostat", "1", "-x", "2", "loop0", "--utc"]),
 ]
 
 
