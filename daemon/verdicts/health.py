@@ -46,6 +46,10 @@ HOST_SHARED_SLOWDOWN = 2.0
 # A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
 # read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
 LATENCY_FLOOR_SECONDS = 20e-6
+# A probe's p99.9 is its slowest few I/Os: one stall of the host (a neighbour's throttle filling the dirty pages)
+# moved a healthy volume's read-1m p99.9 to 17x and nothing else. Alone it is not a page; beside a metric that
+# moved it is said (a tail-only fault of the device is the passive tail rule's, on every I/O it serves).
+TAIL_ONLY = frozenset({"clat_p999_seconds"})
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
 
@@ -220,6 +224,8 @@ class Health:
         # paged and re-sent only for a metric worse than its normal now, never for one back in band or better
         alerting = {m: v for m, v in verdicts.items() if v.alerting and v.z > 0 and not (
             m.endswith("_seconds") and v.baseline and v.value - v.baseline < LATENCY_FLOOR_SECONDS)}
+        if set(alerting) <= TAIL_ONLY:
+            alerting = {}
         akey = ("VolumeDegraded", identity, profile)
         if akey in self.open and not any(v.z > self.params.clear_z for v in alerting.values()):
             if any(v.alerting for v in verdicts.values()):
