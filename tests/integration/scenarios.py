@@ -118,26 +118,40 @@ def faults(seed: int, volumes: int, kinds=FAULT_KINDS) -> tuple[Event, ...]:
     return tuple(out)
 
 
+def end_sessions(procs: list[subprocess.Popen]) -> None:
+    """End processes started in sessions of their own, with everything in their groups (fio's job processes):
+    SIGTERM, 15 s, then SIGKILL."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, 15)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
 def fio(*args: str) -> list[str]:
     return ["fio", "--output=/dev/null", "--ioengine=libaio", "--group_reporting", *args]
 
 
-class Runner:
-    """Plays a scenario on mounts: the database mixes throughout (30 s fio runs at the cycle's rate), each event
-    at its time. Every process is in a session of its own, ended with the runner; a cgroup it makes is its own
-    (iowarden-soak-<pid>-N) and removed. `elsewhere` is a directory on another device of the host, for I/O
-    pressure off the judged volumes."""
+class Player:
+    """Work played on a thread of its own, each process in a session of its own; `stop` ends the thread and
+    every session. Subclasses give `_run`."""
 
-    CHUNK_S = 30
-
-    def __init__(self, scenario: Scenario, mounts: list[Path], elsewhere: Path | None = None):
-        self.scenario, self.mounts, self.elsewhere = scenario, mounts, elsewhere
+    def __init__(self, name: str):
         self.stopping = threading.Event()
         self.procs: list[subprocess.Popen] = []
-        self.cgroups: list[Path] = []
-        self.log: list[str] = []
+        self.log: list[str] = []   # what ran when: the report's timeline
         self.t0 = 0.0
-        self._thread = threading.Thread(target=self._run, name="scenario", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self.t0 = time.monotonic()
@@ -146,18 +160,27 @@ class Runner:
     def stop(self) -> None:
         self.stopping.set()
         self._thread.join(10)
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, 15)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, 9)
-                p.wait()
+        end_sessions(self.procs)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Runner(Player):
+    """Plays a scenario on mounts: the database mixes throughout (30 s fio runs at the cycle's rate), each event
+    at its time. Every process is in a session of its own, ended with the runner; a cgroup it makes is its own
+    (iowarden-soak-<pid>-N) and removed. `elsewhere` is a directory on another device of the host, for I/O
+    pressure off the judged volumes."""
+
+    CHUNK_S = 30
+
+    def __init__(self, scenario: Scenario, mounts: list[Path], elsewhere: Path | None = None):
+        super().__init__("scenario")
+        self.scenario, self.mounts, self.elsewhere = scenario, mounts, elsewhere
+        self.cgroups: list[Path] = []
+
+    def stop(self) -> None:
+        super().stop()
         for cg in self.cgroups:
             try:
                 cg.rmdir()

@@ -13,9 +13,10 @@ Each is fio (or fstrim) in a session of its own, killed when the mix stops.
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from pathlib import Path
+
+from tests.integration.scenarios import Player
 
 DAY_S = 240
 CYCLE = [0.25, 0.4, 0.7, 1.0, 1.0, 0.7, 0.4, 0.25]   # the daily cycle, in eighths of a day
@@ -33,15 +34,11 @@ def job(name: str, filename: Path, *args: str) -> list[str]:
     return [f"--name={name}", f"--filename={filename}", *args]
 
 
-class Mix:
+class Mix(Player):
     def __init__(self, mounts: list[Path], base_iops: int):
+        super().__init__("soak-mix")
         self.mounts = mounts
         self.base_iops = base_iops
-        self.stopping = threading.Event()
-        self.procs: list[subprocess.Popen] = []
-        self.log: list[str] = []   # what ran when: the report's timeline
-        self._thread = threading.Thread(target=self._run, name="soak-mix", daemon=True)
-        self.t0 = 0.0
 
     def lay_out(self) -> None:
         """The files the mix reads, written before it starts (reading unwritten extents costs no I/O)."""
@@ -49,23 +46,6 @@ class Mix:
             for name, size in (("db.dat", "128M"), ("backup.dat", "192M"), ("cache.dat", "32M")):
                 subprocess.run(fio(*job("layout", m / name, "--rw=write", "--bs=1M", "--direct=1", f"--size={size}")),
                                check=True, timeout=300)
-
-    def start(self) -> None:
-        self.t0 = time.monotonic()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self._thread.join(10)
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
     def _spawn(self, what: str, argv: list[str]) -> None:
         self.procs = [p for p in self.procs if p.poll() is None]

@@ -27,3 +27,20 @@ def test_every_fault_kind_once_each_followed_by_time_to_clear():
     throttle = next(e for e in f if e.kind == "throttle")
     assert 0.25 <= throttle.params["of_load"] <= 1.3
     assert next(e for e in f if e.kind == "host-contention").volume is None
+
+
+def test_a_session_ends_with_every_process_in_it():
+    import os
+    import subprocess
+    from tests.integration.scenarios import end_sessions
+    p = subprocess.Popen(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    child = int(p.stdout.readline())
+    end_sessions([p])
+    assert p.poll() is not None
+    try:
+        os.kill(child, 0)
+        alive = open(f"/proc/{child}/stat").read().split()[2] != "Z"
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "the session's child outlived it"
