@@ -206,13 +206,25 @@ def knee(points: list[Point]) -> tuple[int | None, float | None]:
 
 
 def bandwidth_bound_from(points: list[Point]) -> int | None:
-    """The smallest block size reaching BANDWIDTH_BOUND_SHARE of the sweep's best MB/s: below it the
-    volume is IOPS-bound (MB/s grows with the block), from it bandwidth-bound (IOPS fall instead)."""
+    """The smallest block size reaching BANDWIDTH_BOUND_SHARE of the sweep's ceiling: below it the
+    volume is IOPS-bound (MB/s grows with the block), from it bandwidth-bound (IOPS fall instead). The
+    ceiling is the second-best MB/s: a limit that lets a burst through (blk-throttle's slices, a cloud
+    volume's burst) puts one step above the plateau, and the plateau is what bounds the volume. Whether
+    MB/s still rose beyond the step found is still_rising_after's to say."""
     pts = [p for p in sorted(points, key=lambda p: p.value) if p.ok and p.bw_bytes > 0]
     if not pts:
         return None
-    best = max(p.bw_bytes for p in pts)
-    return next(p.value for p in pts if p.bw_bytes >= BANDWIDTH_BOUND_SHARE * best)
+    ceiling = sorted((p.bw_bytes for p in pts), reverse=True)[min(1, len(pts) - 1)]
+    return next(p.value for p in pts if p.bw_bytes >= BANDWIDTH_BOUND_SHARE * ceiling)
+
+
+def still_rising_after(points: list[Point], bound: int) -> bool:
+    """The largest block measured moved more than BANDWIDTH_BOUND_SHARE's margin more MB/s than the block
+    found: no plateau was reached within the sizes measured (the turn, if any, is beyond the range). The
+    largest, not any: one step in between may be a burst through the limit."""
+    pts = sorted((p for p in points if p.ok and p.bw_bytes > 0), key=lambda p: p.value)
+    at = next((p.bw_bytes for p in pts if p.value == bound), None)
+    return at is not None and pts[-1].value > bound and pts[-1].bw_bytes * BANDWIDTH_BOUND_SHARE > at
 
 
 def _size(b: int) -> str:

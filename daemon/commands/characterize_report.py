@@ -33,7 +33,8 @@ def findings(points: list[ch.Point], not_measured: list[dict] = ()) -> dict:
                      "bound_bw_bytes": next((p.bw_bytes for p in ok if p.value == bound), None),
                      "best_bw_bytes": best.bw_bytes if best else None,
                      "best_bw_block_bytes": best.value if best else None, "confidence": ch.confidence(bs),
-                     "beyond_range": bound is not None and bound == _largest(bs)}
+                     "beyond_range": bound is not None and (bound == _largest(bs)
+                                                         or ch.still_rising_after(ch.trusted(bs), bound))}
     for gap in not_measured:
         f = out.setdefault(gap["sweep"], {})
         f.setdefault("not_measured", []).append(gap["step"])

@@ -50,9 +50,12 @@ def test_every_check_is_padded_to_the_costliest_users_time():
     users = {"cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)),
              "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=11))}
     auth = BasicAuth(users)
-    costly = time.monotonic()
-    bcrypt.checkpw(b"x", users["dear"])
-    costly = time.monotonic() - costly
+    # the hash's own cost is the fastest of a few (a busy machine only ever adds to one): padding at least that
+    costly = float("inf")
+    for _ in range(3):
+        began = time.monotonic()
+        bcrypt.checkpw(b"x", users["dear"])
+        costly = min(costly, time.monotonic() - began)
     assert auth.cost == 11 and auth.check_seconds >= costly * 0.8
 
 

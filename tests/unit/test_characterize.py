@@ -38,6 +38,18 @@ def test_bandwidth_bound_from_the_block_size_that_reaches_the_bytes_ceiling():
     assert ch.bandwidth_bound_from(pts) == 16384
 
 
+def test_one_step_bursting_above_the_plateau_does_not_move_where_the_volume_turns_bandwidth_bound():
+    """A blk-throttle cap of 32 MiB/s let one step through at 35.1 MiB/s: against that one step, 16k blocks
+    (31.4 MiB/s, at the cap) were not "bandwidth-bound" and the sweep said 32k."""
+    mib = 1 << 20
+    bw = {4096: 7.9, 8192: 15.8, 16384: 31.4, 32768: 32.2, 65536: 32.4, 131072: 32.6, 262144: 35.1,
+          524288: 32.6, 1048576: 32.8}
+    pts = [ch.Point("bs", b, v * mib / b, v * mib, None, None, None) for b, v in bw.items()]
+    assert ch.bandwidth_bound_from(pts) == 16384
+    assert not ch.still_rising_after(pts, 16384)
+    assert ch.bandwidth_bound_from(pts[:1]) == 4096 and ch.still_rising_after(pts, 8192)
+
+
 def test_the_plan_its_time_budget_and_the_write_budget():
     steps = ch.plan(["qd", "bs"], 2 ** 30, 3.0, 1.0, writes=True)
     assert [s.sweep for s in steps].count("qd-write") == len(ch.QD_STEPS)
