@@ -181,7 +181,9 @@ def lab_deb(tmp_path_factory):
     """The .deb packaging/ builds, in a directory the guests mount read-only (9p)."""
     share = tmp_path_factory.mktemp("lab-share")
     share.chmod(0o755)
+    started = time.monotonic()
     deb = _build_deb(share)
+    print(f"== lab: the .deb built in {time.monotonic() - started:.0f} s")
     yield deb
     shutil.rmtree(share, ignore_errors=True)
 
@@ -195,7 +197,12 @@ def lab(tmp_path_factory, lab_deb):
     try:
         booted = time.monotonic() - started
         guest.install(lab_deb)
+        installed = time.monotonic() - started - booted
         guest.sh(STACKS, timeout=600)
+        guest.at_equal_share()
+        # how long each part of the lab's setup took: the lab is the suite's longest lane, its setup first
+        print(f"== lab: booted in {booted:.0f} s, the .deb installed in {installed:.0f} s, the stacks made in "
+              f"{time.monotonic() - started - booted - installed:.0f} s")
         lab = Lab(guest)
         lab.boot_seconds = booted
         yield lab

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from .image import Image
 
+BOOT_NICE = -5   # the guest's nice while it boots and is set up (see Guest.__init__)
+
 
 @dataclass(frozen=True)
 class Disk:
@@ -186,11 +188,13 @@ class Guest:
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.disk), "-F", "raw",
                         str(overlay)], check=True)
         self.metrics_port = _free_port()
-        # not niced: the guest is the run's longest path, and beside three other workers a guest niced by 10 was
-        # starved (its package's install, under 2 minutes alone, passed 5; by 5, a throttled member's peer
-        # ratio fell back within seconds). The lanes' loop devices slow with the host's CPU all together,
-        # which their detectors take for the host's, not a device's.
-        argv = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
+        # The guest is the run's longest path. Its boot and setup (about a minute of CPU alone) start beside
+        # three other workers and took 11 minutes at an equal share, so they run at BOOT_NICE (a larger share
+        # of the CPU, every QEMU thread inheriting it) and the guest returns to an equal share once set up
+        # (at_equal_share). Not niced the other way: by 10, the package's install passed 5 minutes and by 5 a
+        # throttled member's peer ratio fell back within seconds. The lanes' loop devices slow with the
+        # host's CPU all together, which their detectors take for the host's, not a device's.
+        argv = ["nice", "-n", str(BOOT_NICE), "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
                 "-display", "none", "-monitor", "none", "-no-reboot",
                 "-serial", f"file:{rundir / 'console.log'}",
                 "-kernel", str(image.kernel), "-initrd", str(image.initrd),
@@ -221,6 +225,14 @@ class Guest:
         except Exception as e:
             self.stop()
             raise LabError(f"{e}\nQEMU: {self.text('qemu.log')[-1500:]}\nconsole: {self.text('console.log')[-3000:]}")
+
+    def at_equal_share(self) -> None:
+        """Every QEMU thread back to the default nice (threads inherit the nice of the one that made them)."""
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(task.name), 0)
+            except (ProcessLookupError, FileNotFoundError):
+                pass   # a worker thread that has just ended
 
     def text(self, name: str) -> str:
         try:
