@@ -129,3 +129,59 @@ def test_every_alert_says_its_kinds_one_severity_however_far_it_moved(tmp_path_f
     assert all(severity == severity_of(alert) for alert, severity in rec.severities), rec.severities
     assert all(a.severity == severity_of(a.alert) for a in h.open_alert_views())
     state.close()
+
+
+_PROBE_FIELD = {"read_iops": "read_iops", "read_bw_bytes": "read_bw_bytes", "clat_p99_seconds": "clat_p99_seconds"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(segments=st.lists(st.tuples(st.sampled_from([0.25, 0.1, 0.4, 0.02, 0.6]), st.integers(1, 6)),
+                         min_size=1, max_size=6), seed=st.integers(0, 2**32 - 1))
+def test_an_open_alert_says_the_figures_of_the_last_probe_not_those_it_was_raised_on(tmp_path_factory, segments,
+                                                                                      seed):
+    """A fault that deepens or eases while it is open: after every probe, each figure the open alert carries
+    (what its page and /metrics say) is that probe's own, not the one it was raised on."""
+    rng = random.Random(seed)
+    state = State(str(tmp_path_factory.mktemp("now") / "s.db"))
+    h = Health(state, DetectorParams(warmup_probes=WARMUP))
+    i = 0
+    for factor, length in [(1.0, WARMUP + 4)] + segments:
+        for _ in range(length):
+            probe = _probe(i, factor, rng)
+            h.on_result(probe, "vol", lambda since: ["a cause"])
+            i += 1
+            alert = h.open.get(("VolumeDegraded", "vol", "rr"))
+            if alert is None:
+                continue
+            for metric, m in alert.metrics.items():
+                if metric in _PROBE_FIELD:
+                    assert m["value"] == probe[_PROBE_FIELD[metric]], (metric, m, probe, segments)
+    state.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(probe_ms=st.floats(0.01, 500), await_ms=st.one_of(st.none(), st.floats(0.0, 200)),
+       util=st.floats(0, 100), contended=st.booleans(), foreign_share=st.one_of(st.none(), st.floats(0, 1)),
+       foreign_util=st.one_of(st.none(), st.floats(0, 100)), limited=st.booleans(), traced=st.booleans())
+def test_the_also_line_never_contradicts_the_cause(probe_ms, await_ms, util, contended, foreign_share,
+                                                   foreign_util, limited, traced):
+    """Whatever the probe and its device did in the same seconds: the device itself is never named beside time
+    above the block layer or beside others' work on it; and beside a cause above the block layer, no line says
+    the time goes to the device."""
+    from iowarden.daemon.sources.tracer_views import TIME_GOES_TO
+    from iowarden.daemon.verdicts.causes import ABOVE_BLOCK_LAYER, Evidence, ProbeWindow, likely_causes
+    from iowarden.daemon.verdicts.sentence import alert_text
+    window = ProbeWindow("vdb", probe_ms / 1e3, await_ms, util)
+    ev = Evidence(("vdb",), "vdb", {}, [], contended, foreign_util, window=window, foreign_share=foreign_share,
+                  cgroup_limits=["a cgroup I/O limit holds vdb (254:16) at 200 read IOPS"] if limited else [],
+                  sources=[f"{TIME_GOES_TO}the device (tracer: 90% of each I/O's time)"] if traced else [])
+    causes = likely_causes(ev)
+    above = [c for c in causes if c.startswith(ABOVE_BLOCK_LAYER)]
+    device = [c for c in causes if c.startswith("the device itself")]
+    others = [c for c in causes if c.startswith("contention")]
+    # others' work and a limit above the block layer go together (their I/O spends the limit iowarden's shares);
+    # the device's own slowness goes with neither
+    assert not (above and device) and not (others and device), causes
+    text = alert_text("VolumeDegraded", "db", "/srv/db", ("vdb",), "fs-uuid:x", "rr", {}, causes)
+    if text.cause.startswith(ABOVE_BLOCK_LAYER):
+        assert TIME_GOES_TO not in text.more_causes, text
