@@ -330,8 +330,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for lane in _LANE:
         for line in lane.reports():
             terminalreporter.write_line(line)
-    for line in _TIMELINE.lane_reports + _TIMELINE.lines():
+    for line in _TIMELINE.lane_reports + _TIMELINE.lines() + setup_notes():
         terminalreporter.write_line(line)
+
+
+def _setup_notes_path() -> Path:
+    return Path(tempfile.gettempdir()) / f"iowarden-test-{RUN_ID}-setup-notes.txt"
+
+
+def setup_note(line: str) -> None:
+    """A line on how long a shared fixture's setup took (the lab's guest), printed in the run's summary: a
+    fixture's own output is captured on the worker that ran it."""
+    with open(_setup_notes_path(), "a") as f:
+        f.write(line.rstrip("\n") + "\n")
+
+
+def setup_notes() -> list[str]:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return []   # the controller prints them, once
+    path = _setup_notes_path()
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    path.unlink(missing_ok=True)
+    return lines
 
 
 @pytest.fixture

@@ -249,9 +249,15 @@ def test_a_daemon_keeps_its_tracer_up_beside_a_busy_disk_elsewhere_and_exports_i
         up_at = time.monotonic()
         wait_for(lambda: "iowarden_tracer_up 1.0" in urllib.request.urlopen(
             f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode(), timeout=300, what="the tracer up")
+        # the volume's stages appear once it has I/O to time: its first probe, which a machine busy with other
+        # work may start a while after the tracer is up; from then, within two windows
+        wait_for(lambda: "iowarden_probe_last_success_timestamp_seconds{" in urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode(), timeout=180, what="the volume's first probe")
+        probed_at = time.monotonic()
         text = wait_for(scraped, timeout=2 * WINDOW_SECONDS + 5, what="its volume's stage histograms, two windows")
         assert text
-        print(f"{engine}: up, its volume's stages {time.monotonic() - up_at:.1f} s after")
+        print(f"{engine}: up, its first probe {probed_at - up_at:.1f} s after, its volume's stages "
+              f"{time.monotonic() - probed_at:.1f} s after that")
         time.sleep(3 * WINDOW_SECONDS)   # and it stays up under the load
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert "iowarden_tracer_up 1.0" in text
@@ -328,16 +334,21 @@ def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_d
 
     def p99(depth, stage):
         return windows[depth].window[(name, "read", stage)].quantile_seconds(0.99)
+
+    def p50(depth, stage):
+        return windows[depth].window[(name, "read", stage)].quantile_seconds(0.5)
     shallow, deep = (tracer_views.where_the_time_goes(windows[d], name, "read") for d in (128, 1024))
     print(f"QD128: queue p99 {p99(128, 'queue') * 1e3:.3f} ms, device p99 {p99(128, 'device') * 1e3:.3f} ms; "
           f"QD1024: queue p99 {p99(1024, 'queue') * 1e3:.3f} ms, device p99 {p99(1024, 'device') * 1e3:.3f} ms")
     print(shallow, deep, sep="\n")
     print({d: (round(iops[d]), {st: round(windows[d].window[(name, "read", st)].quantile_seconds(0.5) * 1e3, 3)
                                 for st in ("queue", "device", "total")}) for d in iops})
-    # device time about flat: it holds the same 128 either way, but the throttle below releases them in bursts
-    # and moves its tail up to 1.5x between runs (1.51 once in CI); the queue's tail grows by orders of magnitude
-    assert 1 / 2 <= p99(1024, "device") / p99(128, "device") <= 2
+    # device time about flat: it holds the same 128 either way. Its median, not its tail: the throttle below
+    # releases them in bursts, and on a busy machine a burst missed moved the device's p99 4.8x between runs
+    # (485 ms at QD128, 101 ms at QD1024) while its median stayed at 2.7-2.9 ms. The queue's tail grows by
+    # orders of magnitude.
+    assert 1 / 2 <= p50(1024, "device") / p50(128, "device") <= 2
     assert p99(1024, "queue") >= 2 * p99(1024, "device")   # the tail is the queue's, not the device's
-    assert p99(1024, "queue") >= 4 * max(p99(128, "queue"), p99(128, "device") / 4)   # the queue grew
+    assert p99(1024, "queue") >= 4 * max(p99(128, "queue"), p50(128, "device"))   # the queue grew
     assert "the time goes to the kernel's queue in front of the device" in deep, deep
     assert "the kernel's queue in front" not in shallow, shallow

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import setup_note
+
 from .image import ensure_image
 from .vm import Disk, Guest
 
@@ -183,7 +185,7 @@ def lab_deb(tmp_path_factory):
     share.chmod(0o755)
     started = time.monotonic()
     deb = _build_deb(share)
-    print(f"== lab: the .deb built in {time.monotonic() - started:.0f} s")
+    setup_note(f"== lab: the .deb built in {time.monotonic() - started:.0f} s")
     yield deb
     shutil.rmtree(share, ignore_errors=True)
 
@@ -201,7 +203,7 @@ def lab(tmp_path_factory, lab_deb):
         guest.sh(STACKS, timeout=600)
         guest.at_equal_share()
         # how long each part of the lab's setup took: the lab is the suite's longest lane, its setup first
-        print(f"== lab: booted in {booted:.0f} s, the .deb installed in {installed:.0f} s, the stacks made in "
+        setup_note(f"== lab: booted in {booted:.0f} s, the .deb installed in {installed:.0f} s, the stacks made in "
               f"{time.monotonic() - started - booted - installed:.0f} s")
         lab = Lab(guest)
         lab.boot_seconds = booted

@@ -32,6 +32,14 @@ def _armed(lab, target: str) -> bool:
     return bool(flags) and all(v == 0 for v in flags)
 
 
+def _band_lower_read_iops(lab, target: str) -> float | None:
+    text = lab.metrics()
+    volumes = {labels.get("volume") for labels, _ in samples(text, "iowarden_probe_iops", target=target)}
+    edges = [v for labels, v in samples(text, "iowarden_baseline_band_lower_iops")
+             if labels.get("volume") in volumes and labels.get("metric") == "read_iops"]
+    return min(edges) if edges else None
+
+
 def test_drifted_member_scheduler_and_array_readahead_are_recorded_and_named_when_the_mirror_slows(lab):
     g = lab.guest
     member, md = lab.dev(M1A), "md1"
@@ -55,11 +63,14 @@ def test_drifted_member_scheduler_and_array_readahead_are_recorded_and_named_whe
         assert _open_alerts(lab, "VolumeDegraded", "mirror") == []
 
         # then the mirror slows (both members capped, as a host's neighbour would): the alert names the drift.
-        # The cap is a quarter of what the mirror's last probes got, at most 40 a member: beside a busy suite the
-        # guest's mirror ran at 86 IOPS as it learned, and two members at 40 did not slow it at all.
-        recent = [r[0] for r in lab.sql("SELECT read_iops FROM probe_results WHERE target = 'mirror' AND ok = 1 "
-                                        "ORDER BY id DESC LIMIT 6")]
-        cap = min(40, max(3, int(sorted(recent)[len(recent) // 2] / 8))) if recent else 40
+        # The cap is set from the normal the daemon learned, not from the last probes: the mirror's normal is
+        # learned across the lab's scenarios (its baseline is kept by identity), beside a busy suite at 206 to
+        # 2,527 IOPS, and a cap of a fraction of its last fast probes (80 IOPS against 1,500) still left it
+        # within a normal learned lower. Two members' reads at a sixth of the band's lower edge each: the
+        # mirror at a third of the slowest it was ever normal.
+        lower = _band_lower_read_iops(lab, "mirror")
+        cap = min(40, max(3, int(lower / 6))) if lower else 40
+        print(f"the mirror's normal band's lower edge: {lower} read IOPS; a cap of {cap} IOPS a member")
         slowed = lab.guest_clock()
         for disk in ("m1a", "m1b"):
             g.throttle(disk, cap)
@@ -70,6 +81,8 @@ def test_drifted_member_scheduler_and_array_readahead_are_recorded_and_named_whe
             rows = lab.sql("SELECT started_at, ok, error, contended, read_iops FROM probe_results "
                            "WHERE target = 'mirror' AND started_at >= ? ORDER BY id", slowed - 30)
             print("mirror probes around the cap:", rows)
+            print("baselines:", [line for line in lab.metrics().splitlines()
+                                 if line.startswith(("iowarden_baseline", "iowarden_deviation_score"))])
             print(lab.journal()[-6000:])
             raise
         causes = degraded[1]
