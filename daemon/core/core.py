@@ -58,7 +58,7 @@ class Core:
         self.boot_id = boot_id
         self.retention_seconds = retention_seconds
         self.sources = sources
-        self._summary_saved: dict[str, float] = {}   # source -> when its summary was last saved (monotonic)
+        self._summary_saved: dict[str, tuple] = {}   # source -> (when its summary was last saved (monotonic), had rows)
         self.known = knowledge.Knowledge(last_settings=state.load_settings(),
                                          recent_drift=state.drift_events(limit=knowledge.RECENT_DRIFT))
         self._events: queue.SimpleQueue = queue.SimpleQueue()
@@ -221,10 +221,15 @@ class Core:
         self.known.sources[e.source] = e.value
         spec = next((s for s in self.sources if s.name == e.source), None)
         now = self.clock()
-        last = self._summary_saved.get(e.source)
-        if spec is not None and spec.summary is not None and (last is None or now - last >= SUMMARY_SECONDS):
-            self._summary_saved[e.source] = now
-            self.state.save_baseline(e.source, knowledge.SOURCE_PROFILE, "summary", time.time(), spec.summary(e.value))
+        if spec is None or spec.summary is None:
+            return
+        last, summary = self._summary_saved.get(e.source), spec.summary(e.value)
+        # at most every SUMMARY_SECONDS, and at once when the last one saved had nothing to say and this one
+        # has (the tracer's first timed requests: `status` would say "no request timed" for 15 s more)
+        news = last is not None and not last[1] and bool(summary.get("rows")) if isinstance(summary, dict) else False
+        if last is None or now - last[0] >= SUMMARY_SECONDS or news:
+            self._summary_saved[e.source] = (now, bool(summary.get("rows")) if isinstance(summary, dict) else True)
+            self.state.save_baseline(e.source, knowledge.SOURCE_PROFILE, "summary", time.time(), summary)
 
     def _on_targets(self, e: TargetsChanged) -> None:
         self.known.targets = e.targets

@@ -60,6 +60,7 @@ class PassiveDetector(GroupRules):
         self.group_slow: dict[tuple, deque] = {}   # group -> this past hour: was the members' median acutely slow
         self.group_common: dict[tuple, float] = {}  # group -> the members' median ratio to their normals, last window
         self.host_ratio: float | None = None        # the host's disks' median ratio to their normals (host.py)
+        self.member_flagged: dict[str, tuple] = {}  # array -> (when a member was last flagged, which)
         self.neighbours_now: dict[str, float] = {}  # device -> its neighbours' median ratio, last windows
         self.contention = contention.ContentionRule(contention.ContentionParams.for_windows_of(params.window_seconds))
         for (device, direction, unit), st in (curves or {}).items():
@@ -87,7 +88,7 @@ class PassiveDetector(GroupRules):
         """Judge one batch of windows that end together; `groups` are sets of devices that are peers,
         `stacks` maps an md array or striped dm device to the members under it."""
         out = self._judge(windows, groups, stacks or {})
-        return self._held_back_by_members(out, stacks or {})
+        return self._held_back_by_members(out, stacks or {}, max((w.end for w in windows), default=None))
 
     def _judge(self, windows: list[Window], groups, stacks: dict) -> list[Transition]:
         out: list[Transition] = []
@@ -130,29 +131,6 @@ class PassiveDetector(GroupRules):
                 if d.flagged and d.last_traffic is not None and now - d.last_traffic > self.p.idle_clear_seconds:
                     for kind in list(d.flagged):
                         out.append(self._clear(name, d, kind, "no traffic to judge for an hour"))
-        return out
-
-    def _held_back_by_members(self, out: list[Transition], stacks: dict) -> list[Transition]:
-        """An array whose member is slow or at its limit is slow and at a ceiling too, but the member
-        is the finding: an array of four held to one throttled member's pace is not at the array's
-        limit. Its own self and saturation verdicts are held back while a member is flagged (and an
-        open one clears, naming the member), so the page names the member, not the array."""
-        for parent, members in stacks.items():
-            culprits = sorted(m for m in members if m in self.devices and
-                              {"peers", "saturation"} & set(self.devices[m].flagged))
-            d = self.devices.get(parent)
-            if not culprits or d is None:
-                continue
-            held = {"self", "saturation"}
-            unseen = {t.kind for t in out if t.device == parent and t.kind in held and t.state == "raised"}
-            out = [t for t in out if not (t.device == parent and t.kind in held)]
-            for kind in sorted(held & set(d.flagged)):
-                if kind in unseen:          # raised in this very batch: never shown, nothing to clear
-                    d.flagged.pop(kind)
-                    if kind == "saturation":
-                        d.ceiling = None
-                else:
-                    out.append(self._clear(parent, d, kind, f"held back by its member {', '.join(culprits)}"))
         return out
 
     def forget(self, device: str) -> list[Transition]:

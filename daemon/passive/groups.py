@@ -12,6 +12,10 @@ from iowarden.daemon.passive.peerstats import leave_one_out_medians
 from iowarden.daemon.passive.values import ALERT_OF_KIND, DIRECTIONS, Transition, _evidence_summary, _median
 
 
+# A member's verdict comes and goes by the window while its array is held to its pace (a deep probe loads every
+# member at once and brings the slow one near its peers for a moment; the lab saw the array's DeviceSlow raised
+# in such a gap): the array's own verdicts stay held this long after a member was last flagged.
+MEMBER_HOLD_SECONDS = 600.0
 PEERS_NAMED = 8   # peers an alert names; a group of 1,024 disks is "and 1,015 more", not a 10 KB sentence
 
 
@@ -23,6 +27,35 @@ def named_peers(members, m: str) -> tuple[list[str], str]:
 
 
 class GroupRules:
+    def _held_back_by_members(self, out: list[Transition], stacks: dict, now: float | None) -> list[Transition]:
+        """An array whose member is slow or at its limit is slow and at a ceiling too, but the member
+        is the finding: an array of four held to one throttled member's pace is not at the array's
+        limit. Its own self and saturation verdicts are held back while a member is flagged and for
+        MEMBER_HOLD_SECONDS after (an open one clears, naming the member), so the page names the member,
+        not the array."""
+        for parent, members in stacks.items():
+            culprits = sorted(m for m in members if m in self.devices and
+                              {"peers", "saturation"} & set(self.devices[m].flagged))
+            if culprits and now is not None:
+                self.member_flagged[parent] = (now, culprits)
+            elif not culprits and parent in self.member_flagged and now is not None and \
+                    now - self.member_flagged[parent][0] < MEMBER_HOLD_SECONDS:
+                culprits = self.member_flagged[parent][1]
+            d = self.devices.get(parent)
+            if not culprits or d is None:
+                continue
+            held = {"self", "saturation"}
+            unseen = {t.kind for t in out if t.device == parent and t.kind in held and t.state == "raised"}
+            out = [t for t in out if not (t.device == parent and t.kind in held)]
+            for kind in sorted(held & set(d.flagged)):
+                if kind in unseen:          # raised in this very batch: never shown, nothing to clear
+                    d.flagged.pop(kind)
+                    if kind == "saturation":
+                        d.ceiling = None
+                else:
+                    out.append(self._clear(parent, d, kind, f"held back by its member {', '.join(culprits)}"))
+        return out
+
     def _common_shift(self, groups) -> dict[str, float]:
         """Per device, how far its peers' latency moved off their own curves this past hour (log, >= 0).
 

@@ -594,3 +594,29 @@ def test_the_views_status_shows_are_saved_every_minute_the_curves_every_five(tmp
     assert views_at and all(b - a == VIEWS_SAVE_EVERY_WINDOWS for a, b in zip(views_at, views_at[1:])), kinds
     assert full_at == [SAVE_EVERY_WINDOWS], kinds
     st.close()
+
+
+def test_an_array_stays_held_while_its_members_verdict_blinks_and_is_judged_again_after_the_hold():
+    """The lab (RAID0 of four, one member throttled, the array's deep probe loading every member at once): the
+    member's verdict cleared for a window and the array's own DeviceSlow was raised in that gap. The array is
+    held for MEMBER_HOLD_SECONDS after its member was last flagged; an array still slow after that is its own."""
+    from iowarden.daemon.passive.groups import MEMBER_HOLD_SECONDS
+    members = ("vdb", "vdc", "vdd", "vde")
+    det = PassiveDetector()
+    events = []
+    learn, slow_for, after = 200, 60, 100
+    for i in range(learn + slow_for + after):
+        throttled, member_slow = i >= learn, learn <= i < learn + slow_for
+        j = 1 + 0.02 * ((i * 7) % 5 - 2)
+        batch = [pt.window("md0", i, (120 if throttled else 400) * j, 35.0 if throttled else 1.2,
+                           queue=3.9 if throttled else 0.5, util=100.0 if throttled else 40.0)]
+        for m in members:
+            slow = member_slow and m == "vdd"
+            batch.append(pt.window(m, i, (30 if slow else 100) * j, 125.0 if slow else 0.7 * j,
+                                   queue=3.8 if slow else 0.1, util=100.0 if slow else 8.0 if throttled else 40.0))
+        events += [(batch[0].end, t) for t in det.observe(batch, [members], {"md0": members})]
+    cleared = next(at for at, t in events if (t.kind, t.device, t.state) == ("peers", "vdd", "cleared"))
+    on_array = [(at, t.kind) for at, t in events if t.device == "md0" and t.state == "raised"]
+    # held from the member's last flagged window (the one before its clear), for the hold; then judged
+    assert on_array and all(at >= cleared - pt.WINDOW_SECONDS + MEMBER_HOLD_SECONDS for at, _ in on_array), \
+        (cleared, on_array)
