@@ -186,10 +186,10 @@ class Guest:
         self.rundir = rundir
         self.disks = {d.id: d for d in disks}
         rundir.mkdir(parents=True, exist_ok=True)
-        # The guest's disks and its root overlay in RAM where there is room: on the host's disk, beside other
-        # work's I/O (two fio jobs at 6,000 IOPS, the lanes' volumes), the guest's setup took 155 s to boot,
-        # 224 s to install its package and 177 s to make its stacks (19, 22 and 6 s alone). Every disk a
-        # scenario slows is slowed by QEMU's own throttle, not by the host's disk.
+        # The guest's disks and its root overlay in RAM where there is room: the host's disk is shared with other
+        # work (two fio jobs at 6,000 IOPS, the lanes' volumes), and every disk a scenario slows is slowed by
+        # QEMU's own throttle, not by whatever else the host's disk serves. (The guest's slow setup beside the
+        # suite was its CPU, not this: see -smp below.)
         self.disk_dir, self.disk_cache = _disk_dir(rundir, sum(d.size_mib for d in disks) + OVERLAY_ROOM_MIB)
         overlay = self.disk_dir / "root.qcow2"
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.disk), "-F", "raw",
