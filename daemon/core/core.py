@@ -226,9 +226,9 @@ class Core:
         last, summary = self._summary_saved.get(e.source), spec.summary(e.value)
         # at most every SUMMARY_SECONDS, and at once when the last one saved had nothing to say and this one
         # has (the tracer's first timed requests: `status` would say "no request timed" for 15 s more)
-        news = last is not None and not last[1] and bool(summary.get("rows")) if isinstance(summary, dict) else False
-        if last is None or now - last[0] >= SUMMARY_SECONDS or news:
-            self._summary_saved[e.source] = (now, bool(summary.get("rows")) if isinstance(summary, dict) else True)
+        has_rows = bool(summary.get("rows")) if isinstance(summary, dict) else True
+        if last is None or now - last[0] >= SUMMARY_SECONDS or (has_rows and not last[1]):
+            self._summary_saved[e.source] = (now, has_rows)
             self.state.save_baseline(e.source, knowledge.SOURCE_PROFILE, "summary", time.time(), summary)
 
     def _on_targets(self, e: TargetsChanged) -> None:

@@ -465,3 +465,29 @@ def test_in_the_daemon_the_budget_is_judged_on_the_samplers_reading_not_a_read_o
         assert read().reason == tracer.PAUSED             # the same reading again: the same rates, still paused
     finally:
         read.stop()
+
+
+def test_a_saved_tail_that_timed_nothing_is_replaced_by_the_first_window_that_did(tmp_path):
+    """The tracer's first window comes before any I/O: `status` said "no request timed" for the next 15 s
+    while the volume's probes were being timed."""
+    from iowarden.daemon.core.core import Core
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.events import SourceRead
+    from iowarden.daemon.snapshot import SOURCE_PROFILE
+    from iowarden.daemon.verdicts.health import Health
+
+    def saved_rows():
+        (s,) = [s for i, p, m, at, s in st.load_baselines() if p == SOURCE_PROFILE and i == "tracer"]
+        return len(s["rows"])
+    now = [100.0]
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st), "test", clock=lambda: now[0])
+    core.run_batch([SourceRead("tracer", tracer.TraceReading(0.0, True, None, 2.0, {}, {}, {}, {}))])
+    assert saved_rows() == 0
+    now[0] += 2
+    core.run_batch([SourceRead("tracer", _reading(1, 40))])    # 2 s later, not 15: saved, it has news
+    assert saved_rows() == 1
+    now[0] += 2
+    core.run_batch([SourceRead("tracer", tracer.TraceReading(0.0, True, None, 2.0, {}, {}, {}, {}))])
+    assert saved_rows() == 1   # a quiet window within 15 s does not replace a tail that said something
+    st.close()
