@@ -196,16 +196,12 @@ class Guest:
                         str(overlay)], check=True)
         self.metrics_port = _free_port()
         # The guest is the run's longest path. Its boot and setup (about a minute of CPU alone) start beside
-        # three other workers and took 11 minutes, so they run at BOOT_NICE (a larger share of the CPU, every
-        # QEMU thread inheriting it) and the guest returns to an equal share once set up (at_equal_share). Not
-        # niced the other way: by 10, the package's install passed 5 minutes and by 5 a throttled member's
-        # peer ratio fell back within seconds. The lanes' loop devices slow with the host's CPU all together,
-        # which their detectors take for the host's, not a device's.
-        # One virtual CPU: on a host whose two cores are busy with other work, a guest of two spins on a lock
-        # whose holder's thread the host has descheduled. Beside the suite, two took 89 s to boot, 225 s to
-        # install the package and 25 s to make the stacks; one took 46, 52 and 32 s.
-        argv = ["nice", "-n", str(BOOT_NICE), "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "1",
-                "-m", str(memory_mib),
+        # three other workers and took 11 minutes at an equal share, so they run at BOOT_NICE (a larger share
+        # of the CPU, every QEMU thread inheriting it) and the guest returns to an equal share once set up
+        # (at_equal_share). Not niced the other way: by 10, the package's install passed 5 minutes and by 5 a
+        # throttled member's peer ratio fell back within seconds. The lanes' loop devices slow with the
+        # host's CPU all together, which their detectors take for the host's, not a device's.
+        argv = ["nice", "-n", str(BOOT_NICE), "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
                 "-display", "none", "-monitor", "none", "-no-reboot",
                 "-serial", f"file:{rundir / 'console.log'}",
                 "-kernel", str(image.kernel), "-initrd", str(image.initrd),
