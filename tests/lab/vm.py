@@ -189,7 +189,7 @@ class Guest:
         # The guest's disks and its root overlay in RAM where there is room: the host's disk is shared with other
         # work (two fio jobs at 6,000 IOPS, the lanes' volumes), and every disk a scenario slows is slowed by
         # QEMU's own throttle, not by whatever else the host's disk serves. (The guest's slow setup beside the
-        # suite was its CPU, not this: see -smp below.)
+        # suite was its CPU, not this.)
         self.disk_dir, self.disk_cache = _disk_dir(rundir, sum(d.size_mib for d in disks) + OVERLAY_ROOM_MIB)
         overlay = self.disk_dir / "root.qcow2"
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.disk), "-F", "raw",
