@@ -203,8 +203,9 @@ def lab(tmp_path_factory, lab_deb):
         guest.sh(STACKS, timeout=600)
         guest.at_equal_share()
         # how long each part of the lab's setup took: the lab is the suite's longest lane, its setup first
-        setup_note(f"== lab: booted in {booted:.0f} s, the .deb installed in {installed:.0f} s, the stacks made in "
-              f"{time.monotonic() - started - booted - installed:.0f} s")
+        stacks = time.monotonic() - started - booted - installed
+        setup_note(f"== lab: booted in {booted:.0f} s, the .deb installed in {installed:.0f} s, "
+                   f"the stacks made in {stacks:.0f} s")
         lab = Lab(guest)
         lab.boot_seconds = booted
         yield lab
