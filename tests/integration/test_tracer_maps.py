@@ -6,6 +6,12 @@ request's completion or when its bio is merged into another request. This runs t
 a real kernel over writes that merge (4 KiB O_DIRECT writes submitted 32 at a time, forwards and
 backwards, to files nothing reads afterwards, so a leaked key is not overwritten later), and counts
 the keys left when the disk is idle: the maps are printed at exit with the END clear taken out.
+
+It runs alone (the suite's `alone` phase, some 5 s): beside other tests, their daemons' tracers run BPF
+programs on the same block tracepoints, and the kernel then skips runs of this one, not all of them counted
+as recursion misses (perf drops a nested tracepoint event before any program runs). A busy CI run left 632
+keys beside 495 counted misses and 30 merges seen of the workload's hundreds: the test could no longer tell a
+key the program failed to delete from one whose deletion never ran. Alone it leaves 0-1.
 """
 import json
 import os
@@ -19,7 +25,7 @@ import pytest
 from iowarden.probes import blocktrace as bt
 from tests.conftest import LoopXfs
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]   # bpftrace: scripts/setup.sh installs it
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.alone]   # bpftrace: scripts/setup.sh installs it
 
 MERGING_WRITES = (("forward", "write"), ("backward", "write:-8k"))   # fio: next offset +4k, or -4k
 COMPILE_AND_RUN_SECONDS = 600   # bpftrace's compile, the two fio jobs (seconds here) and its exit

@@ -36,7 +36,7 @@ def fio_argv(path: str, *extra: str) -> list[str]:
     bpftrace printing its maps (fio's p99 22 % above the tracer's in one CI run, unpinned)."""
     return ["fio", "--name=t", f"--filename={path}", "--size=64m", "--rw=randread", "--bs=4k", "--iodepth=1",
             "--ioengine=libaio", "--direct=1", "--runtime=10", "--time_based", "--output-format=json",
-            "--cpus_allowed=1", *extra]
+            "--cpus_allowed=1", "--lat_percentiles=1", *extra]
 
 
 class Traced:
@@ -146,10 +146,11 @@ def job(traced: Traced, step: dict) -> dict:
     read = json.loads(done.stdout)["jobs"][0]["read"]
     window = {k: h.minus(before.total.get(k)) for k, h in after.total.items()}
     between = types.SimpleNamespace(**{**after.__dict__, "window": window})
-    clat = read["clat_ns"]["percentile"]
+    clat, lat = read["clat_ns"]["percentile"], read["lat_ns"]["percentile"]
     return {"job": step["job"], "disk": disk, "iops": read["iops"], "fio_ios": read["total_ios"],
             "fio": {"p50": clat["50.000000"] / 1e6, "p95": clat["95.000000"] / 1e6, "p99": clat["99.000000"] / 1e6,
-                    "mean": read["clat_ns"]["mean"] / 1e6, "lat_mean": read["lat_ns"]["mean"] / 1e6},
+                    "mean": read["clat_ns"]["mean"] / 1e6, "lat_mean": read["lat_ns"]["mean"] / 1e6,
+                    "lat_p50": lat["50.000000"] / 1e6, "lat_p99": lat["99.000000"] / 1e6},
             "tracer": {st: percentiles(window.get((disk, "read", st))) for st in STAGES},
             "cause": tracer_views.where_the_time_goes(between, disk, "read")}
 

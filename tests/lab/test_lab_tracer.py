@@ -51,11 +51,15 @@ def _run_in_guest(lab, steps: list[dict], on_wait) -> dict[str, dict]:
     raise AssertionError(f"the guest's tracer run did not finish in 30 min; got {sorted(results)}")
 
 
-# The tracer times a read from its insertion into the block layer to its completion; fio's completion latency
-# also holds the path above and below that (the io_submit system call, the interrupt, the reap), a fixed cost
-# per read that TCG makes about 40 us (CI: 37 us on virtio, 39 us on NVMe, 10.4 % of a 0.37 ms p50).
-# So the tracer's percentile may lie below fio's by the tolerance plus that path, and above it by no more
-# than the width of one of its buckets (an eighth of an octave, interpolated inside: blocktrace.SUB_BUCKETS).
+# The tracer times a read from its insertion into the block layer to its completion. fio's completion latency
+# (clat) starts after io_submit returns, so it holds the interrupt and the reap but not the submission; fio's
+# whole latency (lat: submission and completion) holds all of the tracer's span. Below: the tracer's percentile
+# may lie under fio's clat by the tolerance plus the path outside the block layer, a fixed cost per read that
+# TCG makes about 40 us (CI: 37 us on virtio, 39 us on NVMe, 10.4 % of a 0.37 ms p50). Above: it may not pass
+# fio's whole latency by more than the width of one of its buckets (an eighth of an octave, interpolated
+# inside: blocktrace.SUB_BUCKETS). A vCPU the busy host preempts inside io_submit, after the request entered
+# the block layer, lands in the tracer's time and in fio's submission, not in fio's clat (the tracer's NVMe p99
+# 1.38 ms against a clat p99 of 1.16 ms once, with the host's two cores running four workers of tests).
 PATH_MS = 0.06
 ABOVE_TOLERANCE = 1 / 8
 
@@ -63,15 +67,16 @@ ABOVE_TOLERANCE = 1 / 8
 # Above the block layer the path is not always short: a machine busy elsewhere delays the guest's vCPU between
 # the completion and fio's reap, and that lands on a few reads, all in fio's tail (fio's p99 0.91 ms against the
 # tracer's 0.60 ms, p50s within 4 %, once with the host's two cores running other tests). So the tracer's p99
-# is held from below by fio's p95, from above by fio's p99: time the tracer failed to count would move every
-# rank, and the p50 is held to 10 %.
+# is held from below by fio's p95, from above by fio's whole-latency p99: time the tracer failed to count would
+# move every rank, and the p50 is held to 10 %.
 def _agree(r: dict, p50_tolerance=0.10, p99_tolerance=0.20) -> None:
     fio, total = r["fio"], r["tracer"]["total"]
     assert total["n"] >= 0.95 * r["fio_ios"], r   # every read of the job timed (no sampling at this rate)
     for q, tolerance, below in (("p50", p50_tolerance, "p50"), ("p99", p99_tolerance, "p95")):
         low = fio[below] * (1 - tolerance) - PATH_MS
-        high = fio[q] * (1 + ABOVE_TOLERANCE)
-        assert low <= total[q] <= high, (q, f"tracer {total[q]:.3f} ms, fio {fio[q]:.3f} ms", r)
+        high = fio[f"lat_{q}"] * (1 + ABOVE_TOLERANCE)
+        assert low <= total[q] <= high, (q, f"tracer {total[q]:.3f} ms, fio clat {fio[q]:.3f} ms, "
+                                            f"lat {fio[f'lat_{q}']:.3f} ms", r)
 
 
 def test_tracer_agrees_with_fio_on_virtio_and_nvme_and_names_a_throttled_device(lab):
@@ -155,7 +160,7 @@ def test_the_daemon_runs_the_tracer_under_its_systemd_unit(lab):
     def reads_timed():
         return sum(v for _, v in samples(lab.metrics(), "iowarden_io_latency_seconds_count", device=nv,
                                          stage="total", direction="read"))
-    before = reads_timed()
+    before, load_began = reads_timed(), lab.guest_now()
     try:
         out = g.run(["fio", "--output-format=json", f"--runtime={LOAD_SECONDS}", "--time_based",
                      "--ioengine=libaio", "--direct=1", "--bs=4k", "--size=64m",
@@ -169,4 +174,8 @@ def test_the_daemon_runs_the_tracer_under_its_systemd_unit(lab):
     print(f"fio: {fio_reads} reads, {jobs[1]['write']['total_ios']} writes in {LOAD_SECONDS} s")
     wait_for(lambda: reads_timed() - before >= 0.95 * fio_reads, timeout=180,
              what=f"the daemon's histograms counting fio's {fio_reads} reads")
-    assert _tracer_pids(g) == pids, [x for x in lab.journal().splitlines() if "tracer" in x][-10:]
+    # what the journal says of the tracer process since the load began comes first: the reason for a new loader
+    # (its exit, a silence, a re-plan) is what a failure has to show
+    said = [x for x in lab.journal(since=load_began).splitlines()
+            if "tracer:" in x and any(w in x for w in ("stopped", "started", "trying again", "paused"))]
+    assert said == [] and _tracer_pids(g) == pids, (said, pids, _tracer_pids(g))
