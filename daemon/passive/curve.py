@@ -54,6 +54,7 @@ class LatencyCurve:
     cap: int = 400
     totals: dict[int, float] = field(default_factory=dict)       # load bin -> its weight, kept beside it
     _normals: dict = field(default_factory=dict, repr=False)       # load bin -> Normal, until it learns again
+    _medians: dict = field(default_factory=dict, repr=False)       # load bin -> median_along's median, likewise
 
     def __post_init__(self):
         self.totals = {b: sum(h.values()) for b, h in self.bins.items()}
@@ -65,6 +66,7 @@ class LatencyCurve:
         hist[b] = hist.get(b, 0.0) + weight
         self.totals[lb] = self.totals.get(lb, 0.0) + weight
         self._normals.pop(lb, None)
+        self._medians.pop(lb, None)
         if self.totals[lb] > self.cap:
             for k in list(hist):
                 hist[k] /= 2
@@ -90,6 +92,24 @@ class LatencyCurve:
                 return self._normal_of(b + step, exact=step == 0)
         return None
 
+    def median_along(self, load: float, min_windows: int) -> float | None:
+        """The curve's median latency at this load, read between the centres of the two learned bins around
+        it (linear in log load and log latency); None unless both are learned. A bin is half an octave
+        wide: without reading between bins, loads 1.3x apart would mostly read the same latency; and a
+        bin's own median at the edge of what the device has carried is learned from the loads below."""
+        x = math.log2(max(load, 1e-3)) * BINS_PER_OCTAVE - 0.5   # in bins, 0 at a bin's centre
+        lo = math.floor(x)
+        known = {}
+        for b in (lo, lo + 1):
+            if self.totals.get(b, 0.0) >= min_windows:
+                if b not in self._medians:
+                    self._medians[b] = _median_between_buckets(self.bins[b])
+                known[b] = self._medians[b]
+        if len(known) < 2:
+            return None
+        f = x - lo
+        return math.exp((1 - f) * math.log(known[lo]) + f * math.log(known[lo + 1]))
+
     def lowest_load_normal(self, min_windows: int) -> Normal | None:
         """The device's latency at the lightest load it has learned: what a request costs without a queue."""
         for b in sorted(self.totals):
@@ -113,4 +133,15 @@ def _quantile(hist: dict[int, float], q: float) -> float:
         seen += hist[b]
         if seen >= q * total:
             return _await_of(b)
+    return _await_of(max(hist))
+
+
+def _median_between_buckets(hist: dict[int, float]) -> float:
+    """The median read inside its bucket (its weight spread evenly across the bucket): a ratio of two bins'
+    medians then moves by less than the bucket's 9 % step when the load does."""
+    half, seen = sum(hist.values()) / 2, 0.0
+    for b in sorted(hist):
+        if seen + hist[b] >= half:
+            return 2 ** ((b - 0.5 + (half - seen) / hist[b]) / BUCKETS_PER_OCTAVE)
+        seen += hist[b]
     return _await_of(max(hist))

@@ -16,6 +16,9 @@ from iowarden.daemon.passive.values import ALERT_OF_KIND, DIRECTIONS, Transition
 # member at once and brings the slow one near its peers for a moment; the lab saw the array's DeviceSlow raised
 # in such a gap): the array's own verdicts stay held this long after a member was last flagged.
 MEMBER_HOLD_SECONDS = 600.0
+# Loads within this of the peers' are alike: their latencies are compared as they are. Beyond it, a member's
+# latency is compared with its peers' as its own curve moves it from their load to its own.
+LOAD_ALIKE = 1.1
 PEERS_NAMED = 8   # peers an alert names; a group of 1,024 disks is "and 1,015 more", not a 10 KB sentence
 
 
@@ -106,6 +109,12 @@ class GroupRules:
                 peer_await, peer_load = peer_awaits[m], peer_loads[m]
                 if loads[m] > self.p.comparable_load * peer_load or peer_await <= 0:
                     continue   # more load than its peers explains more latency
+                # what its peers' latency would be at its load: more load within the comparable range still
+                # costs latency along the device's curve (a drive with a third more of the data than its peers)
+                along = self._along_own_curve(m, direction, f.load()[0], loads[m], peer_load)
+                if along is None:
+                    continue   # more load than its peers, at a cost its curve has not learned yet
+                peer_await *= along
                 score = (math.log(max(f.await_ms, 1e-6) / peer_await), f.await_ms - peer_await, f.await_ms, peer_await)
                 if m not in scores or score[0] > scores[m][0]:
                     scores[m] = score
@@ -159,11 +168,27 @@ class GroupRules:
                     out.append(self._clear(m, d, "peers", "back in line with its peers"))
         return out
 
+    def _along_own_curve(self, m: str, direction: str, unit: str, load: float, peer_load: float) -> float | None:
+        """How many times the latency m's own curve gives at its load is of what it gives at its peers': 1 when
+        it carries no more than LOAD_ALIKE times their load, None when it carries more and its curve has not
+        learned both loads. Its own curve, not theirs: it is the one that has carried this load, and a ratio
+        of its own latencies cancels its level, so a drive slow at every load is not excused by it."""
+        if load <= LOAD_ALIKE * peer_load:
+            return 1.0
+        d = self.devices.get(m)
+        curve = d.curves.get((direction, unit)) if d is not None else None
+        if curve is None:
+            return None
+        mine = curve.median_along(load, self.p.bin_min_windows)
+        theirs = curve.median_along(peer_load, self.p.bin_min_windows)
+        return max(1.0, mine / theirs) if mine and theirs else None
+
     def _judge_tail(self, group: tuple, windows: list) -> list[Transition]:
         """A member whose p99.9 of real I/O left its peers' (passive/tail.py): raised as SlowMember, with the
         tail and the mean side by side, since the mean is what did not move."""
         tails = {w.device: w.tails for w in windows if w.tails}
-        means = {w.device: {d: (f.await_ms, f.iops * w.seconds) for d, f in w.flows.items() if f.iops}
+        means = {w.device: {d: (f.await_ms, f.iops * w.seconds, (f.kib_per_second or 0.0) * w.seconds)
+                            for d, f in w.flows.items() if f.iops}
                  for w in windows}
         judged = self.tail.add(group, tails, means)
         out = []

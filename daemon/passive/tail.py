@@ -10,6 +10,12 @@ peers' is slow before its mean is.
    current block of its group; a block is `block_windows` windows (a minute at 15 s).
 2. When a block closes, each member with `min_ios` timed I/Os in it has its `quantile` (p99.9); a member
    is out of line when its tail is `ratio` times the median of its peers' tails and `floor_ms` above it.
+   Like against like: a member is judged in a direction only when its load in the block is at most
+   `comparable_load` times the group's median and its mean request size within `request_size_ratio` of
+   the group's median (the members with a tail, itself included). A backup reading 1 MiB at a deep queue
+   beside peers serving 4 KiB has a tail of its own requests' making (each takes a megabyte's transfer,
+   and waits behind the ones before it), not of its drive's; a weak region is read at the load and size
+   the peers carry and is still judged.
 3. A drive out of line in `blocks` blocks in a row is named; one in line in `clear_blocks` in a row clears.
 
 Why blocks in a row and not a rolling tail: a healthy drive's single stall (a second of 200 ms I/Os) puts
@@ -26,6 +32,7 @@ buckets) for the current block, and a few numbers.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from iowarden.probes.blocktrace import StageHistogram
@@ -43,6 +50,8 @@ class TailParams:
     ratio: float = 4.0           # a tail this many times the peers' median tail ...
     floor_ms: float = 20.0       # ... and this far above it: fast flash's tail wanders by milliseconds
     min_ios: int = 2000          # timed I/Os in a block for its p99.9 to rest on two or more of them
+    comparable_load: float = 2.0      # a member with more than this times its peers' I/Os is not judged
+    request_size_ratio: float = 2.0   # nor one whose mean request is this many times larger or smaller
 
 
 @dataclass
@@ -68,7 +77,7 @@ class MemberTail:
 class _Block:
     windows: int = 0
     counts: dict = field(default_factory=dict)   # (member, direction) -> {bucket: count}
-    busy_ms: dict = field(default_factory=dict)  # (member, direction) -> [sum of await x I/Os, I/Os] (diskstats)
+    busy_ms: dict = field(default_factory=dict)  # (member, direction) -> [await x I/Os, I/Os, KiB] (diskstats)
 
 
 def tail_ms(counts: dict[int, int], q: float) -> float | None:
@@ -84,9 +93,10 @@ class TailEvidence:
         self.members: dict[str, MemberTail] = {}
 
     def add(self, group: tuple[str, ...], tails: dict[str, dict[str, StageHistogram]],
-            means: dict[str, dict[str, tuple[float, float]]]) -> dict[str, MemberTail]:
+            means: dict[str, dict[str, tuple]]) -> dict[str, MemberTail]:
         """One window of a group: per member, direction -> the window's histogram of total latency, and
-        direction -> (await ms, I/Os) from diskstats. Returns the members judged when a block closed."""
+        direction -> (await ms, I/Os[, KiB]) from diskstats (without the KiB, request sizes are not compared).
+        Returns the members judged when a block closed."""
         b = self.blocks.setdefault(group, _Block())
         for m, by_direction in tails.items():
             for direction, h in by_direction.items():
@@ -94,10 +104,11 @@ class TailEvidence:
                 for idx, c in h.counts:
                     acc[idx] = acc.get(idx, 0) + c
         for m, by_direction in means.items():
-            for direction, (await_ms, ios) in by_direction.items():
-                acc = b.busy_ms.setdefault((m, direction), [0.0, 0.0])
+            for direction, (await_ms, ios, *kib) in by_direction.items():
+                acc = b.busy_ms.setdefault((m, direction), [0.0, 0.0, 0.0])
                 acc[0] += await_ms * ios
                 acc[1] += ios
+                acc[2] += kib[0] if kib and kib[0] is not None else 0.0
         b.windows += 1
         if b.windows < self.p.block_windows:
             return {}
@@ -109,7 +120,8 @@ class TailEvidence:
         for direction in ("read", "write"):
             tails = {m: (tail_ms(b.counts[(m, direction)], self.p.quantile), sum(b.counts[(m, direction)].values()))
                      for m in group if sum(b.counts.get((m, direction), {}).values()) >= self.p.min_ios}
-            means = {m: s / n for (m, d), (s, n) in b.busy_ms.items() if d == direction and n > 0}
+            means = {m: s / n for (m, d), (s, n, _) in b.busy_ms.items() if d == direction and n > 0}
+            tails = {m: v for m, v in tails.items() if self._like_its_peers(b, direction, m, tails)}
             # each member's peers' median, for all members at once (peerstats: n medians of n - 1 was O(n^2))
             peer_tails = leave_one_out_medians({m: t for m, (t, _) in tails.items() if t is not None})
             judged_means = {m: v for m, v in means.items() if m in tails}
@@ -135,6 +147,23 @@ class TailEvidence:
             e.out_streak, e.in_streak = (e.out_streak + 1, 0) if out else (0, e.in_streak + 1)
             e.direction, e.tail_ms, e.peers_tail_ms, e.mean_ratio, e.ios = direction, t, peer_tail, mean_ratio, ios
         return {m: self.members[m] for m in group}
+
+    def _like_its_peers(self, b: _Block, direction: str, m: str, judged: dict) -> bool:
+        """Whether m carried, in this block and direction, a load and a request size like the group's: within
+        the bounds of the median over every member with a tail, m included (so that with three members one
+        backup is set aside and its two quiet peers still judge each other; with two, neither is judged
+        against a partner unlike it). From diskstats' I/Os and KiB; a member without them is not told apart."""
+        mine = b.busy_ms.get((m, direction))
+        group = [b.busy_ms[(p, direction)] for p in judged if (p, direction) in b.busy_ms]
+        if not mine or not mine[1] or len(group) < 2:
+            return True
+        if mine[1] > self.p.comparable_load * statistics.median(g[1] for g in group):
+            return False
+        sizes = [g[2] / g[1] for g in group if g[1] > 0 and g[2] > 0]
+        if mine[2] > 0 and len(sizes) >= 2:
+            ratio = (mine[2] / mine[1]) / statistics.median(sizes)
+            return 1 / self.p.request_size_ratio <= ratio <= self.p.request_size_ratio
+        return True
 
     def named(self, member: str) -> bool:
         e = self.members.get(member)

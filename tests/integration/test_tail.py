@@ -27,17 +27,18 @@ SIZE = (200 << 20) + 12288
 
 
 @contextmanager
-def weak_disks(where: Path):
-    """(healthy, weak) loop devices over the FUSE images; the loops, the mount and the server go on exit."""
+def weak_disks(where: Path, names=("healthy.img", "slow.weak")):
+    """Loop devices over the FUSE images `names` (.weak: with a weak region), in that order; the loops, the
+    mount and the server go on exit."""
     mnt = where / "weakfuse"
     mnt.mkdir()
-    server = subprocess.Popen([sys.executable, str(WEAKFUSE), str(mnt), str(SIZE), "healthy.img", "slow.weak"],
+    server = subprocess.Popen([sys.executable, str(WEAKFUSE), str(mnt), str(SIZE), *names],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     loops = []
     try:
-        wait_for(lambda: (mnt / "slow.weak").exists() or server.poll() is not None, timeout=30, what="the FUSE mount")
+        wait_for(lambda: (mnt / names[-1]).exists() or server.poll() is not None, timeout=30, what="the FUSE mount")
         assert server.poll() is None, server.stdout.read().decode(errors="replace")[-2000:]
-        for name in ("healthy.img", "slow.weak"):
+        for name in names:
             # direct I/O: the loop device passes its reads on concurrently (buffered, its worker reads one at a time)
             loops.append(subprocess.run(["losetup", "--find", "--show", "--read-only", "--direct-io=on", str(mnt / name)],
                                         check=True, capture_output=True, text=True).stdout.strip())
@@ -118,3 +119,58 @@ devices = ["{own}", "{healthy}", "{weak}"]
         # what the mean-based peer comparison made of the same windows: nothing to page on
         assert metric(metrics, "iowarden_passive_peer_ratio", device=weak) < 1.5
         print(f"SlowMember {weak} after {took:.0f} s: {line}")
+
+
+BACKUP_SECONDS = 600
+
+
+def test_a_backup_reading_large_requests_beside_quiet_peers_raises_nothing(tmp_path, daemon_factory):
+    """Three peers of one size; one carries a backup: buffered 1 MiB sequential reads by four readers with a
+    1 MiB read-ahead (a backup tool's large requests, queued deep), while the other two serve 4 KiB random
+    reads at a trickle. For ten minutes, with the tracer timing all three, nothing is raised: the backup's
+    tail is of its own requests' making (a megabyte's transfer each, behind the ones before it)."""
+    port = free_port()
+    target = LoopXfs("512M")
+    try:
+        with weak_disks(tmp_path, ("a.img", "b.img", "c.img")) as (backup, quiet1, quiet2):
+            own = target.device.removeprefix("/dev/")
+            extra = f"""
+[passive]
+window_seconds = 5.0
+tail_block_seconds = 20.0
+[sampler]
+devices = ["{own}", "{backup}", "{quiet1}", "{quiet2}"]
+"""
+            text = config_text(target.mountpoint, tmp_path / "state", interval=3600.0, port=port, tracer=True,
+                               extra=extra)
+            text = text.replace("[tracer]\n", f'[tracer]\ndevices = ["{backup}", "{quiet1}", "{quiet2}"]\n', 1)
+            d = daemon_factory(text)
+            d.wait_message("READY=1")
+            ra = Path(f"/sys/block/{backup}/queue/read_ahead_kb")
+            old_ra = ra.read_text().strip()
+            ra.write_text("1024")
+            dump = subprocess.Popen(["fio", "--name=backup", f"--filename=/dev/{backup}", "--readonly", "--rw=read",
+                                     "--bs=1M", "--direct=0", "--ioengine=psync", "--numjobs=4", "--time_based",
+                                     f"--runtime={BACKUP_SECONDS}", "--output=/dev/null"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            seen, judged_tails = [], set()
+            try:
+                with readers((quiet1, quiet2), rate_iops=150, seconds=BACKUP_SECONDS):
+                    t0 = time.monotonic()
+                    while time.monotonic() - t0 < BACKUP_SECONDS - 10 and dump.poll() is None:
+                        text = scrape(port)
+                        seen += [a for a in passive_alerts(text) if a not in seen]
+                        for dev in (quiet1, quiet2):
+                            if metric(text, "iowarden_passive_tail_ratio", device=dev, direction="read") is not None:
+                                judged_tails.add(dev)
+                        time.sleep(5)
+                    stats = open(f"/sys/block/{backup}/stat").read().split()
+            finally:
+                end_processes(dump)
+                ra.write_text(old_ra)
+            reads, sectors = int(stats[0]), int(stats[2])
+        assert reads > 0 and sectors / reads * 512 >= 64 * 1024, f"the backup's requests were not large: {stats}"
+        assert judged_tails, "the quiet peers' tails were never judged: the tracer did not time them"
+        assert seen == [], f"raised beside a backup: {seen}"
+    finally:
+        target.close()

@@ -85,6 +85,76 @@ def test_too_few_timed_ios_are_not_judged():
     assert not ev.named("b")
 
 
+def feed_sized(ev, group, per_member, windows=1):
+    """As feed, with each member's request size: member -> (latencies of a window, KiB per request)."""
+    out = {}
+    for _ in range(windows):
+        tails, means = {}, {}
+        for m, (lat, kib) in per_member.items():
+            xs = lat()
+            tails[m] = {"read": hist(xs)}
+            means[m] = {"read": (sum(xs) / len(xs), len(xs), len(xs) * kib)}
+        out = ev.add(group, tails, means) or out
+    return out
+
+
+def backup(rng, n=IOS):
+    """A backup's 1 MiB reads at a deep queue: each takes a megabyte's transfer and waits behind those before it,
+    so its tail is some 40-80 ms of its own requests' making, on a healthy drive."""
+    return [rng.uniform(8.0, 30.0) + (rng.uniform(40.0, 80.0) if rng.random() < 0.01 else 0.0) for _ in range(n)]
+
+
+def test_a_backup_s_large_requests_at_a_deep_queue_are_not_judged_against_peers_serving_small_ones():
+    rng = random.Random(11)
+    ev = TailEvidence(TailParams(block_windows=4))
+    group = ("a", "b", "c")
+    lat = {"a": (lambda: healthy(rng), 4.0), "b": (lambda: healthy(rng), 4.0), "c": (lambda: backup(rng), 1024.0)}
+    for _ in range(8):
+        judged = feed_sized(ev, group, lat, windows=4)
+    assert not any(ev.named(m) for m in group)
+    assert judged["c"].tail_ms is None and judged["c"].unjudged_streak == 8, judged["c"]
+    # the same tail at the peers' request size is out of line: the size is what excused it, not the figures
+    other = TailEvidence(TailParams(block_windows=4))
+    for _ in range(3):
+        feed_sized(other, group, {**lat, "c": (lambda: backup(rng), 4.0)}, windows=4)
+    assert other.named("c")
+
+
+def test_a_weak_region_at_its_peers_load_and_request_size_is_still_named():
+    rng = random.Random(12)
+    ev = TailEvidence(TailParams(block_windows=4))
+    group = ("a", "b", "c")
+    lat = {"a": (lambda: healthy(rng), 4.0), "b": (lambda: healthy(rng), 4.0), "c": (lambda: weak(rng), 4.0)}
+    for block in range(1, 4):
+        feed_sized(ev, group, lat, windows=4)
+        assert ev.named("c") == (block == 3), block
+    assert not ev.named("a") and not ev.named("b")
+
+
+def test_beside_a_backup_the_other_two_still_judge_each_other():
+    """Of three, the backup is unlike the group and set aside; the quiet two are alike and judged: a weak region
+    on one of them is named, whatever the backup's tail."""
+    rng = random.Random(14)
+    ev = TailEvidence(TailParams(block_windows=4))
+    group = ("a", "b", "c")
+    lat = {"a": (lambda: backup(rng), 1024.0), "b": (lambda: healthy(rng), 4.0), "c": (lambda: weak(rng), 4.0)}
+    for _ in range(3):
+        judged = feed_sized(ev, group, lat, windows=4)
+    assert ev.named("c") and not ev.named("a") and not ev.named("b")
+    assert judged["c"].peers_tail_ms < 5, judged["c"]   # judged against b alone, not the backup's tail
+    assert judged["a"].tail_ms is None
+
+
+def test_a_member_carrying_several_times_its_peers_load_is_not_judged_on_its_tail():
+    rng = random.Random(13)
+    ev = TailEvidence(TailParams(block_windows=2))
+    group = ("a", "b", "c")
+    lat = {"a": (lambda: healthy(rng), 4.0), "b": (lambda: healthy(rng), 4.0),
+           "c": (lambda: weak(rng, n=3 * IOS), 4.0)}   # three times the I/Os: its queue, not its drive
+    judged = feed_sized(ev, group, lat, windows=20)
+    assert not ev.named("c") and judged["c"].tail_ms is None
+
+
 def windows_of(rng, per_member, end):
     out = []
     for m, lat in per_member.items():
