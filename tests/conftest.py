@@ -218,11 +218,14 @@ def pytest_collection_modifyitems(session, config, items):
         # (half an hour of mostly waiting, each run inline by a worker of its own), then the lab, then the
         # integration tests, the unit tests last to fill the gaps.
         # The tracer's tests take turns too: the tracer pauses when the whole host's I/O rate would cost it more
-        # than its CPU budget, and one of them drives a busy disk to show that it does not.
+        # than its CPU budget, and one of them drives a busy disk to show that it does not. The tail rule's tests
+        # are among them: each serves its disks from a FUSE process in Python whose 2 ms reads stretch when
+        # another such server (the other tail test's) takes the CPU, and the weak region's tail with them.
         for item in items:
             if item.nodeid.startswith("tests/lab/"):
                 item.add_marker(pytest.mark.xdist_group("lab"))
-            elif item.nodeid.startswith(("tests/integration/test_tracer.py", "tests/integration/test_tracer_maps.py")):
+            elif item.nodeid.startswith(("tests/integration/test_tracer.py", "tests/integration/test_tracer_maps.py",
+                                         "tests/integration/test_tail.py")):
                 item.add_marker(pytest.mark.xdist_group("tracer"))
         order = {"lab": 1, "tracer": 2, "integration": 3}
 
