@@ -84,19 +84,20 @@ def test_a_drive_with_a_weak_region_is_named_on_its_tail_while_its_mean_moves_li
         target.close()
 
 
+def tail_config(target, state: Path, port: int, disks: tuple[str, ...]) -> str:
+    """A daemon probing `target` once an hour (the tail is the subject), its passive windows 5 s and tail blocks
+    20 s, sampling its own device and `disks`, and tracing `disks`."""
+    own = target.device.removeprefix("/dev/")
+    sampled = ", ".join(f'"{n}"' for n in (own, *disks))
+    extra = f"\n[passive]\nwindow_seconds = 5.0\ntail_block_seconds = 20.0\n[sampler]\ndevices = [{sampled}]\n"
+    text = config_text(target.mountpoint, state, interval=3600.0, port=port, tracer=True, extra=extra)
+    traced = ", ".join(f'"{n}"' for n in disks)
+    return text.replace("[tracer]\n", f"[tracer]\ndevices = [{traced}]\n", 1)
+
+
 def _weak_region_named(tmp_path, daemon_factory, port, target):
     with weak_disks(tmp_path) as (healthy, weak):
-        own = target.device.removeprefix("/dev/")
-        extra = f"""
-[passive]
-window_seconds = 5.0
-tail_block_seconds = 20.0
-[sampler]
-devices = ["{own}", "{healthy}", "{weak}"]
-"""
-        text = config_text(target.mountpoint, tmp_path / "state", interval=3600.0, port=port, tracer=True, extra=extra)
-        text = text.replace("[tracer]\n", f'[tracer]\ndevices = ["{healthy}", "{weak}"]\n', 1)
-        d = daemon_factory(text)
+        d = daemon_factory(tail_config(target, tmp_path / "state", port, (healthy, weak)))
         d.wait_message("READY=1")
         with readers((healthy, weak), rate_iops=400, seconds=400):
             t0 = time.monotonic()
@@ -133,18 +134,7 @@ def test_a_backup_reading_large_requests_beside_quiet_peers_raises_nothing(tmp_p
     target = LoopXfs("512M")
     try:
         with weak_disks(tmp_path, ("a.img", "b.img", "c.img")) as (backup, quiet1, quiet2):
-            own = target.device.removeprefix("/dev/")
-            extra = f"""
-[passive]
-window_seconds = 5.0
-tail_block_seconds = 20.0
-[sampler]
-devices = ["{own}", "{backup}", "{quiet1}", "{quiet2}"]
-"""
-            text = config_text(target.mountpoint, tmp_path / "state", interval=3600.0, port=port, tracer=True,
-                               extra=extra)
-            text = text.replace("[tracer]\n", f'[tracer]\ndevices = ["{backup}", "{quiet1}", "{quiet2}"]\n', 1)
-            d = daemon_factory(text)
+            d = daemon_factory(tail_config(target, tmp_path / "state", port, (backup, quiet1, quiet2)))
             d.wait_message("READY=1")
             ra = Path(f"/sys/block/{backup}/queue/read_ahead_kb")
             old_ra = ra.read_text().strip()

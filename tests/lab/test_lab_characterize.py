@@ -45,7 +45,13 @@ def test_compare_raid0_of_two_against_one_disk(lab, tmp_path):
     deepest = max(p["value"] for p in single["points"] if p["sweep"] == "qd")
     row = next(line for line in table.stdout.splitlines() if line.split()[:2] == ["qd", str(deepest)])
     change = float(row.split()[-1].rstrip("%"))
-    assert 60 <= change <= 130, row          # +60 % .. +130 %: about twice
+    # the table's change is the two runs' own figures at that depth, and the pair's is well above one disk's;
+    # "about twice" is held above by the saturation IOPS, not by one 3 s step: under TCG on a busy host the one
+    # disk's deepest step once read 113 IOPS under its 150 cap (+146 %) while its saturation was within bounds
+    one, two = (next(p["iops"] for p in run["points"] if p["sweep"] == "qd" and p["value"] == deepest)
+                for run in (single, pair))
+    own = 100 * (two / one - 1)
+    assert abs(change - own) <= 0.15 and change >= 60, (row, own)
     plot = tmp_path / "cmp" / "compare.png"
     with Image.open(plot) as img:
         assert img.format == "PNG" and img.size[0] >= 400 and img.size[1] >= 300
