@@ -121,7 +121,8 @@ class TailEvidence:
             tails = {m: (tail_ms(b.counts[(m, direction)], self.p.quantile), sum(b.counts[(m, direction)].values()))
                      for m in group if sum(b.counts.get((m, direction), {}).values()) >= self.p.min_ios}
             means = {m: s / n for (m, d), (s, n, _) in b.busy_ms.items() if d == direction and n > 0}
-            tails = {m: v for m, v in tails.items() if self._like_its_peers(b, direction, m, tails)}
+            like = self._like_the_group(b, direction, tails)
+            tails = {m: v for m, v in tails.items() if m in like}
             # each member's peers' median, for all members at once (peerstats: n medians of n - 1 was O(n^2))
             peer_tails = leave_one_out_medians({m: t for m, (t, _) in tails.items() if t is not None})
             judged_means = {m: v for m, v in means.items() if m in tails}
@@ -148,22 +149,27 @@ class TailEvidence:
             e.direction, e.tail_ms, e.peers_tail_ms, e.mean_ratio, e.ios = direction, t, peer_tail, mean_ratio, ios
         return {m: self.members[m] for m in group}
 
-    def _like_its_peers(self, b: _Block, direction: str, m: str, judged: dict) -> bool:
-        """Whether m carried, in this block and direction, a load and a request size like the group's: within
-        the bounds of the median over every member with a tail, m included (so that with three members one
-        backup is set aside and its two quiet peers still judge each other; with two, neither is judged
-        against a partner unlike it). From diskstats' I/Os and KiB; a member without them is not told apart."""
-        mine = b.busy_ms.get((m, direction))
-        group = [b.busy_ms[(p, direction)] for p in judged if (p, direction) in b.busy_ms]
-        if not mine or not mine[1] or len(group) < 2:
-            return True
-        if mine[1] > self.p.comparable_load * statistics.median(g[1] for g in group):
-            return False
-        sizes = [g[2] / g[1] for g in group if g[1] > 0 and g[2] > 0]
-        if mine[2] > 0 and len(sizes) >= 2:
-            ratio = (mine[2] / mine[1]) / statistics.median(sizes)
-            return 1 / self.p.request_size_ratio <= ratio <= self.p.request_size_ratio
-        return True
+    def _like_the_group(self, b: _Block, direction: str, members) -> set:
+        """The members that carried, in this block and direction, a load and a request size like the group's:
+        within bounds of the median over every member with a tail, each one included (so that of three, one
+        backup is set aside and its two quiet peers still judge each other; of two unlike members, neither is
+        judged). From diskstats' I/Os and KiB; a member without them is not told apart. One median for all:
+        a group of a thousand drives costs a sort, not a thousand."""
+        rows = {m: b.busy_ms[(m, direction)] for m in members if b.busy_ms.get((m, direction), (0, 0))[1] > 0}
+        if len(rows) < 2:
+            return set(members)
+        usual_ios = statistics.median(r[1] for r in rows.values())
+        sizes = [r[2] / r[1] for r in rows.values() if r[2] > 0]
+        usual_size = statistics.median(sizes) if len(sizes) >= 2 else None
+        like = set(members) - set(rows)
+        for m, (_, ios, kib) in rows.items():
+            if ios > self.p.comparable_load * usual_ios:
+                continue
+            if usual_size and kib > 0 and not (
+                    1 / self.p.request_size_ratio <= kib / ios / usual_size <= self.p.request_size_ratio):
+                continue
+            like.add(m)
+        return like
 
     def named(self, member: str) -> bool:
         e = self.members.get(member)
