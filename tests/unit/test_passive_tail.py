@@ -27,15 +27,8 @@ def weak(rng, n=IOS, share=0.003, delay_ms=100.0):
 
 
 def feed(ev, group, per_member, windows=1):
-    out = {}
-    for _ in range(windows):
-        tails, means = {}, {}
-        for m, lat in per_member.items():
-            xs = lat()
-            tails[m] = {"read": hist(xs)}
-            means[m] = {"read": (sum(xs) / len(xs), len(xs))}
-        out = ev.add(group, tails, means) or out
-    return out
+    """Each member's latencies of a window, with no request size (diskstats' KiB not known)."""
+    return feed_sized(ev, group, {m: (lat, None) for m, lat in per_member.items()}, windows)
 
 
 def test_a_weak_region_is_named_after_three_blocks_in_a_row_while_its_mean_moves_little():
@@ -86,14 +79,14 @@ def test_too_few_timed_ios_are_not_judged():
 
 
 def feed_sized(ev, group, per_member, windows=1):
-    """As feed, with each member's request size: member -> (latencies of a window, KiB per request)."""
+    """As feed, with each member's request size: member -> (latencies of a window, KiB per request or None)."""
     out = {}
     for _ in range(windows):
         tails, means = {}, {}
         for m, (lat, kib) in per_member.items():
             xs = lat()
             tails[m] = {"read": hist(xs)}
-            means[m] = {"read": (sum(xs) / len(xs), len(xs), len(xs) * kib)}
+            means[m] = {"read": (sum(xs) / len(xs), len(xs), None if kib is None else len(xs) * kib)}
         out = ev.add(group, tails, means) or out
     return out
 
