@@ -232,6 +232,20 @@ def blkio_cgroup(prefix: str = "iowarden-test-app"):
                 time.sleep(0.1)
 
 
+# joins the cgroup named in argv[1] and execs argv[2:]: a process of its own, single-threaded, does the join, so
+# the test's threads (a daemon's log readers) cannot deadlock or fail it as a preexec_fn in a forked copy can
+_JOIN_THEN_EXEC = ("import os, sys\n"
+                   "with open(sys.argv[1], 'w') as f:\n"
+                   "    f.write(str(os.getpid()))\n"
+                   "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def in_cgroup(cgroup, argv: list[str]) -> list[str]:
+    """argv run as a member of a cgroup v1 group (its directory): joined before the program starts, so every
+    process and thread it makes is charged there from its first I/O."""
+    return [sys.executable, "-c", _JOIN_THEN_EXEC, f"{cgroup}/cgroup.procs", *argv]
+
+
 @contextmanager
 def cgroup_cap(cgroup: Path, kind: str, major_minor: str, value: int):
     """A blkio throttle in one cgroup of the test's own, removed by its device id on exit."""

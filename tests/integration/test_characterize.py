@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from iowarden.daemon.commands.characterize import BANDWIDTH_BOUND_SHARE, BS_STEPS
-from tests.integration.helpers import blkio_cap as cap, wait_for
+from tests.integration.helpers import blkio_cap as cap, in_cgroup, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -110,14 +110,11 @@ def test_working_set_sweep_finds_a_page_cache_of_known_size(direct_loop_xfs, tmp
     # a real cache in front of the volume: the page cache, held to 192 MiB for the sweep's processes
     limit = 192 * 2 ** 20
     with memory_cgroup(limit) as cg:
-        def join():
-            with open(f"{cg}/cgroup.procs", "w") as f:
-                f.write(str(os.getpid()))
-        r = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
+        r = subprocess.run(in_cgroup(cg, [sys.executable, "-m", "iowarden.daemon.cli", "characterize", "--path",
                             str(direct_loop_xfs.mountpoint), "--sweep", "working-set", "--buffered",
                             "--max-working-set", "512MiB", "--step-seconds", "2", "--ramp-seconds", "1", "--json",
-                            "--min-free-bytes", "1MiB", "--min-free-ratio", "0", "--out", str(out)],
-                           capture_output=True, text=True, timeout=600, preexec_fn=join)
+                            "--min-free-bytes", "1MiB", "--min-free-ratio", "0", "--out", str(out)]),
+                           capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr + r.stdout
     doc = json.loads(r.stdout)
     knee = doc["findings"]["working-set"]["cache_knee_bytes"]

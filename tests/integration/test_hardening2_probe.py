@@ -10,7 +10,7 @@ import uuid
 import psutil
 import pytest
 
-from tests.integration.helpers import config_text, rows, wait_for
+from tests.integration.helpers import config_text, in_cgroup, rows, wait_for
 from tests.integration.test_cli import IOWARDEN, iowarden
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -95,10 +95,7 @@ def _remove_cgroup(path):
 
 
 def _probe_in_cgroup(cgroup, *args):
-    def enter():
-        with open(f"{cgroup}/cgroup.procs", "w") as f:
-            f.write(str(os.getpid()))
-    return subprocess.run([*IOWARDEN, *args], capture_output=True, text=True, timeout=120, preexec_fn=enter)
+    return subprocess.run(in_cgroup(cgroup, [*IOWARDEN, *args]), capture_output=True, text=True, timeout=120)
 
 
 def test_fio_in_a_memory_cgroup_gets_only_jobs_within_the_bound(shared_loop_xfs, tmp_path):

@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import LoopXfs, run_prefix
 from tests.integration import servers
 from tests.integration.helpers import (blkio_cap, blkio_cgroup, cgroup_cap, config_text, end_processes, free_port,
-                                       ram_backing, wait_for)
+                                       in_cgroup, ram_backing, wait_for)
 
 RULES = Path(__file__).resolve().parents[2] / "packaging" / "prometheus" / "iowarden.rules.yml"
 
@@ -64,9 +64,14 @@ def workload(directory, rate_iops: int, seconds: int, rw="randrw", cgroup=None):
     # lay the file out first: the daemon's probes and the workload must not race its creation
     subprocess.run(["fio", "--name=app", f"--directory={directory}", "--size=128M", "--rw=write", "--bs=1M",
                     "--direct=1", "--output=/dev/null"], check=True)
-    join = (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=join)
+    proc = subprocess.Popen(in_cgroup(cgroup, args) if cgroup else args, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        pass    # running, as it should be for its whole runtime
+    else:
+        raise AssertionError(f"the workload ended at once ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
     try:
         yield proc
     finally:
