@@ -231,8 +231,8 @@ def per_cluster(clusters, drives, labels, in_sample, left_out, healthy_by_cluste
         mine = {x for x in drives if x[0].startswith(c + "/")}
         slow = labels & mine
         h = healthy_by_cluster.get(c, [])
-        print(f"{c:<10} {len(mine):>6} {len(slow):>4}  {cols(*in_sample, mine, slow)} | {cols(*left_out, mine, slow)} | "
-              f"{_quantile(h, 0.5):>5.2f} {_quantile(h, 0.9):>5.2f} {_quantile(h, 0.99):>5.2f} "
+        print(f"{c:<10} {len(mine):>6} {len(slow):>4}  {cols(*in_sample, mine, slow)} | "
+              f"{cols(*left_out, mine, slow)} | {_quantile(h, 0.5):>5.2f} {_quantile(h, 0.9):>5.2f} {_quantile(h, 0.99):>5.2f} "
               f"{max(h, default=float('nan')):>5.2f}")
 
 

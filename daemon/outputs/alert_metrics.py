@@ -4,7 +4,8 @@
   and never change while it is open: Prometheus and Alertmanager take a changed label for a new alert, so
   its severity is the alert kind's one (daemon/alert_kinds.py), never a grade that moves with the figures.
 - `iowarden_alert_info` (1 per open alert): the sentence, as labels (where, what moved with its numbers,
-  the likely cause and the others, the runbook). The rules' annotations *query* it
+  the likely cause and the others, what to do about the device by what it is (verdicts/advice.py), the
+  runbook). The rules' annotations *query* it
   (`query` in the annotation template) instead of joining it into the alert with `group_left`: joined,
   its labels would become the alert's own, and every new figure would be a new alert. Queried, the page
   carries the figures of the last evaluation and the alert stays one episode. Each value is cut at
@@ -15,14 +16,17 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 
+from iowarden.daemon.sources import smart
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.snapshot import PASSIVE_PROFILE
+from iowarden.daemon.verdicts.advice import advice, device_kind
 from iowarden.daemon.verdicts.sentence import alert_text, cut
 
 DEFAULT_RUNBOOK_URL = "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md"
 ALERT_LABELS = ["alert", "severity", "volume", "target", "device", "profile"]
 INFO_LABELS = ["alert", "volume", "target", "device", "profile", "mountpoint", "where", "what", "cause",
-               "more_causes", "runbook_url", "alert_id"]
+               "more_causes", "advice", "runbook_url", "alert_id"]
+DAY_SECONDS = 86400.0
 
 
 def places(s) -> tuple[dict, dict]:
@@ -37,12 +41,24 @@ def places(s) -> tuple[dict, dict]:
     return by_target, by_device
 
 
+def device_advice(s, alert) -> str:
+    """The do-line of a device-side alert: by what its device is, what its drive says now, how long it is open."""
+    name = alert.target or ""
+    dev = s.devices.get(name)
+    disk = dev.parent if dev is not None and dev.kind == "partition" and dev.parent else name
+    return advice(alert.alert, device_kind(dev, s.devices), name,
+                  smart.causes(s.sources.get(smart.SPEC.name), {disk}),
+                  max(0.0, s.taken_at - alert.raised_at) / DAY_SECONDS,
+                  below=(dev.loop_backing_file or "") if dev is not None else "")
+
+
 def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
     active = GaugeMetricFamily("iowarden_alert_active", "1 for each open iowarden alert", labels=ALERT_LABELS)
     since = GaugeMetricFamily("iowarden_alert_raised_timestamp_seconds", "When the open alert was raised",
                               labels=ALERT_LABELS)
     info = GaugeMetricFamily("iowarden_alert_info", "1 for each open alert; its labels are the sentence the page "
-                             "says: where, what moved (now vs normal), the likely cause, the others",
+                             "says: where, what moved (now vs normal), the likely cause, the others, what to do "
+                             "about the device",
                              labels=INFO_LABELS)
     acked = GaugeMetricFamily("iowarden_alert_acknowledged", "1 for each open alert acknowledged with `iowarden "
                               "ack` (the shipped rules stop paging it)", labels=["alert", "volume", "profile", "by",
@@ -64,7 +80,8 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
         text = alert_text(a.alert, target or None, mount or None, (device,) if device else (), a.volume, a.profile,
                           metrics, a.causes)
         info.add_metric([a.alert, a.volume, target, device, a.profile, cut(mount), text.where, text.what,
-                         text.cause, text.more_causes, f"{runbook_url}#{text.runbook_anchor}", str(a.id)], 1)
+                         text.cause, text.more_causes, cut(device_advice(s, a) if passive else ""),
+                         f"{runbook_url}#{text.runbook_anchor}", str(a.id)], 1)
         if a.acked_by is not None:
             acked.add_metric([a.alert, a.volume, a.profile, cut(a.acked_by, 64), cut(a.ack_note or "", 200)], 1)
     return active, since, info, acked
