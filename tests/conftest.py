@@ -227,7 +227,11 @@ def pytest_collection_modifyitems(session, config, items):
             elif item.nodeid.startswith(("tests/integration/test_tracer.py", "tests/integration/test_tracer_maps.py",
                                          "tests/integration/test_tail.py")):
                 item.add_marker(pytest.mark.xdist_group("tracer"))
-        order = {"lab": 1, "tracer": 2, "integration": 3}
+            elif item.nodeid.startswith("tests/integration/test_packaging.py"):
+                # one worker builds the .deb and the .rpm once for the module (four minutes of pip, dpkg-deb and
+                # rpmbuild), where each worker that took one of its tests built them again beside the others
+                item.add_marker(pytest.mark.xdist_group("packaging"))
+        order = {"lab": 1, "tracer": 2, "packaging": 3, "integration": 3}
 
         def rank(item) -> int:
             if item.get_closest_marker("lane"):
