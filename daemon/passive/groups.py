@@ -142,9 +142,7 @@ class GroupRules:
             persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
                 med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms and \
                 recent_log >= math.log(self.p.peer_ratio)
-            # the evidence rule, like the others, needs an excess above floor_ms: a drive 14 % slower than its peers
-            # by 19 µs on fast flash (a third of a group carrying 1.8x the load of the rest) is no drive to replace
-            named = not pair and self.evidence.named(m) and med_excess >= self.p.floor_ms
+            named = not pair and self.evidence.named(m)
             if "peers" not in d.flagged and (severe or persistent or named):
                 peers, more = named_peers(members, m)
                 if named and not severe:

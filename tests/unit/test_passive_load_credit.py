@@ -4,7 +4,6 @@ slow at its peers' load is still named. Synthetic traces of the passive_traces s
 numbers), no root."""
 import math
 import random
-from dataclasses import replace
 
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.detector import PassiveDetector
@@ -68,18 +67,3 @@ def test_a_third_of_the_group_taking_more_load_together_names_nobody():
     # a shared load shift: two of six drives take 1.35x the others' load from the fifth hour (a rebalance, a
     # hot shard). They stand out together, a third of the group, which the reference sets aside as slow.
     assert named(trace(4, 9.0, {0: 1.35, 3: 1.35}, {}, 5.0)) == {}
-
-
-def flash(batches, scale: float = 0.05):
-    """The same traces on fast flash: every latency a twentieth (some 30-70 µs)."""
-    for batch in batches:
-        yield [replace(w, flows={d: replace(f, await_ms=f.await_ms * scale) for d, f in w.flows.items()})
-               for w in batch]
-
-
-def test_on_fast_flash_a_few_microseconds_more_is_never_evidence_and_a_real_slowdown_still_is():
-    # 1.3x its peers on flash of 30-70 µs is some 15 µs more per I/O, below floor_ms (20 µs): the severe and
-    # persistent rules never counted it, and the evidence rule does not either
-    assert named(flash(trace(7, 12.0, {}, {1: 1.3}, 3.0))) == {}
-    first = named(flash(trace(7, 12.0, {}, {1: 3.0}, 3.0)))
-    assert set(first) == {"sdb"}, first
