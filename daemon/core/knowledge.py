@@ -25,7 +25,7 @@ from iowarden.daemon.wording import result_summary
 from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
-from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
+from iowarden.daemon.verdicts.causes import LIMIT_BELOW, Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
@@ -329,7 +329,8 @@ def limits_on_stack(k: Knowledge, devices: set[str], anyone: bool = False) -> li
     if limits:
         return limits
     below = below_stack(k, devices)
-    return [f"below {', '.join(sorted(devices))}: {held}" for held in cgroups.limits_holding(view, below, anyone)]
+    return [f"{LIMIT_BELOW}{', '.join(sorted(devices))}: {held}"
+            for held in cgroups.limits_holding(view, below, anyone)]
 
 
 def mounts_over(k: Knowledge, device: str) -> str:

@@ -72,6 +72,7 @@ def _ms(v: float) -> str:
 
 
 ABOVE_BLOCK_LAYER = "above the block layer"   # how a cause above it begins (the sentence's Also line reads it)
+LIMIT_BELOW = "below "                         # how a limit on a device under the target's begins (core/knowledge.py)
 
 
 def _layer_causes(ev: Evidence, layer: str | None) -> list[str]:
@@ -86,7 +87,10 @@ def _layer_causes(ev: Evidence, layer: str | None) -> list[str]:
                        "(look at memory and CPU pressure, the filesystem, a hypervisor's limit)")
     elif ev.cgroup_limits:
         out.extend(ev.cgroup_limits)
-    if layer == "device":
+    # a limit held on a device below this one (a loop device over a throttled one) is what makes this one's await
+    # long: its requests wait in the throttled one. A limit on the device itself throttles before its queue, so
+    # a long await there is still the device's (a busy backing disk) and is said beside the limit
+    if layer == "device" and not any(lim.startswith(LIMIT_BELOW) for lim in ev.cgroup_limits):
         share = "" if ev.foreign_share is None else f", {ev.foreign_share:.0%} of its I/O from other work"
         out.append(f"the device itself: {w.device} took {_ms(w.device_await_ms)} per I/O at "
                    f"{w.device_util_percent or 0:.0f}% util{share}")

@@ -159,10 +159,15 @@ def test_an_open_alert_says_the_figures_of_the_last_probe_not_those_it_was_raise
     state.close()
 
 
+LIMITS = {"on": "a cgroup I/O limit holds vdb (254:16) at 200 read IOPS",
+          "below": "below vdb: a cgroup I/O limit holds vdc (254:32) at 200 read IOPS"}
+
+
 @settings(max_examples=200, deadline=None)
 @given(probe_ms=st.floats(0.01, 500), await_ms=st.one_of(st.none(), st.floats(0.0, 200)),
        util=st.floats(0, 100), contended=st.booleans(), foreign_share=st.one_of(st.none(), st.floats(0, 1)),
-       foreign_util=st.one_of(st.none(), st.floats(0, 100)), limited=st.booleans(), traced=st.booleans())
+       foreign_util=st.one_of(st.none(), st.floats(0, 100)), limited=st.sampled_from(["", "on", "below"]),
+       traced=st.booleans())
 def test_the_also_line_never_contradicts_the_cause(probe_ms, await_ms, util, contended, foreign_share,
                                                    foreign_util, limited, traced):
     """Whatever the probe and its device did in the same seconds: the device itself is never named beside time
@@ -173,7 +178,7 @@ def test_the_also_line_never_contradicts_the_cause(probe_ms, await_ms, util, con
     from iowarden.daemon.verdicts.sentence import alert_text
     window = ProbeWindow("vdb", probe_ms / 1e3, await_ms, util)
     ev = Evidence(("vdb",), "vdb", {}, [], contended, foreign_util, window=window, foreign_share=foreign_share,
-                  cgroup_limits=["a cgroup I/O limit holds vdb (254:16) at 200 read IOPS"] if limited else [],
+                  cgroup_limits=[LIMITS[limited]] if limited else [],
                   sources=[f"{TIME_GOES_TO}the device (tracer: 90% of each I/O's time)"] if traced else [])
     causes = likely_causes(ev)
     above = [c for c in causes if c.startswith(ABOVE_BLOCK_LAYER)]
@@ -182,6 +187,9 @@ def test_the_also_line_never_contradicts_the_cause(probe_ms, await_ms, util, con
     # others' work and a limit above the block layer go together (their I/O spends the limit iowarden's shares);
     # the device's own slowness goes with neither
     assert not (above and device) and not (others and device), causes
+    # a limit held on a device below it (a loop device over a throttled one) is why the device's own await is
+    # long: never "the device itself" beside it
+    assert not (limited == "below" and device), causes
     text = alert_text("VolumeDegraded", "db", "/srv/db", ("vdb",), "fs-uuid:x", "rr", {}, causes)
     if text.cause.startswith(ABOVE_BLOCK_LAYER):
         assert TIME_GOES_TO not in text.more_causes, text
