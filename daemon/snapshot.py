@@ -86,3 +86,4 @@ class Snapshot:
     probe_latency: dict = field(default_factory=dict)        # (target, profile, direction) -> latency.LatencyTotal
     pins: dict = field(default_factory=dict)                 # target -> the volume it was first probed on
     own_probes: dict = field(default_factory=dict)           # device -> when a probe last ran on it (monotonic, inf: now)
+    folds: dict = field(default_factory=dict)                # alert id -> verdicts.pages.Fold: said on another's page

@@ -30,6 +30,7 @@ from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, Int
 from iowarden.daemon.snapshot import Snapshot
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
+from iowarden.daemon.verdicts import pages
 
 log = logging.getLogger("iowarden")
 _STOP = object()
@@ -157,10 +158,16 @@ class Core:
 
     def publish(self) -> None:
         k = self.known
+        alerts = tuple(self.health.open_alert_views())
+        # one fault on one volume is one page: decided here, beside the last decision, said by the outputs
+        last = self.snapshot
+        target_device = {t: v.result.device for (t, _), v in k.latest.items() if v.result.device}
+        fold_of = pages.folds(alerts, k.devices, target_device,
+                              paging=pages.page_units(last.alerts, last.folds) if last is not None else frozenset())
         self.snapshot = Snapshot(
             taken_at=time.time(), version=self.version, probes=tuple(k.latest.values()),
             skipped_total=self.readers.skipped(), baselines=tuple(self.health.baseline_views()),
-            alerts=tuple(self.health.open_alert_views()), disk_rates=k.rates, disk_sample=k.sample,
+            alerts=alerts, folds=MappingProxyType(fold_of), disk_rates=k.rates, disk_sample=k.sample,
             devices=k.devices, power=k.power, drift_total=dict(k.drift_total),
             drift_last_at=dict(k.drift_last_at), drift_last_change=dict(k.drift_last_change), xfs=k.xfs_at,
             budget=self.readers.budget(), parts=self.readers.parts(), io_pressure=k.io_pressure,

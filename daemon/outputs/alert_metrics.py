@@ -11,6 +11,8 @@
   carries the figures of the last evaluation and the alert stays one episode. Each value is cut at
   sentence.MAX_TEXT_CHARS; there is one series per open alert.
 - `iowarden_alert_acknowledged` (1 per acknowledged open alert, with who): the rules page `unless` it.
+- `iowarden_alert_folded` (1 per open alert said on an earlier alert's page of the same volume,
+  verdicts/pages.py): the rules page `unless` it too, and the page's "Also" says it with its figures.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from iowarden.daemon.sources import smart
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.snapshot import PASSIVE_PROFILE
 from iowarden.daemon.verdicts.advice import advice, device_kind
+from iowarden.daemon.verdicts.pages import also_open
 from iowarden.daemon.verdicts.sentence import alert_text, cut
 
 DEFAULT_RUNBOOK_URL = "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md"
@@ -49,7 +52,7 @@ def device_advice(s, alert) -> str:
     return advice(alert.alert, device_kind(dev, s.devices), name,
                   smart.causes(s.sources.get(smart.SPEC.name), {disk}),
                   max(0.0, s.taken_at - alert.raised_at) / DAY_SECONDS,
-                  below=(dev.loop_backing_file or "") if dev is not None else "")
+                  below=(getattr(dev, "loop_backing_file", None) or "") if dev is not None else "")
 
 
 def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
@@ -63,7 +66,12 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
     acked = GaugeMetricFamily("iowarden_alert_acknowledged", "1 for each open alert acknowledged with `iowarden "
                               "ack` (the shipped rules stop paging it)", labels=["alert", "volume", "profile", "by",
                                                                                   "note"])
+    folded = GaugeMetricFamily("iowarden_alert_folded", "1 for each open alert said on the page of an earlier "
+                               "alert of the same volume (the shipped rules do not page it on its own)",
+                               labels=["alert", "volume", "profile", "into_alert", "into_id"])
     by_target, by_device = places(s)
+    fold_of = s.folds
+    texts = {}
     for a in s.alerts:
         passive = a.profile == PASSIVE_PROFILE
         # where it was raised (the journal's sentence), else where its target is now
@@ -73,15 +81,30 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
             target = a.target or ""
             device, mount = by_target.get(target, ("", ""))
             device, mount = ",".join(a.devices) or device, a.mountpoint or mount
+        metrics = {m: {"value": now, "baseline": normal} for m, now, normal in a.moved}
+        texts[a.id] = (target, device, mount, alert_text(a.alert, target or None, mount or None,
+                                                         (device,) if device else (), a.volume, a.profile,
+                                                         metrics, a.causes))
+    by_id = {a.id: a for a in s.alerts}
+    for a in s.alerts:
+        target, device, mount, text = texts[a.id]
         lab = [a.alert, a.severity, a.volume, target, device, a.profile]
         active.add_metric(lab, 1)
         since.add_metric(lab, a.raised_at)
-        metrics = {m: {"value": now, "baseline": normal} for m, now, normal in a.moved}
-        text = alert_text(a.alert, target or None, mount or None, (device,) if device else (), a.volume, a.profile,
-                          metrics, a.causes)
+        more = text.more_causes
+        # said on every profile's series of the page's alert (the rule reads the first profile's)
+        riders = [r for p in s.alerts if (p.alert, p.volume) == (a.alert, a.volume)
+                  for r in also_open(p.id, s.alerts, fold_of)]
+        if riders:
+            said = "; ".join(f"{r.alert} #{r.id} on this volume ({texts[r.id][1] or r.target}): {texts[r.id][3].what}"
+                             for r in riders)
+            more = cut(said + (f"; {more}" if more else ""))
+        if a.id in fold_of:
+            into = by_id[fold_of[a.id].into]
+            folded.add_metric([a.alert, a.volume, a.profile, into.alert, str(into.id)], 1)
         info.add_metric([a.alert, a.volume, target, device, a.profile, cut(mount), text.where, text.what,
-                         text.cause, text.more_causes, cut(device_advice(s, a) if passive else ""),
+                         text.cause, more, cut(device_advice(s, a) if a.profile == PASSIVE_PROFILE else ""),
                          f"{runbook_url}#{text.runbook_anchor}", str(a.id)], 1)
         if a.acked_by is not None:
             acked.add_metric([a.alert, a.volume, a.profile, cut(a.acked_by, 64), cut(a.ack_note or "", 200)], 1)
-    return active, since, info, acked
+    return active, since, info, acked, folded

@@ -63,7 +63,7 @@ def baseline_unit(metric: str) -> tuple[str, str]:
 SECTION_INPUTS = {
     "self": ("version", "taken_at", "parts", "state", "influx"),
     "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency", "discovery_over_limit"),
-    "baselines": ("baselines", "alerts", "probes", "xfs"),
+    "baselines": ("baselines", "alerts", "folds", "probes", "xfs", "devices", "sources"),
     "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
     "settings": ("devices", "drift_total", "drift_last_at", "drift_last_change", "power"),
     "xfs": ("xfs", "devices"),

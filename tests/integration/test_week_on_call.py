@@ -124,6 +124,8 @@ def week_on_call(lane) -> None:
         others = [k for k in seen if k[1] not in ("", sick) or (k[2] and k[2] not in sick_devices)]
         assert not others, f"alerts for healthy volumes: {others}"
         assert all(len(e) == 1 for e in seen.values()), f"more than one episode: {seen}"
+        # one fault on one volume is one page: the passive view of the same device joins the probes' page
+        assert len([k for k in seen if k[1] == sick or k[2] in sick_devices]) == 1, f"more than one page: {sorted(seen)}"
         for key in seen:
             assert "Likely cause:" in descriptions[key] and "no cause found" not in descriptions[key], \
                 descriptions[key]

@@ -55,7 +55,7 @@ def _passive(alert, device, raised_at=0.0):
 
 
 def _advice_label(snapshot):
-    _, _, info, _ = alert_families(snapshot)
+    _, _, info, _, _ = alert_families(snapshot)
     (sample,) = info.samples
     return sample.labels["advice"]
 

@@ -90,7 +90,7 @@ def test_the_info_series_says_what_the_journal_and_status_say(tmp_path, caplog):
     (view,) = h.open_alert_views()
     journal = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("ALERT VolumeDegraded"))
     # the page: the labels of iowarden_alert_info, as the rule's annotations read them
-    _, _, info, acked = alert_families(_snapshot(view))
+    _, _, info, acked, _ = alert_families(_snapshot(view))
     (sample,) = info.samples
     lab = sample.labels
     assert lab["cause"] == LIMIT and lab["where"].startswith("db") and "read IOPS 3 vs normal" in lab["what"]
@@ -121,7 +121,7 @@ def test_an_ack_reaches_the_running_daemon_with_who_and_why(tmp_path):
     h.apply_requests(lambda target: "vol")
     (view,) = h.open_alert_views()
     assert (view.acked_by, view.ack_note) == ("alice", "planned throttle")
-    _, _, _, acked = alert_families(_snapshot(view))
+    _, _, _, acked, _ = alert_families(_snapshot(view))
     (sample,) = acked.samples
     assert sample.labels == {"alert": "VolumeDegraded", "volume": "vol", "profile": "rr", "by": "alice",
                              "note": "planned throttle"}

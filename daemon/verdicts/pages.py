@@ -1,0 +1,104 @@
+"""One fault on one volume is one page: which open alerts page, and which ride on another's page.
+
+A throttled volume is seen by its probes (VolumeDegraded on the mount) and, a few windows later, by the
+passive view of the device under it (SlowMember, DeviceSlow, VolumeAtLimit or VolumeContended on the same
+device). Each is right, and each alone would be a page: two notifications for one fault. So the alerts of one
+volume are one page, the one raised first; the others are said on it ("Also open on this volume: ...") and
+exported as folded (`iowarden_alert_folded`), which the shipped rules page `unless`.
+
+Why the first and not the worst: a page that is already out stays the page while it is open. Were a later critical verdict to
+take over from an earlier warning, Alertmanager would resolve one and fire the other, two notifications again;
+the page's own severity is its kind's (alert_kinds.py) and the folded verdict's figures are on it.
+
+One volume is the device a probe's target lives on and what the kernel builds it from: a partition's disk, the
+members of an md array or a device-mapper volume. Not a loop device's backing filesystem: the volumes of one
+host disk are separate volumes, and the host's disk being slow is each of their pages (or HostSlow's).
+
+Pure: the open alerts, the block devices and the last decision's pages in, the decision out. The core decides
+when it publishes a snapshot (Snapshot.folds); the outputs say it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iowarden.daemon.snapshot import PASSIVE_PROFILE
+
+# the alerts that speak for a volume's I/O; the others (a probe failing, a drifted setting, a source's
+# part) say something else and page on their own
+VOLUME_ALERTS = frozenset({"VolumeDegraded", "SlowMember", "DeviceSlow", "VolumeAtLimit", "VolumeContended"})
+MAX_DEPTH = 8   # a stack deeper than this is not one the kernel builds; bounds a cycle in damaged sysfs readings
+
+
+@dataclass(frozen=True)
+class Fold:
+    id: int            # the folded alert
+    into: int          # the alert whose page says it
+
+
+def devices_of(alert, target_device: dict | None = None) -> tuple[str, ...]:
+    """The devices an alert is on: a passive verdict's device; a probe's devices where it was raised, else the
+    device its target's last probe ran on (`target_device`)."""
+    if alert.profile == PASSIVE_PROFILE:
+        return (alert.target,) if alert.target else ()
+    own = tuple(d for d in alert.devices if d)
+    if not own and target_device and target_device.get(alert.target):
+        own = (target_device[alert.target],)
+    return own
+
+
+def stack(name: str, devices: dict) -> frozenset[str]:
+    """`name` and what it is built from, down to the disks: partition -> disk, md/dm -> members."""
+    seen, todo = set(), [(name, 0)]
+    while todo:
+        dev, depth = todo.pop()
+        if dev in seen or depth > MAX_DEPTH:
+            continue
+        seen.add(dev)
+        bd = devices.get(dev)
+        if bd is None:
+            continue
+        below = list(getattr(bd, "slaves", ()) or ())
+        if getattr(bd, "kind", "") == "partition" and getattr(bd, "parent", None):
+            below.append(bd.parent)
+        todo += [(b, depth + 1) for b in below]
+    return frozenset(seen)
+
+
+def page_units(alerts, fold_of: dict[int, "Fold"]) -> frozenset[tuple[str, str]]:
+    """The (alert, volume) of each page among `alerts`: what the rules fire on, carried to the next decision."""
+    return frozenset((a.alert, a.volume) for a in alerts if a.alert in VOLUME_ALERTS and a.id not in fold_of)
+
+
+def folds(alerts, devices: dict, target_device: dict | None = None,
+          paging: frozenset = frozenset()) -> dict[int, Fold]:
+    """alert id -> its Fold, for each open volume alert said on another's page.
+
+    Alerts are of one volume when one's devices are within the other's stack (a SlowMember on an array's
+    member and the array's VolumeDegraded; a DeviceSlow on the mount's own device). A page is an alert kind on
+    a volume (the rule groups a VolumeDegraded's profiles into one); of the pages of one volume the one that
+    paged at the last decision (`paging`, page_units()) stays the page while any of its alerts is open, else
+    the earliest raised: a later verdict never takes the page over, so a page once sent is not resolved and
+    sent again because another verdict joined it or one of its profiles ended.
+    """
+    units: dict[tuple[str, str], list] = {}
+    for a in sorted((a for a in alerts if a.alert in VOLUME_ALERTS), key=lambda a: (a.raised_at, a.id)):
+        units.setdefault((a.alert, a.volume), []).append(a)
+    order = sorted(units, key=lambda u: (u not in paging, units[u][0].raised_at, units[u][0].id))
+    pages: list = []           # (first alert, its devices, their stacks)
+    out: dict[int, Fold] = {}
+    for unit in order:
+        own = frozenset(d for a in units[unit] for d in devices_of(a, target_device))
+        mine = frozenset().union(*(stack(d, devices) for d in own)) if own else frozenset()
+        into = next((first for first, theirs_own, theirs in pages
+                     if own and (own & theirs or theirs_own & mine)), None)
+        if into is None:
+            pages.append((units[unit][0], own, mine))
+        else:
+            out.update({a.id: Fold(a.id, into.id) for a in units[unit]})
+    return out
+
+
+def also_open(alert_id: int, alerts, fold_of: dict[int, Fold]) -> list:
+    """The alerts folded into `alert_id`'s page, earliest first."""
+    return sorted((a for a in alerts if a.id in fold_of and fold_of[a.id].into == alert_id),
+                  key=lambda a: (a.raised_at, a.id))

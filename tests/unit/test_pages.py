@@ -1,0 +1,130 @@
+"""One fault on one volume is one page (daemon/verdicts/pages.py), as properties over generated alert histories."""
+from types import SimpleNamespace
+
+from hypothesis import given, settings, strategies as st
+
+from iowarden.daemon.outputs.alert_metrics import alert_families
+from iowarden.daemon.snapshot import PASSIVE_PROFILE, AlertView, Snapshot
+from iowarden.daemon.verdicts.pages import VOLUME_ALERTS, folds, page_units, stack
+
+# an md array of two members, a partitioned disk, and two loop volumes on one host filesystem
+DEVICES = {
+    "md0": SimpleNamespace(kind="md", parent=None, slaves=("sda", "sdb")),
+    "sda": SimpleNamespace(kind="disk", parent=None, slaves=()),
+    "sdb": SimpleNamespace(kind="disk", parent=None, slaves=()),
+    "nvme0n1p1": SimpleNamespace(kind="partition", parent="nvme0n1", slaves=()),
+    "nvme0n1": SimpleNamespace(kind="disk", parent=None, slaves=()),
+    "loop2": SimpleNamespace(kind="loop", parent=None, slaves=()),
+    "loop3": SimpleNamespace(kind="loop", parent=None, slaves=()),
+}
+TARGET_ON = {"db": "md0", "logs": "nvme0n1p1", "vol2": "loop2", "vol3": "loop3"}
+PASSIVE_KINDS = sorted(VOLUME_ALERTS - {"VolumeDegraded"})
+
+
+def probe_alert(i, t, target, profile="randread-4k"):
+    return AlertView("VolumeDegraded", f"uuid-{target}", profile, target, "critical", t, i,
+                     devices=(TARGET_ON[target],))
+
+
+def passive_alert(i, t, kind, device):
+    return AlertView(kind, f"id-{device}", PASSIVE_PROFILE, device, "warning", t, i)
+
+
+raised = st.one_of(
+    st.tuples(st.just("probe"), st.sampled_from(sorted(TARGET_ON)), st.sampled_from(["randread-4k", "seqread-1m"])),
+    st.tuples(st.just("passive"), st.sampled_from(PASSIVE_KINDS), st.sampled_from(sorted(DEVICES))),
+    st.tuples(st.just("other"), st.just("ProbeFailing"), st.sampled_from(sorted(TARGET_ON))))
+# a history: each step raises an alert or clears one that is open
+history = st.lists(st.one_of(raised, st.tuples(st.just("clear"), st.integers(0, 40))), min_size=1, max_size=30)
+
+
+def replay(steps):
+    """The open alerts after each step, as the daemon would list them."""
+    open_, seen, out = {}, set(), []
+    for n, step in enumerate(steps):
+        if step[0] == "clear":
+            if open_:
+                open_.pop(sorted(open_)[step[1] % len(open_)])
+        else:
+            if step[0] == "probe":
+                a = probe_alert(n, float(n), step[1], step[2])
+            elif step[0] == "passive":
+                a = passive_alert(n, float(n), step[1], step[2])
+            else:
+                a = AlertView(step[1], f"uuid-{step[2]}", "randread-4k", step[2], "warning", float(n), n)
+            key = (a.alert, a.volume, a.profile)
+            if key not in seen or key not in {(x.alert, x.volume, x.profile) for x in open_.values()}:
+                open_[n] = a
+            seen.add(key)
+        out.append(tuple(open_.values()))
+    return out
+
+
+def device_of(a):
+    return a.target if a.profile == PASSIVE_PROFILE else TARGET_ON[a.target]
+
+
+def one_volume(a, b) -> bool:
+    """By hand: one is on the other's device, on a member of its array, or on the disk of its partition."""
+    built_from = {"md0": {"sda", "sdb"}, "nvme0n1p1": {"nvme0n1"}}
+    x, y = device_of(a), device_of(b)
+    return x == y or y in built_from.get(x, ()) or x in built_from.get(y, ())
+
+
+@settings(max_examples=300, deadline=None)
+@given(history)
+def test_each_volume_pages_once_and_a_page_once_out_stays_out_while_open(steps):
+    paging = frozenset()
+    for alerts in replay(steps):
+        fold_of = folds(alerts, DEVICES, paging=paging)
+        ids = {a.id for a in alerts}
+        pages = {a.id for a in alerts if a.id not in fold_of}
+        for f in fold_of.values():
+            assert f.into in ids and f.into not in fold_of, "folded into an alert that is not an open page"
+        # what the rules fire on (an alert kind on a volume): a page that was out and is still open is still a
+        # page, whatever joined it or ended beside it: it is never resolved and sent again for that
+        now = page_units(alerts, fold_of)
+        still_open = {(a.alert, a.volume) for a in alerts}
+        assert paging & still_open <= now, (paging & still_open) - now
+        paging = now
+        # no two pages of one volume: neither's devices within what the other is built from (a VolumeDegraded's
+        # profiles are one page already: the rule groups them by volume)
+        shown = [a for a in alerts if a.alert in VOLUME_ALERTS and a.id in pages]
+        for a in shown:
+            for b in shown:
+                if (a.alert, a.volume) != (b.alert, b.volume):
+                    assert not one_volume(a, b), (a, b)
+        # folds only within a volume, and never of what is not a volume's I/O
+        for a in alerts:
+            if a.id in fold_of:
+                into = next(x for x in alerts if x.id == fold_of[a.id].into)
+                assert a.alert in VOLUME_ALERTS and one_volume(a, into)
+
+
+def test_the_member_of_an_array_rides_on_the_arrays_page_and_a_neighbour_loop_does_not():
+    page = probe_alert(1, 100.0, "db")
+    member = passive_alert(2, 160.0, "SlowMember", "sdb")
+    neighbour = passive_alert(3, 170.0, "DeviceSlow", "loop2")
+    fold_of = folds((member, page, neighbour), DEVICES)
+    assert set(fold_of) == {2} and fold_of[2].into == 1
+    assert stack("nvme0n1p1", DEVICES) == {"nvme0n1p1", "nvme0n1"}
+
+
+def test_the_page_says_what_rides_on_it_and_the_rider_is_exported_as_folded():
+    page = probe_alert(7, 100.0, "vol3")
+    rider = AlertView("SlowMember", "id-loop3", PASSIVE_PROFILE, "loop3", "warning", 160.0, 9,
+                      causes=("loop3 reads 3.1x slower than its peers (loop2) at comparable load",))
+    s = Snapshot(taken_at=200.0, version="t", alerts=(page, rider), devices=DEVICES,
+                 folds=folds((page, rider), DEVICES))
+    active, _, info, _, folded = alert_families(s)
+    assert len(active.samples) == 2   # both stay visible on /metrics and in status
+    assert [(x.labels["alert"], x.labels["into_id"]) for x in folded.samples] == [("SlowMember", "7")]
+    said = {x.labels["alert"]: x.labels["more_causes"] for x in info.samples}
+    assert said["VolumeDegraded"].startswith("SlowMember #9 on this volume (loop3): loop3 reads 3.1x slower")
+    assert "on this volume" not in said["SlowMember"]
+
+
+def test_a_cycle_in_damaged_sysfs_readings_ends():
+    loopy = {"a": SimpleNamespace(kind="dm", parent=None, slaves=("b",)),
+             "b": SimpleNamespace(kind="dm", parent=None, slaves=("a",))}
+    assert stack("a", loopy) == {"a", "b"}
