@@ -32,6 +32,7 @@ class Candidate:
     waiting: bool = False               # already held back by another probe (counted once)
     warming_up: bool = False            # its volume is still learning: the warm-up's budget applies
     suspected: bool = False             # an alert is open on it, or its last probe was far off its normal
+    volume_probed_at: float | None = None   # when a probe of any profile last started on its target
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,19 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
                 # other disks busy all afternoon) would leave this volume unwatched for max_deferral_seconds
                 # every interval, and a throttle on it paged an hour late
                 limit = min(limit, PRESSURE_DEFERRAL_SECONDS)
-            if now - since < limit:
+            # a volume busy all afternoon is still looked at once an interval: when none of its profiles has run
+            # for an interval, the longest-waiting one runs now (contended), whatever max_deferral_seconds allows
+            # one profile; an SRE reads "probed every 5 minutes" as the volume's, not as a best effort
+            unwatched = c.volume_probed_at is not None and now - c.volume_probed_at >= c.interval_seconds
+            if now - since < limit and not unwatched:
                 hold("busy" if busy else "io_pressure", next_at=now + DEFER_RETRY_SECONDS, deferred_since=since)
                 continue
         contended = busy   # waited long enough for a busy disk: run, and say it was measured under load
         held |= set(c.disks)
-        out.append(Decision(c.target, c.profile, "run", None, False,
-                            now + c.interval_seconds * (1 + jitter(rules.jitter_ratio)), None, False,
-                            contended, util))
+        # at its rate, not an interval after it was let run: a probe deferred for a busy disk does not push every
+        # later one back (the schedule kept the delay of each deferral, and a profile ran every 1.5-2 intervals on
+        # a volume busy by day); never sooner than half an interval after this one
+        nominal = c.due_at if now - c.due_at < c.interval_seconds else now
+        next_at = max(nominal + c.interval_seconds * (1 + jitter(rules.jitter_ratio)), now + c.interval_seconds / 2)
+        out.append(Decision(c.target, c.profile, "run", None, False, next_at, None, False, contended, util))
     return out

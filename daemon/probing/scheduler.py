@@ -211,6 +211,10 @@ class Scheduler:
         answers = self.paths.poll([d.target.path for d in due], PATH_ASK_EVERY_SECONDS)
         fresh_since = self.paths.clock() - 3 * PATH_ASK_EVERY_SECONDS
         by_key, candidates, fitted = {}, [], dict(self.fit.intervals)
+        probed_at: dict[str, float] = {}   # target -> when any of its profiles last started
+        for d in self.due:
+            if d.started_at is not None:
+                probed_at[d.target.name] = max(probed_at.get(d.target.name, d.started_at), d.started_at)
         stretch = self._fit()
         for d in due:
             answer = answers.get(d.target.path)
@@ -228,7 +232,8 @@ class Scheduler:
                                                                                    default=1.0))
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
-                                        bool(self.suspected(d.target.name, d.profile))))
+                                        bool(self.suspected(d.target.name, d.profile)),
+                                        probed_at.get(d.target.name)))
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))

@@ -19,7 +19,8 @@ def run(now, due, busy=(), budget=no_budget_limit, load=IDLE, rules=RULES, jitte
 
 def test_the_longest_waiting_of_two_on_one_disk_runs_and_the_other_waits_counted_once():
     out = run(100.0, [c("db", "rr", due_at=90.0), c("db", "rw", due_at=50.0)])
-    assert out[("db", "rw")].action == "run" and out[("db", "rw")].next_at == 400.0
+    # at its rate: due at 50, it is due again at 350, not an interval after it was let run
+    assert out[("db", "rw")].action == "run" and out[("db", "rw")].next_at == 350.0
     held = out[("db", "rr")]
     assert (held.action, held.reason, held.counted, held.waiting, held.next_at) == \
         ("hold", "waiting_for_disk", True, True, None)
@@ -129,3 +130,30 @@ def test_an_unmounted_target_is_held_and_counted():
 def test_jitter_spreads_the_next_run_within_its_ratio():
     d = run(0.0, [c("db")], jitter=lambda ratio: ratio)[("db", "rr")]
     assert d.next_at == 300.0 * 1.1
+
+
+def test_a_volume_busy_all_day_is_still_probed_once_an_interval():
+    """max_deferral_seconds (600 s) lets one profile wait two intervals for a busy disk; the volume's other
+    profiles waited too, and no profile of a volume busy by day ran for 1.96 intervals in a seeded soak."""
+    busy = Load({"sdb": 80.0}, None, 1e9)
+    # another profile started 250 s ago: this one may wait for the disk to quieten
+    assert run(400.0, [c("db", deferred_since=200.0, volume_probed_at=150.0)], load=busy)[("db", "rr")].action \
+        == "hold"
+    # none has run for an interval (300 s): it runs now, measured under load
+    d = run(450.0, [c("db", deferred_since=200.0, volume_probed_at=150.0)], load=busy)[("db", "rr")]
+    assert (d.action, d.contended) == ("run", True)
+    # and host-wide pressure alone holds it no longer either
+    p = run(450.0, [c("db", deferred_since=440.0, volume_probed_at=150.0)], load=Load({}, 40.0, 60.0))[("db", "rr")]
+    assert (p.action, p.contended) == ("run", False)
+
+
+def test_a_deferred_probe_keeps_its_rate_but_never_runs_twice_within_half_an_interval():
+    busy = Load({"sdb": 80.0}, None, 1e9)
+    # due at 0, let run at 600 (the maximum wait): due again at 900 (its rate would say 300: already past)
+    d = run(600.0, [c("db", deferred_since=0.0)], load=busy)[("db", "rr")]
+    assert d.next_at == 600.0 + 300.0
+    # due at 0, run at 200: its rate says 300, but not within half an interval of this run: 350
+    d = run(200.0, [c("db", deferred_since=0.0)], load=busy, rules=Rules(50.0, 200.0, 0.1))[("db", "rr")]
+    assert (d.action, d.next_at) == ("run", 350.0)
+    d = run(100.0, [c("db", deferred_since=0.0)], load=busy, rules=Rules(50.0, 100.0, 0.1))[("db", "rr")]
+    assert (d.action, d.next_at) == ("run", 300.0)
