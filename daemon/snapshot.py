@@ -55,6 +55,7 @@ class AlertView:
     ack_note: str | None = None
     mountpoint: str | None = None   # where it was raised (the sentence's place)
     devices: tuple = ()
+    acked_at: float | None = None   # when it was acknowledged (unix time)
 
 
 @dataclass(frozen=True)

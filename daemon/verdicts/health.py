@@ -67,6 +67,7 @@ class OpenAlert:
     ack_note: str | None = None
     mountpoint: str | None = None      # where it was raised: the sentence's place
     devices: tuple = ()
+    acked_at: float | None = None      # when it was acknowledged (unix time)
 
 
 class Health:
@@ -103,7 +104,8 @@ class Health:
                 self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
                     a["id"], a["alert"], severity_of(a["alert"]), dict(a["evidence"].get("metrics", {})), a["target"],
                     a["raised_at"], tuple(a["causes"]), (a.get("ack_by") or "unknown") if a.get("acked_at") else None,
-                    a.get("ack_note"), where.get("mountpoint"), tuple(where.get("devices") or ()))
+                    a.get("ack_note"), where.get("mountpoint"), tuple(where.get("devices") or ()),
+                    a.get("acked_at"))
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.error("open alert %s in the state database is damaged (%s); it is left out", a.get("id"), exc)
 
@@ -111,7 +113,7 @@ class Health:
         from iowarden.daemon.snapshot import AlertView
         return [AlertView(k[0], k[1], k[2], a.target, a.severity, a.raised_at, a.id,
                           tuple((m, v.get("value"), v.get("baseline")) for m, v in a.metrics.items()),
-                          tuple(a.causes), a.acked_by, a.ack_note, a.mountpoint, a.devices)
+                          tuple(a.causes), a.acked_by, a.ack_note, a.mountpoint, a.devices, a.acked_at)
                 for k, a in self.open.items()]
 
     def baseline_views(self) -> list:
@@ -174,6 +176,7 @@ class Health:
         for a in self.open.values():
             if ack is not None and a.id == aid:
                 a.acked_by, a.ack_note = ack
+                a.acked_at = a.acked_at or time.time()
                 log.warning("ALERT %s #%d acknowledged by %s: %s", a.alert, a.id, a.acked_by, a.ack_note or "no note",
                             extra={"ALERT": a.alert, "TARGET": a.target})
 

@@ -89,8 +89,12 @@ def folds(alerts, devices: dict, target_device: dict | None = None,
     for unit in order:
         own = frozenset(d for a in units[unit] for d in devices_of(a, target_device))
         mine = frozenset().union(*(stack(d, devices) for d in own)) if own else frozenset()
+        # an acknowledged page takes no verdict raised after the ack: the operator said they know of this
+        # fault, not of the next one (a drive failing under a planned throttle must still page)
+        joins = units[unit][0].raised_at
         into = next((first for first, theirs_own, theirs in pages
-                     if own and (own & theirs or theirs_own & mine)), None)
+                     if own and (own & theirs or theirs_own & mine)
+                     and (first.acked_at is None or joins < first.acked_at)), None)
         if into is None:
             pages.append((units[unit][0], own, mine))
         else:

@@ -128,3 +128,14 @@ def test_a_cycle_in_damaged_sysfs_readings_ends():
     loopy = {"a": SimpleNamespace(kind="dm", parent=None, slaves=("b",)),
              "b": SimpleNamespace(kind="dm", parent=None, slaves=("a",))}
     assert stack("a", loopy) == {"a", "b"}
+
+
+def test_an_acknowledged_page_carries_what_joined_before_the_ack_and_not_what_came_after():
+    """`iowarden ack` says the operator knows of this fault (a planned throttle), not of the next one: a drive
+    that fails under it afterwards must still page."""
+    page = AlertView("VolumeDegraded", "uuid-db", "randread-4k", "db", "critical", 100.0, 1, devices=("md0",),
+                     acked_by="alice", acked_at=200.0)
+    before = passive_alert(2, 150.0, "SlowMember", "sda")
+    after = passive_alert(3, 250.0, "DeviceSlow", "sdb")
+    fold_of = folds((page, before, after), DEVICES)
+    assert set(fold_of) == {2} and fold_of[2].into == 1
