@@ -22,6 +22,7 @@ from iowarden.daemon.commands.tables import dumps, human_metric, human_seconds, 
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
 from iowarden.daemon.sources.registry import SOURCES
+from iowarden.daemon.verdicts.advice import advice_of
 from iowarden.daemon.verdicts.sentence import alert_text
 
 
@@ -163,6 +164,11 @@ def render(st: dict, table) -> str:
             causes += [c for c in (a["causes"] or []) if c and c != text.cause and c != text.what]
             for c in causes:
                 out.append(f"  likely cause: {_p(c, 600)}")
+            facts = (a.get("evidence") or {}).get("device_facts")
+            do = advice_of(a["alert"], a["target"] or "", facts, max(0.0, time.time() - a["raised_at"]) / 86400.0) \
+                if isinstance(facts, dict) else ""
+            if do:
+                out.append(f"  do: {_p(do, 600)}")
             due = (st.get("next_probes") or {}).get(f"{a['target']}/{a['profile']}")
             if due is not None:   # what it waits on to clear: the volume's own probes back within its band
                 out.append(f"  clears on probes back within the band: the next {_p(a['profile'])} probe of "

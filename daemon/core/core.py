@@ -30,7 +30,7 @@ from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, Int
 from iowarden.daemon.snapshot import Snapshot
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
-from iowarden.daemon.verdicts import pages
+from iowarden.daemon.verdicts import advice, pages
 
 log = logging.getLogger("iowarden")
 _STOP = object()
@@ -218,7 +218,9 @@ class Core:
 
     def _on_passive(self, e: PassiveJudged) -> None:
         for transition, device in e.transitions:
-            self.health.on_passive(transition, device, self.passive_causes(transition, device))
+            facts = advice.device_facts(device, self.known.devices, self.source_causes) \
+                if transition.state != "cleared" else None
+            self.health.on_passive(transition, device, self.passive_causes(transition, device), facts)
         self.known.passive_views, self.known.passive_host_ratio = e.views, e.host_slowdown_ratio
         now = time.time()
         for identity, metric, st in e.saves:

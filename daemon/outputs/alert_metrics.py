@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from iowarden.daemon.sources import smart
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.snapshot import PASSIVE_PROFILE
-from iowarden.daemon.verdicts.advice import advice, device_kind
+from iowarden.daemon.verdicts.advice import advice_of, device_facts
 from iowarden.daemon.verdicts.pages import also_open
 from iowarden.daemon.verdicts.sentence import alert_text, cut
 
@@ -47,12 +47,8 @@ def places(s) -> tuple[dict, dict]:
 def device_advice(s, alert) -> str:
     """The do-line of a device-side alert: by what its device is, what its drive says now, how long it is open."""
     name = alert.target or ""
-    dev = s.devices.get(name)
-    disk = dev.parent if dev is not None and dev.kind == "partition" and dev.parent else name
-    return advice(alert.alert, device_kind(dev, s.devices), name,
-                  smart.causes(s.sources.get(smart.SPEC.name), {disk}),
-                  max(0.0, s.taken_at - alert.raised_at) / DAY_SECONDS,
-                  below=(getattr(dev, "loop_backing_file", None) or "") if dev is not None else "")
+    facts = device_facts(name, s.devices, lambda disks: smart.causes(s.sources.get(smart.SPEC.name), disks))
+    return advice_of(alert.alert, name, facts, max(0.0, s.taken_at - alert.raised_at) / DAY_SECONDS)
 
 
 def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):

@@ -64,6 +64,15 @@ class Decision:
     util_percent: float = 0.0
 
 
+def last_started(starts) -> dict[str, float]:
+    """(target, when one of its profiles last started, or None) pairs -> target: the latest of them."""
+    out: dict[str, float] = {}
+    for target, at in starts:
+        if at is not None:
+            out[target] = max(out.get(target, at), at)
+    return out
+
+
 def plan(now: float, due: list[Candidate], busy_disks: set[str],
          budget_refusal: Callable[[tuple[str, ...], float, bool], str | None], load: Load, rules: Rules,
          jitter: Callable[[float], float]) -> list[Decision]:

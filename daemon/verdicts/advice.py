@@ -47,6 +47,26 @@ def device_kind(device, devices: dict) -> str:
     return "drive" if device.kind == "disk" else "unknown"
 
 
+def device_facts(name: str, devices: dict, drive_says_of) -> dict:
+    """What the advice needs of a device, as plain data (kept with the alert: status and the journal say the
+    same advice as the page): its kind, what its drive's log says (`drive_says_of(disks)`: sources/smart.py's
+    causes of the last reading), and what a loop device's file lies on."""
+    dev = devices.get(name)
+    disk = dev.parent if dev is not None and dev.kind == "partition" and dev.parent else name
+    return {"kind": device_kind(dev, devices), "drive_says": list(drive_says_of({disk})),
+            "below": (getattr(dev, "loop_backing_file", None) or "") if dev is not None else ""}
+
+
+def advice_of(alert: str, device: str, facts: dict, open_days: float) -> str:
+    """advice() from device_facts() (or as read back from the state database: what is not of its shape is
+    taken as unknown)."""
+    kind = facts.get("kind") if facts.get("kind") in KINDS else "unknown"
+    says = facts.get("drive_says")
+    says = [str(x) for x in says] if isinstance(says, list) else []
+    below = facts.get("below") if isinstance(facts.get("below"), str) else ""
+    return advice(alert, kind, device, says, open_days, below=below)
+
+
 def advice(alert: str, kind: str, device: str, drive_says: list[str], open_days: float,
            below: str = "") -> str:
     """The page's "do" line for a device-side alert (DeviceSlow, SlowMember); "" for the others, whose causes

@@ -16,6 +16,8 @@ from iowarden.probes.vocabulary import metrics_of
 
 from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.snapshot import NOT_PROBE_PROFILES, PASSIVE_PROFILE
+from iowarden.daemon.verdicts import contended
+from iowarden.daemon.verdicts.advice import advice_of
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.verdicts.pins import pin_refusal, stable_identity
 from iowarden.daemon.verdicts.sentence import alert_text
@@ -24,21 +26,6 @@ from iowarden.daemon.wording import duration_said
 log = logging.getLogger("iowarden")
 
 FAILURES_BEFORE_ALERT = 2
-# Short: a busy device delivering under a fifth of the probe's healthy figure in total. Not half: a busy total
-# depends on what the other work asks (writes beside reads on flash, fsyncs, a loop device sharing the host's
-# CPU and dirty pages); a healthy volume's fell 3.6x below its deep probe's quiet figure in the week lane while
-# a neighbour's throttle filled the dirty pages. A limit or a collapse is 10-100x below.
-CONTENDED_SHORTFALL = 0.2
-CONTENDED_HALF = 0.5         # with the passive view at its normal latency, at least this much in total: back
-CONTENDED_RECOVERED = 0.75
-QUIET_PROBES_TO_CLEAR_CONTENDED = 2   # quiet probes in a row at baseline that clear an alert raised on the totals
-# A contended probe's total (its I/O and the other work's) says what the device can do only when the probe
-# alone could fill it: at queue depth 1 the probe waits behind the other work, the other work is what its
-# users ask (not what the device can give), and the sum fell 3-5x below the qd1 probe's quiet figure on
-# healthy volumes under the week bench's database mix. Shallower probes are neither learned nor judged when
-# contended; the deep ones and the passive view of the same device speak for the volume.
-SATURATING_QUEUE_DEPTH = 8
-PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
 # A probe taken while the host's other disks serve their loads at twice their normal latency or more (their median,
 # passive/host.py) measured the host as much as the volume: neither learned nor paged (HostSlow says the host),
 # unless the volume's own device is twice as slow as they are (an array dragged by a slow member on a slow host).
@@ -63,11 +50,11 @@ class OpenAlert:
     target: str = ""
     raised_at: float = 0.0
     causes: tuple = ()
-    acked_by: str | None = None        # who acknowledged it (`iowarden ack`), and why
+    acked_by: str | None = None        # who acknowledged it (`iowarden ack`), why and when (unix time)
     ack_note: str | None = None
     mountpoint: str | None = None      # where it was raised: the sentence's place
     devices: tuple = ()
-    acked_at: float | None = None      # when it was acknowledged (unix time)
+    acked_at: float | None = None
 
 
 class Health:
@@ -175,8 +162,7 @@ class Health:
         ack = self.state.alert_ack(aid)
         for a in self.open.values():
             if ack is not None and a.id == aid:
-                a.acked_by, a.ack_note = ack
-                a.acked_at = a.acked_at or time.time()
+                a.acked_by, a.ack_note, a.acked_at = *ack, a.acked_at or time.time()
                 log.warning("ALERT %s #%d acknowledged by %s: %s", a.alert, a.id, a.acked_by, a.ack_note or "no note",
                             extra={"ALERT": a.alert, "TARGET": a.target})
 
@@ -262,78 +248,54 @@ class Health:
                 # write lands in a cache above a limit (the week lane: the file under a loop device, at 400 IOPS)
                 # and a quiet probe between two busy ones cleared it and the next raised it again (two pages)
                 self.quiet_good[akey] = self.quiet_good.get(akey, 0) + 1
-                if self.quiet_good[akey] < QUIET_PROBES_TO_CLEAR_CONTENDED:
+                if self.quiet_good[akey] < contended.QUIET_PROBES_TO_CLEAR_CONTENDED:
                     return events
             self._close(akey, "back to its baseline")
             events.append("VolumeDegraded cleared")
         return events
 
     def _judge_contended(self, identity, profile, target, context, causes_fn) -> list[str]:
-        """A probe on a busy disk is a measurement at high load: the device's total (the probe's I/O and
-        the other work the sampler saw in the same seconds) against what the probe alone gets when the
-        volume is healthy. A healthy busy disk still delivers at least about that; a volume held at a
-        ceiling delivers a fraction, however busy. Two such probes in a row raise VolumeDegraded."""
-        delivered_iops = context.get("delivered_iops")
-        delivered_bw = context.get("delivered_bytes_per_second")
-        normal_iops = normal_bw = 0.0
+        """A probe on a busy disk, judged by the device's total against what the probe alone gets on the healthy
+        volume (verdicts/contended.py); here its counts are kept and its verdict acted on."""
+        normal = {"iops": 0.0, "bw_bytes": 0.0}
         for d in ("read", "write"):
-            for metric, add in ((f"{d}_iops", "iops"), (f"{d}_bw_bytes", "bw")):
-                det = self.detectors.get((identity, profile, metric))
+            for kind in normal:
+                det = self.detectors.get((identity, profile, f"{d}_{kind}"))
                 base = det.baseline() if det is not None else None
-                if base is not None:
-                    if add == "iops":
-                        normal_iops += math.exp(base[0])
-                    else:
-                        normal_bw += math.exp(base[0])
-        if delivered_iops is None or delivered_bw is None or not normal_iops:
+                normal[kind] += math.exp(base[0]) if base is not None else 0.0
+        if context.get("delivered_iops") is None or context.get("delivered_bytes_per_second") is None \
+                or not normal["iops"]:
             return []
-        key = (identity, profile)
-        akey = ("VolumeDegraded", identity, profile)
-        depth = context.get("probe_queue_depth")
-        saturating = depth is None or depth >= SATURATING_QUEUE_DEPTH
-        def below(share: float) -> bool:
-            return saturating and delivered_iops < normal_iops * share and delivered_bw < normal_bw * share
-        short, held = below(CONTENDED_SHORTFALL), below(CONTENDED_HALF)
-        self.contended_strikes[key] = self.contended_strikes.get(key, 0) + 1 if short else 0
-        if short:
+        key, akey = (identity, profile), ("VolumeDegraded", identity, profile)
+        totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
+                                  normal["bw_bytes"], context.get("probe_queue_depth"), context.get("passive_slowdown"),
+                                  context.get("delivered_on"))
+        v = contended.judge(totals, self.contended_strikes.get(key, 0), akey in self.open,
+                            self.deep_short.get(identity))
+        self.contended_strikes[key] = self.contended_strikes.get(key, 0) + 1 if v.short else 0
+        if v.short:
             self.quiet_good.pop(akey, None)   # the quiet probes before it were the cache's, not the volume's
-        if saturating:
-            self.deep_short[identity] = held
-        if short and self.contended_strikes[key] >= 2 and akey not in self.open:
-            on = f" ({context['delivered_on']})" if context.get("delivered_on") else ""
-            finding = (f"on a busy disk the device{on} delivered {delivered_iops:,.0f} IOPS in total (this probe "
-                       f"and the other work together) where the probe alone gets {normal_iops:,.0f} on the healthy "
-                       "volume: it is slower than its normal even counting the other work")
-            evidence = {"metrics": {"delivered_iops": {"value": round(delivered_iops, 1),
-                                                       "baseline": round(normal_iops, 1), "reason": "contended"}},
-                        "passive": context}
-            self._raise(akey, target, "delivered_iops", evidence, [finding] + causes_fn(
-                self.baseline_since(identity, profile)))
+        if v.saturating:
+            self.deep_short[identity] = v.held
+        if v.action == "raise":
+            figures = {"value": round(totals.delivered_iops, 1), "baseline": round(totals.normal_iops, 1),
+                       "reason": "contended"}
+            self._raise(akey, target, "delivered_iops", {"metrics": {"delivered_iops": figures}, "passive": context},
+                        [v.said] + causes_fn(self.baseline_since(identity, profile)))
             return ["VolumeDegraded raised"]
-        a = self.open.get(akey)
-        # whatever raised it: while probes can only run contended (a backup), the device delivering its normal in
-        # total is the evidence the volume is back (else busy probes would hold it open for the whole backup)
-        if a is not None and saturating and delivered_iops >= normal_iops * CONTENDED_RECOVERED:
-            self._close(akey, f"the busy device delivers its normal again ({delivered_iops:,.0f} IOPS in total, "
-                              f"probe and other work, against the probe's normal {normal_iops:,.0f})")
-            return ["VolumeDegraded cleared"]
-        slowdown = context.get("passive_slowdown")
-        # a probe of 32 in flight beside a database's own cannot show its quiet figure, yet the fault is gone: the
-        # device serves its load at its normal latency (passive) and delivers at least half the probe's normal in
-        # total (a limit above the block layer, unseen by the passive view, holds it far below); a shallow probe
-        # cannot say held: the volume's last deep contended probe says it
-        if a is not None and slowdown is not None and slowdown <= PASSIVE_RECOVERED_SLOWDOWN \
-                and not held and (saturating or self.deep_short.get(identity) is False):
-            self._close(akey, f"the busy device serves its load at its normal latency again ({slowdown:.2f}x of "
-                              f"its normal at this load, passive), {delivered_iops:,.0f} IOPS in total")
+        if v.action == "clear":
+            self._close(akey, v.said)
             return ["VolumeDegraded cleared"]
         return []
 
-    def on_passive(self, t, device: str, more_causes=()) -> str | None:
+    def on_passive(self, t, device: str, more_causes=(), device_facts: dict | None = None) -> str | None:
         """A passive verdict's transition (passive.Transition) as an alert on the device's volume;
-        more_causes: what else is known of the device (its drive health), named after the verdict."""
+        more_causes: what else is known of the device (its drive health), named after the verdict;
+        device_facts: what the advice needs of it (verdicts/advice.py), kept with the alert for `status`."""
         akey = (t.alert, t.device, PASSIVE_PROFILE)
         evidence = {"kind": t.kind, "device": device, **t.evidence}
+        if device_facts is not None:
+            evidence["device_facts"] = device_facts
         if t.state == "raised" and akey not in self.open:
             self._raise(akey, device, None, evidence, [t.summary, *more_causes])
             return f"{t.alert} raised"
@@ -376,7 +338,8 @@ class Health:
         # the same sentence the page says (iowarden_alert_info), `status` prints and InfluxDB keeps
         self.on_event(kind="alert", alert=alert, state="raised", severity=severity, volume=identity, target=target,
                       profile=profile, causes="; ".join(causes), sentence=text.sentence())
-        log.error("ALERT %s %s #%d: %s", alert, severity, aid, text.sentence(),
+        do = advice_of(alert, target, evidence["device_facts"], 0.0) if passive and evidence.get("device_facts") else ""
+        log.error("ALERT %s %s #%d: %s", alert, severity, aid, text.sentence() + (f" {do}" if do else ""),
                   extra={"ALERT": alert, "TARGET": target, "PROBE": profile, "VOLUME": identity,
                          "SEVERITY": severity})
 

@@ -111,7 +111,7 @@ runtime_seconds = 6.0
 ramp_time_seconds = 0.0
 # as deep as the shipped randread-4k's queue (32) is not needed on the lab's small disks: 16 fills an array of
 # four; a contended probe is judged on what the busy device delivered only when it can fill it by itself
-# (verdicts/health.py SATURATING_QUEUE_DEPTH)
+# (verdicts/contended.py SATURATING_QUEUE_DEPTH)
 [profiles.deep]
 rw = "randread"
 size = "16MiB"

@@ -73,3 +73,34 @@ def test_the_page_reads_the_advice_from_the_device_view_and_the_drives_log():
     healthy_days = Snapshot(taken_at=5 * DAY, version="t", alerts=(_passive("DeviceSlow", "sda", raised_at=DAY),),
                             devices=VIEW)
     assert "Slow for 4 days" in _advice_label(healthy_days)
+
+
+def test_status_and_the_journal_say_the_advice_the_page_says(tmp_path, caplog):
+    """The facts the advice needs are kept with the alert: the journal's ALERT line ends with the do-line, and
+    `status`, reading the state database only, says it with the alert's age."""
+    import logging
+    from types import SimpleNamespace
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.verdicts.advice import advice_of, device_facts
+    from iowarden.daemon.verdicts.health import Health
+    devices = {"sdc": SimpleNamespace(name="sdc", kind="disk", parent=None, slaves=(), udev={"ID_MODEL": "ST4000NM"},
+                                      loop_backing_file=None)}
+    facts = device_facts("sdc", devices, lambda disks: [])
+    assert facts == {"kind": "drive", "drive_says": [], "below": ""}
+    state = State(str(tmp_path / "state.db"))
+    health = Health(state)
+    t = SimpleNamespace(alert="SlowMember", device="wwn:sdc", kind="peers", state="raised",
+                        summary="sdc reads 3.1x slower than its peers", evidence={"ratio": 3.1})
+    with caplog.at_level(logging.ERROR, logger="iowarden"):
+        health.on_passive(t, "sdc", (), facts)
+    line = next(r.getMessage() for r in caplog.records if "ALERT SlowMember" in r.getMessage())
+    assert line.endswith(advice_of("SlowMember", "sdc", facts, 0.0)) and "smartctl -x /dev/sdc" in line
+    row = state.alerts(open_only=True)[0]
+    assert row["evidence"]["device_facts"] == facts
+    # damaged facts read back are taken as unknown, never a crash
+    assert advice_of("SlowMember", "sdc", {"kind": 7, "drive_says": "x"}, 0.0).startswith("Look at what the device")
+    from iowarden.daemon.commands.status import render
+    from iowarden.daemon.commands.tables import table
+    text = render({"probes": [], "baselines": [], "alerts": state.alerts(open_only=True), "drift": [], "budget": {},
+                   "capability": {}, "passive": [], "sources": {}, "next_probes": {}}, table)
+    assert "  do: Read its SMART log (smartctl -x /dev/sdc)" in text, text
