@@ -11,8 +11,9 @@ take over from an earlier warning, Alertmanager would resolve one and fire the o
 the page's own severity is its kind's (alert_kinds.py) and the folded verdict's figures are on it.
 
 One volume is the device a probe's target lives on and what the kernel builds it from: a partition's disk, the
-members of an md array or a device-mapper volume. Not a loop device's backing filesystem: the volumes of one
-host disk are separate volumes, and the host's disk being slow is each of their pages (or HostSlow's).
+members of an md array or a device-mapper volume, the device under a loop device's file. Two volumes built on
+one disk (two partitions, two loop files) stay two pages: neither is within the other. An alert of the disk
+under both rides on the page of the first of them, and says so there.
 
 Pure: the open alerts, the block devices and the last decision's pages in, the decision out. The core decides
 when it publishes a snapshot (Snapshot.folds); the outputs say it.
@@ -46,8 +47,9 @@ def devices_of(alert, target_device: dict | None = None) -> tuple[str, ...]:
     return own
 
 
-def stack(name: str, devices: dict) -> frozenset[str]:
-    """`name` and what it is built from, down to the disks: partition -> disk, md/dm -> members."""
+def stack(name: str, devices: dict, by_devno: dict | None = None) -> frozenset[str]:
+    """`name` and what it is built from, down to the disks: partition -> disk, md/dm -> members, a loop device ->
+    the device of the filesystem its file is on (`by_devno`: "MAJ:MIN" -> name, from devno_index())."""
     seen, todo = set(), [(name, 0)]
     while todo:
         dev, depth = todo.pop()
@@ -60,8 +62,16 @@ def stack(name: str, devices: dict) -> frozenset[str]:
         below = list(getattr(bd, "slaves", ()) or ())
         if getattr(bd, "kind", "") == "partition" and getattr(bd, "parent", None):
             below.append(bd.parent)
+        if by_devno and getattr(bd, "loop_backing_devno", None) in by_devno:
+            below.append(by_devno[bd.loop_backing_devno])
         todo += [(b, depth + 1) for b in below]
     return frozenset(seen)
+
+
+def devno_index(devices: dict) -> dict[str, str]:
+    """"MAJ:MIN" -> kernel name, of the devices that say their numbers."""
+    return {f"{d.major}:{d.minor}": name for name, d in devices.items()
+            if isinstance(getattr(d, "major", None), int) and isinstance(getattr(d, "minor", None), int)}
 
 
 def page_units(alerts, fold_of: dict[int, "Fold"]) -> frozenset[tuple[str, str]]:
@@ -84,11 +94,12 @@ def folds(alerts, devices: dict, target_device: dict | None = None,
     for a in sorted((a for a in alerts if a.alert in VOLUME_ALERTS), key=lambda a: (a.raised_at, a.id)):
         units.setdefault((a.alert, a.volume), []).append(a)
     order = sorted(units, key=lambda u: (u not in paging, units[u][0].raised_at, units[u][0].id))
+    by_devno = devno_index(devices) if units else {}
     pages: list = []           # (first alert, its devices, their stacks)
     out: dict[int, Fold] = {}
     for unit in order:
         own = frozenset(d for a in units[unit] for d in devices_of(a, target_device))
-        mine = frozenset().union(*(stack(d, devices) for d in own)) if own else frozenset()
+        mine = frozenset().union(*(stack(d, devices, by_devno) for d in own)) if own else frozenset()
         # an acknowledged page takes no verdict raised after the ack: the operator said they know of this
         # fault, not of the next one (a drive failing under a planned throttle must still page)
         joins = units[unit][0].raised_at

@@ -139,3 +139,20 @@ def test_an_acknowledged_page_carries_what_joined_before_the_ack_and_not_what_ca
     after = passive_alert(3, 250.0, "DeviceSlow", "sdb")
     fold_of = folds((page, before, after), DEVICES)
     assert set(fold_of) == {2} and fold_of[2].into == 1
+
+
+def test_a_loop_volume_is_one_with_the_device_under_its_file_and_two_loop_files_stay_two():
+    """The lanes' and the soak's volumes: an XFS on loop3, whose file is on loop2's XFS (the device a throttle
+    holds). Two loop files on one host disk are two volumes."""
+    devices = {
+        "loop2": SimpleNamespace(kind="loop", parent=None, slaves=(), major=7, minor=2, loop_backing_devno="254:0"),
+        "loop3": SimpleNamespace(kind="loop", parent=None, slaves=(), major=7, minor=3, loop_backing_devno="7:2"),
+        "loop5": SimpleNamespace(kind="loop", parent=None, slaves=(), major=7, minor=5, loop_backing_devno="254:0"),
+        "vda": SimpleNamespace(kind="disk", parent=None, slaves=(), major=254, minor=0),
+    }
+    assert stack("loop3", devices, {"7:2": "loop2", "254:0": "vda"}) == {"loop3", "loop2", "vda"}
+    page = AlertView("VolumeDegraded", "uuid-vol0", "randread-4k", "vol0", "critical", 100.0, 1, devices=("loop3",))
+    below = passive_alert(2, 130.0, "VolumeAtLimit", "loop2")
+    other = AlertView("VolumeDegraded", "uuid-vol1", "randread-4k", "vol1", "critical", 140.0, 3, devices=("loop5",))
+    fold_of = folds((page, below, other), devices)
+    assert set(fold_of) == {2} and fold_of[2].into == 1
