@@ -22,7 +22,6 @@ from iowarden.daemon.sources import smart
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.snapshot import PASSIVE_PROFILE
 from iowarden.daemon.verdicts.advice import advice_of, device_facts
-from iowarden.daemon.verdicts.pages import also_open
 from iowarden.daemon.verdicts.sentence import alert_text, cut
 
 DEFAULT_RUNBOOK_URL = "https://github.com/iowarden/iowarden/blob/main/docs/runbook.md"
@@ -82,21 +81,25 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
                                                          (device,) if device else (), a.volume, a.profile,
                                                          metrics, a.causes))
     by_id = {a.id: a for a in s.alerts}
+    # what rides on each page, said on every profile's series of the page's alert (the rule reads the first's)
+    riders: dict[tuple[str, str], list] = {}
+    for r in sorted(s.alerts, key=lambda r: (r.raised_at, r.id)):
+        into = by_id.get(fold_of[r.id].into) if r.id in fold_of else None
+        if into is not None:
+            riders.setdefault((into.alert, into.volume), []).append(r)
     for a in s.alerts:
         target, device, mount, text = texts[a.id]
         lab = [a.alert, a.severity, a.volume, target, device, a.profile]
         active.add_metric(lab, 1)
         since.add_metric(lab, a.raised_at)
         more = text.more_causes
-        # said on every profile's series of the page's alert (the rule reads the first profile's)
-        riders = [r for p in s.alerts if (p.alert, p.volume) == (a.alert, a.volume)
-                  for r in also_open(p.id, s.alerts, fold_of)]
-        if riders:
+        on_it = riders.get((a.alert, a.volume))
+        if on_it:
             said = "; ".join(f"{r.alert} #{r.id} on this volume ({texts[r.id][1] or r.target}): {texts[r.id][3].what}"
-                             for r in riders)
+                             for r in on_it)
             more = cut(said + (f"; {more}" if more else ""))
-        if a.id in fold_of:
-            into = by_id[fold_of[a.id].into]
+        into = by_id.get(fold_of[a.id].into) if a.id in fold_of else None
+        if into is not None:
             folded.add_metric([a.alert, a.volume, a.profile, into.alert, str(into.id)], 1)
         info.add_metric([a.alert, a.volume, target, device, a.profile, cut(mount), text.where, text.what,
                          text.cause, more, cut(device_advice(s, a) if a.profile == PASSIVE_PROFILE else ""),

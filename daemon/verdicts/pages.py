@@ -111,9 +111,3 @@ def folds(alerts, devices: dict, target_device: dict | None = None,
         else:
             out.update({a.id: Fold(a.id, into.id) for a in units[unit]})
     return out
-
-
-def also_open(alert_id: int, alerts, fold_of: dict[int, Fold]) -> list:
-    """The alerts folded into `alert_id`'s page, earliest first."""
-    return sorted((a for a in alerts if a.id in fold_of and fold_of[a.id].into == alert_id),
-                  key=lambda a: (a.raised_at, a.id))
