@@ -3,12 +3,12 @@
 A throttled volume is seen by its probes (VolumeDegraded on the mount) and, a few windows later, by the
 passive view of the device under it (SlowMember, DeviceSlow, VolumeAtLimit or VolumeContended on the same
 device). Each is right, and each alone would be a page: two notifications for one fault. So the alerts of one
-volume are one page, the one raised first; the others are said on it ("Also open on this volume: ...") and
-exported as folded (`iowarden_alert_folded`), which the shipped rules page `unless`.
+volume are one page, the one raised first; the others are said in its "Also" ("SlowMember #6 on this volume
+(loop3): ...") and exported as folded (`iowarden_alert_folded`), which the shipped rules page `unless`.
 
-Why the first and not the worst: a page that is already out stays the page while it is open. Were a later critical verdict to
-take over from an earlier warning, Alertmanager would resolve one and fire the other, two notifications again;
-the page's own severity is its kind's (alert_kinds.py) and the folded verdict's figures are on it.
+Why the first and not the worst: a page that is already out stays the page while it is open. Were a later
+critical verdict to take over from an earlier warning, Alertmanager would resolve one and fire the other, two
+notifications again; the page's own severity is its kind's (alert_kinds.py) and the folded verdict's figures are on it.
 
 One volume is the device a probe's target lives on and what the kernel builds it from: a partition's disk, the
 members of an md array or a device-mapper volume, the device under a loop device's file. Two volumes built on
