@@ -8,7 +8,8 @@ volume are one page, the one raised first; the others are said in its "Also" ("S
 
 Why the first and not the worst: a page that is already out stays the page while it is open. Were a later
 critical verdict to take over from an earlier warning, Alertmanager would resolve one and fire the other, two
-notifications again; the page's own severity is its kind's (alert_kinds.py) and the folded verdict's figures are on it.
+notifications again; the page's own severity is its kind's (alert_kinds.py) and the folded verdict's figures
+are on it.
 
 One volume is the device a probe's target lives on and what the kernel builds it from: a partition's disk, the
 members of an md array or a device-mapper volume, the device under a loop device's file. Two volumes built on
