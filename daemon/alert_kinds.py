@@ -1,4 +1,4 @@
-"""The alerts iowarden raises, each with its one severity.
+"""The alerts iowarden raises, each with its one severity and the hold its shipped rule waits before paging.
 
 The journal, /metrics (`iowarden_alert_active{severity}`), InfluxDB, `iowarden status`, `replay` and the shipped
 Prometheus rules all say this one (tests/unit/test_alert_kinds.py holds the rules file to it). It is fixed per
@@ -20,3 +20,14 @@ SEVERITY = {
 def severity_of(alert: str) -> str:
     """The severity every output gives this alert (KeyError for a name iowarden does not raise)."""
     return SEVERITY[alert]
+
+
+# The shipped rule's `for`: how long an alert is open before it pages. A verdict that a short burst of other work
+# can also make (a ceiling, a flood) waits; the others page at once (the detectors already demanded a sustained
+# deviation). verdicts/pages.py folds by when each would be sent; test_alert_kinds.py holds the rules to this.
+HOLD_SECONDS = {"VolumeAtLimit": 600.0, "VolumeContended": 300.0}
+
+
+def hold_of(alert: str) -> float:
+    """Seconds the shipped rule waits before this alert pages (0: at once)."""
+    return HOLD_SECONDS.get(alert, 0.0)

@@ -83,6 +83,15 @@ def _run(*argv: str) -> str:
     return subprocess.run(list(argv), check=True, capture_output=True, text=True).stdout.strip()
 
 
+def fresh_loop_queue(name: str) -> None:
+    """A loop device keeps its queue settings (and its counters) across detach and attach: a test that drifted
+    its scheduler left mq-deadline to the next test that got the same number, whose request merges it then
+    measured. Every loop a test attaches starts at the loop driver's own: no elevator."""
+    sched = Path(f"/sys/block/{name}/queue/scheduler")
+    if "[none]" not in sched.read_text():
+        sched.write_text("none")
+
+
 class LoopXfs:
     """A real XFS filesystem on a loop device backed by an image file, mounted."""
 
@@ -107,6 +116,7 @@ class LoopXfs:
             _run(*mkfs, str(self.image))
             self.device = _run("losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}",
                                str(self.image))
+            fresh_loop_queue(self.name)
             if direct_io:
                 dio = Path(f"/sys/block/{self.name}/loop/dio").read_text().strip()
                 if dio != "1":

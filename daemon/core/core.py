@@ -160,12 +160,12 @@ class Core:
         k = self.known
         alerts = tuple(self.health.open_alert_views())
         # one fault on one volume is one page: decided here, beside the last decision, said by the outputs
-        last = self.snapshot
+        last, now = self.snapshot, time.time()
         target_device = {t: v.result.device for (t, _), v in k.latest.items() if v.result.device}
-        fold_of = pages.folds(alerts, k.devices, target_device,
-                              paging=pages.page_units(last.alerts, last.folds) if last is not None else frozenset())
+        fold_of = pages.folds(alerts, k.devices, target_device, paging=pages.page_units(
+            last.alerts, last.folds, last.taken_at) if last is not None else frozenset())
         self.snapshot = Snapshot(
-            taken_at=time.time(), version=self.version, probes=tuple(k.latest.values()),
+            taken_at=now, version=self.version, probes=tuple(k.latest.values()),
             skipped_total=self.readers.skipped(), baselines=tuple(self.health.baseline_views()),
             alerts=alerts, folds=MappingProxyType(fold_of), disk_rates=k.rates, disk_sample=k.sample,
             devices=k.devices, power=k.power, drift_total=dict(k.drift_total),

@@ -3,7 +3,7 @@
 A throttled volume is seen by its probes (VolumeDegraded on the mount) and, a few windows later, by the
 passive view of the device under it (SlowMember, DeviceSlow, VolumeAtLimit or VolumeContended on the same
 device). Each is right, and each alone would be a page: two notifications for one fault. So the alerts of one
-volume are one page, the one raised first; the others are said in its "Also" ("SlowMember #6 on this volume
+volume are one page, the one the rules send first; the others are said in its "Also" ("SlowMember #6 on this volume
 (loop3): ...") and exported as folded (`iowarden_alert_folded`), which the shipped rules page `unless`.
 
 Why the first and not the worst: a page that is already out stays the page while it is open. Were a later
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from iowarden.daemon.alert_kinds import hold_of
 from iowarden.daemon.snapshot import PASSIVE_PROFILE
 
 # the alerts that speak for a volume's I/O; the others (a probe failing, a drifted setting, a source's
@@ -75,9 +76,16 @@ def devno_index(devices: dict) -> dict[str, str]:
             if isinstance(getattr(d, "major", None), int) and isinstance(getattr(d, "minor", None), int)}
 
 
-def page_units(alerts, fold_of: dict[int, "Fold"]) -> frozenset[tuple[str, str]]:
-    """The (alert, volume) of each page among `alerts`: what the rules fire on, carried to the next decision."""
-    return frozenset((a.alert, a.volume) for a in alerts if a.alert in VOLUME_ALERTS and a.id not in fold_of)
+def sends_at(a) -> float:
+    """When the shipped rules send this alert: raised, plus its rule's hold (alert_kinds.HOLD_SECONDS)."""
+    return a.raised_at + hold_of(a.alert)
+
+
+def page_units(alerts, fold_of: dict[int, "Fold"], now: float) -> frozenset[tuple[str, str]]:
+    """The (alert, volume) of each page among `alerts` that has been sent by `now` (unix time): carried to the
+    next decision, which keeps them the pages while they are open."""
+    return frozenset((a.alert, a.volume) for a in alerts
+                     if a.alert in VOLUME_ALERTS and a.id not in fold_of and sends_at(a) <= now)
 
 
 def folds(alerts, devices: dict, target_device: dict | None = None,
@@ -86,15 +94,16 @@ def folds(alerts, devices: dict, target_device: dict | None = None,
 
     Alerts are of one volume when one's devices are within the other's stack (a SlowMember on an array's
     member and the array's VolumeDegraded; a DeviceSlow on the mount's own device). A page is an alert kind on
-    a volume (the rule groups a VolumeDegraded's profiles into one); of the pages of one volume the one that
-    paged at the last decision (`paging`, page_units()) stays the page while any of its alerts is open, else
-    the earliest raised: a later verdict never takes the page over, so a page once sent is not resolved and
-    sent again because another verdict joined it or one of its profiles ended.
+    a volume (the rule groups a VolumeDegraded's profiles into one). Of the pages of one volume, the one already
+    sent (`paging`, page_units()) stays the page while any of its alerts is open; else the one the rules send
+    first: raised plus its rule's hold, so a critical VolumeDegraded is not kept waiting behind a VolumeAtLimit
+    its rule holds ten minutes. A later verdict never takes a sent page over: a page once sent is not resolved
+    and sent again because another verdict joined it or one of its profiles ended.
     """
     units: dict[tuple[str, str], list] = {}
     for a in sorted((a for a in alerts if a.alert in VOLUME_ALERTS), key=lambda a: (a.raised_at, a.id)):
         units.setdefault((a.alert, a.volume), []).append(a)
-    order = sorted(units, key=lambda u: (u not in paging, units[u][0].raised_at, units[u][0].id))
+    order = sorted(units, key=lambda u: (u not in paging, min(sends_at(a) for a in units[u]), units[u][0].id))
     by_devno = devno_index(devices) if units else {}
     pages: list = []           # (first alert, its devices, their stacks)
     out: dict[int, Fold] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_root, run_prefix
+from tests.conftest import fresh_loop_queue, require_root, run_prefix
 from tests.integration.helpers import (baselines_armed, blkio_cap, config_text, end_processes, read_iops_cap, rows,
                                        wait_for)
 
@@ -47,6 +47,7 @@ def partitioned_disk(parts: int = 2):
         device = subprocess.run(["losetup", "--find", "--show", "--partscan", "--direct-io=on", str(image)],
                                 check=True, capture_output=True, text=True).stdout.strip()
         name = os.path.basename(device)
+        fresh_loop_queue(name)
         subprocess.run(["partx", "--add", device], check=False, capture_output=True)   # without udev: the nodes
         nodes = [f"{device}p{i + 1}" for i in range(parts)]
         wait_for(lambda: all(os.path.exists(n) for n in nodes), timeout=10, what="the partitions' nodes")

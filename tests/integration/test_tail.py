@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LoopXfs
+from tests.conftest import LoopXfs, fresh_loop_queue
 from tests.integration.helpers import config_text, end_processes, free_port, wait_for
 from tests.integration.test_passive import metric, passive_alerts, scrape
 
@@ -42,6 +42,7 @@ def weak_disks(where: Path, names=("healthy.img", "slow.weak")):
             # direct I/O: the loop device passes its reads on concurrently (buffered, its worker reads one at a time)
             loops.append(subprocess.run(["losetup", "--find", "--show", "--read-only", "--direct-io=on", str(mnt / name)],
                                         check=True, capture_output=True, text=True).stdout.strip())
+            fresh_loop_queue(loops[-1].rsplit("/", 1)[-1])
         yield tuple(p.rsplit("/", 1)[-1] for p in loops)
     finally:
         for dev in loops:

@@ -23,7 +23,7 @@ import pytest
 
 from iowarden.daemon.sources import tracer, tracer_views
 from iowarden.probes.common import Roots
-from tests.conftest import LoopXfs
+from tests.conftest import LoopXfs, fresh_loop_queue
 from tests.integration.helpers import blkio_cap, config_text, free_port, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]   # bpftrace: scripts/setup.sh installs it
@@ -228,6 +228,7 @@ def test_a_daemon_keeps_its_tracer_up_beside_a_busy_disk_elsewhere_and_exports_i
         hot = subprocess.run(["losetup", "--find", "--show", image], capture_output=True, text=True,
                              check=True).stdout.strip()
         stack.callback(subprocess.run, ["losetup", "-d", hot], capture_output=True)
+        fresh_loop_queue(os.path.basename(hot))
         fio = subprocess.Popen(["fio", "--name=hot", f"--filename={hot}", "--readonly", "--rw=randread", "--bs=4k",
                                 "--iodepth=32", "--ioengine=libaio", "--direct=1", "--rate_iops=120000",
                                 "--runtime=600", "--time_based", "--output=/dev/null"])

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from iowarden.daemon.alert_kinds import SEVERITY
+from iowarden.daemon.alert_kinds import SEVERITY, hold_of
 from iowarden.daemon.passive.values import ALERT_OF_KIND
 
 RULES = Path(__file__).resolve().parents[2] / "packaging/prometheus/iowarden.rules.yml"
@@ -31,3 +31,14 @@ def test_every_alert_a_rule_reads_from_the_daemon_is_in_the_table_and_no_text_gr
         said = " ".join(rule.get("annotations", {}).values())
         assert 'label "grade"' not in said and "grades it" not in said, name   # no severity of its own
     assert set(ALERT_OF_KIND.values()) <= set(SEVERITY)
+
+
+def test_each_rules_hold_is_the_one_the_daemon_folds_by():
+    """verdicts/pages.py decides which alert of a volume pages by when each would be sent: its rule's `for`."""
+    def seconds(text):
+        m = re.fullmatch(r"(\d+)([smh])", text)
+        return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+    rules = _alert_rules()
+    for alert in SEVERITY:
+        rule = rules[f"Iowarden{alert}"]
+        assert (seconds(rule["for"]) if "for" in rule else 0.0) == hold_of(alert), (alert, rule.get("for"))

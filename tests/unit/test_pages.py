@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from iowarden.daemon.outputs.alert_metrics import alert_families
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, AlertView, Snapshot
-from iowarden.daemon.verdicts.pages import VOLUME_ALERTS, folds, page_units, stack
+from iowarden.daemon.verdicts.pages import VOLUME_ALERTS, folds, page_units, sends_at, stack
 
 # an md array of two members, a partitioned disk, and two loop volumes on one host filesystem
 DEVICES = {
@@ -38,6 +38,9 @@ raised = st.one_of(
 history = st.lists(st.one_of(raised, st.tuples(st.just("clear"), st.integers(0, 40))), min_size=1, max_size=30)
 
 
+STEP_SECONDS = 60.0   # one step of a history: a minute, so the rules' holds (5 and 10 minutes) matter
+
+
 def replay(steps):
     """The open alerts after each step, as the daemon would list them."""
     open_, seen, out = {}, set(), []
@@ -47,11 +50,11 @@ def replay(steps):
                 open_.pop(sorted(open_)[step[1] % len(open_)])
         else:
             if step[0] == "probe":
-                a = probe_alert(n, float(n), step[1], step[2])
+                a = probe_alert(n, n * STEP_SECONDS, step[1], step[2])
             elif step[0] == "passive":
-                a = passive_alert(n, float(n), step[1], step[2])
+                a = passive_alert(n, n * STEP_SECONDS, step[1], step[2])
             else:
-                a = AlertView(step[1], f"uuid-{step[2]}", "randread-4k", step[2], "warning", float(n), n)
+                a = AlertView(step[1], f"uuid-{step[2]}", "randread-4k", step[2], "warning", n * STEP_SECONDS, n)
             key = (a.alert, a.volume, a.profile)
             if key not in seen or key not in {(x.alert, x.volume, x.profile) for x in open_.values()}:
                 open_[n] = a
@@ -75,7 +78,7 @@ def one_volume(a, b) -> bool:
 @given(history)
 def test_each_volume_pages_once_and_a_page_once_out_stays_out_while_open(steps):
     paging = frozenset()
-    for alerts in replay(steps):
+    for n, alerts in enumerate(replay(steps)):
         fold_of = folds(alerts, DEVICES, paging=paging)
         ids = {a.id for a in alerts}
         pages = {a.id for a in alerts if a.id not in fold_of}
@@ -83,10 +86,16 @@ def test_each_volume_pages_once_and_a_page_once_out_stays_out_while_open(steps):
             assert f.into in ids and f.into not in fold_of, "folded into an alert that is not an open page"
         # what the rules fire on (an alert kind on a volume): a page that was out and is still open is still a
         # page, whatever joined it or ended beside it: it is never resolved and sent again for that
-        now = page_units(alerts, fold_of)
+        sent = page_units(alerts, fold_of, n * STEP_SECONDS)
         still_open = {(a.alert, a.volume) for a in alerts}
-        assert paging & still_open <= now, (paging & still_open) - now
-        paging = now
+        assert paging & still_open <= sent, (paging & still_open) - sent
+        paging = sent
+        # nothing that pages at once waits behind a page its rule still holds: the page of a volume is the
+        # one its rules send first
+        for a in alerts:
+            if a.id in fold_of:
+                into = next(x for x in alerts if x.id == fold_of[a.id].into)
+                assert (into.alert, into.volume) in paging or sends_at(into) <= sends_at(a), (a, into)
         # no two pages of one volume: neither's devices within what the other is built from (a VolumeDegraded's
         # profiles are one page already: the rule groups them by volume)
         shown = [a for a in alerts if a.alert in VOLUME_ALERTS and a.id in pages]
@@ -156,3 +165,20 @@ def test_a_loop_volume_is_one_with_the_device_under_its_file_and_two_loop_files_
     other = AlertView("VolumeDegraded", "uuid-vol1", "randread-4k", "vol1", "critical", 140.0, 3, devices=("loop5",))
     fold_of = folds((page, below, other), devices)
     assert set(fold_of) == {2} and fold_of[2].into == 1
+
+
+def test_a_verdict_that_pages_at_once_is_not_held_behind_one_its_rule_still_holds():
+    """The week lane: VolumeAtLimit on the throttled volume's device (its rule waits ten minutes: a backup ends
+    sooner) and, 90 s later, the probes' VolumeDegraded. The critical page goes out at once; the ceiling rides
+    on it; and once a page is out, it stays the page."""
+    at_limit = passive_alert(1, 1000.0, "VolumeAtLimit", "loop3")
+    degraded = AlertView("VolumeDegraded", "uuid-vol3", "randread-4k", "vol3", "critical", 1090.0, 2,
+                         devices=("loop3",))
+    alone = folds((at_limit,), DEVICES)
+    assert alone == {} and page_units((at_limit,), alone, 1050.0) == frozenset()   # pending: not yet sent
+    fold_of = folds((at_limit, degraded), DEVICES, paging=page_units((at_limit,), alone, 1050.0))
+    assert set(fold_of) == {1} and fold_of[1].into == 2
+    # once out, it keeps the page against a later alert that would page at once
+    sent = page_units((at_limit,), alone, 1700.0)
+    assert sent == {("VolumeAtLimit", "id-loop3")}
+    assert set(folds((at_limit, degraded), DEVICES, paging=sent)) == {2}
