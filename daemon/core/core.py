@@ -163,7 +163,8 @@ class Core:
         last, now = self.snapshot, time.time()
         target_device = {t: v.result.device for (t, _), v in k.latest.items() if v.result.device}
         fold_of = pages.folds(alerts, k.devices, target_device, paging=pages.page_units(
-            last.alerts, last.folds, last.taken_at) if last is not None else frozenset())
+            last.alerts, last.folds, last.taken_at) if last is not None else frozenset(),
+            last=last.folds if last is not None else None, now=now)
         self.snapshot = Snapshot(
             taken_at=now, version=self.version, probes=tuple(k.latest.values()),
             skipped_total=self.readers.skipped(), baselines=tuple(self.health.baseline_views()),

@@ -98,9 +98,9 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
             said = "; ".join(f"{r.alert} #{r.id} on this volume ({texts[r.id][1] or r.target}): {texts[r.id][3].what}"
                              for r in on_it)
             more = cut(said + (f"; {more}" if more else ""))
-        into = by_id.get(fold_of[a.id].into) if a.id in fold_of else None
-        if into is not None:
-            folded.add_metric([a.alert, a.volume, a.profile, into.alert, str(into.id)], 1)
+        if a.id in fold_of:   # its page may have closed moments ago (pages.RIDER_GRACE_SECONDS): still not paged
+            f = fold_of[a.id]
+            folded.add_metric([a.alert, a.volume, a.profile, f.into_alert, str(f.into)], 1)
         info.add_metric([a.alert, a.volume, target, device, a.profile, cut(mount), text.where, text.what,
                          text.cause, more, cut(device_advice(s, a) if a.profile == PASSIVE_PROFILE else ""),
                          f"{runbook_url}#{text.runbook_anchor}", str(a.id)], 1)

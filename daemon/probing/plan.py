@@ -32,7 +32,6 @@ class Candidate:
     waiting: bool = False               # already held back by another probe (counted once)
     warming_up: bool = False            # its volume is still learning: the warm-up's budget applies
     suspected: bool = False             # an alert is open on it, or its last probe was far off its normal
-    volume_probed_at: float | None = None   # when a probe of any profile last started on its target
 
 
 @dataclass(frozen=True)
@@ -62,15 +61,6 @@ class Decision:
     waiting: bool
     contended: bool = False
     util_percent: float = 0.0
-
-
-def last_started(starts) -> dict[str, float]:
-    """(target, when one of its profiles last started, or None) pairs -> target: the latest of them."""
-    out: dict[str, float] = {}
-    for target, at in starts:
-        if at is not None:
-            out[target] = max(out.get(target, at), at)
-    return out
 
 
 def plan(now: float, due: list[Candidate], busy_disks: set[str],
@@ -124,11 +114,7 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
                 # other disks busy all afternoon) would leave this volume unwatched for max_deferral_seconds
                 # every interval, and a throttle on it paged an hour late
                 limit = min(limit, PRESSURE_DEFERRAL_SECONDS)
-            # a volume busy all afternoon is still looked at once an interval: when none of its profiles has run
-            # for an interval, the longest-waiting one runs now (contended), whatever max_deferral_seconds allows
-            # one profile; an SRE reads "probed every 5 minutes" as the volume's, not as a best effort
-            unwatched = c.volume_probed_at is not None and now - c.volume_probed_at >= c.interval_seconds
-            if now - since < limit and not unwatched:
+            if now - since < limit:
                 hold("busy" if busy else "io_pressure", next_at=now + DEFER_RETRY_SECONDS, deferred_since=since)
                 continue
         contended = busy   # waited long enough for a busy disk: run, and say it was measured under load

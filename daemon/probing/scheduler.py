@@ -29,7 +29,7 @@ from iowarden.daemon.config import Config, Target
 from iowarden.daemon.events import IntervalsFitted, ProbeFinished, ProbeStarted, frozen_map
 from iowarden.daemon.probing import fit
 from iowarden.daemon.probing.budget import Budget
-from iowarden.daemon.probing.plan import Candidate, Load, Rules, last_started, plan
+from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan
 from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
 from iowarden.daemon.probing.suspicion import BY_PROBE
 from iowarden.daemon.registry import fault_switch
@@ -211,7 +211,6 @@ class Scheduler:
         answers = self.paths.poll([d.target.path for d in due], PATH_ASK_EVERY_SECONDS)
         fresh_since = self.paths.clock() - 3 * PATH_ASK_EVERY_SECONDS
         by_key, candidates, fitted = {}, [], dict(self.fit.intervals)
-        probed_at = last_started((d.target.name, d.started_at) for d in self.due)
         stretch = self._fit()
         for d in due:
             if (answer := answers.get(d.target.path)) is None or answer.at < fresh_since:
@@ -228,7 +227,7 @@ class Scheduler:
                                                                                    default=1.0))
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
-                                        bool(self.suspected(d.target.name, d.profile)), probed_at.get(d.target.name)))
+                                        bool(self.suspected(d.target.name, d.profile))))
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))

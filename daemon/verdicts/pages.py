@@ -32,10 +32,18 @@ VOLUME_ALERTS = frozenset({"VolumeDegraded", "SlowMember", "DeviceSlow", "Volume
 MAX_DEPTH = 8   # a stack deeper than this is not one the kernel builds; bounds a cycle in damaged sysfs readings
 
 
+# A verdict that rode on a page outlives it by minutes as the fault ends (the passive view drains its windows
+# after the probes are back: 2-3 minutes in the week lane); paged then, it would be a page for a fault already
+# over. It pages on its own only if it is still open this long after its page closed: then it is a fault of its own.
+RIDER_GRACE_SECONDS = 600.0
+
+
 @dataclass(frozen=True)
 class Fold:
-    id: int            # the folded alert
-    into: int          # the alert whose page says it
+    id: int                 # the folded alert
+    into: int               # the alert whose page says it
+    into_alert: str = ""    # that alert's kind
+    page_closed_at: float | None = None   # when that page closed (unix time), if it has
 
 
 def devices_of(alert, target_device: dict | None = None) -> tuple[str, ...]:
@@ -88,8 +96,8 @@ def page_units(alerts, fold_of: dict[int, "Fold"], now: float) -> frozenset[tupl
                      if a.alert in VOLUME_ALERTS and a.id not in fold_of and sends_at(a) <= now)
 
 
-def folds(alerts, devices: dict, target_device: dict | None = None,
-          paging: frozenset = frozenset()) -> dict[int, Fold]:
+def folds(alerts, devices: dict, target_device: dict | None = None, paging: frozenset = frozenset(),
+          last: dict | None = None, now: float = 0.0) -> dict[int, Fold]:
     """alert id -> its Fold, for each open volume alert said on another's page.
 
     Alerts are of one volume when one's devices are within the other's stack (a SlowMember on an array's
@@ -98,13 +106,15 @@ def folds(alerts, devices: dict, target_device: dict | None = None,
     sent (`paging`, page_units()) stays the page while any of its alerts is open; else the one the rules send
     first: raised plus its rule's hold, so a critical VolumeDegraded is not kept waiting behind a VolumeAtLimit
     its rule holds ten minutes. A later verdict never takes a sent page over: a page once sent is not resolved
-    and sent again because another verdict joined it or one of its profiles ended.
+    and sent again because another verdict joined it or one of its profiles ended. An alert folded at the last
+    decision (`last`) whose page has since closed stays folded for RIDER_GRACE_SECONDS after that (`now`).
     """
     units: dict[tuple[str, str], list] = {}
     for a in sorted((a for a in alerts if a.alert in VOLUME_ALERTS), key=lambda a: (a.raised_at, a.id)):
         units.setdefault((a.alert, a.volume), []).append(a)
     order = sorted(units, key=lambda u: (u not in paging, min(sends_at(a) for a in units[u]), units[u][0].id))
     by_devno = devno_index(devices) if units else {}
+    open_ids = {a.id for a in alerts}
     pages: list = []           # (first alert, its devices, their stacks)
     out: dict[int, Fold] = {}
     for unit in order:
@@ -117,7 +127,12 @@ def folds(alerts, devices: dict, target_device: dict | None = None,
                      if own and (own & theirs or theirs_own & mine)
                      and (first.acked_at is None or joins < first.acked_at)), None)
         if into is None:
+            rode = [last[a.id] for a in units[unit] if last and a.id in last and last[a.id].into not in open_ids]
+            if rode and now - (rode[0].page_closed_at or now) < RIDER_GRACE_SECONDS:
+                closed = rode[0].page_closed_at or now
+                out.update({a.id: Fold(a.id, rode[0].into, rode[0].into_alert, closed) for a in units[unit]})
+                continue
             pages.append((units[unit][0], own, mine))
         else:
-            out.update({a.id: Fold(a.id, into.id) for a in units[unit]})
+            out.update({a.id: Fold(a.id, into.id, into.alert) for a in units[unit]})
     return out

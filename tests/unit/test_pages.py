@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from iowarden.daemon.outputs.alert_metrics import alert_families
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, AlertView, Snapshot
-from iowarden.daemon.verdicts.pages import VOLUME_ALERTS, folds, page_units, sends_at, stack
+from iowarden.daemon.verdicts.pages import RIDER_GRACE_SECONDS, VOLUME_ALERTS, folds, page_units, sends_at, stack
 
 # an md array of two members, a partitioned disk, and two loop volumes on one host filesystem
 DEVICES = {
@@ -77,13 +77,17 @@ def one_volume(a, b) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(history)
 def test_each_volume_pages_once_and_a_page_once_out_stays_out_while_open(steps):
-    paging = frozenset()
+    paging, last = frozenset(), {}
     for n, alerts in enumerate(replay(steps)):
-        fold_of = folds(alerts, DEVICES, paging=paging)
+        fold_of = folds(alerts, DEVICES, paging=paging, last=last, now=n * STEP_SECONDS)
+        last = fold_of
         ids = {a.id for a in alerts}
         pages = {a.id for a in alerts if a.id not in fold_of}
         for f in fold_of.values():
-            assert f.into in ids and f.into not in fold_of, "folded into an alert that is not an open page"
+            if f.page_closed_at is None:
+                assert f.into in ids and f.into not in fold_of, "folded into an alert that is not an open page"
+            else:   # its page closed: it rides on it for the grace only
+                assert f.into not in ids and n * STEP_SECONDS - f.page_closed_at < RIDER_GRACE_SECONDS
         # what the rules fire on (an alert kind on a volume): a page that was out and is still open is still a
         # page, whatever joined it or ended beside it: it is never resolved and sent again for that
         sent = page_units(alerts, fold_of, n * STEP_SECONDS)
@@ -93,7 +97,7 @@ def test_each_volume_pages_once_and_a_page_once_out_stays_out_while_open(steps):
         # nothing that pages at once waits behind a page its rule still holds: the page of a volume is the
         # one its rules send first
         for a in alerts:
-            if a.id in fold_of:
+            if a.id in fold_of and fold_of[a.id].page_closed_at is None:
                 into = next(x for x in alerts if x.id == fold_of[a.id].into)
                 assert (into.alert, into.volume) in paging or sends_at(into) <= sends_at(a), (a, into)
         # no two pages of one volume: neither's devices within what the other is built from (a VolumeDegraded's
@@ -105,7 +109,7 @@ def test_each_volume_pages_once_and_a_page_once_out_stays_out_while_open(steps):
                     assert not one_volume(a, b), (a, b)
         # folds only within a volume, and never of what is not a volume's I/O
         for a in alerts:
-            if a.id in fold_of:
+            if a.id in fold_of and fold_of[a.id].page_closed_at is None:
                 into = next(x for x in alerts if x.id == fold_of[a.id].into)
                 assert a.alert in VOLUME_ALERTS and one_volume(a, into)
 
@@ -182,3 +186,22 @@ def test_a_verdict_that_pages_at_once_is_not_held_behind_one_its_rule_still_hold
     sent = page_units((at_limit,), alone, 1700.0)
     assert sent == {("VolumeAtLimit", "id-loop3")}
     assert set(folds((at_limit, degraded), DEVICES, paging=sent)) == {2}
+
+
+def test_a_rider_that_outlives_its_page_by_minutes_is_the_same_fault_ending_and_pages_only_after_the_grace():
+    """The week lane: the probes' page closed 40 s after the throttle's removal, the passive DeviceSlow riding
+    on it two minutes later. Paged in between, it was a page for a fault already over."""
+    from iowarden.daemon.verdicts.pages import RIDER_GRACE_SECONDS
+    page = AlertView("VolumeDegraded", "uuid-vol3", "randread-4k", "vol3", "critical", 1000.0, 1, devices=("loop3",))
+    rider = passive_alert(2, 1020.0, "DeviceSlow", "loop3")
+    before = folds((page, rider), DEVICES, now=1100.0)
+    assert before[2].into == 1 and before[2].into_alert == "VolumeDegraded" and before[2].page_closed_at is None
+    after = folds((rider,), DEVICES, last=before, now=1200.0)         # the page closed
+    assert after[2].into == 1 and after[2].page_closed_at == 1200.0
+    still = folds((rider,), DEVICES, last=after, now=1200.0 + RIDER_GRACE_SECONDS - 1)
+    assert 2 in still and still[2].page_closed_at == 1200.0
+    assert folds((rider,), DEVICES, last=still, now=1200.0 + RIDER_GRACE_SECONDS) == {}   # a fault of its own
+    s = Snapshot(taken_at=1300.0, version="t", alerts=(rider,), devices=DEVICES, folds=after)
+    folded = alert_families(s)[4]
+    assert [(x.labels["alert"], x.labels["into_alert"], x.labels["into_id"]) for x in folded.samples] == \
+        [("DeviceSlow", "VolumeDegraded", "1")]

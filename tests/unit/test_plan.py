@@ -132,21 +132,6 @@ def test_jitter_spreads_the_next_run_within_its_ratio():
     assert d.next_at == 300.0 * 1.1
 
 
-def test_a_volume_busy_all_day_is_still_probed_once_an_interval():
-    """max_deferral_seconds (600 s) lets one profile wait two intervals for a busy disk; the volume's other
-    profiles waited too, and no profile of a volume busy by day ran for 1.96 intervals in a seeded soak."""
-    busy = Load({"sdb": 80.0}, None, 1e9)
-    # another profile started 250 s ago: this one may wait for the disk to quieten
-    assert run(400.0, [c("db", deferred_since=200.0, volume_probed_at=150.0)], load=busy)[("db", "rr")].action \
-        == "hold"
-    # none has run for an interval (300 s): it runs now, measured under load
-    d = run(450.0, [c("db", deferred_since=200.0, volume_probed_at=150.0)], load=busy)[("db", "rr")]
-    assert (d.action, d.contended) == ("run", True)
-    # and host-wide pressure alone holds it no longer either
-    p = run(450.0, [c("db", deferred_since=440.0, volume_probed_at=150.0)], load=Load({}, 40.0, 60.0))[("db", "rr")]
-    assert (p.action, p.contended) == ("run", False)
-
-
 def test_a_deferred_probe_keeps_its_rate_but_never_runs_twice_within_half_an_interval():
     busy = Load({"sdb": 80.0}, None, 1e9)
     # due at 0, let run at 600 (the maximum wait): due again at 900 (its rate would say 300: already past)
