@@ -100,10 +100,12 @@ class Coverage:
             if key in self.last and v > self.last[key]:
                 self.gap[key] = max(self.gap.get(key, 0.0), v - self.last[key])
             self.last[key] = v
+        volume: dict[str, float] = {}
         for labels, v in m.get("iowarden_probe_interval_seconds", []):
             self.interval[(labels["target"], labels["profile"])] = v
-            key = (labels["target"], "any profile")
-            self.interval[key] = min(self.interval.get(key, v), v)
+            volume[labels["target"]] = min(volume.get(labels["target"], v), v)
+        # the volume's shortest interval now (not the warm-up's minute it once had)
+        self.interval.update({(target, "any profile"): v for target, v in volume.items()})
 
     def worst(self, volume: bool) -> tuple:
         """(gap in intervals, key) of the longest gap: of a volume (any profile), or of one profile."""
