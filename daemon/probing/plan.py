@@ -119,9 +119,9 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
                 continue
         contended = busy   # waited long enough for a busy disk: run, and say it was measured under load
         held |= set(c.disks)
-        # at its rate, not an interval after it was let run: a probe deferred for a busy disk does not push every
-        # later one back (the schedule kept the delay of each deferral, and a profile ran every 1.5-2 intervals on
-        # a volume busy by day); never sooner than half an interval after this one
+        # at its rate, not an interval after it was let run: scheduled from its run, each deferral for a busy disk
+        # would push every later probe back (a profile of a volume busy by day then ran every 1.5-2 intervals in
+        # the soak bench); never sooner than half an interval after this one
         nominal = c.due_at if now - c.due_at < c.interval_seconds else now
         next_at = max(nominal + c.interval_seconds * (1 + jitter(rules.jitter_ratio)), now + c.interval_seconds / 2)
         out.append(Decision(c.target, c.profile, "run", None, False, next_at, None, False, contended, util))
