@@ -118,6 +118,8 @@ def run_seed(seed: int, args) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix=f"iowarden-soak-{seed}-"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
+        if args.keep:   # the daemon's log and state and every webhook payload, kept for a look after the run
+            stack.callback(keep, tmp, Path(args.keep) / f"seed-{seed}", lambda: hook.payloads)
         lowers, uppers = stacked_volumes(stack, tmp, args.volumes, in_ram=True)
         mounts = [u.mountpoint for u in uppers]
         for m in mounts:   # what the mix reads, laid out before it starts
@@ -239,12 +241,25 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
             + (f"\n    text: {said}" if said else ""))
 
 
+def keep(tmp: Path, to: Path, payloads) -> None:
+    to.mkdir(parents=True, exist_ok=True)
+    for f in tmp.glob("daemon-*.log"):
+        shutil.copy(f, to / f.name)
+    if (tmp / "state").is_dir():
+        shutil.copytree(tmp / "state", to / "state", dirs_exist_ok=True, ignore=shutil.ignore_patterns("probes"))
+    try:
+        (to / "webhook.json").write_text(json.dumps(payloads(), indent=1))
+    except NameError:   # the seed ended before its receiver started
+        pass
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1", help="comma-separated seeds")
     ap.add_argument("--healthy-minutes", type=float, default=120.0)
     ap.add_argument("--faults", default="all", help=f"all, none, or some of {', '.join(FAULT_KINDS)}")
     ap.add_argument("--volumes", type=int, default=4)
+    ap.add_argument("--keep", default="", help="a directory to keep each seed's daemon log, state and webhook payloads in")
     args = ap.parse_args()
     args.faults = () if args.faults == "none" else FAULT_KINDS if args.faults == "all" else tuple(args.faults.split(","))
     for seed in (int(s) for s in args.seeds.split(",")):

@@ -165,6 +165,7 @@ class Agent:
         """guest-exec-status, waited out: a guest short of memory under TCG can leave its agent unanswering
         for tens of seconds (seen once in the small-RAM guest's working-set sweep). A new connection, synced
         past the late answer, asks again until the command's own deadline."""
+        resync_failed = None   # what the last new connection met: the news, not a closed one's bad descriptor
         while True:
             try:
                 return self.call("guest-exec-status", pid=pid)
@@ -172,11 +173,14 @@ class Agent:
                 if isinstance(e, LabError) and "socket closed" not in str(e):
                     raise
                 if time.monotonic() > deadline:
-                    raise LabError(f"the guest agent stopped answering while {argv} ran ({e!r})") from e
+                    raise LabError(f"the guest agent stopped answering while {argv} ran "
+                                   f"({resync_failed or e!r})") from e
             self.conn.close()
             try:
                 self._sync(timeout=30)
-            except (OSError, ValueError, LabError):
+                resync_failed = None
+            except (OSError, ValueError, LabError) as e:
+                resync_failed = f"a new connection: {e!r}"
                 time.sleep(1)
 
 
@@ -256,7 +260,12 @@ class Guest:
 
     # -- commands in the guest --------------------------------------------------------
     def run(self, argv: list[str], timeout: float = 120, check: bool = True) -> str:
-        rc, out, err = self.agent.run(argv, timeout=timeout)
+        try:
+            rc, out, err = self.agent.run(argv, timeout=timeout)
+        except LabError as e:
+            # an agent that stops answering is a guest that hung, rebooted or ran out of memory: its console says
+            raise LabError(f"{e}\nQEMU {'running' if self.proc.poll() is None else f'exited {self.proc.returncode}'}"
+                           f"; console: {self.text('console.log')[-3000:]}") from e
         if check and rc != 0:
             raise LabError(f"in the guest, {argv} exited {rc}: {err.strip()[-2000:]} {out.strip()[-500:]}")
         return out
