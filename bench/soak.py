@@ -208,12 +208,14 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
             free = shutil.disk_usage(uppers[v].mountpoint).free
             subprocess.run(["fallocate", "-l", str(int(free * 0.95)), str(fill)], check=False)
             held.callback(lambda: fill.unlink(missing_ok=True))
+        def of_fault(a) -> bool:
+            """An alert about the faulted volume (its mount or either layer of its stack); every alert for a
+            fault of the whole host."""
+            return fault.volume is None or a["labels"].get("target") == target or a["labels"].get("device") in devices
         first = None
         while time.monotonic() - began < fault.seconds:
             time.sleep(5)
-            mine = [a for p in hook.payloads[seen_before:] for a in p["alerts"] if p["status"] == "firing"
-                    and (a["labels"].get("target") == target or a["labels"].get("device") in devices
-                         or fault.volume is None)]
+            mine = [a for p in hook.payloads[seen_before:] for a in p["alerts"] if p["status"] == "firing" and of_fault(a)]
             if mine and first is None:
                 first = (time.monotonic() - began, mine[0])
     ended = time.monotonic()
@@ -222,23 +224,27 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
     def key(a):
         lab = a["labels"]
         return lab.get("alertname"), lab.get("volume"), lab.get("target"), lab.get("device")
+    # resolved: every alert of the faulted volume; an alert of another volume is a false page, said apart
     while time.monotonic() - ended < 600:
         time.sleep(5)
-        sent = [a for p in hook.payloads[seen_before:] for a in p["alerts"]]
-        last = {key(a): a["status"] for a in sent}   # each alert's latest word
+        last = {key(a): a["status"] for p in hook.payloads[seen_before:] for a in p["alerts"] if of_fault(a)}
         if all(status == "resolved" for status in last.values()):
             resolved_after = time.monotonic() - ended
             break
     runner.stop()
-    raised = sorted({(a["labels"].get("alertname"), a["labels"].get("volume", "")) for p in hook.payloads[seen_before:]
-                     for a in p["alerts"]})
+    sent = [a for p in hook.payloads[seen_before:] for a in p["alerts"]]
+    raised = sorted({(a["labels"].get("alertname"), a["labels"].get("volume", "")) for a in sent if of_fault(a)})
+    elsewhere = {key(a): a for a in sent if not of_fault(a) and a["status"] == "firing"}
     said = first[1]["annotations"].get("description", "")[:400] if first else ""
     return (f"  fault {fault.kind} on {'the host' if v is None else f'vol{v}'} ({json.dumps(fault.params)}) for "
             f"{fault.seconds:.0f} s: first notification "
             + (f"after {first[0]:.0f} s ({first[1]['labels'].get('alertname')})" if first else "none")
             + f"; alerts {raised}; resolved "
             + (f"{resolved_after:.0f} s after its end" if resolved_after is not None else "not within 10 min")
-            + (f"\n    text: {said}" if said else ""))
+            + f"; {len(elsewhere)} alerts of other volumes"
+            + (f"\n    text: {said}" if said else "")
+            + "".join(f"\n    elsewhere: {k[0]} {k[3] or k[2]}: {a['annotations'].get('summary', '')[:300]}"
+                      for k, a in elsewhere.items()))
 
 
 def keep(tmp: Path, to: Path, payloads) -> None:
