@@ -56,6 +56,16 @@ class EvidenceParams:
     # `partial_min` on (a quarter hour, every five minutes, at 15 s windows)
     partial_every: int = 20
     partial_min: int = 60
+    # A group of few members has no spread of its own to speak of until it has closed a few blocks: the MAD of
+    # four hour medians is off by a factor of several from one hour to the next. A soak's four loop volumes,
+    # in their first half hour, measured one at 2.1x its peers against a spread of 2 % (the other three were
+    # tight that half hour) and named it with 8.4 strays, a healthy volume. Until `settle_blocks` have closed,
+    # such a group's stray is taken as no less than `new_group_scale`, the hour-to-hour stray of the noisiest
+    # development cluster's healthy drives (cluster J: 11-15 %); the twelve-drive hosts the threshold was tuned
+    # on measure their own from their first block, as before.
+    few_members: int = 8
+    settle_blocks: int = 3
+    new_group_scale: float = 0.10
 
     @property
     def cap(self) -> float:
@@ -147,8 +157,11 @@ def references(medians: dict[str, float], spreads: deque, p: EvidenceParams,
     if close:
         spreads.append((spread, clear_spread))
     past = spreads or ((spread, clear_spread),)
-    scale = max(p.scale_floor, statistics.median(s for s, _ in past))
-    clear_scale = max(p.scale_floor, statistics.median(s for _, s in past))
+    floor = p.scale_floor
+    if len(medians) < p.few_members and len(spreads) < p.settle_blocks:
+        floor = max(floor, p.new_group_scale)   # a small new group: its own spread is not yet a yardstick
+    scale = max(floor, statistics.median(s for s, _ in past))
+    clear_scale = max(floor, statistics.median(s for _, s in past))
     return {m: (clear_center, clear_scale) if m in clear else (center, scale) for m in medians}
 
 

@@ -181,3 +181,33 @@ def test_a_healthy_member_of_a_new_tight_group_slow_for_minutes_is_not_named_one
     assert windows(180, slow_for=90) is None            # 2.8x for its first 7.5 minutes (of 5 s windows): a burst
     w, who = windows(720, slow_for=720)                 # 2.8x from the first window on: slow
     assert who == ["loop7"] and w < 720, (w, who)
+
+
+def test_a_small_new_group_whose_others_are_tight_does_not_name_a_member_off_for_half_an_hour():
+    """The soak's four loop volumes: three within 1 % of each other in their first half hour, the fourth 2.1x
+    them for 28 minutes of it (a neighbour's throttle filling the host). Four hour medians have no spread to
+    measure 2.1x against: until the group has closed a few blocks its stray is taken as the noisiest healthy
+    cluster's, and a member must stay out for hours, or far further, to be named. After those blocks the
+    group's own tight spread is the yardstick, and the same 2.1x held for an hour is named within it."""
+    import random
+    rng = random.Random(5)
+    p = EvidenceParams()                       # an hour of 15 s windows, the daemon's
+    four = ("loop1", "loop3", "loop5", "loop7")
+
+    def window(ev, slow: bool):
+        ratios = {m: rng.gauss(0, 0.01) for m in four}
+        if slow:
+            ratios["loop7"] += math.log(2.1)
+        ev.add(four, ratios)
+        return [m for m in four if ev.named(m)]
+
+    new = PeerEvidence(p)
+    named = [window(new, slow=w < 110) for w in range(240)]
+    assert not any(named), next(n for n in named if n)
+    # the same group, settled (its tight spread learned over three quiet hours), then 2.1x for an hour
+    settled = PeerEvidence(p)
+    for _ in range(3 * p.block_windows):
+        window(settled, slow=False)
+    named_at = next((w for w in range(p.block_windows) if window(settled, slow=True)), None)
+    assert named_at is not None and named_at < p.block_windows, named_at
+    assert settled.members["loop7"].ratio == pytest.approx(2.1, rel=0.05)
