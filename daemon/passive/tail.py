@@ -12,7 +12,9 @@ peers' is slow before its mean is.
    is out of line when its tail is `ratio` times the median of its peers' tails and `floor_ms` above it.
    Like against like: a member is judged in a direction only when its load in the block is at most
    `comparable_load` times the group's median and its mean request size within `request_size_ratio` of
-   the group's median (the members with a tail, itself included). A backup reading 1 MiB at a deep queue
+   the group's median (the members with a tail, itself included), and when its device moved no more than
+   `comparable_load` times the others' median in both directions together (a flood of reads gives the same
+   device's writes a tail of its own making). A backup reading 1 MiB at a deep queue
    beside peers serving 4 KiB has a tail of its own requests' making (each takes a megabyte's transfer,
    and waits behind the ones before it), not of its drive's; a weak region is read at the load and size
    the peers carry and is still judged.
@@ -161,9 +163,16 @@ class TailEvidence:
         usual_ios = statistics.median(r[1] for r in rows.values())
         sizes = [r[2] / r[1] for r in rows.values() if r[2] > 0]
         usual_size = statistics.median(sizes) if len(sizes) >= 2 else None
+        # what each device moved in both directions: a backup reading 2.7 GB/s beside a database's writes gives
+        # those writes a tail of its making (they wait behind megabyte reads), however like their peers' they
+        # are; judged against the others' median (of two, one flooded is not its quiet peer's yardstick)
+        moved = {m: sum(b.busy_ms.get((m, d), (0.0, 0.0, 0.0))[2] for d in ("read", "write")) for m in rows}
+        others_moved = leave_one_out_medians(moved)
         like = set(members) - set(rows)
         for m, (_, ios, kib) in rows.items():
             if ios > self.p.comparable_load * usual_ios:
+                continue
+            if others_moved.get(m, 0.0) > 0 and moved[m] > self.p.comparable_load * others_moved[m]:
                 continue
             if usual_size and kib > 0 and not (
                     1 / self.p.request_size_ratio <= kib / ios / usual_size <= self.p.request_size_ratio):

@@ -148,6 +148,36 @@ def test_a_member_carrying_several_times_its_peers_load_is_not_judged_on_its_tai
     assert not ev.named("c") and judged["c"].tail_ms is None
 
 
+def test_writes_waiting_behind_a_flood_of_reads_on_the_same_device_are_not_judged_on_their_tail():
+    """The soak's healthy phase: a backup read 2.7 GB/s from one volume while its database's 4 KiB writes went on;
+    those writes, like their peers' in load and size, waited behind megabyte reads (p99.9 101 ms against the
+    peers' 11 ms) and the volume was named slow on its tail. The device moved hundreds of times the others' bytes:
+    its write tail is the flood's making. The same writes' tail with the reads at the peers' load is named."""
+    rng = random.Random(15)
+    group = ("a", "b", "c")
+
+    def windows(ev, c_reads_kib):
+        for _ in range(4):
+            tails, means = {}, {}
+            for m in group:
+                writes = weak(rng, share=0.01) if m == "c" else healthy(rng)
+                reads = healthy(rng)
+                tails[m] = {"write": hist(writes)}
+                means[m] = {"write": (sum(writes) / len(writes), len(writes), len(writes) * 4.0),
+                            "read": (sum(reads) / len(reads), len(reads), len(reads) * (c_reads_kib if m == "c" else 4.0))}
+            ev.add(group, tails, means)
+
+    flooded = TailEvidence(TailParams(block_windows=4))
+    for _ in range(4):
+        windows(flooded, c_reads_kib=1024.0)
+    assert not any(flooded.named(m) for m in group), flooded.members["c"]
+    assert flooded.members["c"].unjudged_streak == 4
+    quiet = TailEvidence(TailParams(block_windows=4))
+    for _ in range(3):
+        windows(quiet, c_reads_kib=4.0)
+    assert quiet.named("c") and not quiet.named("a") and not quiet.named("b")
+
+
 def windows_of(rng, per_member, end):
     out = []
     for m, lat in per_member.items():
