@@ -190,12 +190,14 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
             cg = runner.cgroup("noisy-batch")
             runner._spawn("noisy-batch", fio("--name=noisy", f"--filename={uppers[v].mountpoint / 'noisy.dat'}",
                                              "--size=128M", "--rw=randwrite", "--bs=4k", "--direct=1", "--iodepth=16",
-                                             "--startdelay=1", "--time_based", f"--runtime={int(fault.seconds)}"), cg)
+                                             "--startdelay=1", "--time_based", f"--runtime={int(fault.seconds)}"), cg,
+                           scratch=uppers[v].mountpoint / "noisy.dat")
         elif fault.kind == "host-contention":
             for i, u in enumerate(uppers):
                 runner._spawn("host contention", fio("--name=hog", f"--filename={u.mountpoint / 'hog.dat'}",
                                                      "--size=128M", "--rw=randrw", "--bs=4k", "--direct=1",
-                                                     "--iodepth=32", "--time_based", f"--runtime={int(fault.seconds)}"))
+                                                     "--iodepth=32", "--time_based", f"--runtime={int(fault.seconds)}"),
+                               scratch=u.mountpoint / "hog.dat")
             for _ in range(2):
                 runner._spawn("cpu", ["timeout", str(int(fault.seconds)), "sh", "-c", "while :; do :; done"])
         elif fault.kind == "scheduler-drift":
