@@ -204,10 +204,10 @@ def lab(tmp_path_factory, lab_deb):
         booted = time.monotonic() - started
         # The kernel's BPF statistics on for the guest's life. The compiled tracer measures its own cost once a
         # minute with BPF_ENABLE_STATS, and the first holder flips a static key: kernel text patched at every
-        # BPF program's call site, the seccomp filters' among them. Under TCG with a vCPU per thread, a vCPU
-        # inside such a site while the other patched it kept executing the breakpoint the patch had already
-        # removed: both vCPUs stuck in __seccomp_filter ("soft lockup - CPU#0 stuck for 48s"), the guest's agent and
-        # /metrics silent for good. Held on from boot, the loader's enable only counts: no text is patched.
+        # BPF program's call site, the seccomp filters' among them. Under TCG with a vCPU per thread the guest
+        # hung there: both vCPUs stuck at a patched jump in __seccomp_filter ("soft lockup - CPU#0 stuck for
+        # 48s"), the guest's agent and /metrics silent for good (read from the console; QEMU's side not traced).
+        # Held on from boot, the loader's enable only counts: no text is patched, and the test passed under load.
         guest.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"])
         guest.install(lab_deb)
         installed = time.monotonic() - started - booted
