@@ -25,7 +25,7 @@ from .common import ParseError, Roots, parse_size_bytes, run_tool
 from .fio import FioReport, parse
 from .fio_job import DEFAULT_MAX_BUFFER_BYTES, READ_ONLY_RW, ProbeProfile, capped_seconds
 from .vocabulary import CLAT_PERCENTILE_KEYS, DIRECTIONS
-from .probe_dir import PROBE_DIR_NAME, ProbeRefused, device_name_for, open_probe_dir  # noqa: F401 (callers' names)
+from .probe_dir import PROBE_DIR_NAME, ProbeRefused, VolumeFull, device_name_for, open_probe_dir  # noqa: F401 (callers' names)
 
 # Set in every probe's fio environment (its job processes inherit it): which iowarden
 # (by state directory) started it, so a restarted daemon can find a fio its
@@ -66,6 +66,7 @@ class ProbeResult:
     learned_under_load: bool = False  # contended, and learned all the same: its volume was busy for every warm-up
     argv: list[str] = field(default_factory=list)
     needs_root: bool = False   # failed on a permission that root would have had (the CLI's exit 77)
+    space_used_ratio: float | None = None   # refused because the volume is full: how full (0..1)
 
     def _dir(self, name: str):
         return self.report.directions.get(name) if self.report else None
@@ -155,10 +156,10 @@ def free_space_check(dir_fd: int, extra_bytes: int, limits: ProbeLimits) -> None
     floor = free_space_floor(total, limits)
     if free - extra_bytes < floor:
         used = 1 - free / total if total else 1.0
-        raise ProbeRefused(f"the volume is full, not slow: {used:.0%} used, {free >> 20} MiB free; the probe's "
-                           f"file would leave {max(0, free - extra_bytes) >> 20} MiB, below the floor of "
-                           f"{floor >> 20} MiB (limits.min_free_bytes / min_free_ratio). Free space on it, or "
-                           "shrink the profile's size")
+        raise VolumeFull(f"the volume is full, not slow: {used:.0%} used, {free >> 20} MiB free; the probe's "
+                         f"file would leave {max(0, free - extra_bytes) >> 20} MiB, below the floor of "
+                         f"{floor >> 20} MiB (limits.min_free_bytes / min_free_ratio). Free space on it, or "
+                         "shrink the profile's size", used)
 
 
 def lay_out(dir_fd: int, name: str, size_bytes: int) -> int:
@@ -307,6 +308,7 @@ def measure(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits =
         stdout, run_error = run.stdout, run.error
     except ProbeRefused as exc:
         result.error = f"refused: {exc}"
+        result.space_used_ratio = getattr(exc, "used_ratio", None)
     except (ValueError, ParseError) as exc:
         result.error = f"invalid profile: {exc}"
     except OSError as exc:

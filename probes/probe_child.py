@@ -26,7 +26,7 @@ from .fio_run import ProbeLimits, ProbeResult, _interpret, measure
 # fio's stdout is bounded by run_tool (16 MiB); the child's answer carries it JSON-escaped beside the result
 ANSWER_MAX_BYTES = 40 << 20
 RESULT_FIELDS = ("device", "error", "started_at", "duration_seconds", "layout_bytes", "ramp_seconds", "argv",
-                 "needs_root")
+                 "needs_root", "space_used_ratio")
 
 
 def _profile_of(d: dict) -> ProbeProfile:

@@ -15,6 +15,15 @@ class ProbeRefused(Exception):
     """A safety rule forbids this probe; the message says which."""
 
 
+class VolumeFull(ProbeRefused):
+    """The probe's file would leave less free space than its floor: the volume is full, not slow. Its used share
+    travels with the result, because a full filesystem is also why its device can be slow for everyone."""
+
+    def __init__(self, message: str, used_ratio: float):
+        super().__init__(message)
+        self.used_ratio = used_ratio
+
+
 def device_name_for(st_dev_or_rdev: int, roots: Roots) -> str | None:
     """Kernel name (sda, loop0, dm-1) of the block device with this dev_t."""
     major, minor = os.major(st_dev_or_rdev), os.minor(st_dev_or_rdev)

@@ -271,8 +271,9 @@ class Core:
         what its drive says; with no limit, a device slower than its own curve or its peers is itself slow."""
         view = self.known.sources.get(cgroups.SPEC.name)
         limits = knowledge.limits_on_stack(self.known, {device}, anyone=True)
-        out = list(limits)
-        if not limits and transition.kind in ("self", "peers"):
+        full = knowledge.full_filesystems(self.known, {device}, self.known.sample_at or time.time())
+        out = full + limits
+        if not limits and not full and transition.kind in ("self", "peers"):
             out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "
                        "cgroup limit), and no cgroup I/O limit is set on it")
         seen = cgroups.level_counted(view, {device}, knowledge.below_stack(self.known, {device}))

@@ -25,7 +25,8 @@ from iowarden.daemon.wording import result_summary
 from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
-from iowarden.daemon.verdicts.causes import LIMIT_BELOW, Evidence, ProbeWindow, likely_causes
+from iowarden.daemon.verdicts.causes import (FULL_SAID_FOR_SECONDS, LIMIT_BELOW, Evidence, ProbeWindow,
+                                             full_filesystem, likely_causes)
 from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
@@ -300,8 +301,28 @@ def causes_of(core, e: ProbeFinished, since: float) -> list[str]:
                   xfs_now=k.xfs_at[mount][0] if mount else None,
                   xfs_then=k.xfs_first.get(mount) if mount else None,
                   budget_exhausted=e.budget_exhausted, sources=core.source_causes(set(disks)),
-                  window=probe_window(k, result), **cgroup_evidence(k, stack))
+                  window=probe_window(k, result), full=full_filesystems(k, stack, result.started_at),
+                  **cgroup_evidence(k, stack))
     return likely_causes(ev)
+
+
+def full_filesystems(k: Knowledge, devices: set[str], now_wall: float) -> list[str]:
+    """The targets on these devices, or built on them, whose latest probe was refused because the volume is
+    full, within FULL_SAID_FOR_SECONDS: a full filesystem is why its device is slow (a probe that ran since,
+    of any profile, says there was room again)."""
+    last: dict[str, object] = {}
+    for (target, _), r in sorted(((key, v.result) for key, v in k.latest.items()), key=lambda kv: kv[1].started_at):
+        last[target] = r
+    out = []
+    for target, r in sorted(last.items()):
+        used = getattr(r, "space_used_ratio", None)
+        if used is None or now_wall - r.started_at > FULL_SAID_FOR_SECONDS:
+            continue
+        on_it = r.device in devices
+        if r.device and (on_it or devices & set(blockqueue.devices_below(r.device, k.devices or {}))):
+            out.append(full_filesystem(target, r.path, used, now_wall - r.started_at,
+                                       ", ".join(sorted(devices)), on_it))
+    return out
 
 
 def probe_window(k: Knowledge, result) -> ProbeWindow | None:

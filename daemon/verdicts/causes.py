@@ -29,6 +29,7 @@ class Evidence:
     who: str | None = None                        # the cgroups doing I/O on the stack's devices, with shares
     who_unseen: str | None = None                 # why no cgroup can be named (v1 did not count the devices' I/O)
     foreign_share: float | None = None            # their share of the I/O, iowarden's own probes excepted
+    full: list = field(default_factory=list)      # full_filesystem() sentences for filesystems on the stack
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,20 @@ def _ms(v: float) -> str:
     return f"{v:.2f} ms" if v < 10 else f"{v:,.0f} ms"
 
 
+FULL_SAID_FOR_SECONDS = 1800.0   # a probe refused for space this recently still says the filesystem is full
+
+
+def full_filesystem(target: str, path: str, used_ratio: float, ago_seconds: float, device: str,
+                    on_it: bool) -> str:
+    """A full filesystem as the cause of its device's slowness: a filesystem out of space flushes and retries
+    each write before it fails it (XFS writes back every dirty inode first), so the device's own I/O, reads
+    too, queues behind work nobody asked for; a device beneath it (a loop file's disk) carries the same."""
+    where = "on it" if on_it else "above it"
+    return (f"the filesystem {where} is full: {target} ({path}) was {used_ratio:.0%} used when its last probe was "
+            f"refused for space {max(0.0, ago_seconds) / 60:.0f} min ago; a filesystem out of space flushes and "
+            f"retries its writes before it fails them, and {device}'s I/O waits behind that (free space on it)")
+
+
 ABOVE_BLOCK_LAYER = "above the block layer"   # how a cause above it begins (the sentence's Also line reads it)
 LIMIT_BELOW = "below "                         # how a limit on a device under the target's begins (core/knowledge.py)
 
@@ -90,7 +105,7 @@ def _layer_causes(ev: Evidence, layer: str | None) -> list[str]:
     # a limit held on a device below this one (a loop device over a throttled one) is what makes this one's await
     # long: its requests wait in the throttled one. A limit on the device itself throttles before its queue, so
     # a long await there is still the device's (a busy backing disk) and is said beside the limit
-    if layer == "device" and not any(lim.startswith(LIMIT_BELOW) for lim in ev.cgroup_limits):
+    if layer == "device" and not ev.full and not any(lim.startswith(LIMIT_BELOW) for lim in ev.cgroup_limits):
         share = "" if ev.foreign_share is None else f", {ev.foreign_share:.0%} of its I/O from other work"
         out.append(f"the device itself: {w.device} took {_ms(w.device_await_ms)} per I/O at "
                    f"{w.device_util_percent or 0:.0f}% util{share}")
@@ -114,7 +129,7 @@ def _stack(ev: Evidence) -> set[str]:
 
 
 def likely_causes(ev: Evidence) -> list[str]:
-    causes: list[str] = []
+    causes: list[str] = list(ev.full)
     stack = _stack(ev)
     for at, device, setting, old, new in ev.drift:
         if device == "host" or device in stack:

@@ -1,0 +1,94 @@
+"""A full filesystem is why its device is slow, not the device itself.
+
+A volume that ran out of space made its own device and the disk under its loop file 6-8x slower than their
+normal for reads at the same load (XFS flushes and retries every write before it fails it with ENOSPC); the
+page said "the device itself". The probes of that volume had been refused minutes before because it was full:
+that refusal is the evidence the page now names.
+"""
+import os
+from types import MappingProxyType, SimpleNamespace
+
+import pytest
+
+from iowarden.daemon.core import knowledge
+from iowarden.daemon.core.core import Core
+from iowarden.daemon.core.state import State
+from iowarden.daemon.snapshot import ProbeView
+from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
+from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.health import Health
+from iowarden.probes.blockqueue import BlockDevice
+from iowarden.probes.fio_run import ProbeLimits, ProbeResult, free_space_check
+from iowarden.probes.probe_dir import VolumeFull
+
+NOW = 1_800_000_000.0
+DEVICES = MappingProxyType({   # vol1's XFS on loop8, whose image file lives on loop7's filesystem
+    "loop7": BlockDevice("loop7", 7, 7, "loop", 1 << 30, None, (), (), None),
+    "loop8": BlockDevice("loop8", 7, 8, "loop", 1 << 29, None, (), (), None, loop_backing_devno="7:7"),
+    "loop9": BlockDevice("loop9", 7, 9, "loop", 1 << 29, None, (), (), None),
+})
+
+
+def _result(profile: str, started_at: float, used: float | None, device: str = "loop8") -> ProbeResult:
+    r = ProbeResult("vol1", "/srv/vol1", device, profile, used is None, None if used is None else
+                    "refused: the volume is full, not slow", started_at, 0.0 if used is not None else 2.0)
+    r.space_used_ratio = used
+    return r
+
+
+def _known(*results) -> knowledge.Knowledge:
+    k = knowledge.Knowledge(devices=DEVICES)
+    for r in results:
+        k.latest[(r.target, r.profile)] = ProbeView(r.target, r.profile, "fs-uuid:x", r, None)
+    return k
+
+
+def test_a_refusal_for_space_carries_how_full_the_volume_is(tmp_path):
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(VolumeFull) as refused:
+            free_space_check(fd, 0, ProbeLimits(min_free_ratio=1.0))   # no filesystem leaves all of itself free
+    finally:
+        os.close(fd)
+    assert 0.0 <= refused.value.used_ratio <= 1.0 and str(refused.value).startswith("the volume is full, not slow")
+
+
+def test_the_full_volume_is_named_on_its_own_device_and_on_the_disk_under_its_file():
+    k = _known(_result("randwrite-4k", NOW - 240, 1.0), _result("read-1m", NOW - 600, 0.97))
+    (on_it,) = knowledge.full_filesystems(k, {"loop8"}, NOW)
+    assert on_it.startswith("the filesystem on it is full: vol1 (/srv/vol1) was 100% used when its last probe was "
+                            "refused for space 4 min ago")
+    (above,) = knowledge.full_filesystems(k, {"loop7"}, NOW)
+    assert above.startswith("the filesystem above it is full: vol1") and "loop7's I/O waits behind that" in above
+    assert knowledge.full_filesystems(k, {"loop9"}, NOW) == []   # another disk: not its filesystem
+
+
+def test_a_probe_that_ran_since_or_a_refusal_long_ago_says_nothing_of_space():
+    later_ok = _known(_result("randwrite-4k", NOW - 600, 1.0), _result("randread-4k", NOW - 60, None))
+    assert knowledge.full_filesystems(later_ok, {"loop8"}, NOW) == []
+    long_ago = _known(_result("randwrite-4k", NOW - 2 * 3600, 1.0))
+    assert knowledge.full_filesystems(long_ago, {"loop8"}, NOW) == []
+
+
+def test_a_passive_page_on_a_full_volumes_disk_names_the_space_not_the_device(tmp_path):
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, Health(st, DetectorParams()), "test")
+    core.known.devices = DEVICES
+    core.known.sample_at = NOW
+    slow = SimpleNamespace(kind="self")
+    assert any(c.startswith("the device itself") for c in core.passive_causes(slow, "loop7"))
+    core.known.latest[("vol1", "randwrite-4k")] = ProbeView("vol1", "randwrite-4k", "fs-uuid:x",
+                                                            _result("randwrite-4k", NOW - 180, 1.0), None)
+    causes = core.passive_causes(slow, "loop7")
+    assert causes[0].startswith("the filesystem above it is full: vol1")
+    assert not any(c.startswith("the device itself") for c in causes)
+    st.close()
+
+
+def test_a_probe_page_on_a_full_volume_puts_the_space_first_and_not_the_device():
+    full = "the filesystem on it is full: vol1 (/srv/vol1) was 99% used ..."
+    ev = Evidence(physical_disks=("loop8",), device="loop8", devices={}, drift=[], contended=False,
+                  foreign_util_percent=None, window=ProbeWindow("loop8", 0.030, 25.0, 97.0), foreign_share=0.0)
+    assert likely_causes(ev)[0].startswith("the device itself")
+    causes = likely_causes(Evidence(**{**ev.__dict__, "full": [full]}))
+    assert causes[0] == full and not any(c.startswith("the device itself") for c in causes)
