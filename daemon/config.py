@@ -171,6 +171,8 @@ def _check(value: Any, spec: Key) -> tuple[Any, str | None]:
     if kind == "strlist":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return None, f"expected a list of strings, got {value!r}"
+        if spec.maximum is not None and len(value) > spec.maximum:
+            return None, f"at most {int(spec.maximum)} entries, got {len(value)}"
         return list(value), None
     raise AssertionError(kind)
 

@@ -218,6 +218,11 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                                                  "windows).", minimum=10.0, maximum=3600.0),
         "tail_floor_ms": Key("float", 20.0, "... and at least this many milliseconds above it (fast flash's tail "
                                             "wanders by milliseconds).", minimum=0.0, maximum=100000.0),
+        "loop_peers": Key("strlist", [], "Loop devices are nobody's peers unless said here: patterns (fnmatch) of their "
+                                         "backing files, e.g. [\"/srv/images/db-*.img\"]; the loop devices of one size "
+                                         "whose files match one pattern are peers (SlowMember). Disks are peers by model "
+                                         "and size, and the members of an array by the array.",
+                          minimum=0, maximum=64),
         "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2, maximum=10000),
         "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
                         minimum=0.0, maximum=10000.0),

@@ -10,6 +10,7 @@ the state database beside the probe baselines (profile "passive").
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import logging
 import re
 import threading
@@ -28,18 +29,26 @@ SAVE_EVERY_WINDOWS = 20
 VIEWS_SAVE_EVERY_WINDOWS = 4    # a minute of 15 s windows: what `status` shows as the passive verdict's "as of"
 
 
-def peer_groups(devices: dict, stacked: dict | None = None) -> list[tuple[str, ...]]:
+def peer_groups(devices: dict, stacked: dict | None = None, loop_peers: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Kernel names of devices that should behave alike: the members of one md array or striped dm
-    device (partitions resolved to their disks), else whole disks of one kind, model and size.
-    `stacked` is stacked_members(devices), when the caller has it already."""
+    device (partitions resolved to their disks), else whole disks of one model and size, else loop devices of
+    one size whose backing files match one of `loop_peers` (a loop device is its file and the disk under it:
+    by size alone, snap images and a database's volume would be peers). `stacked` is stacked_members(devices),
+    when the caller has it already."""
     groups, in_stack = [], set()
     for members in (stacked if stacked is not None else stacked_members(devices)).values():
         groups.append(members)
         in_stack.update(members)
     alike = defaultdict(list)
     for d in devices.values():
-        if d.kind in ("disk", "loop") and d.size_bytes and d.name not in in_stack:
+        if not d.size_bytes or d.name in in_stack:
+            continue
+        if d.kind == "disk":
             alike[(d.kind, d.udev.get("ID_MODEL"), d.size_bytes)].append(d.name)
+        elif d.kind == "loop" and d.loop_backing_file:
+            pattern = next((p for p in loop_peers if fnmatch.fnmatchcase(d.loop_backing_file, p)), None)
+            if pattern is not None:
+                alike[(d.kind, pattern, d.size_bytes)].append(d.name)
     groups += [tuple(sorted(v)) for v in alike.values() if len(v) >= 2]
     return groups
 
@@ -119,7 +128,8 @@ class PassiveWatch:
         stacked = stacked_members(devices)
         own = self._own_probed(start.monotonic_seconds, devices)
         windows = [Window.from_rates(ident[n], now, r, tails.get(n), n in own) for n, r in rates.items()]
-        groups = [tuple(ident[m] for m in g if m in ident) for g in peer_groups(devices, stacked)]
+        groups = [tuple(ident[m] for m in g if m in ident)
+                  for g in peer_groups(devices, stacked, self.params.loop_peers)]
         name_of = {ident[n]: n for n in rates}
         stacks = {ident[n]: tuple(ident[m] for m in members if m in ident)
                   for n, members in stacked.items() if n in ident}

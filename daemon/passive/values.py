@@ -64,10 +64,15 @@ class PassiveParams:
     tail_block_windows: int = 4          # derived: tail_block_seconds of windows
     tail_ratio: float = 4.0
     tail_floor_ms: float = 20.0
+    # fnmatch patterns of loop devices' backing files: the loop devices of one size whose files match one
+    # pattern are peers. None by default: a loop device is as fast as its file and the disk under it, so two
+    # of one size are not two drives of one model (on most hosts they are snap images)
+    loop_peers: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, section) -> "PassiveParams":
-        return cls(**{key: getattr(section, key) for key in PASSIVE_KEYS},
+        return cls(**{key: getattr(section, key) for key in PASSIVE_KEYS if key != "loop_peers"},
+                   loop_peers=tuple(section.loop_peers),
                    # derived: an hour of windows, whatever their length
                    evidence_block_windows=max(4, round(3600.0 / section.window_seconds)),
                    tail_block_windows=max(1, round(section.tail_block_seconds / section.window_seconds)))
@@ -83,7 +88,7 @@ class PassiveParams:
 # The [passive] keys an operator may tune (same names as the fields), each with its range in the schema.
 PASSIVE_KEYS = ("window_seconds", "self_ratio", "peer_ratio", "peer_windows", "saturation_windows", "floor_ms",
                 "evidence_allowance", "evidence_threshold", "tail_ratio", "tail_floor_ms",
-                "tail_block_seconds")
+                "tail_block_seconds", "loop_peers")
 # Derived from a key: evidence_block_windows (an hour of windows). Internal: everything else, tuned on the
 # Perseus development hosts and shown leave-one-cluster-out (bench/passive_perseus.py, docs/detector.md);
 # a change moves the figures there, so they are not an operator's knob.

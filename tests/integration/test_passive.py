@@ -135,6 +135,8 @@ PASSIVE = """
 device_time_ratio = 1.0
 [passive]
 window_seconds = 5.0
+# the test's loop devices of one size stand for drives of one model: peers only because this says so
+loop_peers = ["*"]
 [scheduling]
 max_deferral_seconds = 20.0
 [detector]

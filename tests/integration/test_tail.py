@@ -90,7 +90,9 @@ def tail_config(target, state: Path, port: int, disks: tuple[str, ...]) -> str:
     20 s, sampling its own device and `disks`, and tracing `disks`."""
     own = target.device.removeprefix("/dev/")
     sampled = ", ".join(f'"{n}"' for n in (own, *disks))
-    extra = f"\n[passive]\nwindow_seconds = 5.0\ntail_block_seconds = 20.0\n[sampler]\ndevices = [{sampled}]\n"
+    # the loop devices over the FUSE images stand for drives of one model: peers only because this says so
+    extra = (f"\n[passive]\nwindow_seconds = 5.0\ntail_block_seconds = 20.0\n"
+             f"loop_peers = [\"{state.parent / 'weakfuse'}/*\"]\n[sampler]\ndevices = [{sampled}]\n")
     text = config_text(target.mountpoint, state, interval=3600.0, port=port, tracer=True, extra=extra)
     traced = ", ".join(f'"{n}"' for n in disks)
     return text.replace("[tracer]\n", f"[tracer]\ndevices = [{traced}]\n", 1)
