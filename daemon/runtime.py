@@ -27,7 +27,7 @@ from iowarden.probes.fio_run import end_leftover_probes
 from iowarden.daemon.logs import setup_logging
 from iowarden.daemon import config as configmod
 from iowarden.daemon.config import Target
-from iowarden.daemon.core.core import Core, CounterReaders
+from iowarden.daemon.core.core import CORE_STUCK_SECONDS, Core, CounterReaders
 from iowarden.daemon.events import Housekeeping, SourceRead, TargetsChanged
 from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
@@ -54,7 +54,6 @@ from iowarden.daemon.core.opening import (EXIT_CONFIG, STATE_RETRY_SECONDS, Star
 log = logging.getLogger("iowarden")
 STOP_TIMEOUT_SECONDS = 3.0       # fio killed, workers joined; with the rest, exit well within 5 s
 CORE_STOP_SECONDS = 4.0          # the core's last batch: a write may wait out SQLite's busy timeout (2 s) once
-CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 RESULT_RETENTION_SECONDS = 90 * 86400
 UEVENTS_DEADLINE_SECONDS = 60.0  # one burst of hotplug events and the re-read of every device it causes
 HTTP_WATCH_SECONDS = 5.0
@@ -343,7 +342,8 @@ class Daemon:
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self.reload()
-            stuck = self.registry.stuck() + (["core"] if self.core.stuck_seconds() > CORE_STUCK_SECONDS else [])
+            stuck = self.registry.stuck() + (["core"] if self.core.stuck_seconds() > CORE_STUCK_SECONDS else []) \
+                + [f"core: {f}" for f in self.core.failing()]   # a handler that keeps failing, like a part
             if stuck:
                 log.error("parts not completing: %s (watchdog ping withheld)", ", ".join(stuck))
             elif ready:

@@ -27,6 +27,7 @@ from typing import Callable
 from iowarden.daemon.core import knowledge, retention
 from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, IntervalsFitted, PassiveJudged,
                                    ProbeFinished, ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
+from iowarden.daemon.registry import PartStats
 from iowarden.daemon.snapshot import Snapshot
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
@@ -35,6 +36,12 @@ from iowarden.daemon.verdicts import advice, pages
 log = logging.getLogger("iowarden")
 _STOP = object()
 SUMMARY_SECONDS = 15.0   # a source's summary for `status` is saved at most this often (a write to the database)
+# a handler keeps failing: its last events of one type all failed, this many and for this long. Then the core is
+# failing like a part (iowarden_part_success{part="core"} 0, IowardenPartFailing) and the watchdog is withheld:
+# a core that drops every probe result would otherwise look alive while it judges nothing
+FAILING_IN_A_ROW = 5
+CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
+FAILING_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,9 @@ class Core:
         self.published: tuple[int, float] = (0, clock())   # (snapshot version, monotonic time), swapped as one
         self.last_batch_monotonic = clock()   # when the core last finished a batch (the watchdog's view)
         self.events_total = 0
+        self.handler_errors_total = 0
+        self._failing: dict[str, tuple[int, float, str]] = {}   # event type -> (failed in a row, since, last error)
+        self._last_handled_wall: float | None = None
         self._thread: threading.Thread | None = None
         health.place_of = self.place_of   # where an alert is, for its sentence
 
@@ -135,16 +145,38 @@ class Core:
     def run_batch(self, events: list) -> None:
         """Apply events in order and publish once. Tests call it directly, with no thread."""
         for event in events:
+            kind = type(event).__name__
             try:
                 self.handle(event)
-            except Exception:   # noqa: BLE001 - one bad event must not stop the core
-                log.exception("core: handling %s failed", type(event).__name__)
+            except Exception as exc:   # noqa: BLE001 - one bad event must not stop the core
+                log.exception("core: handling %s failed", kind)
+                self.handler_errors_total += 1
+                n, since, _ = self._failing.get(kind, (0, self.clock(), ""))
+                self._failing[kind] = (n + 1, since, f"handling {kind} failed: {type(exc).__name__}: {exc}"[:300])
+            else:
+                self._failing.pop(kind, None)
+                self._last_handled_wall = self.wall()
             self.events_total += 1
         try:
             self.publish()
         except Exception:   # noqa: BLE001 - the last snapshot stays; the next batch tries again
             log.exception("core: building the snapshot failed")
         self.last_batch_monotonic = self.clock()
+
+    def failing(self) -> list[str]:
+        """The event types whose handler keeps failing (FAILING_IN_A_ROW times and FAILING_SECONDS in a row),
+        each with its last error: the core is then unhealthy for the watchdog."""
+        now = self.clock()
+        return [f"{kind} ({n} in a row for {now - since:.0f} s; {error})"
+                for kind, (n, since, error) in sorted(self._failing.items())
+                if n >= FAILING_IN_A_ROW and now - since >= FAILING_SECONDS]
+
+    def stats(self, deadline_seconds: float) -> PartStats:
+        """The core as a part beside the others: events handled, handlers failed, failing or not."""
+        failing = self.failing()
+        return PartStats(runs_total=self.events_total, errors_total=self.handler_errors_total,
+                         last_success_timestamp_seconds=self._last_handled_wall, deadline_seconds=deadline_seconds,
+                         last_error="; ".join(failing) or None, last_completed_monotonic=self.last_batch_monotonic)
 
     def stuck_seconds(self) -> float:
         """How long since the core last finished a batch; samples come every second."""
@@ -171,7 +203,8 @@ class Core:
             alerts=alerts, folds=MappingProxyType(fold_of), disk_rates=k.rates, disk_sample=k.sample,
             devices=k.devices, power=k.power, drift_total=dict(k.drift_total),
             drift_last_at=dict(k.drift_last_at), drift_last_change=dict(k.drift_last_change), xfs=k.xfs_at,
-            budget=self.readers.budget(), parts=self.readers.parts(), io_pressure=k.io_pressure,
+            budget=self.readers.budget(), parts={**self.readers.parts(), "core": self.stats(CORE_STUCK_SECONDS)},
+            io_pressure=k.io_pressure,
             probe_intervals={(t.name, p): k.fitted_intervals.get((t.name, p), t.interval_seconds)
                              for t in k.targets for p in t.profiles},
             discovery_over_limit=k.discovery_over_limit,

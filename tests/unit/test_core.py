@@ -208,10 +208,40 @@ def test_the_thread_applies_what_was_posted_before_the_stop_and_says_when_it_is_
     assert core.stuck_seconds() == 40.0
 
 
+
+def test_a_handler_that_keeps_failing_is_counted_and_makes_the_core_unhealthy(parts, monkeypatch):
+    """One bad event is logged and passed over; a handler that fails every time for a minute is the core failing:
+    counted, in its part stats (iowarden_part_success{part="core"} 0) and withheld from the watchdog."""
+    from iowarden.daemon.core import core as core_module
+    core = parts.new_core()
+
+    def broken(self, e):
+        raise KeyError("no such device")
+    monkeypatch.setitem(core_module.HANDLERS, DisksSampled, broken)
+    for _ in range(core_module.FAILING_IN_A_ROW):
+        core.run_batch([_sampled()])
+        parts.clock.now += 1.0
+    assert core.handler_errors_total == core_module.FAILING_IN_A_ROW
+    assert core.failing() == []   # five in five seconds: not yet "keeps failing"
+    parts.clock.now += core_module.FAILING_SECONDS
+    core.run_batch([_sampled()])
+    (failing,) = core.failing()
+    assert failing.startswith("DisksSampled (6 in a row for 65 s; handling DisksSampled failed: KeyError")
+    stats = core.snapshot.parts["core"]
+    assert (stats.success, stats.errors_total) == (False, 6) and "DisksSampled" in stats.last_error
+    # another event type handled well does not hide it; the same type handled well again ends it
+    core.run_batch([ProbeFinished(_result(0, 38000.0))])
+    assert core.failing() and not core.snapshot.parts["core"].success
+    monkeypatch.undo()
+    core.run_batch([_sampled()])
+    assert core.failing() == [] and core.snapshot.parts["core"].success
+
+
 def _stable(text: str) -> str:
     text = re.sub(r'python="[^"]*"', 'python="X"', text)
     text = re.sub(r"^(iowarden_snapshot_timestamp_seconds) .*$", r"\1 0", text, flags=re.M)
     text = re.sub(r"^(iowarden_settings_drift_last_timestamp_seconds\{.*\}) .*$", r"\1 0", text, flags=re.M)
+    text = re.sub(r"^(iowarden_part_last_success_timestamp_seconds\{.*\}) .*$", r"\1 0", text, flags=re.M)
     return re.sub(r"^(iowarden_scrape_collector_duration_seconds\{[^}]*\}) .*$", r"\1 0", text, flags=re.M)
 
 
