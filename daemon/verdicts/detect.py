@@ -33,6 +33,8 @@ Design, and why:
   below anything the volume showed. outside_run probes in a row 2x off normal and 1.25x beyond the worst it
   has learned raise; the run is not learned, and the alert does not clear while probes stay outside.
 - Warm-up: no statistical alert before `warmup_probes` values are learned.
+- A floor: a latency less than `latency_floor_seconds` (50 µs) above its normal is judged as normal (and
+  learned as it was), however large the ratio: on a RAM-fast volume a busy CPU doubles a 14 µs read.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from iowarden.probes.vocabulary import HIGHER_IS_WORSE, LOWER_IS_WORSE
+from iowarden.probes.vocabulary import BASELINED_LATENCIES, HIGHER_IS_WORSE, LOWER_IS_WORSE
 
 from iowarden.daemon.alert_kinds import severity_of
 
@@ -72,6 +74,10 @@ class DetectorParams:
     auto_accept_probes: int = 0  # 0: a new normal needs an operator
     critical_ratio: float = 2.0  # severity "critical" when the value is this many times worse
     drift_ratio: float = 1.5     # the baseline may creep this far from where it was learned
+    # a latency less than this above its normal is no evidence, whatever the ratio: a RAM-fast volume's 14 µs
+    # p50 read 34 µs while the host's two CPUs were busy (2.5x: paged critical) and a device 2x slower than an
+    # NVMe drive's 80 µs still moves by more. The passive detector's floor is 20 µs of await (floor_ms)
+    latency_floor_seconds: float = 50e-6
 
     @classmethod
     def from_config(cls, detector) -> "DetectorParams":
@@ -86,7 +92,8 @@ DETECTOR_KEYS = {"warmup_probes": "warmup_probes", "window_probes": "window", "d
 # (bench/detector_traces.py, docs/detector.md); changing one changes the false-alarm and delay figures there.
 DETECTOR_INTERNAL = frozenset({"min_spread_log", "z_cap", "k", "h", "extreme_ratio", "extreme_z", "extreme_run",
                                "collapse_ratio", "collapse_run", "outside_ratio", "outside_margin", "outside_run",
-                               "drift_probes", "cooldown_probes", "clear_z", "clear_probes", "critical_ratio"})
+                               "drift_probes", "cooldown_probes", "clear_z", "clear_probes", "critical_ratio",
+                               "latency_floor_seconds"})
 
 
 @dataclass
@@ -123,6 +130,9 @@ class Detector:
     short: deque = field(default_factory=deque)      # the last drift_probes log-values, learned or not
 
     def __post_init__(self):
+        # the metric's floor in its own units (a latency in seconds, or the kernel's await in ms)
+        self.floor = (self.params.latency_floor_seconds if self.metric in BASELINED_LATENCIES else
+                      self.params.latency_floor_seconds * 1e3 if self.metric == "await_ms" else 0.0)
         if self.metric in HIGHER_IS_WORSE:
             self.sign = 1.0
         elif self.metric in LOWER_IS_WORSE:
@@ -189,6 +199,9 @@ class Detector:
             # a reference for a drift rule that compares medians, not single probes
             self.anchor = centre
         was_alerting = self.alerting
+        x_learned = x
+        if self.floor and x > centre and value - math.exp(centre) < self.floor:
+            x = centre   # judged as normal (learned as it was): too little above it to be evidence
         z = self.sign * (x - centre) / spread
 
         # fast: a shift, by CUSUM over capped z-scores. A value far beyond the volume's noise and
@@ -204,13 +217,13 @@ class Detector:
                     and self.sign * x - worst_shown > math.log(p.extreme_ratio))
         if collapse:
             self.collapse_streak += 1
-            self.pending.append(self.sign * x)
+            self.pending.append(self.sign * x_learned)
         else:
             if self.collapse_streak < p.collapse_run:
                 self.shown.extend(self.pending)   # it was a spike after all: the volume has shown it
             self.collapse_streak, self.pending = 0, []
             if not self.alerting:
-                self.shown.append(self.sign * x)
+                self.shown.append(self.sign * x_learned)
         if self.collapse_streak >= p.collapse_run:
             self.cusum = max(self.cusum, p.h + p.z_cap)
         # outside: the run of probes beyond anything learned, on a volume too noisy for the CUSUM to see it. Its
@@ -243,6 +256,8 @@ class Detector:
         # window behind, see only after the drift ended)
         drift = (self.sign * (statistics.median(self.short) - self.anchor)
                  if len(self.short) >= p.drift_probes else 0.0)   # a median of a few probes is no drift
+        if drift > 0 and self.floor and math.exp(statistics.median(self.short)) - math.exp(self.anchor) < self.floor:
+            drift = 0.0   # crept, but by less than the floor: no evidence either
         # on a volume whose probes scatter sevenfold, a median of 24 probes wanders past 1.5x by itself: the
         # drift must also be five standard errors of that median (1.2533 spreads / sqrt n) to be one
         drift_limit = max(math.log(p.drift_ratio), 5 * 1.2533 * spread / math.sqrt(p.drift_probes))
@@ -255,8 +270,8 @@ class Detector:
             self.degraded_streak += 1
         else:
             self.degraded_streak = 0
-            self.values.append(x)
-            self.short.append(x)   # learned values only: a shift alert's own probes are not a drift
+            self.values.append(x_learned)
+            self.short.append(x_learned)   # learned values only: a shift alert's own probes are not a drift
         changed = None
         if self.alerting and not was_alerting:
             changed = "raised"
