@@ -262,6 +262,19 @@ class PassiveDetector(GroupRules):
             kib = sum(f.kib_per_second for f in w.flows.values() if f.kib_per_second is not None)
             worst = max(f.await_ms for f in flows.values())
             d.sat_ring.append((iops, kib, w.queue_size, w.util_percent, worst))
+        held = d.flagged.get("saturation")
+        if held is not None and flows:
+            # a volume held at a limit stays flat and never delivers past it; a busy one whose throughput only
+            # looked flat for a few windows (a database at its daily peak, 10 % noise) does neither for long, and
+            # a raise left open while it was merely busy lasted the rest of the peak
+            idx = 0 if held["ceiling_unit"] == "IOPS" else 1
+            recent = [s[idx] for s in d.sat_ring if s is not None][-self.p.saturation_windows:]
+            mean = statistics.fmean(recent) if recent else 0.0
+            spread = statistics.pstdev(recent) / mean if mean > 0 and len(recent) >= 2 else 0.0
+            if recent and (recent[-1] > held["ceiling"] * SATURATION_ESCAPE
+                           or (len(recent) == self.p.saturation_windows and spread > 2 * self.p.saturation_cv)):
+                return [self._clear(w.device, d, "saturation", f"its throughput moved ({spread:.0%} window to "
+                                    f"window, {recent[-1] / held['ceiling']:.2f}x the ceiling now): not held")]
         busy = [s for s in d.sat_ring if s is not None and s[3] >= self.p.saturation_util_percent
                 and s[2] >= self.p.saturation_queue]
         if len(busy) == self.p.saturation_windows:
@@ -350,6 +363,9 @@ class PassiveDetector(GroupRules):
 
 
 BEST_MIN_UTIL_PERCENT = 15.0   # below this a window's rate scaled to full util is mostly noise
+# a window past this many times the ceiling a volume was held at ends the hold: a limit's windows scatter within
+# saturation_cv (5 %) of it, so three times that above it is not held
+SATURATION_ESCAPE = 1.15
 
 
 def _size_bucket(iops: float, bytes_per_second: float) -> int:

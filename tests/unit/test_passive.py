@@ -1,5 +1,7 @@
 """The passive detector's policy on synthetic windows: no clock, no root, no devices."""
 import dataclasses
+import math
+import random
 import time
 import itertools
 import json
@@ -620,3 +622,32 @@ def test_an_array_stays_held_while_its_members_verdict_blinks_and_is_judged_agai
     # held from the member's last flagged window (the one before its clear), for the hold; then judged
     assert on_array and all(at >= cleared - pt.WINDOW_SECONDS + MEMBER_HOLD_SECONDS for at, _ in on_array), \
         (cleared, on_array)
+
+
+def test_a_busy_volume_whose_throughput_looked_flat_for_a_few_windows_is_not_held_at_a_limit_for_long():
+    """A database at its daily peak: the device at 100 % util with a queue of 4, its throughput +-10 % window to
+    window. Six windows in a row can fall within 5 % by chance; the raise that followed stayed open while the
+    volume stayed busy, long past the shipped rule's 10 minutes. It now ends at the first window well past the
+    ceiling; a volume truly held at one stays raised."""
+    rng = random.Random(7)
+    det = PassiveDetector()
+    det.observe([pt.window("sdx", -1, 6000, 1.0, queue=6.0, util=100.0)])   # what it has shown it can do
+    for i in range(60):   # the night: its unqueued normal, 0.5 ms
+        det.observe([pt.window("sdx", i - 100, 400 * math.exp(rng.gauss(0, 0.1)), 0.5, util=20.0)])
+    opened, longest = None, 0
+    for i in range(4 * 240):   # four hours of 15 s windows
+        iops = 3000 * math.exp(rng.gauss(0, 0.1))
+        for t in det.observe([pt.window("sdx", i, iops, 1.3, queue=4.0, util=100.0)]):
+            if t.kind == "saturation" and t.state == "raised":
+                opened = i
+            elif t.kind == "saturation" and t.state == "cleared":
+                longest, opened = max(longest, i - opened), None
+    longest = max(longest, 0 if opened is None else 4 * 240 - opened)
+    assert longest < 40, f"held at a limit for {longest} windows in a row"   # the rule's `for: 10m`
+    held = PassiveDetector()
+    held.observe([pt.window("sdy", -1, 6000, 1.0, queue=6.0, util=100.0)])
+    for i in range(60):   # its unqueued normal: what a queue costs is judged against it
+        held.observe([pt.window("sdy", i - 100, 400 * math.exp(rng.gauss(0, 0.1)), 0.5, util=20.0)])
+    states = [t.state for i in range(240) for t in held.observe(
+        [pt.window("sdy", i, 2000 * (1 + 0.01 * rng.uniform(-1, 1)), 12.0, queue=24.0, util=100.0)])]
+    assert states == ["raised"]   # a cgroup throttle's 2,000 IOPS: raised once, held for the hour
