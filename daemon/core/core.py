@@ -36,11 +36,11 @@ from iowarden.daemon.verdicts import advice, pages
 log = logging.getLogger("iowarden")
 _STOP = object()
 SUMMARY_SECONDS = 15.0   # a source's summary for `status` is saved at most this often (a write to the database)
+CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 # a handler keeps failing: its last events of one type all failed, this many and for this long. Then the core is
 # failing like a part (iowarden_part_success{part="core"} 0, IowardenPartFailing) and the watchdog is withheld:
 # a core that drops every probe result would otherwise look alive while it judges nothing
 FAILING_IN_A_ROW = 5
-CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's causes may read sysfs
 FAILING_SECONDS = 60.0
 
 

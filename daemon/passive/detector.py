@@ -264,15 +264,17 @@ class PassiveDetector(GroupRules):
             d.sat_ring.append((iops, kib, w.queue_size, w.util_percent, worst))
         held = d.flagged.get("saturation")
         if held is not None and flows:
-            # a volume held at a limit stays flat and never delivers past it; a busy one whose throughput only
-            # looked flat for a few windows (a database at its daily peak, 10 % noise) does neither for long, and
-            # a raise left open while it was merely busy lasted the rest of the peak
+            # a volume held at a limit never delivers past it (it dips below when its demand does); a busy one
+            # whose throughput only looked flat for a few windows (a database at its daily peak, 10 % noise)
+            # scatters above it within minutes, and a raise left open while it was merely busy lasted the peak
             idx = 0 if held["ceiling_unit"] == "IOPS" else 1
             recent = [s[idx] for s in d.sat_ring if s is not None][-self.p.saturation_windows:]
             mean = statistics.fmean(recent) if recent else 0.0
             spread = statistics.pstdev(recent) / mean if mean > 0 and len(recent) >= 2 else 0.0
+            above = max(recent, default=0.0) > held["ceiling"] * (1 + self.p.saturation_cv)
             if recent and (recent[-1] > held["ceiling"] * SATURATION_ESCAPE
-                           or (len(recent) == self.p.saturation_windows and spread > 2 * self.p.saturation_cv)):
+                           or (len(recent) == self.p.saturation_windows and spread > 2 * self.p.saturation_cv
+                               and above)):
                 return [self._clear(w.device, d, "saturation", f"its throughput moved ({spread:.0%} window to "
                                     f"window, {recent[-1] / held['ceiling']:.2f}x the ceiling now): not held")]
         busy = [s for s in d.sat_ring if s is not None and s[3] >= self.p.saturation_util_percent

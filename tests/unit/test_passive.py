@@ -651,3 +651,8 @@ def test_a_busy_volume_whose_throughput_looked_flat_for_a_few_windows_is_not_hel
     states = [t.state for i in range(240) for t in held.observe(
         [pt.window("sdy", i, 2000 * (1 + 0.01 * rng.uniform(-1, 1)), 12.0, queue=24.0, util=100.0)])]
     assert states == ["raised"]   # a cgroup throttle's 2,000 IOPS: raised once, held for the hour
+    # its demand dipping below the cap now and then (a quiet minute of the database): still held, not flapping
+    states = [t.state for i in range(240, 480) for t in held.observe(
+        [pt.window("sdy", i, 2000 * (rng.uniform(0.6, 0.9) if i % 10 == 0 else 1 + 0.01 * rng.uniform(-1, 1)),
+                   12.0, queue=24.0, util=100.0)])]
+    assert states == [], states
