@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable
 
-from iowarden.daemon.core import knowledge, retention
+from iowarden.daemon.core import knowledge, retention, space
 from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, IntervalsFitted, PassiveJudged,
                                    ProbeFinished, ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.registry import PartStats
@@ -304,7 +304,7 @@ class Core:
         what its drive says; with no limit, a device slower than its own curve or its peers is itself slow."""
         view = self.known.sources.get(cgroups.SPEC.name)
         limits = knowledge.limits_on_stack(self.known, {device}, anyone=True)
-        full = knowledge.full_filesystems(self.known, {device}, self.known.sample_at or time.time())
+        full = space.causes(self.known.full, {device}, self.known.devices, self.clock())
         out = full + limits
         if not limits and not full and transition.kind in ("self", "peers"):
             out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "

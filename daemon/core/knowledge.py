@@ -18,15 +18,14 @@ from iowarden.probes import blockqueue
 from iowarden.probes.blockqueue import identity_of, physical_devices
 from iowarden.probes.diskstats import DiskSample, compute_rates
 
-from iowarden.daemon.core import latency
+from iowarden.daemon.core import latency, space
 from iowarden.daemon.events import DevicesRead, ProbeFinished
 from iowarden.daemon.snapshot import ProbeView
 from iowarden.daemon.wording import result_summary
 from iowarden.daemon.sources.settings import settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
-from iowarden.daemon.verdicts.causes import (FULL_SAID_FOR_SECONDS, LIMIT_BELOW, Evidence, ProbeWindow,
-                                             full_filesystem, likely_causes)
+from iowarden.daemon.verdicts.causes import LIMIT_BELOW, Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
@@ -79,6 +78,7 @@ class Knowledge:
     sample_at: float = 0.0                                  # the Unix time of `sample`
     # (devices, started, ended (Unix), bytes moved) of the last probes: their share of a window is not other work
     own_io: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OWN_IO_KEPT))
+    full: dict = field(default_factory=dict)                # target -> space.Full: its probe refused for space
 
     def __post_init__(self):
         self.recent_drift = collections.deque(self.recent_drift, maxlen=RECENT_DRIFT)
@@ -184,6 +184,7 @@ def apply_result(core, e: ProbeFinished) -> None:
         last_ok = result.started_at + result.duration_seconds if result.ok else (
             prev.last_success_timestamp if prev else None)
         k.latest[key] = ProbeView(result.target, result.profile, identity, result, last_ok)
+        space.note(k.full, result, core.clock())
         if result.ok and result.report is not None:
             latency.add_probe(k.latency_totals, result.target, result.profile, result.report)
     rates = k.rates.get(result.device) if result.device else None
@@ -301,28 +302,9 @@ def causes_of(core, e: ProbeFinished, since: float) -> list[str]:
                   xfs_now=k.xfs_at[mount][0] if mount else None,
                   xfs_then=k.xfs_first.get(mount) if mount else None,
                   budget_exhausted=e.budget_exhausted, sources=core.source_causes(set(disks)),
-                  window=probe_window(k, result), full=full_filesystems(k, stack, result.started_at),
+                  window=probe_window(k, result), full=space.causes(k.full, stack, k.devices, core.clock()),
                   **cgroup_evidence(k, stack))
     return likely_causes(ev)
-
-
-def full_filesystems(k: Knowledge, devices: set[str], now_wall: float) -> list[str]:
-    """The targets on these devices, or built on them, whose latest probe was refused because the volume is
-    full, within FULL_SAID_FOR_SECONDS: a full filesystem is why its device is slow (a probe that ran since,
-    of any profile, says there was room again)."""
-    last: dict[str, object] = {}
-    for (target, _), r in sorted(((key, v.result) for key, v in k.latest.items()), key=lambda kv: kv[1].started_at):
-        last[target] = r
-    out = []
-    for target, r in sorted(last.items()):
-        used = getattr(r, "space_used_ratio", None)
-        if used is None or now_wall - r.started_at > FULL_SAID_FOR_SECONDS:
-            continue
-        on_it = r.device in devices
-        if r.device and (on_it or devices & set(blockqueue.devices_below(r.device, k.devices or {}))):
-            out.append(full_filesystem(target, r.path, used, now_wall - r.started_at,
-                                       ", ".join(sorted(devices)), on_it))
-    return out
 
 
 def probe_window(k: Knowledge, result) -> ProbeWindow | None:

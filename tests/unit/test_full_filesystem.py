@@ -10,10 +10,9 @@ from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
-from iowarden.daemon.core import knowledge
+from iowarden.daemon.core import space
 from iowarden.daemon.core.core import Core
 from iowarden.daemon.core.state import State
-from iowarden.daemon.snapshot import ProbeView
 from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
@@ -21,7 +20,7 @@ from iowarden.probes.blockqueue import BlockDevice
 from iowarden.probes.fio_run import ProbeLimits, ProbeResult, free_space_check
 from iowarden.probes.probe_dir import VolumeFull
 
-NOW = 1_800_000_000.0
+NOW = 50_000.0   # the core's monotonic clock
 DEVICES = MappingProxyType({   # vol1's XFS on loop8, whose image file lives on loop7's filesystem
     "loop7": BlockDevice("loop7", 7, 7, "loop", 1 << 30, None, (), (), None),
     "loop8": BlockDevice("loop8", 7, 8, "loop", 1 << 29, None, (), (), None, loop_backing_devno="7:7"),
@@ -29,18 +28,19 @@ DEVICES = MappingProxyType({   # vol1's XFS on loop8, whose image file lives on 
 })
 
 
-def _result(profile: str, started_at: float, used: float | None, device: str = "loop8") -> ProbeResult:
+def _result(profile: str, used: float | None, device: str = "loop8") -> ProbeResult:
     r = ProbeResult("vol1", "/srv/vol1", device, profile, used is None, None if used is None else
-                    "refused: the volume is full, not slow", started_at, 0.0 if used is not None else 2.0)
+                    "refused: the volume is full, not slow", 1.8e9, 0.0 if used is not None else 2.0)
     r.space_used_ratio = used
     return r
 
 
-def _known(*results) -> knowledge.Knowledge:
-    k = knowledge.Knowledge(devices=DEVICES)
-    for r in results:
-        k.latest[(r.target, r.profile)] = ProbeView(r.target, r.profile, "fs-uuid:x", r, None)
-    return k
+def _full(*timed) -> dict:
+    """The core's record after these results, each (monotonic seconds when it arrived, result)."""
+    full: dict = {}
+    for at, r in timed:
+        space.note(full, r, at)
+    return full
 
 
 def test_a_refusal_for_space_carries_how_full_the_volume_is(tmp_path):
@@ -54,34 +54,35 @@ def test_a_refusal_for_space_carries_how_full_the_volume_is(tmp_path):
 
 
 def test_the_full_volume_is_named_on_its_own_device_and_on_the_disk_under_its_file():
-    k = _known(_result("randwrite-4k", NOW - 240, 1.0), _result("read-1m", NOW - 600, 0.97))
-    (on_it,) = knowledge.full_filesystems(k, {"loop8"}, NOW)
+    full = _full((NOW - 600, _result("read-1m", 0.97)), (NOW - 240, _result("randwrite-4k", 1.0)))
+    (on_it,) = space.causes(full, {"loop8"}, DEVICES, NOW)
     assert on_it.startswith("the filesystem on it is full: vol1 (/srv/vol1) was 100% used when its last probe was "
                             "refused for space 4 min ago")
-    (above,) = knowledge.full_filesystems(k, {"loop7"}, NOW)
+    (above,) = space.causes(full, {"loop7"}, DEVICES, NOW)
     assert above.startswith("the filesystem above it is full: vol1") and "loop7's I/O waits behind that" in above
-    assert knowledge.full_filesystems(k, {"loop9"}, NOW) == []   # another disk: not its filesystem
+    assert space.causes(full, {"loop9"}, DEVICES, NOW) == []   # another disk: not its filesystem
 
 
 def test_a_probe_that_ran_since_or_a_refusal_long_ago_says_nothing_of_space():
-    later_ok = _known(_result("randwrite-4k", NOW - 600, 1.0), _result("randread-4k", NOW - 60, None))
-    assert knowledge.full_filesystems(later_ok, {"loop8"}, NOW) == []
-    long_ago = _known(_result("randwrite-4k", NOW - 2 * 3600, 1.0))
-    assert knowledge.full_filesystems(long_ago, {"loop8"}, NOW) == []
+    later_ok = _full((NOW - 600, _result("randwrite-4k", 1.0)), (NOW - 60, _result("randread-4k", None)))
+    assert space.causes(later_ok, {"loop8"}, DEVICES, NOW) == []
+    long_ago = _full((NOW - 2 * 3600, _result("randwrite-4k", 1.0)))
+    assert space.causes(long_ago, {"loop8"}, DEVICES, NOW) == []
 
 
 def test_a_passive_page_on_a_full_volumes_disk_names_the_space_not_the_device(tmp_path):
+    clock = [NOW]
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st, DetectorParams()), "test")
+    core = Core(st, Health(st, DetectorParams()), "test", clock=lambda: clock[0])
     core.known.devices = DEVICES
-    core.known.sample_at = NOW
     slow = SimpleNamespace(kind="self")
     assert any(c.startswith("the device itself") for c in core.passive_causes(slow, "loop7"))
-    core.known.latest[("vol1", "randwrite-4k")] = ProbeView("vol1", "randwrite-4k", "fs-uuid:x",
-                                                            _result("randwrite-4k", NOW - 180, 1.0), None)
+    space.note(core.known.full, _result("randwrite-4k", 1.0), NOW - 180)
     causes = core.passive_causes(slow, "loop7")
     assert causes[0].startswith("the filesystem above it is full: vol1")
     assert not any(c.startswith("the device itself") for c in causes)
+    clock[0] += 3600   # an hour on, with no probe since: no longer said
+    assert any(c.startswith("the device itself") for c in core.passive_causes(slow, "loop7"))
     st.close()
 
 
