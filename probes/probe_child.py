@@ -64,6 +64,9 @@ def run_isolated(target: str, path: str, profile: ProbeProfile, limits: ProbeLim
         result = ProbeResult(target, path, None, profile.name, False, None, 0.0, 0.0)
         for name in RESULT_FIELDS:
             setattr(result, name, answer["result"][name])
+        used = result.space_used_ratio
+        if used is not None and not (isinstance(used, (int, float)) and 0.0 <= used <= 1.0):
+            raise ValueError(f"space_used_ratio out of range: {used!r}"[:120])
     except (ValueError, KeyError, TypeError) as exc:
         failed.error = f"the probe's process failed: {run.error or exc}"[:500]
         return failed

@@ -93,3 +93,20 @@ def test_a_probe_page_on_a_full_volume_puts_the_space_first_and_not_the_device()
     assert likely_causes(ev)[0].startswith("the device itself")
     causes = likely_causes(Evidence(**{**ev.__dict__, "full": [full]}))
     assert causes[0] == full and not any(c.startswith("the device itself") for c in causes)
+
+
+def test_a_childs_answer_with_a_used_share_out_of_range_is_a_failed_probe(monkeypatch):
+    """The child's answer is read with a bound on its size already; the share it says is read with its range."""
+    import json
+    from iowarden.probes import probe_child
+    from iowarden.probes.common import ToolRun
+    from iowarden.probes.fio_job import ProbeProfile
+    answer = {"result": {"device": "loop8", "error": "refused: the volume is full, not slow", "started_at": 1.0,
+                         "duration_seconds": 0.1, "layout_bytes": 0, "ramp_seconds": 0.0, "argv": [],
+                         "needs_root": False, "space_used_ratio": 7.5}, "stdout": None}
+    monkeypatch.setattr(probe_child, "run_tool", lambda argv, **kw: ToolRun(argv, 0, json.dumps(answer), "", 0.1, None))
+    r = probe_child.run_isolated("t", "/srv/t", ProbeProfile("rr", size_bytes=1 << 20), ProbeLimits())
+    assert not r.ok and "space_used_ratio out of range: 7.5" in r.error and r.space_used_ratio is None
+    answer["result"]["space_used_ratio"] = 0.97
+    r = probe_child.run_isolated("t", "/srv/t", ProbeProfile("rr", size_bytes=1 << 20), ProbeLimits())
+    assert r.space_used_ratio == 0.97 and r.error.startswith("refused: the volume is full")
