@@ -282,6 +282,7 @@ class Core:
                 del self.known.latest[key]
             for key in [key for key in self.known.latency_totals if key[0] == name]:
                 del self.known.latency_totals[key]   # its histogram leaves /metrics with its other series
+            self.known.full.pop(name, None)          # a volume gone is no cause of anything
             self.health.target_dropped(name, why)
 
     def _on_housekeeping(self, e: Housekeeping) -> None:

@@ -13,6 +13,7 @@ import pytest
 from iowarden.daemon.core import space
 from iowarden.daemon.core.core import Core
 from iowarden.daemon.core.state import State
+from iowarden.daemon.events import TargetsChanged
 from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import Health
@@ -83,6 +84,9 @@ def test_a_passive_page_on_a_full_volumes_disk_names_the_space_not_the_device(tm
     assert not any(c.startswith("the device itself") for c in causes)
     clock[0] += 3600   # an hour on, with no probe since: no longer said
     assert any(c.startswith("the device itself") for c in core.passive_causes(slow, "loop7"))
+    space.note(core.known.full, _result("randwrite-4k", 1.0), clock[0])
+    core.run_batch([TargetsChanged((), dropped=(("vol1", "its mount went away"),))])
+    assert core.known.full == {}   # a volume gone is forgotten with its other series
     st.close()
 
 
