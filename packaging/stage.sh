@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lays out iowarden as installed, under DESTDIR, for the .deb and the RPM alike:
 #   /usr/lib/iowarden/venv     a virtualenv of Debian's/the distro's python3 with iowarden and the
-#                              exact library versions it is tested with (Debian has no influxdb-client)
+#                              exact library versions it is tested with (Debian's are older or absent)
 #   /usr/bin/iowarden          -> the venv's console script
 #   UNITDIR/iowarden.service   (/lib/systemd/system on Debian, /usr/lib/systemd/system on RPM systems)
 #   /etc/iowarden/config.toml  the example configuration: probes only /var/lib/iowarden

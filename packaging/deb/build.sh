@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds dist/iowarden_VERSION_ARCH.deb with dpkg-deb around packaging/stage.sh.
 # Why not a debian/ directory and dpkg-buildpackage: the package carries its own
-# venv (Debian has no influxdb-client), which debhelper would fight (dh_strip,
+# venv (the exact library versions it is tested with), which debhelper would fight (dh_strip,
 # dh_python3 rewriting shebangs); a plain dpkg-deb of a staged tree is honest about that.
 # Usage: packaging/deb/build.sh [OUTDIR]
 set -euo pipefail

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import LoopXfs, fresh_loop_queue
 from tests.integration.helpers import config_text, end_processes, free_port, wait_for
-from tests.integration.test_passive import metric, passive_alerts, scrape
+from tests.integration.test_passive import RULES, metric, passive_alerts, scrape
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -130,13 +130,18 @@ def _weak_region_named(tmp_path, daemon_factory, port, target):
 
 
 BACKUP_SECONDS = 600
+BACKUP_HELD_MAX_SECONDS = 180   # a third of the shipped rule's 10 minutes `for`
 
 
 def test_a_backup_reading_large_requests_beside_quiet_peers_raises_nothing(tmp_path, daemon_factory):
     """Three peers of one size; one carries a backup: buffered 1 MiB sequential reads by four readers with a
     1 MiB read-ahead (a backup tool's large requests, queued deep), while the other two serve 4 KiB random
-    reads at a trickle. For ten minutes, with the tracer timing all three, nothing is raised: the backup's
-    tail is of its own requests' making (a megabyte's transfer each, behind the ones before it)."""
+    reads at a trickle. For ten minutes, with the tracer timing all three, nothing pages: the backup's tail is
+    of its own requests' making (a megabyte's transfer each, behind the ones before it), so no SlowMember or
+    DeviceSlow is raised at all. The one verdict a backup at full speed may touch is VolumeAtLimit: the devices
+    here are served by a Python FUSE server, whose speed is the CPU it gets, and on a busy machine the backup
+    ran flat at 71 % of its best for a minute. The shipped rule waits 10 minutes before that pages (a backup
+    ends, a provisioned cap stays), so such a raise must clear well within it."""
     port = free_port()
     target = LoopXfs("512M")
     try:
@@ -153,12 +158,19 @@ def test_a_backup_reading_large_requests_beside_quiet_peers_raises_nothing(tmp_p
                                      f"--runtime={BACKUP_SECONDS}", "--output=/dev/null"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             seen, judged_tails = [], set()
+            held_since, held_longest = None, 0.0   # VolumeAtLimit's episodes, as the scrapes saw them
             try:
                 with readers((quiet1, quiet2), rate_iops=150, seconds=BACKUP_SECONDS):
                     t0 = time.monotonic()
                     while time.monotonic() - t0 < BACKUP_SECONDS - 10 and dump.poll() is None:
                         text = scrape(port)
-                        seen += [a for a in passive_alerts(text) if a not in seen]
+                        now = passive_alerts(text)
+                        seen += [a for a in now if a not in seen]
+                        if any(kind == "VolumeAtLimit" for kind, _ in now):
+                            held_since = time.monotonic() if held_since is None else held_since
+                            held_longest = max(held_longest, time.monotonic() - held_since)
+                        else:
+                            held_since = None
                         for dev in (quiet1, quiet2):
                             if metric(text, "iowarden_passive_tail_ratio", device=dev, direction="read") is not None:
                                 judged_tails.add(dev)
@@ -171,6 +183,11 @@ def test_a_backup_reading_large_requests_beside_quiet_peers_raises_nothing(tmp_p
         assert reads > 0 and sectors / reads * 512 >= 64 * 1024, \
             f"the backup's requests were not large: {reads} reads, {sectors} sectors"
         assert judged_tails, "the quiet peers' tails were never judged: the tracer did not time them"
-        assert seen == [], f"raised beside a backup: {seen}"
+        paging = [a for a in seen if a[0] != "VolumeAtLimit"]
+        assert paging == [], f"raised beside a backup: {seen}"
+        rule_for = re.search(r"alert: IowardenVolumeAtLimit\n(?:.*\n)*?\s+for: (\d+)m", RULES.read_text())
+        assert rule_for and int(rule_for.group(1)) >= 10, "the shipped VolumeAtLimit rule no longer waits 10 minutes"
+        assert held_longest <= BACKUP_HELD_MAX_SECONDS, \
+            f"VolumeAtLimit held {held_longest:.0f} s on the backup, on its way to a page: {seen}"
     finally:
         target.close()

@@ -1,4 +1,4 @@
-"""The flow is a rule a tool checks (issue 35): lint-imports against the layers in pyproject.toml.
+"""The flow is a rule a tool checks: lint-imports against the contracts in pyproject.toml.
 
 Sources read the machine and post events; the core owns the state and runs the verdicts' policy; outputs
 render what it publishes; commands and the CLI sit on top. A module that imports a layer above its own
@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,23 +33,41 @@ def lint(where: Path) -> subprocess.CompletedProcess:
 
 def test_no_module_imports_a_layer_above_its_own(tmp_path):
     r = lint(shadow_package(tmp_path))
-    assert r.returncode == 0 and "2 kept, 0 broken" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode == 0 and "4 kept, 0 broken" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
-def test_the_check_fails_on_a_call_back_up(tmp_path):
-    """The same check on a copy where a source imports the core: broken, and it says where."""
+# (file to change, text appended or None for a new file, the contracts that break, what the report says)
+FLOW, VERDICTS, SOURCES = "one flow", "verdicts decide", "each source reads its own"
+WRONG = {
+    # the core reads the sources, so through it xfs would reach every other source as well
+    "a source calls the core": ("sources/xfs.py", "from iowarden.daemon.core import knowledge", {FLOW, SOURCES},
+                                "iowarden.daemon.sources.xfs -> iowarden.daemon.core.knowledge"),
+    "a module nobody placed": ("stray.py", None, {FLOW}, "iowarden.daemon.stray"),
+    "a verdict writes to an output": ("verdicts/causes.py", "from iowarden.daemon.outputs import influx",
+                                      {FLOW, VERDICTS}, "iowarden.daemon.verdicts.causes -> iowarden.daemon.outputs"),
+    "a source reads another": ("sources/smart.py", "from iowarden.daemon.sources import xfs", {SOURCES},
+                               "iowarden.daemon.sources.smart -> iowarden.daemon.sources.xfs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG))
+def test_each_contract_fails_on_its_wrong_import_and_says_where(tmp_path, case):
+    """The same check on a copy with one deliberately wrong change: broken, the contract named, and the
+    import (or the unplaced module) shown."""
     import shutil
+    path, text, contracts, said = WRONG[case]
     pkg = tmp_path / "iowarden"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     shutil.copytree(ROOT / "daemon", pkg / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
     os.symlink(ROOT / "probes", pkg / "probes")
-    with open(pkg / "daemon" / "sources" / "xfs.py", "a") as f:
-        f.write("\nfrom iowarden.daemon.core import knowledge  # noqa: E402,F401\n")
+    with open(pkg / "daemon" / path, "a") as f:
+        f.write("" if text is None else f"\n{text}  # noqa: E402,F401\n")
     r = lint(tmp_path)
-    assert r.returncode != 0, r.stdout[-2000:]
-    assert "iowarden.daemon.sources is not allowed to import iowarden.daemon.core" in r.stdout, r.stdout[-2000:]
-    assert "iowarden.daemon.sources.xfs -> iowarden.daemon.core.knowledge" in r.stdout
+    assert r.returncode != 0 and f"{4 - len(contracts)} kept, {len(contracts)} broken" in r.stdout, r.stdout[-3000:]
+    broken = [line for line in r.stdout.splitlines() if line.endswith("BROKEN")]
+    assert {c for c in contracts for line in broken if line.startswith(c)} == contracts, broken
+    assert said in r.stdout, r.stdout[-3000:]
 
 
 def test_no_file_of_the_daemon_is_over_400_lines():

@@ -192,3 +192,24 @@ def test_the_unit_check_catches_what_issue_22_found():
     assert unit_of_query('rate(iowarden_disk_io_time_weighted_seconds_total{device=~"$device"}[5m])') != "percentunit"
     assert unit_of_query('iowarden_cpu_idle_state_disabled_cpus{instance=~"$instance"}') != "s"
     assert unit_of_query('iowarden_probe_bandwidth_bytes_per_second{target="db"}') == "Bps"
+
+
+# the module each runtime dependency is imported as
+IMPORTED_AS = {"prometheus_client": "prometheus_client", "psutil": "psutil", "pyudev": "pyudev",
+               "systemd-python": "systemd", "bcrypt": "bcrypt", "PyYAML": "yaml"}
+
+
+def test_every_runtime_dependency_is_imported_by_the_daemon():
+    """The package ships its dependencies in its own venv, run as root: one the daemon never imports is code on
+    every host for nothing, and files dpkg unpacks and byte-compiles at every install (influxdb-client and
+    its reactivex, tzdata and urllib3 were 70 % of the venv's modules after the InfluxDB writer moved to
+    http.client)."""
+    import re
+    import tomllib
+    declared = [re.split(r"[<>=!~; \[]", d, maxsplit=1)[0]
+                for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    assert set(declared) == set(IMPORTED_AS), f"a dependency without its module here: {declared}"
+    source = "\n".join(p.read_text() for top in ("daemon", "probes") for p in (ROOT / top).rglob("*.py"))
+    for dist in declared:
+        module = IMPORTED_AS[dist]
+        assert re.search(rf"^\s*(import|from) {module}\b", source, re.M), f"{dist} is declared and never imported"
