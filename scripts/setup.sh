@@ -17,7 +17,7 @@ if [ "${1:-}" = "--test" ]; then
     packages+=(sysstat ioping e2fsprogs prometheus prometheus-alertmanager victoria-metrics openssl debootstrap rpm systemd groff-base
                iproute2    # the fleet test's hosts: network namespaces and veth
                libfuse3-3  # the tail test's disk with a weak region (tests/integration/weakfuse.py)
-               libfaketime # the clock-step test: a wall clock stepped under the daemon (tests/integration/test_hardening3.py)
+               libfaketime # the clock-step test: a wall clock stepped under the daemon (tests/integration/test_state_dir_and_clock.py)
                libbpf-tools  # bench/tracer_overhead.py: biolatency, the reference for the tracer's cost
                lintian rpmlint binutils)   # the packages' checks; strip
 fi

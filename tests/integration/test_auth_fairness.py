@@ -1,5 +1,4 @@
-"""No anonymous client can lock out an authenticated one (hardening round three, items 6-7 and the auth
-items degraded): the policy of auth.py with a fake clock, its queue on a real event loop. No root."""
+"""No anonymous client can lock out an authenticated one: the policy of auth.py with a fake clock, its queue on a real event loop. No root."""
 import asyncio
 import concurrent.futures
 import time

@@ -1,5 +1,4 @@
-"""Scrapes racing probe workers, pollers and the sampler, for a minute (the hardening issue's item 10,
-the daemon-core issue's concurrency test): every scrape answered 200, no traceback, and what
+"""Scrapes racing probe workers, pollers and the sampler, for a minute: every scrape answered 200, no traceback, and what
 /metrics says agrees with the database."""
 import re
 import threading

@@ -1,4 +1,4 @@
-"""A target whose filesystem stops answering costs that target only (hardening round four, item 1).
+"""A target whose filesystem stops answering costs that target only.
 
 Landed code: the scheduler blocked in os.stat(target.path) and every target's probes stopped; the watchdog was
 withheld 10 s later; SIGTERM did not end the daemon in 22 s; a restart while it hung blocked in the

@@ -408,7 +408,7 @@ def test_lines_waiting_in_the_pipe_count_before_the_silence_is_judged(tmp_path, 
 
 
 def test_a_line_naming_60000_devices_makes_no_label_set_for_any_of_them(tmp_path, monkeypatch):
-    """Hardening round three, item 5: a tracer line naming 60,000 unknown device numbers took the daemon past
+    """A tracer line naming 60,000 unknown device numbers took the daemon past
     1 GiB at the first scrape (every number became a label). Only the disks the program was given are kept;
     the rest are dropped and counted."""
     entries = {f"{bt.dev_t(8, 0)},0,2,183": 3}

@@ -1,4 +1,4 @@
-"""One-shot commands given bad input (hardening issue, item 13): a one-line error and exit 2, never a loop,
+"""One-shot commands given bad input: a one-line error and exit 2, never a loop,
 a hang, a traceback or a silently different answer. No root needed."""
 import os
 import subprocess

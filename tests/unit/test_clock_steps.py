@@ -1,4 +1,4 @@
-"""Durations on the monotonic clock (hardening round three, item 8 and the budget): a wall clock stepped
+"""Durations on the monotonic clock: a wall clock stepped
 either way deletes nothing and leaves the budget sane. Fake clocks, no root."""
 import sqlite3
 import time

@@ -131,7 +131,7 @@ def test_check_config_as_a_command(tmp_path):
 
 
 def test_values_the_daemon_cannot_use_are_refused_with_their_ranges(tmp_path):
-    """Hardening issue, item 12: each of these passed check-config and then failed or misbehaved in `run`."""
+    """Each of these passed check-config and then failed or misbehaved in `run`."""
     afile = tmp_path / "afile"
     afile.write_text("x")
     link = tmp_path / "etc-link"
@@ -189,7 +189,7 @@ def test_the_example_is_generated_from_the_schema_line_by_line():
 
 
 def test_every_number_in_the_schema_has_a_range():
-    """Hardening round two, item 12: `[sampler] interval_seconds = 1e10` was valid and killed the sampler.
+    """`[sampler] interval_seconds = 1e10` was valid and killed the sampler.
     Every int and float key has a minimum and a maximum; every size key is bounded (its own or 1 PiB)."""
     schemas = {**{f"[{s}]": k for s, k in config.SECTIONS.items()}, "[profiles.*]": config.PROFILE_KEYS,
                "[[targets]]": config.TARGET_KEYS, "[[discover]]": config.DISCOVER_KEYS}

@@ -120,7 +120,7 @@ def test_a_valid_rule_is_parsed_with_defaults():
 
 
 def test_discovered_targets_are_capped_and_the_rest_counted():
-    """Hardening round three: 10,000 discovered targets took a scheduler step of 28.8 s against its 10 s
+    """10,000 discovered targets took a scheduler step of 28.8 s against its 10 s
     deadline, and nothing capped them."""
     from iowarden.daemon.config import DiscoveryRule
     from iowarden.daemon.probing.discovery import match, over_limit

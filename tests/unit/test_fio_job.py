@@ -94,7 +94,7 @@ def test_bad_sizes(text):
         parse_size_bytes(text)
 
 
-# --- the allowlist (hardening issue, item 1) --------------------------------------------
+# --- the allowlist --------------------------------------------
 
 @pytest.mark.parametrize("line,why", [
     ("trigger=id > /tmp/pwned", "never run commands"),

@@ -1,4 +1,4 @@
-"""Fuzzing at the edges (hardening round two), property-based, no root:
+"""Fuzzing at the edges, property-based, no root:
 - random bytes as lines of the mount table and of /proc/diskstats, read through the real readers from a
   fixture tree: the reader never raises, and every well-formed line around the odd ones is read;
 - random TOML documents through `iowarden check-config`: it never raises, and exits 0, 1 or 78 only;

@@ -194,7 +194,7 @@ def test_an_idle_disk_runs_on_time_and_uncontended():
 
 
 def test_two_profiles_on_one_disk_take_turns():
-    """Hardening item 11. On main: two profiles, 2 s interval and 2 s runtime, on one target: 12 randread
+    """Two profiles, 2 s interval and 2 s runtime, on one target: before they took turns, 12 randread
     in 40 s, 0 randwrite, and no skip counted."""
     cfg = _cfg(_target("data", 2.0).replace('profiles = ["rr"]', 'profiles = ["rr", "rw"]'),
                '[profiles.rw]\nrw = "randwrite"\nruntime_seconds = 2.0\nramp_time_seconds = 0.0\n')

@@ -1,4 +1,4 @@
-"""Shared state under concurrent access (hardening issue, item 10): the budget and health driven
+"""Shared state under concurrent access: the budget and health driven
 from threads directly, no root, no fio. Fair turns on one disk (item 11) are in test_policy.py."""
 import random
 import threading

@@ -1,8 +1,8 @@
 """The state database: damaged is moved aside, unavailable is waited for, and writes wait in memory.
 
-Hardening issue, items 5 and 6. No root: another connection holding SQLite's
+No root: another connection holding SQLite's
 exclusive lock is a real "database is locked"; the filled-filesystem cases run in
-tests/integration/test_hardening_state.py on a real loop filesystem.
+tests/integration/test_state_full_filesystem.py on a real loop filesystem.
 """
 import sqlite3
 

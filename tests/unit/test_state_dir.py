@@ -1,6 +1,6 @@
-"""The state directory is the daemon's own (hardening round three, items 1-2): verified before use, reached
+"""The state directory is the daemon's own: verified before use, reached
 through its open directory, locked. No root: directories this user makes; another owner is in
-tests/integration/test_hardening3.py."""
+tests/integration/test_state_dir_and_clock.py."""
 import os
 import sqlite3
 

@@ -1,4 +1,4 @@
-"""Every part thread supervised (hardening round two, item 12): a loop that fails is counted, said and
+"""Every part thread supervised: a loop that fails is counted, said and
 started again with backoff; a thread that ends withholds the watchdog; a wait never overflows.
 
 Real threads, short cadences, no root. Each test stops what it starts.

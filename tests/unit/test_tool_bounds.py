@@ -1,4 +1,4 @@
-"""A tool's output is bounded while it is read (hardening round three, items 3-5 and the SMART value).
+"""A tool's output is bounded while it is read.
 
 Every external tool runs through probes.common.run_tool. These tests put stand-ins on PATH (or name them
 as the configured binary) that print what a broken or hostile tool would, and run the readers the daemon

@@ -1,4 +1,4 @@
-"""The state database on a real filesystem that fills up (hardening issue, items 5 and 6).
+"""The state database on a real filesystem that fills up.
 
 A 16 MiB ext4 on a loop device holds state_dir; a filler file takes every free block
 (root's reserve too: the daemon runs as root). Nothing may be moved aside or lost,

@@ -1,4 +1,4 @@
-"""InfluxDB output against real servers (hardening issue, items 7 and 8).
+"""InfluxDB output against real servers.
 
 victoria-metrics (the InfluxDB v2 write API) for the line-protocol round trip; small
 fake servers for what a real one does not do on demand: refuse one batch with 400,

@@ -1,4 +1,4 @@
-"""Hardening, round three: no anonymous client can lock out an authenticated one (items 6-7), and a reload
+"""No anonymous client can lock out an authenticated one (items 6-7), and a reload
 applies the endpoint's new address and auth or says it refused them. The daemon as a process; clients
 from loopback addresses of their own (all of 127/8 is this machine), each bounded in count and time and
 closed by the test."""
@@ -13,7 +13,7 @@ import bcrypt
 import pytest
 
 from tests.integration.helpers import free_port, wait_for
-from tests.integration.test_hardening_http import _get
+from tests.integration.test_http_hostile_clients import _get
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""Hardening, round two: the metrics endpoint against idle, hostile and odd clients (items 2, 3, 14, 15),
+"""The metrics endpoint against idle, hostile and odd clients (items 2, 3, 14, 15),
 against the daemon as a process. The hostile client is one loopback address (127.0.0.9), the honest
 scraper another (127.0.0.1); every socket the test opens is closed by it.
 """
@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tests.integration.helpers import free_port
-from tests.integration.test_hardening_http import _get
+from tests.integration.test_http_hostile_clients import _get
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

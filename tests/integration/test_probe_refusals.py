@@ -1,7 +1,7 @@
-"""What a hostile or careless user broke (the hardening issue), each held with the real process it lived in.
+"""What a hostile or careless user broke, each held with the real process it lived in.
 
 The HTTP, InfluxDB, state-database and fio-lifetime items have their own files
-(test_hardening_http.py, test_hardening_state.py, test_hardening_influx.py);
+(test_http_hostile_clients.py, test_state_full_filesystem.py, test_influx_round_trip.py);
 here: job files, target paths, and the one-shot commands' input.
 """
 import os

@@ -1,4 +1,4 @@
-"""The metrics endpoint under hostile clients (hardening issue, items 3 and 4), against the daemon as a process.
+"""The metrics endpoint under hostile clients, against the daemon as a process.
 
 Clients come from several loopback addresses (127.0.0.2 ...: all of 127/8 is this
 machine) so that per-source limits meet more than one source. Every client and

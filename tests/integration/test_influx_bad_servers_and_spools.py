@@ -1,4 +1,4 @@
-"""Hardening, round two: the InfluxDB output against servers that trickle, that answer with a huge error
+"""The InfluxDB output against servers that trickle, that answer with a huge error
 body, and spools that are full or read-only (items 9, 10, 11). Fake servers are real sockets on loopback,
 each stopped by its test; filesystems are loop devices, detached by their fixtures.
 """
@@ -17,7 +17,7 @@ from iowarden.daemon.outputs.influx import InfluxWriter
 from iowarden.daemon.outputs.line_protocol import line
 from tests.conftest import LoopXfs
 from tests.integration.helpers import config_text, free_port
-from tests.integration.test_hardening_state import fill
+from tests.integration.test_state_full_filesystem import fill
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
-"""Hardening, round two: probe directories, job files and fio's bounds, each with the real fio or CLI process
-(items 1, 4, 7, 8, 16 and 17 of the issue; 16's InfluxDB half is in test_hardening2_daemon.py).
+"""Probe directories, job files and fio's bounds, each with the real fio or CLI process
+(items 1, 4, 7, 8, 16 and 17 of the issue; 16's InfluxDB half is in test_daemon_odd_input.py).
 """
 import os
 import signal
@@ -173,7 +173,7 @@ def _config_with_job(mount, state, job, max_runtime):
 @pytest.mark.parametrize("job, least, most", [
     # on f1018d6 the timeout took the profile's runtime (0) while fio got the limit's (3 s): killed after 1 s.
     # time_based: these jobs ask to run for their time (round three keeps a job's own semantics: without it,
-    # 16 MiB of reads end when they are read, test_hardening3.py::test_a_job_file_without_runtime_...)
+    # 16 MiB of reads end when they are read, test_state_dir_and_clock.py::test_a_job_file_without_runtime_...)
     # the upper bounds leave a busy machine its slow fio start (one clean-clone run beside other fio jobs
     # and a bench took longer than 9 s) and still fail the 68.7 s of f1018d6
     ("[a]\nrw=randread\nbs=4k\nsize=16m\ntime_based\n", 2.8, 25.0),

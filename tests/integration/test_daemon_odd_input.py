@@ -1,4 +1,4 @@
-"""Hardening, round two: the daemon as a process against odd mount points, a poisoned reload, a part that
+"""The daemon as a process against odd mount points, a poisoned reload, a part that
 fails, and names that would drive a terminal (items 5, 6, 12, 13). Mounts are bind mounts of a test's own
 loop volume, unmounted by the test.
 """
