@@ -2,7 +2,7 @@
 line said once, then how often it repeated: no message more than once a minute per subject.
 
 A probe held by a busy device is looked at again every 5 s; logged each time, one busy afternoon wrote
-184 "deferred: device busy" lines in 35 minutes (issue 36). The filter keys a record by its logger, level,
+184 "deferred: device busy" lines in 35 minutes. The filter keys a record by its logger, level,
 message template and its text arguments (the target, the profile: the subject), not its numbers (the
 util of the moment), so "probe db/rr deferred: device busy (71% util)" and "(93% util)" are one message.
 The first is logged; the same message within `window_seconds` is counted, not logged; the next one after

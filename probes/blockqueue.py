@@ -23,7 +23,7 @@ from .vocabulary import QUEUE_INT_SETTINGS
 QUEUE_INT_KEYS = QUEUE_INT_SETTINGS
 
 
-# slots on the records kept per device: a thousand devices, no __dict__ each (issue 38)
+# slots on the records kept per device: a thousand devices, no __dict__ each
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     scheduler: str | None
@@ -292,7 +292,7 @@ def read_sysfs_and_superblocks(roots: Roots = Roots(), previous: Mapping[str, Bl
 
     With `previous` (the last view) and `changed` (the names a burst of uevents carried), only those disks,
     their partitions and the members under them are read again; every other device is the previous view's.
-    A burst of N hot-added disks on a host of M cost N x M reads (issue 38: 960 loop devices attached, 9.7
+    A burst of N hot-added disks on a host of M cost N x M reads (960 loop devices attached, 9.7
     CPU-s, 4.9x node_exporter's), now N. A name the previous view does not place (a new partition) is a full
     read. The settings poll reads everything, so what no event said is seen within a poll."""
     names = _listdir(roots.sys / "block")

@@ -30,7 +30,7 @@ class DiskCounters(NamedTuple):
 
     A named tuple, not a dataclass: several samples of every device are held at once (the sampler's last
     two, the passive window's start, a reader's), and a tuple of 22 fields is 232 bytes where an object
-    with its __dict__ was 1.2 KiB: 5 MiB of the daemon's heap at 1,024 disks (issue 38). Immutable all
+    with its __dict__ was 1.2 KiB: 5 MiB of the daemon's heap at 1,024 disks. Immutable all
     the same, and built in one call."""
     major: int
     minor: int

@@ -190,7 +190,7 @@ def render(st: dict, table) -> str:
 
 def present_views(views: list[dict], devices: dict) -> list[dict]:
     """The passive table of the devices there now, each name once: its newest view. A loop device detached
-    and attached to another image left a row per image it ever held (three `loop10` rows, issue 36)."""
+    and attached to another image left a row per image it ever held (three `loop10` rows)."""
     newest: dict[str, dict] = {}
     for v in views:
         name = v.get("device")

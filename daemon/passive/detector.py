@@ -228,7 +228,7 @@ class PassiveDetector(GroupRules):
         """How low the hour's median log ratio must be for a slow device to clear. Raised on the hour (a
         shift): below shift_clear_ratio, a margin under what raised it. Raised on the last ten minutes (acute):
         below what would raise a shift now, no lower. A busy week's host ran 1.2-1.4x its learned normal in
-        health, and an acute alert held to 1.2x stayed open for the rest of the soak (CI, issue 33)."""
+        health, and an acute alert held to 1.2x stayed open for the rest of the soak."""
         limit = self._shift_limit(d)
         if rule == "acute":
             return limit if limit is not None else math.log(self.p.shift_ratio)

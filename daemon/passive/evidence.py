@@ -16,7 +16,7 @@ host's own spread, and accumulated over time, can:
    doubt is measured against the median and scale of the rest, which it cannot drag: clear_outliers):
    score = min(cap, max(0, score + z - allowance)). A drive is named when its score reaches
    `threshold`: `allowance` standard strays an hour beyond normal, for threshold / (z - allowance)
-   hours. The threshold is three times the most a healthy development drive gathered (issue 34): the
+   hours. The threshold is three times the most a healthy development drive gathered: the
    midpoint between healthy and slow, the rule before, waited hours after a slow drive was plain. A
    healthy drive's excursions are mostly below the allowance and drain the score.
 
@@ -107,8 +107,8 @@ def center_spread(values, floor: float | None = None) -> tuple[float, float]:
     """The group's median and its spread (sigma from the MAD), the slow ones set aside when they are many.
 
     A slow drive is only ever slow: four of twelve at 1.6x pull the plain median to the healthy drives'
-    75th percentile and widen the MAD two- to threefold, until they read 2.8 strays out, under the allowance
-    (issue 34). So when a third of the members or more stand more than SLOW_SIDE_CUT spreads (never
+    75th percentile and widen the MAD two- to threefold, until they read 2.8 strays out, under the allowance.
+    So when a third of the members or more stand more than SLOW_SIDE_CUT spreads (never
     less than `floor`) above the centre, they are set aside (never more than half of them) and both are
     measured on the rest, once. `floor` None: the plain median and MAD.
 
@@ -134,7 +134,7 @@ def clear_outliers(medians: dict[str, float], center: float, spread: float,
 
     Three of twelve at 2x on cluster A's host_20 move the plain centre up 2 % and widen the MAD from the healthy
     drives' 0.048 to 0.064 (0.11 in the first block, which alone sets the scale of a new group): judged against
-    it they gathered 2-4 strays an hour and were named after 1.7-1.8 h of trace (issue 34). Against the nine
+    it they gathered 2-4 strays an hour and were named after 1.7-1.8 h of trace. Against the nine
     they are about 14 strays out, named in the quarter hour they show. Only they are: every other
     member keeps the reference the parameters were tuned with. Measuring the rest against the healthy spread too
     named cluster C's disk3 (1.1x its peers every day, healthy by the data set's labels) on two hosts once its

@@ -164,7 +164,7 @@ class DeviceView:
     neighbours_ratio: float | None = None   # the host's other disks' median slowdown at their loads (host.py)
 
 
-@dataclass(slots=True)   # a thousand of them: no __dict__ each (issue 38)
+@dataclass(slots=True)   # a thousand of them: no __dict__ each
 class _Device:
     curves: dict = field(default_factory=dict)            # (direction, unit) -> LatencyCurve
     self_ring: deque = field(default_factory=deque)       # bools: judged windows, slow or not
@@ -194,7 +194,7 @@ class RollingMedian:
 
     statistics.median over a 480-value ring every window was 80 % of a replay's time. Kept as arrays of
     single-precision floats, not lists of float objects: 8 bytes a value where a list, a deque and the float
-    they share held 48 (issue 38: two 480-value rings per member were 43 KiB of a busy device's 67, and 15 KiB
+    they share held 48 (two 480-value rings per member were 43 KiB of a busy device's 67, and 15 KiB
     as doubles). What is kept is log ratios and milliseconds, judged against thresholds of a few per cent: seven
     significant digits are more than they carry. A value is rounded once, as it is stored, so the ring and the
     sorted copy hold the same number and the one leaving the ring is found exactly.
@@ -231,7 +231,7 @@ class RollingMedian:
 
 class PairRing:
     """The last `maxlen` (log ratio, excess ms) pairs, oldest first, as two arrays of single floats: 8 bytes a
-    pair where a deque of tuples of two float objects held about 100 (issue 38: 4.6 KiB of a busy device's 28).
+    pair where a deque of tuples of two float objects held about 100 (4.6 KiB of a busy device's 28).
     A deque's interface as far as the detector uses it: append, len, iteration, clear."""
     __slots__ = ("maxlen", "_ratio", "_excess")
 

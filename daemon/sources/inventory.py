@@ -78,7 +78,7 @@ class Inventory:
     def _next_batch(self, stop: threading.Event) -> list[tuple[str, str]]:
         """The next event and every one that follows it closely: one re-read of the devices for a burst.
         960 loop devices attached in 6 s sent 960 events, and a re-read of every device per event made a
-        burst cost N squared (issue 38); the handler diffs what is present, so one call per burst is
+        burst cost N squared; the handler diffs what is present, so one call per burst is
         enough. Bounded in time and count: a burst that never pauses is handled a second at a time."""
         device = self._monitor.poll(timeout=0.5)
         if device is None:
