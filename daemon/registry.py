@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 log = logging.getLogger("iowarden")
@@ -31,8 +31,9 @@ RESTART_BACKOFF_MAX_SECONDS = 60.0
 LONGEST_WAIT_SECONDS = 3600.0   # a wait is cut into pieces no longer than this (threading's TIMEOUT_MAX is far)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PartStats:
+    """A part's counts: a value, replaced whole under the registry's lock, so a snapshot holding one keeps it."""
     runs_total: int = 0
     errors_total: int = 0
     restarts_total: int = 0          # the part's loop failed and was started again
@@ -73,9 +74,8 @@ class Registry:
             vital: bool = False) -> Part:
         """vital: a failed step is a stuck part until a step succeeds (the /metrics watch: a daemon whose endpoint
         cannot be started again is restarted by systemd), where a failing SMART read is only a counted error."""
-        part = Part(name, cadence_seconds, deadline_seconds, step, vital=vital)
-        part.stats.last_completed_monotonic = self.clock()
-        part.stats.deadline_seconds = deadline_seconds
+        part = Part(name, cadence_seconds, deadline_seconds, step, vital=vital,
+                    stats=PartStats(last_completed_monotonic=self.clock(), deadline_seconds=deadline_seconds))
         self.parts[name] = part
         return part
 
@@ -103,10 +103,10 @@ class Registry:
             finally:
                 with self._lock:
                     part.tasks.pop(token, None)
-                    self._count(part.stats, started, wall, error)
+                    part.stats = self._count(part.stats, started, wall, error)
         with self._lock:
             part.tasks[token] = (self.clock(), deadline_seconds)
-            part.stats.deadline_seconds = deadline_seconds
+            part.stats = replace(part.stats, deadline_seconds=deadline_seconds)
         thread = threading.Thread(target=run, name=f"iowarden-{name}", daemon=True)
         thread.start()
         return thread
@@ -114,7 +114,7 @@ class Registry:
     def run_once(self, part: Part) -> None:
         started, wall = self.clock(), time.time()
         with self._lock:
-            part.stats.step_started_monotonic = started
+            part.stats = replace(part.stats, step_started_monotonic=started)
         _test_hang(part.name)
         try:
             part.step()
@@ -123,20 +123,16 @@ class Registry:
             error = f"{type(exc).__name__}: {exc}"
             log.exception("part %s failed", part.name, extra={"PART": part.name, "REPEATS": True})
         with self._lock:
-            part.stats.step_started_monotonic = None
-            self._count(part.stats, started, wall, error)
+            part.stats = self._count(replace(part.stats, step_started_monotonic=None), started, wall, error)
 
-    def _count(self, s: PartStats, started: float, wall: float, error: str | None) -> None:
-        """One step or task done, under the lock: its run, its time, its error or its success."""
-        s.runs_total += 1
-        s.last_duration_seconds = self.clock() - started
-        s.longest_duration_seconds = max(s.longest_duration_seconds, s.last_duration_seconds)
-        s.last_completed_monotonic = self.clock()
-        s.last_error = error
-        if error:
-            s.errors_total += 1
-        else:
-            s.last_success_timestamp_seconds = wall
+    def _count(self, s: PartStats, started: float, wall: float, error: str | None) -> PartStats:
+        """One step or task done (called under the lock): its run, its time, its error or its success."""
+        took = self.clock() - started
+        return replace(s, runs_total=s.runs_total + 1, last_duration_seconds=took,
+                       longest_duration_seconds=max(s.longest_duration_seconds, took),
+                       last_completed_monotonic=self.clock(), last_error=error,
+                       errors_total=s.errors_total + (1 if error else 0),
+                       last_success_timestamp_seconds=s.last_success_timestamp_seconds if error else wall)
 
     def start(self, stop: threading.Event) -> None:
         self._stop = stop
@@ -155,9 +151,8 @@ class Registry:
                 return
             except BaseException as exc:   # noqa: BLE001 - the supervisor: nothing may end a part in silence
                 with self._lock:
-                    part.stats.restarts_total += 1
-                    part.stats.step_started_monotonic = None
-                    part.stats.last_error = f"{type(exc).__name__}: {exc}"
+                    part.stats = replace(part.stats, restarts_total=part.stats.restarts_total + 1,
+                                         step_started_monotonic=None, last_error=f"{type(exc).__name__}: {exc}")
                 log.exception("part %s crashed (restart %d, in %g s)", part.name, part.stats.restarts_total,
                               backoff, extra={"PART": part.name})
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -207,7 +202,7 @@ class Registry:
 
     def stats(self) -> dict[str, PartStats]:
         with self._lock:
-            return {name: PartStats(**vars(p.stats)) for name, p in self.parts.items()}
+            return {name: p.stats for name, p in self.parts.items()}   # values: handed out as they are
 
 
 def _test_switch(variable: str, part_name: str) -> bool:

@@ -2,14 +2,31 @@
 
 Exporters, the InfluxDB writer and the status line read snapshots only: no fio, xfs_db or
 sysfs work happens at scrape time, and no reader ever sees a part's internals. A Snapshot
-is frozen and is never changed after it is published; the values it holds are either
-replaced whole by their parts (the device view, the latest rates, power settings, the
-passive views) or copied by their owners under their locks (budgets, skip counters, part
-and database counters), so nothing it references is changed in place afterwards.
+is frozen all the way down (tests/unit/test_immutable.py walks one): its mappings are
+read-only copies (`frozen`), its records frozen dataclasses, so nothing it references is
+changed after it is published.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+def frozen(value):
+    """A value for a snapshot: mappings read-only, lists tuples, sets frozensets, all the way down (None stays
+    None). What a part or the core keeps changing is copied here, so a published snapshot never moves."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, list) or (type(value) is tuple):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(value)
+    return value
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
 
 
 # the profile of what is not a probe's: a passive verdict's alert, a characterized capability, a source's summary
@@ -63,28 +80,28 @@ class Snapshot:
     taken_at: float
     version: str
     probes: tuple[ProbeView, ...] = ()
-    skipped_total: dict = field(default_factory=dict)       # (target, reason) -> count
+    skipped_total: Mapping = field(default_factory=_empty)    # (target, reason) -> count
     baselines: tuple[BaselineView, ...] = ()
-    alerts: tuple[AlertView, ...] = ()                       # open alerts
-    disk_rates: dict = field(default_factory=dict)           # kernel name -> DiskRates
-    disk_sample: object | None = None                        # the sampler's last DiskSample (raw counters)
-    devices: dict = field(default_factory=dict)              # kernel name -> BlockDevice
-    power: object | None = None                              # PowerSettings
-    drift_total: dict = field(default_factory=dict)          # (device, volume, setting) -> count
-    drift_last_at: dict = field(default_factory=dict)        # (device, volume, setting) -> unix time of the last
-    drift_last_change: dict = field(default_factory=dict)    # (device, volume, setting) -> (old, new) of the last
-    xfs: dict = field(default_factory=dict)                  # mount -> (XfsReport, unix time of the report)
-    budget: dict = field(default_factory=dict)               # disk -> scheduler.BudgetStatus
-    parts: dict = field(default_factory=dict)                # name -> PartStats
+    alerts: tuple[AlertView, ...] = ()                        # open alerts
+    disk_rates: Mapping = field(default_factory=_empty)       # kernel name -> DiskRates
+    disk_sample: object | None = None                         # the sampler's last DiskSample (raw counters)
+    devices: Mapping = field(default_factory=_empty)          # kernel name -> BlockDevice
+    power: object | None = None                               # PowerSettings
+    drift_total: Mapping = field(default_factory=_empty)      # (device, volume, setting) -> count
+    drift_last_at: Mapping = field(default_factory=_empty)    # (device, volume, setting) -> unix time of the last
+    drift_last_change: Mapping = field(default_factory=_empty)  # (device, volume, setting) -> (old, new) of the last
+    xfs: Mapping = field(default_factory=_empty)              # mount -> (XfsReport, unix time of the report)
+    budget: Mapping = field(default_factory=_empty)           # disk -> scheduler.BudgetStatus
+    parts: Mapping = field(default_factory=_empty)            # name -> PartStats
     io_pressure: object | None = None
-    probe_intervals: dict = field(default_factory=dict)      # (target, profile) -> seconds
-    discovery_over_limit: int = 0                            # mounts past [scheduling] max_discovered_targets
-    influx: dict | None = None                               # writer counters, when InfluxDB is on
-    state: dict | None = None                                # state database: writable, pending, errors
-    passive: tuple = ()                                      # (kernel name, identity, passive.DeviceView)
-    passive_host_ratio: float | None = None                  # the host's disks' median slowdown (passive/host.py)
-    sources: dict = field(default_factory=dict)              # registered source -> its last reading
-    probe_latency: dict = field(default_factory=dict)        # (target, profile, direction) -> latency.LatencyTotal
-    pins: dict = field(default_factory=dict)                 # target -> the volume it was first probed on
-    own_probes: dict = field(default_factory=dict)           # device -> when a probe last ran on it (monotonic, inf: now)
-    folds: dict = field(default_factory=dict)                # alert id -> verdicts.pages.Fold: said on another's page
+    probe_intervals: Mapping = field(default_factory=_empty)  # (target, profile) -> seconds
+    discovery_over_limit: int = 0                             # mounts past [scheduling] max_discovered_targets
+    influx: Mapping | None = None                             # writer counters, when InfluxDB is on
+    state: Mapping | None = None                              # state database: writable, pending, errors
+    passive: tuple = ()                                       # (kernel name, identity, passive.DeviceView)
+    passive_host_ratio: float | None = None                   # the host's disks' median slowdown (passive/host.py)
+    sources: Mapping = field(default_factory=_empty)          # registered source -> its last reading
+    probe_latency: Mapping = field(default_factory=_empty)    # (target, profile, direction) -> latency.LatencyTotal
+    pins: Mapping = field(default_factory=_empty)             # target -> the volume it was first probed on
+    own_probes: Mapping = field(default_factory=_empty)       # device -> when a probe last ran on it (monotonic, inf: now)
+    folds: Mapping = field(default_factory=_empty)            # alert id -> verdicts.pages.Fold: said on another's page

@@ -14,6 +14,7 @@ import dataclasses
 import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from . import mountinfo
 from .common import ParseError, Roots, read_int, read_str, read_text
@@ -84,10 +85,14 @@ class BlockDevice:
     md: MdArray | None = None
     dm: DmInfo | None = None
     loop_backing_file: str | None = None
-    udev: dict[str, str] = field(default_factory=dict)
+    udev: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
     udev_links: tuple[str, ...] = ()
     identity: str = ""
     loop_backing_devno: str | None = None   # "MAJ:MIN" of the filesystem's device that holds the backing file
+
+    def __post_init__(self):
+        if not isinstance(self.udev, MappingProxyType):
+            object.__setattr__(self, "udev", MappingProxyType(dict(self.udev)))
 
 
 def parse_scheduler(text: str) -> tuple[str | None, tuple[str, ...]]:

@@ -16,6 +16,7 @@ import re
 import shutil
 import struct
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from .common import ParseError, Roots, read_int, read_str, run_tool
 
@@ -60,10 +61,16 @@ class PowerSettings:
     idle_governor: str | None
     cpus: tuple[CpuIdle, ...]
     pm_qos_cpu_dma_latency_usec: int | None
-    cpufreq_governors: dict[int, str]
-    cpufreq_drivers: dict[int, str]
-    intel_pstate: dict[str, str] | None
+    cpufreq_governors: MappingProxyType[int, str]
+    cpufreq_drivers: MappingProxyType[int, str]
+    intel_pstate: MappingProxyType[str, str] | None
     tuned: TunedState
+
+    def __post_init__(self):
+        for name in ("cpufreq_governors", "cpufreq_drivers", "intel_pstate"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
 
     @property
     def c_states_limited(self) -> bool | None:

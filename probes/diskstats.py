@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 from .common import KERNEL_FILE_MAX_BYTES, ParseError, Roots, read_bounded
@@ -121,7 +122,12 @@ def parse(text: str) -> dict[str, DiskCounters]:
 class DiskSample:
     """Counters of every device at one moment (monotonic seconds)."""
     monotonic_seconds: float
-    counters: dict[str, DiskCounters]
+    counters: MappingProxyType[str, DiskCounters]
+
+    def __post_init__(self):
+        # the sampler's reading is shared with the core, the passive part and the scrape: read-only for all
+        if not isinstance(self.counters, MappingProxyType):
+            object.__setattr__(self, "counters", MappingProxyType(dict(self.counters)))
 
 
 def read(roots: Roots = Roots()) -> DiskSample:

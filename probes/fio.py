@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .common import ParseError
 
@@ -40,7 +41,12 @@ class DirectionResult:
     # percentile (e.g. 99.9) -> seconds
     clat_percentiles_seconds: dict[float, float] = field(default_factory=dict)
     # cumulative histogram: (upper bound in seconds, count of samples <= it), ascending
-    clat_histogram: list[tuple[float, int]] = field(default_factory=list)
+    clat_histogram: tuple[tuple[float, int], ...] = ()
+
+    def __post_init__(self):
+        # a report travels in events and snapshots read by other threads: frozen all the way down
+        object.__setattr__(self, "clat_percentiles_seconds", MappingProxyType(dict(self.clat_percentiles_seconds)))
+        object.__setattr__(self, "clat_histogram", tuple((le, n) for le, n in self.clat_histogram))
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,12 @@ class FioReport:
     fio_version: str
     jobs: int
     error: int  # first non-zero job errno, 0 when every job succeeded
-    directions: dict[str, DirectionResult]
-    disk_util_percent: dict[str, float]
+    directions: MappingProxyType[str, DirectionResult]
+    disk_util_percent: MappingProxyType[str, float]
+
+    def __post_init__(self):
+        object.__setattr__(self, "directions", MappingProxyType(dict(self.directions)))
+        object.__setattr__(self, "disk_util_percent", MappingProxyType(dict(self.disk_util_percent)))
 
 
 def bin_upper_edge_ns(value_ns: int) -> float:

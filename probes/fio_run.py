@@ -15,6 +15,7 @@ The rules, enforced here and not left to configuration:
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import stat
@@ -48,7 +49,7 @@ class ProbeLimits:
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES   # bs x iodepth x numjobs, summed over a profile's jobs
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProbeResult:
     target: str
     path: str
@@ -64,9 +65,14 @@ class ProbeResult:
     ramp_seconds: float = 0.0  # the profile's warm-up: I/O fio issues and leaves out of its report
     foreign_util_percent: float | None = None  # the device's %util from other work just before the probe
     learned_under_load: bool = False  # contended, and learned all the same: its volume was busy for every warm-up
-    argv: list[str] = field(default_factory=list)
+    argv: tuple[str, ...] = ()
     needs_root: bool = False   # failed on a permission that root would have had (the CLI's exit 77)
     space_used_ratio: float | None = None   # refused because the volume is full: how full (0..1)
+
+    def __post_init__(self):
+        # posted to the core and kept in its snapshots, read by other threads: a value, never changed
+        if not isinstance(self.argv, tuple):
+            object.__setattr__(self, "argv", tuple(self.argv))
 
     def _dir(self, name: str):
         return self.report.directions.get(name) if self.report else None
@@ -112,7 +118,7 @@ class ProbeResult:
             "layout_bytes": self.layout_bytes,
             "write_io_bytes": self.write_io_bytes,
             "fio_version": self.report.fio_version if self.report else None,
-            "disk_util_percent": self.report.disk_util_percent if self.report else {},
+            "disk_util_percent": dict(self.report.disk_util_percent) if self.report else {},
         }
 
 
@@ -249,9 +255,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
     """
     result, stdout, run_error = measure(target, path, profile, limits, roots, fio_binary, keep_sizes, on_start,
                                         expect_dev, owner, files_of)
-    if stdout is not None:
-        _interpret(result, stdout, run_error)
-    return result
+    return _interpret(result, stdout, run_error) if stdout is not None else result
 
 
 def measure(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
@@ -261,23 +265,22 @@ def measure(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits =
     """Everything of a probe but reading fio's report: (the result so far, fio's stdout, fio's run error).
     stdout is None when fio did not run (the result's error says why)."""
     started_wall, started = time.time(), time.monotonic()
-    result = ProbeResult(target, path, None, profile.name, False, None, started_wall, 0.0,
-                         ramp_seconds=max(capped_seconds(o, limits.max_runtime_seconds)[1]
-                                          for _, o in profile.job_dicts()))
+    # what the probe found, field by field, into the one result it returns
+    got: dict = {"ramp_seconds": max(capped_seconds(o, limits.max_runtime_seconds)[1] for _, o in profile.job_dicts())}
     stdout = run_error = None
     dir_fd = None
     try:
         try:
             st = os.stat(path)
         except OSError as exc:
-            result.needs_root = bool(_root_hint(exc))
+            got["needs_root"] = bool(_root_hint(exc))
             raise ProbeRefused(f"target {path}: {exc.strerror}{_root_hint(exc)}") from None
         size = min(profile.effective_size_bytes(), limits.max_size_bytes)
         problem = profile.buffer_problem(limits.max_buffer_bytes)
         if problem:
             raise ProbeRefused(problem)
         if stat.S_ISBLK(st.st_mode):
-            result.device = device_name_for(st.st_rdev, roots)
+            got["device"] = device_name_for(st.st_rdev, roots)
             if profile.writes:
                 raise ProbeRefused(f"profile {profile.name!r} writes, and {path} is a raw block device: "
                                    f"iowarden only reads devices (use rw={'/'.join(READ_ONLY_RW)}, "
@@ -285,7 +288,7 @@ def measure(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits =
             filename = os.path.realpath(path)
             readonly = True
         elif stat.S_ISDIR(st.st_mode):
-            result.device = device_name_for(st.st_dev, roots)
+            got["device"] = device_name_for(st.st_dev, roots)
             dir_fd = open_probe_dir(path, expect_dev)
             name = probe_file_name(size, files_of)
             clean_leftovers(dir_fd, (keep_sizes or set()) | {size}, files_of)
@@ -294,30 +297,32 @@ def measure(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits =
             except FileNotFoundError:
                 exists = False
             free_space_check(dir_fd, 0 if exists else size, limits)
-            result.layout_bytes = lay_out(dir_fd, name, size)
+            got["layout_bytes"] = lay_out(dir_fd, name, size)
             filename = f"/proc/{os.getpid()}/fd/{dir_fd}/{name}"
             readonly = False
         else:
             raise ProbeRefused(f"target {path} is neither a directory nor a block device")
         argv = build_argv(profile, filename, limits, readonly, fio_binary, file_bytes=None if readonly else size)
-        result.argv = argv
+        got["argv"] = tuple(argv)
         runtime = profile.effective_runtime_seconds(limits.max_runtime_seconds)
         env = {**os.environ, OWNER_ENV: owner} if owner else None
         run = run_tool(argv, timeout_seconds=runtime + limits.timeout_margin_seconds, on_start=on_start,
                        env=env, die_with_parent=True)
         stdout, run_error = run.stdout, run.error
     except ProbeRefused as exc:
-        result.error = f"refused: {exc}"
-        result.space_used_ratio = getattr(exc, "used_ratio", None)
+        got["error"] = f"refused: {exc}"
+        got["space_used_ratio"] = getattr(exc, "used_ratio", None)
     except (ValueError, ParseError) as exc:
-        result.error = f"invalid profile: {exc}"
+        got["error"] = f"invalid profile: {exc}"
     except OSError as exc:
-        result.error = f"{exc.filename or path}: {exc.strerror or exc}{_root_hint(exc)}"
-        result.needs_root = bool(_root_hint(exc))
+        got["error"] = f"{exc.filename or path}: {exc.strerror or exc}{_root_hint(exc)}"
+        got["needs_root"] = bool(_root_hint(exc))
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
-        result.duration_seconds = time.monotonic() - started
+    result = ProbeResult(**{"target": target, "path": path, "device": None, "profile": profile.name, "ok": False,
+                            "error": None, "started_at": started_wall,
+                            "duration_seconds": time.monotonic() - started, **got})
     return result, stdout, run_error
 
 
@@ -327,23 +332,22 @@ def _root_hint(exc: OSError) -> str:
     return ""
 
 
-def _interpret(result: ProbeResult, stdout: str, run_error: str | None) -> None:
+def _interpret(result: ProbeResult, stdout: str, run_error: str | None) -> ProbeResult:
+    """The result with fio's report read into it: ok, or the error that says why not."""
     report = None
     try:
         report = parse(stdout)
     except ParseError as exc:
         if run_error is None:
-            result.error = f"unparsable fio output: {exc}"
-            return
-    result.report = report
+            return dataclasses.replace(result, error=f"unparsable fio output: {exc}")
     if run_error is not None:
-        result.error = run_error
-    elif report.error:
-        result.error = f"fio job error {report.error} ({os.strerror(report.error)})"
-    elif not report.directions:
-        result.error = "fio finished without doing any I/O"
-    else:
-        result.ok = True
+        return dataclasses.replace(result, report=report, error=run_error)
+    if report.error:
+        return dataclasses.replace(result, report=report,
+                                   error=f"fio job error {report.error} ({os.strerror(report.error)})")
+    if not report.directions:
+        return dataclasses.replace(result, report=report, error="fio finished without doing any I/O")
+    return dataclasses.replace(result, report=report, ok=True)
 
 
 def end_leftover_probes(owner: str, wait_seconds: float = 5.0) -> list[int]:

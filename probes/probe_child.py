@@ -54,24 +54,22 @@ def run_isolated(target: str, path: str, profile: ProbeProfile, limits: ProbeLim
     started_wall = time.time()
     run = run_tool(argv, timeout_seconds=timeout_seconds, on_start=on_start, die_with_parent=True,
                    max_output_bytes=ANSWER_MAX_BYTES)
-    failed = ProbeResult(target, path, None, profile.name, False, None, started_wall, run.duration_seconds)
+    def failed(error: str | None) -> ProbeResult:
+        return ProbeResult(target, path, None, profile.name, False, error, started_wall, run.duration_seconds)
     if run.cut_short:
-        failed.error = (f"{path} did not finish its probe within {timeout_seconds:g} s and was left: its "
-                        "filesystem may be hung" if "timed out" in (run.error or "") else run.error)
-        return failed
+        return failed(f"{path} did not finish its probe within {timeout_seconds:g} s and was left: its "
+                      "filesystem may be hung" if "timed out" in (run.error or "") else run.error)
     try:
         answer = json.loads(run.stdout)
-        result = ProbeResult(target, path, None, profile.name, False, None, 0.0, 0.0)
-        for name in RESULT_FIELDS:
-            setattr(result, name, answer["result"][name])
+        result = ProbeResult(target=target, path=path, profile=profile.name, ok=False,
+                             **{name: answer["result"][name] for name in RESULT_FIELDS})
         used = result.space_used_ratio
         if used is not None and not (isinstance(used, (int, float)) and 0.0 <= used <= 1.0):
             raise ValueError(f"space_used_ratio out of range: {used!r}"[:120])
     except (ValueError, KeyError, TypeError) as exc:
-        failed.error = f"the probe's process failed: {run.error or exc}"[:500]
-        return failed
+        return failed(f"the probe's process failed: {run.error or exc}"[:500])
     if answer.get("stdout") is not None:
-        _interpret(result, answer["stdout"], answer.get("run_error"))
+        return _interpret(result, answer["stdout"], answer.get("run_error"))
     return result
 
 

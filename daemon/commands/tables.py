@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, Iterable, Sequence
 
 from iowarden.probes.common import printable, printable_lines
@@ -62,7 +63,7 @@ def to_jsonable(obj: Any) -> Any:
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):   # a named tuple (DiskCounters) keeps its names
         return {k: to_jsonable(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):   # a dict, or the read-only views the records hold
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]

@@ -28,7 +28,7 @@ from iowarden.daemon.core import knowledge, retention, space
 from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, IntervalsFitted, PassiveJudged,
                                    ProbeFinished, ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.registry import PartStats
-from iowarden.daemon.snapshot import Snapshot
+from iowarden.daemon.snapshot import Snapshot, frozen
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.verdicts import advice, pages
@@ -199,19 +199,19 @@ class Core:
             last=last.folds if last is not None else None, now=now)
         self.snapshot = Snapshot(
             taken_at=now, version=self.version, probes=tuple(k.latest.values()),
-            skipped_total=self.readers.skipped(), baselines=tuple(self.health.baseline_views()),
-            alerts=alerts, folds=MappingProxyType(fold_of), disk_rates=k.rates, disk_sample=k.sample,
-            devices=k.devices, power=k.power, drift_total=dict(k.drift_total),
-            drift_last_at=dict(k.drift_last_at), drift_last_change=dict(k.drift_last_change), xfs=k.xfs_at,
-            budget=self.readers.budget(), parts={**self.readers.parts(), "core": self.stats(CORE_STUCK_SECONDS)},
+            skipped_total=frozen(self.readers.skipped()), baselines=tuple(self.health.baseline_views()),
+            alerts=alerts, folds=frozen(fold_of), disk_rates=frozen(k.rates), disk_sample=k.sample,
+            devices=frozen(k.devices), power=k.power, drift_total=frozen(k.drift_total),
+            drift_last_at=frozen(k.drift_last_at), drift_last_change=frozen(k.drift_last_change),
+            xfs=frozen(k.xfs_at), budget=frozen(self.readers.budget()),
+            parts=frozen({**self.readers.parts(), "core": self.stats(CORE_STUCK_SECONDS)}),
             io_pressure=k.io_pressure,
-            probe_intervals={(t.name, p): k.fitted_intervals.get((t.name, p), t.interval_seconds)
-                             for t in k.targets for p in t.profiles},
+            probe_intervals=frozen({(t.name, p): k.fitted_intervals.get((t.name, p), t.interval_seconds)
+                                    for t in k.targets for p in t.profiles}),
             discovery_over_limit=k.discovery_over_limit,
-            influx=self.readers.influx(), state=self.state.stats(), passive=k.passive_views,
-            sources=dict(k.sources), passive_host_ratio=k.passive_host_ratio,
-            probe_latency=MappingProxyType(dict(k.latency_totals)),
-            pins=MappingProxyType(dict(self.health.pins)), own_probes=k.own_probes())
+            influx=frozen(self.readers.influx()), state=frozen(self.state.stats()), passive=k.passive_views,
+            sources=frozen(k.sources), passive_host_ratio=k.passive_host_ratio,
+            probe_latency=frozen(k.latency_totals), pins=frozen(self.health.pins), own_probes=frozen(k.own_probes()))
         self.published = (self.published[0] + 1, self.clock())
 
     # -- the handlers: one per event type ---------------------------------------------------------

@@ -21,11 +21,25 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping
 
 from . import retention
 from .damage import Damage, read_what_a_start_reads
 from .state_schema import (DAMAGE_MARK_SUFFIX, SCHEMA, OffCoreWrite, StateDamaged, StateUnavailable,  # noqa: F401
                            _add_missing_columns, is_corrupt, is_transient)
+
+
+def _plain(value):
+    """What json cannot write by itself: the read-only mappings events and snapshots carry."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _json(value) -> str:
+    return json.dumps(value, default=_plain)
 
 log = logging.getLogger("iowarden")
 
@@ -192,7 +206,7 @@ class State:
                  int(record["ok"]), record["error"], int(record["contended"]), record["read_iops"],
                  record["write_iops"], record["read_bw_bytes"], record["write_bw_bytes"],
                  record["clat_p50_seconds"], record["clat_p99_seconds"], record["clat_p999_seconds"],
-                 record["duration_seconds"], json.dumps(record))))
+                 record["duration_seconds"], _json(record))))
 
     def add_drift(self, device: str, identity: str | None, setting: str, old, new) -> None:
         self._write(("INSERT INTO drift_events (at, device, identity, setting, old_value, new_value)"
@@ -202,7 +216,7 @@ class State:
         self._write(("INSERT INTO baselines VALUES (?,?,?,?,?,?) ON CONFLICT (identity, profile, metric)"
                      " DO UPDATE SET learned_at=excluded.learned_at, updated_at=excluded.updated_at,"
                      " state=excluded.state",
-                     (identity, profile, metric, learned_at, time.time(), json.dumps(state))))
+                     (identity, profile, metric, learned_at, time.time(), _json(state))))
 
     def load_baselines(self) -> list[tuple[str, str, str, float, dict]]:
         with self._lock:
@@ -221,17 +235,17 @@ class State:
         self._write((
             "INSERT INTO alerts (id, alert, identity, target, profile, metric, severity, raised_at, evidence, causes)"
             " VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (alert_id, alert, identity, target, profile, metric, severity, time.time(), json.dumps(evidence),
-             json.dumps(causes))))
+            (alert_id, alert, identity, target, profile, metric, severity, time.time(), _json(evidence),
+             _json(causes))))
         return alert_id
 
     def update_alert(self, alert_id: int, severity: str, evidence: dict, causes: list | None = None) -> None:
         if causes is None:
             self._write(("UPDATE alerts SET severity = ?, evidence = ? WHERE id = ?",
-                         (severity, json.dumps(evidence), alert_id)))
+                         (severity, _json(evidence), alert_id)))
         else:
             self._write(("UPDATE alerts SET severity = ?, evidence = ?, causes = ? WHERE id = ?",
-                         (severity, json.dumps(evidence), json.dumps(causes), alert_id)))
+                         (severity, _json(evidence), _json(causes), alert_id)))
 
     def close_alert(self, alert_id: int) -> None:
         self._write(("UPDATE alerts SET cleared_at = ? WHERE id = ?", (time.time(), alert_id)))
@@ -290,7 +304,7 @@ class State:
     def save_settings(self, settings: dict[tuple[str, str], object]) -> None:
         """The last settings seen, so drift while the daemon was down is still recorded."""
         self._write(("DELETE FROM settings_snapshot", ()),
-                    *[("INSERT INTO settings_snapshot VALUES (?, ?)", (f"{d}\t{k}", json.dumps(v)))
+                    *[("INSERT INTO settings_snapshot VALUES (?, ?)", (f"{d}\t{k}", _json(v)))
                       for (d, k), v in settings.items()])
 
     def load_settings(self) -> dict[tuple[str, str], object] | None:
@@ -356,7 +370,7 @@ class State:
             return None
 
     def set_mark(self, key: str, value: dict) -> None:
-        self._write(("INSERT OR REPLACE INTO marks VALUES (?, ?)", (key, json.dumps(value))))
+        self._write(("INSERT OR REPLACE INTO marks VALUES (?, ?)", (key, _json(value))))
 
     def prune(self, cutoff_wall_seconds: float) -> None:
         """Delete results and drift older than the cutoff, at most retention.rows_per_pass() of each table

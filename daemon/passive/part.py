@@ -21,7 +21,7 @@ from iowarden.probes import diskstats
 from iowarden.probes.blockqueue import devices_below, identity_of
 
 from iowarden.daemon.events import PassiveJudged
-from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE
+from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE, frozen
 from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window
 
 log = logging.getLogger("iowarden")
@@ -203,16 +203,17 @@ class PassiveWatch:
         out = [(ident, f"curve:{direction}:{unit}", st)
                for (ident, direction, unit), st in self.detector.curves_state().items()]
         out += [(ident, "evidence", self.detector.evidence.to_state(ident)) for ident in self.detector.evidence.members]
-        return tuple(out) + self._view_saves()
+        # posted to the core, which writes them while this part learns on: copies, read-only
+        return tuple((ident, metric, frozen(st)) for ident, metric, st in out) + self._view_saves()
 
     def _view_saves(self) -> tuple:
         """The latest verdicts, for `iowarden status` (a separate process reading the database)."""
-        return tuple((ident, "view", {
+        return tuple((ident, "view", frozen({
             "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
             "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
             "flagged": list(v.flagged),
             "tail": None if v.tail is None else {"direction": v.tail.direction, "tail_ms": v.tail.tail_ms,
-                                                 "peers_tail_ms": v.tail.peers_tail_ms}}) for name, ident, v in self.views)
+                                                 "peers_tail_ms": v.tail.peers_tail_ms}})) for name, ident, v in self.views)
 
 
 def identities_pattern(identities) -> re.Pattern:

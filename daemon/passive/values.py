@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from iowarden.daemon.passive.evidence import EvidenceParams
+from iowarden.daemon.snapshot import frozen
 from iowarden.daemon.passive.tail import TailParams
 
 
@@ -138,7 +139,10 @@ class Transition:
     state: str                # raised, cleared, updated
     severity: str
     summary: str              # one sentence naming the device and the evidence
-    evidence: dict
+    evidence: dict            # read-only: posted to the core in PassiveJudged
+
+    def __post_init__(self):
+        object.__setattr__(self, "evidence", frozen(self.evidence))
 
     @property
     def alert(self) -> str:
@@ -162,6 +166,11 @@ class DeviceView:
     self_ratio: float | None = None   # the configured ratio a window is slow at ([passive] self_ratio)
     tail: object = None            # passive_tail.MemberTail (a copy): its p99.9 against its peers', last block
     neighbours_ratio: float | None = None   # the host's other disks' median slowdown at their loads (host.py)
+
+    def __post_init__(self):
+        # a view is posted in PassiveJudged and published in snapshots: its mappings read-only
+        for name in ("slowdown_ratio", "expected_await_ms", "learned_windows", "load_ratio"):
+            object.__setattr__(self, name, frozen(getattr(self, name)))
 
 
 @dataclass(slots=True)   # a thousand of them: no __dict__ each

@@ -11,6 +11,7 @@ sampler keep their cadence while fio runs.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import random
@@ -326,9 +327,8 @@ class Scheduler:
                 self.skip(d.target.name, "unmounted")
                 self.post(ProbeFinished(result, tuple(disks), False, unmounted=True))
                 return
-            result.contended = contended
-            result.foreign_util_percent = round(foreign_util, 1)
-            self._learn_under_load(d, result)
+            result = dataclasses.replace(result, contended=contended, foreign_util_percent=round(foreign_util, 1))
+            result = dataclasses.replace(result, learned_under_load=self._learn_under_load(d, result))
             if result.ok:
                 self.fit.observe(d.target.name, d.profile, result.duration_seconds)
             self.budget.record(disks, self.clock() - result.duration_seconds, result.duration_seconds,
@@ -336,10 +336,11 @@ class Scheduler:
                                warmup=self.warming_up(d.target.name, d.profile),
                                confirm=bool(self.suspected(d.target.name, d.profile)))
             if self.processes.stopping and not result.ok:
-                result.error = "interrupted: iowarden is stopping"
+                result = dataclasses.replace(result, error="interrupted: iowarden is stopping")
             gone = self.processes.aborted(disks)
             if gone and not result.ok:
-                result.error = f"aborted: {', '.join(sorted(gone))} was removed during the probe"
+                result = dataclasses.replace(result, error=f"aborted: {', '.join(sorted(gone))} was removed during "
+                                                           "the probe")
             if result.ok and (not result.contended or result.learned_under_load):
                 with self._lock:
                     self.learned[(d.target.name, d.profile)] += 1
@@ -353,26 +354,27 @@ class Scheduler:
         finally:
             self.probe_done(disks)
 
-    def _learn_under_load(self, d: Due, result) -> None:
+    def _learn_under_load(self, d: Due, result) -> bool:
         """A volume busy from its first minute would never arm (every warm-up probe runs contended and is not
         learned): after WARMUP_UNDER_LOAD_AFTER such probes in a row, its warm-up learns what it does beside that
-        load, a normal slower and wider than an idle volume's, which probes on a quiet device only make faster."""
+        load, a normal slower and wider than an idle volume's, which probes on a quiet device only make faster.
+        Whether this result is learned so."""
         key = (d.target.name, d.profile)
         if not result.ok:
-            return
+            return False
         if not (result.contended and self.warming_up(*key)):
             with self._lock:
                 self._contended_warmups.pop(key, None)
-            return
+            return False
         with self._lock:
             self._contended_warmups[key] += 1
             streak = self._contended_warmups[key]
-        if streak >= WARMUP_UNDER_LOAD_AFTER:
-            result.learned_under_load = True
-            if streak == WARMUP_UNDER_LOAD_AFTER:
-                log.info("%s/%s: its device was busy for %d warm-up probes in a row; learning its normal under "
-                         "that load", d.target.name, d.profile, streak,
-                         extra={"TARGET": d.target.name, "PROBE": d.profile})
+        if streak < WARMUP_UNDER_LOAD_AFTER:
+            return False
+        if streak == WARMUP_UNDER_LOAD_AFTER:
+            log.info("%s/%s: its device was busy for %d warm-up probes in a row; learning its normal under "
+                     "that load", d.target.name, d.profile, streak, extra={"TARGET": d.target.name, "PROBE": d.profile})
+        return True
 
     def abort_on(self, disk: str) -> int:
         """Kill probes running on a disk that was removed; their results record the failure."""

@@ -30,10 +30,9 @@ DEVICES = MappingProxyType({   # vol1's XFS on loop8, whose image file lives on 
 
 
 def _result(profile: str, used: float | None, device: str = "loop8") -> ProbeResult:
-    r = ProbeResult("vol1", "/srv/vol1", device, profile, used is None, None if used is None else
-                    "refused: the volume is full, not slow", 1.8e9, 0.0 if used is not None else 2.0)
-    r.space_used_ratio = used
-    return r
+    return ProbeResult("vol1", "/srv/vol1", device, profile, used is None, None if used is None else
+                       "refused: the volume is full, not slow", 1.8e9, 0.0 if used is not None else 2.0,
+                       space_used_ratio=used)
 
 
 def _full(*timed) -> dict:

@@ -68,10 +68,3 @@ def test_each_contract_fails_on_its_wrong_import_and_says_where(tmp_path, case):
     broken = [line for line in r.stdout.splitlines() if line.endswith("BROKEN")]
     assert {c for c in contracts for line in broken if line.startswith(c)} == contracts, broken
     assert said in r.stdout, r.stdout[-3000:]
-
-
-def test_no_file_of_the_daemon_is_over_400_lines():
-    """The house's rule (issue 35): a file that grows past 400 lines is split where its parts are."""
-    long = {str(p.relative_to(ROOT)): n for p in [*ROOT.glob("daemon/**/*.py"), *ROOT.glob("probes/*.py")]
-            if (n := len(p.read_text().splitlines())) > 400}
-    assert not long, long

@@ -94,7 +94,7 @@ def test_the_slow_member_of_an_array_is_named_and_its_peers_not():
     raised = [t for _, t in events if t.state == "raised"]
     assert [(t.kind, t.device) for t in raised if t.kind == "peers"] == [("peers", "sdc")]
     t = next(t for t in raised if t.kind == "peers")
-    assert t.evidence["peers"] == ["sda", "sdb", "sdd"] and t.evidence["ratio"] >= 2
+    assert t.evidence["peers"] == ("sda", "sdb", "sdd") and t.evidence["ratio"] >= 2
 
 
 def test_of_three_alike_disks_with_one_idle_the_slow_one_of_the_two_busy_is_named_as_in_a_pair():
@@ -111,7 +111,7 @@ def test_of_three_alike_disks_with_one_idle_the_slow_one_of_the_two_busy_is_name
     raised = [(i, t) for i, t in events if t.state == "raised" and t.kind == "peers"]
     assert [t.device for _, t in raised] == ["sdb"], raised
     assert raised[0][0] < 100 + p.severe_windows + 3, raised[0][0] - 100
-    assert raised[0][1].evidence["peers"] == ["sda", "sdc"]
+    assert raised[0][1].evidence["peers"] == ("sda", "sdc")
 
 
 def test_every_member_slowing_together_is_said_to_be_the_array_not_a_member():

@@ -198,7 +198,7 @@ def test_the_detector_raises_slow_member_on_the_tail_as_a_warning_and_clears_it_
         raised += [x for x in det.observe(windows_of(rng, lat, t), group) if x.state == "raised"]
     assert [(x.device, x.kind, x.alert, x.severity) for x in raised] == [("b", "peers", "SlowMember", "warning")]
     ev = raised[0].evidence
-    assert ev["rule"] == "tail" and ev["peers"] == ["a"] and ev["blocks"] == 3 and ev["tail_ms"] > 50
+    assert ev["rule"] == "tail" and ev["peers"] == ("a",) and ev["blocks"] == 3 and ev["tail_ms"] > 50
     assert "slow on its tail" in raised[0].summary and "p99.9 read" in raised[0].summary
     assert "while its mean is" in raised[0].summary
     # the mean-based peer comparison, in line, does not clear what the tail raised

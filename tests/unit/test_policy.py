@@ -4,6 +4,7 @@ A fake clock drives the scheduler and a fake worker stands in for fio; the md/LV
 topology is the fixture tree's (sdb1 + sdc1 -> md0 -> dm-0; sdd + sde -> md1 with
 sde faulty). The end-to-end tests prove the same wiring with real devices.
 """
+import dataclasses
 import random
 
 from iowarden.daemon import config
@@ -128,7 +129,7 @@ def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended()
 
 
 def test_a_volume_busy_from_its_first_minute_learns_under_load_and_arms():
-    """Issue 33: every warm-up probe of a volume whose device is never idle waited out its deferral, ran
+    """Every warm-up probe of a volume whose device is never idle once waited out its deferral, ran
     contended and was not learned: not armed after 53 minutes. A warm-up probe waits one warm-up interval
     at most; after three contended in a row, the warm-up learns beside the load (and says so in the result)."""
     from iowarden.daemon.probing.scheduler import WARMUP_UNDER_LOAD_AFTER, Due
@@ -149,20 +150,17 @@ def test_a_volume_busy_from_its_first_minute_learns_under_load_and_arms():
     results = []
     for i in range(WARMUP_UNDER_LOAD_AFTER + 1):
         r = ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9 + i, 2.0, contended=True)
-        sch._learn_under_load(due, r)
-        results.append(r.learned_under_load)
+        results.append(sch._learn_under_load(due, r))
     assert results == [False] * (WARMUP_UNDER_LOAD_AFTER - 1) + [True, True]
     # an uncontended probe breaks the streak; a failed one does not count either way
     sch._learn_under_load(due, ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9, 2.0))
     r = ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9, 2.0, contended=True)
-    sch._learn_under_load(due, r)
-    assert not r.learned_under_load
+    assert not sch._learn_under_load(due, r)
     # once armed, a contended probe is what it always was: not learned
     sch.learned[("db", "rr")] = 12
     for _ in range(WARMUP_UNDER_LOAD_AFTER + 1):
         r = ProbeResult("db", "/srv/db", "sdz", "rr", True, None, 1e9, 2.0, contended=True)
-        sch._learn_under_load(due, r)
-        assert not r.learned_under_load
+        assert not sch._learn_under_load(due, r)
 
 
 def test_a_probe_learned_under_load_is_learned_by_the_detectors_and_a_contended_one_is_not(tmp_path):
@@ -334,9 +332,9 @@ def test_a_failing_step_is_counted_and_a_part_is_stuck_by_its_own_deadline_not_b
     clock.now += 0.1
     assert reg.stuck() == ["settings"]           # xfs, hourly, is nowhere near its own
 
-    # a step under way is stuck past its deadline, however long its cadence (on f1018d6: 2 x 1e10 s)
+    # a step under way is stuck past its deadline, however long its cadence (it once took 2 x 1e10 s)
     long = reg.add("sampler", cadence_seconds=1e10, deadline_seconds=5.0, step=lambda: None)
-    long.stats.step_started_monotonic = clock.now
+    long.stats = dataclasses.replace(long.stats, step_started_monotonic=clock.now)   # as run_once marks a step
     clock.now += 5.0
     assert "sampler" not in reg.stuck()
     clock.now += 0.1
