@@ -74,11 +74,14 @@ SECTION_INPUTS = {
 
 
 class SnapshotCollector:
-    def __init__(self, get_snapshot, read_disk_sample=None, runbook_url: str = DEFAULT_RUNBOOK_URL):
+    def __init__(self, get_snapshot, read_disk_sample=None, runbook_url: str = DEFAULT_RUNBOOK_URL,
+                 sources=SOURCES):
         """read_disk_sample: reads /proc/diskstats at scrape time, as node_exporter does. Counters a second
         old (the sampler's last reading) put up to a second of I/O in the wrong window at each end of a
-        rate(); None serves the snapshot's sample (tests, and a reader that failed)."""
+        rate(); None serves the snapshot's sample (tests, and a reader that failed).
+        sources: the registered sources whose sections it serves (all of them; a test pins its own)."""
         self.get_snapshot = get_snapshot
+        self.sources = tuple(sources)
         self.runbook_url = runbook_url.rstrip("/#")
         self.read_disk_sample = read_disk_sample
         self._built: dict[str, tuple[tuple, list]] = {}   # section -> (its inputs, its families)
@@ -91,7 +94,7 @@ class SnapshotCollector:
         return (("self", self._self_metrics), ("probes", self._probes), ("baselines", self._baselines),
                 ("disks", self._disks), ("settings", settings_families), ("xfs", xfs_families),
                 ("passive", passive_families),
-                *((spec.name, lambda s, spec=spec: spec.families(s.sources.get(spec.name), s)) for spec in SOURCES))
+                *((spec.name, lambda s, spec=spec: spec.families(s.sources.get(spec.name), s)) for spec in self.sources))
 
     def collect(self):
         s = self.get_snapshot()

@@ -88,9 +88,15 @@ def smart_reading():
                         MappingProxyType({"sdb": 0, "sdc": 10}))
 
 
+# the sources the golden scrapes were made with: a source registered later brings its own tests, and
+# leaves these files as they are
+GOLDEN_SOURCES = ("smart", "tracer", "cgroups")
+
+
 def scrape(snap) -> str:
+    from iowarden.daemon.sources.registry import SOURCES
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(SnapshotCollector(lambda: snap))
+    reg.register(SnapshotCollector(lambda: snap, sources=[s for s in SOURCES if s.name in GOLDEN_SOURCES]))
     return generate_latest(reg).decode()
 
 
