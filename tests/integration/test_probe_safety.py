@@ -83,7 +83,7 @@ def test_raw_device_is_never_written(loop_xfs):
     before = open(loop_xfs.device, "rb").read(1 << 20)
     r = probe(loop_xfs.device, rw="randwrite")
     assert not r.ok and r.error.startswith("refused:") and "only reads devices" in r.error
-    assert r.argv == []                                          # fio never started
+    assert r.argv == ()                                          # fio never started
     r = probe(loop_xfs.device, rw="randread")
     assert r.ok, r.error
     assert "--readonly" in r.argv and r.device == loop_xfs.name and r.iops("read") > 0
