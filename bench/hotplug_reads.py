@@ -1,5 +1,5 @@
 """The device view read for a burst of hot-added disks: only the disks the burst named, beside a read of
-every device (what each burst cost before issue 38), on a fake host's /sys (bench/_fake_host.py). No root.
+every device (what each burst cost before the handler diffed), on a fake host's /sys (bench/_fake_host.py). No root.
 
     .venv/bin/python bench/hotplug_reads.py [--disks 1024] [--added 960] [--burst 240]
 

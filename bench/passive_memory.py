@@ -1,5 +1,5 @@
 """What the passive detector holds per busy device once its windows are full, beside the same detector with
-its rolling medians kept as lists of floats (how they were before issue 38), in one run.
+its rolling medians kept as lists of floats (how they were before they became arrays), in one run.
 
     .venv/bin/python bench/passive_memory.py [--members 12] [--windows 700]
 

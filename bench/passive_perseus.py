@@ -50,7 +50,7 @@ from iowarden.daemon.passive.replay import parse_lines, replay  # noqa: E402
 ALLOWANCES = (2.0, 2.5, 3.0, 3.5, 4.0, 5.0)
 # The threshold: this many times the most evidence a healthy drive of the training hosts gathered (never
 # counted below 1). Slow drives keep gathering while healthy ones drain, so the threshold is set from the
-# healthy side alone; the midpoint between the two (the rule before issue 34) waited for a slow drive to
+# healthy side alone; the midpoint between the two (the earlier rule) waited for a slow drive to
 # reach nine times what any healthy one did, hours after it was certain.
 THRESHOLD_MARGIN = 3.0
 FLOORS = (0.02, 0.03, 0.05, 0.08)

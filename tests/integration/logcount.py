@@ -1,4 +1,4 @@
-"""The daemon's log counted by message (issue 36: no message more than once a minute without a repeat count).
+"""The daemon's log counted by message (no message more than once a minute without a repeat count).
 
 A message is its text with the numbers taken out ("probe vol0/rr deferred: device busy (71% util)" and
 "(93% util)" are one message; "vol0" and "loop7" keep their digits, they name the subject). A message

@@ -1,4 +1,4 @@
-"""A messy but healthy week of work, compressed: what the volumes of a database host carry (issue 33).
+"""A messy but healthy week of work, compressed: what the volumes of a database host carry.
 
 Every ingredient of the week on call, on a schedule in seconds instead of hours:
 - a database mix (4k random, 70 % reads) on every volume, its rate following a daily cycle of 240 s;

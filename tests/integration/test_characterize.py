@@ -236,7 +236,7 @@ def test_write_sweeps_on_a_raw_device_are_refused(direct_loop_xfs):
 
 
 def test_a_workload_switched_on_mid_sweep_is_noticed_its_steps_measured_again_and_the_knee_holds(direct_loop_xfs):
-    """Issue 36: a depth sweep under a cap, once quiet and once with another job reading the same device for
+    """A depth sweep under a cap, once quiet and once with another job reading the same device for
     a few seconds mid-sweep. The disturbed steps are noticed (the device moved bytes that were not the
     step's) and measured again; the knee stays within one step of the quiet run's, or the run says its
     findings cannot be trusted."""

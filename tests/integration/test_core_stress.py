@@ -1,4 +1,4 @@
-"""The core under every thread at once (issue 35): probe workers posting results, the sampler and the passive
+"""The core under every thread at once: probe workers posting results, the sampler and the passive
 part stepping, reloads changing the targets, and scrapes rendering /metrics from the published snapshot,
 together for a minute with the interpreter switching threads every microsecond. Nothing may raise on any
 thread (the core's included: an event it failed to handle is counted by its log), and the database ends

@@ -181,7 +181,7 @@ def test_throttled_volume_alerts_with_the_drifted_scheduler_named_and_clears(dir
                              f"{rows(db, 'SELECT evidence FROM alerts')}") from None
     status = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "status", "-c", str(d.cfg)],
                             capture_output=True, text=True, check=True).stdout
-    assert "no open alerts" in status and "read IOPS" in status   # the metric for people, not its key (issue 22, item 9)
+    assert "no open alerts" in status and "read IOPS" in status   # the metric for people, not its key
 
 
 def test_faults_keep_the_daemon_running_and_lose_no_state(loop_xfs, tmp_path, daemon_factory):

@@ -1,5 +1,5 @@
 """The daemon as a process against odd mount points, a poisoned reload, a part that
-fails, and names that would drive a terminal (items 5, 6, 12, 13). Mounts are bind mounts of a test's own
+fails, and names that would drive a terminal. Mounts are bind mounts of a test's own
 loop volume, unmounted by the test.
 """
 import os
@@ -17,7 +17,7 @@ from tests.integration.test_cli import iowarden
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-# --- item 5: a mount point that is not UTF-8, or holds a CR, costs its own line only -------------------
+# --- a mount point that is not UTF-8, or holds a CR, costs its own line only -------------------
 
 def test_a_mount_point_with_a_byte_that_is_not_utf8_or_a_cr_stops_nothing(shared_loop_xfs, tmp_path, daemon_factory):
     base = tmp_path / "mnt"
@@ -57,7 +57,7 @@ def test_a_mount_point_with_a_byte_that_is_not_utf8_or_a_cr_stops_nothing(shared
             subprocess.run([b"umount", where], check=False)
 
 
-# --- item 6: a reload that cannot be read keeps the running configuration ---------------------------
+# --- a reload that cannot be read keeps the running configuration ---------------------------
 
 def test_a_50000_deep_array_on_reload_keeps_the_daemon_and_check_config_says_78(shared_loop_xfs, tmp_path,
                                                                                  daemon_factory):
@@ -79,7 +79,7 @@ def test_a_50000_deep_array_on_reload_keeps_the_daemon_and_check_config_says_78(
     assert r.returncode == 78 and "nested too deeply" in r.stderr and len(r.stderr) < 600, r.stderr[:2000]
 
 
-# --- item 12: every interval has a maximum; a part that fails is restarted and said -----------------------
+# --- every interval has a maximum; a part that fails is restarted and said -----------------------
 
 @pytest.mark.parametrize("section, key, value, words", [
     ("sampler", "interval_seconds", "1e10", "must be at most 60"),
@@ -118,7 +118,7 @@ def test_a_fault_in_the_sampler_thread_is_restarted_counted_and_withholds_the_wa
     assert d.proc.poll() is None
 
 
-# --- item 13: names with control characters reach no terminal raw -----------------------------------
+# --- names with control characters reach no terminal raw -----------------------------------
 
 def test_names_with_control_characters_are_escaped_in_status_and_the_log(shared_loop_xfs, tmp_path, daemon_factory):
     name = "db\\u001b[2J\\r\\nALERT #99 Forged critical\\u0000" + "x" * 4096

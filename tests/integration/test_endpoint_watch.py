@@ -1,4 +1,4 @@
-"""/metrics is watched like every part (issue 35): its loop runs on a thread of its own, so a part of the
+"""/metrics is watched like every part: its loop runs on a thread of its own, so a part of the
 registry checks that the thread lives and its loop answers; a dead endpoint is counted as the part's error
 and started again. The real endpoint on loopback, no root."""
 import socket
@@ -96,7 +96,7 @@ def test_a_dead_endpoint_is_counted_and_started_again_by_its_watch():
 
 
 def test_a_worker_hung_in_a_render_is_seen_by_the_watch_and_the_endpoint_started_again(monkeypatch):
-    """Issue 35: the endpoint's render workers were threads nobody watched. Each piece of their work is timed;
+    """The endpoint's render workers were threads nobody watched. Each piece of their work is timed;
     a render held past its deadline (a collector that blocks) is the watch's error, and the endpoint is started
     again with fresh workers; the hung one is left to end (Python cannot stop a thread), and no longer serves."""
     from iowarden.daemon.outputs import http_wire

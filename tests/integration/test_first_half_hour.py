@@ -1,5 +1,5 @@
 """A new volume is protected within minutes: the daemon's first half hour, from a fresh state directory
-with the shipped example's probe settings (issue 32).
+with the shipped example's probe settings.
 
 The shipped example probes each volume every 300 s and arms a baseline after 12 probes: without the
 warm-up that is an hour before the first alert can fire. While a profile is learning it is probed every

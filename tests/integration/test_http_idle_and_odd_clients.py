@@ -1,4 +1,4 @@
-"""The metrics endpoint against idle, hostile and odd clients (items 2, 3, 14, 15),
+"""The metrics endpoint against idle, hostile and odd clients,
 against the daemon as a process. The hostile client is one loopback address (127.0.0.9), the honest
 scraper another (127.0.0.1); every socket the test opens is closed by it.
 """

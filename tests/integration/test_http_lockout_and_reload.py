@@ -1,4 +1,4 @@
-"""No anonymous client can lock out an authenticated one (items 6-7), and a reload
+"""No anonymous client can lock out an authenticated one, and a reload
 applies the endpoint's new address and auth or says it refused them. The daemon as a process; clients
 from loopback addresses of their own (all of 127/8 is this machine), each bounded in count and time and
 closed by the test."""

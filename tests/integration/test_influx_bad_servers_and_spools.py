@@ -1,5 +1,5 @@
 """The InfluxDB output against servers that trickle, that answer with a huge error
-body, and spools that are full or read-only (items 9, 10, 11). Fake servers are real sockets on loopback,
+body, and spools that are full or read-only. Fake servers are real sockets on loopback,
 each stopped by its test; filesystems are loop devices, detached by their fixtures.
 """
 import json

@@ -310,7 +310,7 @@ def test_service_under_a_real_systemd(packages, tmp_path):
         shutil.rmtree(dropin)
         sd.run("systemctl", "daemon-reload")
 
-        # /metrics down and not to be had again (issue 35): the watchdog withheld, systemd restarts the daemon
+        # /metrics down and not to be had again: the watchdog withheld, systemd restarts the daemon
         dropin.mkdir(parents=True)
         (dropin / "test-watchdog.conf").write_text(
             "[Service]\nWatchdogSec=5\nEnvironment=IOWARDEN_TEST_DOWN_FILE=/var/lib/iowarden/down\n")

@@ -40,7 +40,7 @@ def test_the_evidence_drains_and_the_alert_clears_when_the_drive_is_replaced():
 
 @pytest.mark.parametrize("slow, within", [({0: 2.2, 5: 2.2, 9: 2.2}, HOUR), ({0: 1.3, 3: 1.3, 6: 1.3, 9: 1.3}, DAY)])
 def test_a_quarter_of_a_group_slow_from_the_first_window_is_named_and_no_healthy_drive(slow, within):
-    """Issue 34: three of twelve at 2.2x (+-15 % noise, the daily load cycle) named within the hour they show;
+    """Three of twelve at 2.2x (+-15 % noise, the daily load cycle) named within the hour they show;
     four of twelve at 1.3x within a day. The sick do not drag the reference: the host's spread is measured
     on the drives that are not outliers."""
     det, raised = _run(pt.peer_trace(3, DAY + HOUR, members=12, slow=slow))

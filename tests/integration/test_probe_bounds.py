@@ -1,5 +1,4 @@
-"""Probe directories, job files and fio's bounds, each with the real fio or CLI process
-(items 1, 4, 7, 8, 16 and 17 of the issue; 16's InfluxDB half is in test_daemon_odd_input.py).
+"""Probe directories, job files and fio's bounds, each with the real fio or CLI process.
 """
 import os
 import signal
@@ -16,7 +15,7 @@ from tests.integration.test_cli import IOWARDEN, iowarden
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-# --- item 1: the directory opened decides, not the spelling of its path ----------------------
+# --- the directory opened decides, not the spelling of its path ----------------------
 
 @pytest.mark.parametrize("path", ["//usr/lib", "//etc", "//", "///usr//lib/", "/tmp/../usr/lib"])
 def test_a_system_tree_spelled_with_leading_slashes_is_refused_and_nothing_is_created(path):
@@ -58,7 +57,7 @@ def test_a_bind_mount_of_a_system_tree_is_refused_by_its_device_and_inode(tmp_pa
         subprocess.run(["umount", str(there)], check=True)
 
 
-# --- item 4: what fio may allocate is bounded, every block-size form --------------------------
+# --- what fio may allocate is bounded, every block-size form --------------------------
 
 @pytest.mark.parametrize("job", [
     "[a]\nrw=write\nbs=64m\niodepth=16\nnumjobs=4\n",                    # the issue's: 4 GiB
@@ -122,7 +121,7 @@ def test_fio_in_a_memory_cgroup_gets_only_jobs_within_the_bound(shared_loop_xfs,
         _remove_cgroup(cg)
 
 
-# --- item 7: a job file is a regular file, bounded, never followed through a link, never quoted ----
+# --- a job file is a regular file, bounded, never followed through a link, never quoted ----
 
 def _check(tmp_path, job_path):
     cfg = tmp_path / "c.toml"
@@ -161,7 +160,7 @@ def test_a_symlinked_job_file_is_not_followed_and_nothing_of_a_non_job_file_is_q
     assert "$6$" not in r.stderr and "root" not in r.stderr.replace(str(tmp_path), "")
 
 
-# --- item 8: a job without runtime= runs for the longest allowed, and ramp_time is capped -----
+# --- a job without runtime= runs for the longest allowed, and ramp_time is capped -----
 
 def _config_with_job(mount, state, job, max_runtime):
     return (config_text(mount, state, runtime=0.3, interval=3600.0)
@@ -194,7 +193,7 @@ def test_runtime_and_ramp_are_capped_by_the_limit_and_the_probe_succeeds(shared_
     assert least < took < most, took
 
 
-# --- item 17: an offset past the probe file is refused; the file is kept --------------------------
+# --- an offset past the probe file is refused; the file is kept --------------------------
 
 def test_an_offset_past_the_probe_file_is_refused_and_the_file_is_not_laid_out_again(shared_loop_xfs, tmp_path):
     mount = shared_loop_xfs.mountpoint
@@ -211,7 +210,7 @@ def test_an_offset_past_the_probe_file_is_refused_and_the_file_is_not_laid_out_a
     assert '"layout_bytes": 0' in again.stdout, again.stdout
 
 
-# --- item 16: a daemon stopped while its fio ran takes the finished result, not a timeout ------------
+# --- a daemon stopped while its fio ran takes the finished result, not a timeout ------------
 
 def test_sigstop_during_a_probe_keeps_the_probe_that_finished(shared_loop_xfs, tmp_path, daemon_factory):
     state = tmp_path / "state"

@@ -1,4 +1,4 @@
-"""Two users of one probe directory (issue 36): the daemon probes a volume while `characterize` runs on the
+"""Two users of one probe directory: the daemon probes a volume while `characterize` runs on the
 same filesystem with --cleanup. Each keeps its own files: characterize's run does not delete the daemon's
 file, the daemon's probes do not delete characterize's, --cleanup removes characterize's only, and the
 daemon's next probe reuses its layout (the same file, not a new one)."""

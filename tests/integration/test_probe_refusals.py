@@ -17,7 +17,7 @@ from tests.integration.test_cli import iowarden
 pytestmark = pytest.mark.root
 
 
-# --- item 1: a job file cannot run commands, load code or change the host -------------------
+# --- a job file cannot run commands, load code or change the host -------------------
 
 @pytest.mark.parametrize("option", ["trigger-timeout=1\ntrigger=touch {marker}",
                                     "ioengine={marker}.so", "ioscheduler=bfq"])
@@ -47,7 +47,7 @@ def test_fio_include_is_refused_before_fio_runs(tmp_path):
     assert r.returncode != 0 and "includes are not allowed" in r.stderr, r.stderr
 
 
-# --- item 2: a symlinked or system target is refused before anything is created -------------
+# --- a symlinked or system target is refused before anything is created -------------
 
 def test_symlinked_target_writes_nothing_where_it_points(shared_loop_xfs, tmp_path):
     victim = shared_loop_xfs.mountpoint / "victim"   # stands in for /etc: a test must not write there
@@ -78,7 +78,7 @@ def test_system_trees_are_refused_with_a_clear_message(path):
     assert not os.path.exists(os.path.join(path, ".iowarden"))
 
 
-# --- item 9: fio dies with the daemon, and a restarted daemon ends a leftover one ----------
+# --- fio dies with the daemon, and a restarted daemon ends a leftover one ----------
 
 def _probes_of(owner):
     """pids of processes carrying this daemon's probe marker (fio and its job processes)."""

@@ -1,5 +1,5 @@
 """Every command of the README's table, run as its row shows it, against a daemon that has probed a loop XFS
-(issue 36: the commands keep the README's word). Each row's command has an example here, or the test fails:
+(the commands keep the README's word). Each row's command has an example here, or the test fails:
 a command added to the README without one is a command nobody ran. Each example checks its exit code and
 that what the README says it prints (a column, a key, a section) is there; a filter that names nothing
 exits 1 and says so."""

@@ -1,7 +1,7 @@
 """Two volumes on one disk (partitions here; LVs on one PV are the same to the daemon): a full-speed backup on
 one fills the disk, and the other's probes, deferred and then run contended, are judged on what the disk
 delivered in total, not on their own partition, which carried the probe alone. Judged there, the healthy
-volume was paged twice in a row (issue 33: "a backup raised it on three volumes at once when they shared a
+volume was paged twice in a row ("a backup raised it on three volumes at once when they shared a
 backend"). Real partitions on a real loop device, real fio, the daemon confined to that disk."""
 import os
 import struct

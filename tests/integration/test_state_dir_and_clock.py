@@ -1,4 +1,4 @@
-"""Paths it did not make, one daemon per state directory (items 1-2), a job file's own
+"""Paths it did not make, one daemon per state directory, a job file's own
 semantics, and a wall clock stepped under the daemon. The daemon as a process on the test's own loop volume;
 every directory and user id here is the test's own."""
 import os

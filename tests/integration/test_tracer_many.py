@@ -1,4 +1,4 @@
-"""The tracer on a host of many disks (issue 37): with 64 and with 1,024 loop devices attached and every one
+"""The tracer on a host of many disks: with 64 and with 1,024 loop devices attached and every one
 of them traced, the program loads, the reading says up only once it runs, and a traced disk's latencies
 appear. The program used to filter with one comparison per disk: the verifier refused it from about ten
 disks, and above some 700 its text no longer fitted bpftrace's one -e argument.

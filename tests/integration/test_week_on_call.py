@@ -1,4 +1,4 @@
-"""A week on call, compressed (issue 33): four volumes of one size under a messy but healthy workload
+"""A week on call, compressed: four volumes of one size under a messy but healthy workload
 page nobody; one of them throttled to a third of its load pages within 5 minutes, names only itself and
 a cause, clears within 5 minutes of the throttle's removal, and is one episode per alert.
 

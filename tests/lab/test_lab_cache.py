@@ -1,4 +1,4 @@
-"""A real cache knee (issue 13): a page cache that is small, in front of a disk QEMU holds to a few hundred
+"""A real cache knee: a page cache that is small, in front of a disk QEMU holds to a few hundred
 IOPS. `iowarden characterize --sweep working-set --buffered`, run as a user runs it from the installed
 package, finds where IOPS fall as the file outgrows the cache, and that size is within a factor of two of
 the memory the page cache can use.

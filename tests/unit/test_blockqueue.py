@@ -106,7 +106,7 @@ def test_devices_below_follow_partitions_members_and_a_loop_devices_backing_file
 
 
 def test_a_burst_of_uevents_reads_again_only_the_devices_it_names(tree, monkeypatch):
-    """Issue 38: a hot-added disk re-read every device (N disks added: N x M reads). Now the names a burst
+    """A hot-added disk re-read every device (N disks added: N x M reads). Now the names a burst
     carried, their partitions and the members under them; the rest as last read, until the next poll."""
     read = blockqueue.read_sysfs_and_superblocks
     roots = tree("storage-md-dm.tree")

@@ -436,7 +436,7 @@ def test_a_line_naming_60000_devices_makes_no_label_set_for_any_of_them(tmp_path
 
 
 def test_in_the_daemon_the_budget_is_judged_on_the_samplers_reading_not_a_read_of_its_own(tmp_path, monkeypatch):
-    """One read of /proc/diskstats a tick (issue 35): given the sampler's latest reading, the tracer takes its
+    """One read of /proc/diskstats a tick: given the sampler's latest reading, the tracer takes its
     counters from it (here there is no /proc/diskstats at all), every disk's whatever the sampler watches, and
     pauses on them as before."""
     from iowarden.daemon.sources.sampler import SamplerReading

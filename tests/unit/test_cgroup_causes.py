@@ -162,7 +162,7 @@ def test_a_limit_on_the_device_under_a_stacked_loop_device_is_named_for_the_uppe
 
 def test_a_contended_probe_says_who_first_and_a_devices_limits_are_one_sentence():
     """A page's text is bounded: the read and write limits of a device in one sentence, and for a probe run
-    on a busy device the contention and who did it come first (issue 32's first question: who)."""
+    on a busy device the contention and who did it come first (the first question on call: who)."""
     from types import SimpleNamespace
     from iowarden.probes.cgroupio import IoLimit
     view = SimpleNamespace(version=1, own_cgroup="/", names={"7:3": "loop3"},

@@ -185,7 +185,7 @@ def test_the_headline_quotes_the_figure_of_the_block_size_it_names():
 
 
 def test_a_step_out_of_its_sweeps_line_or_beside_other_work_is_measured_again_and_left_out_if_still_so():
-    """Issue 36: QD8 29,184 IOPS then QD16 3,862 (the device was busy) made 'knee at 8'; a rerun said 32."""
+    """QD8 29,184 IOPS then QD16 3,862 (the device was busy) made 'knee at 8'; a rerun said 32."""
     from iowarden.daemon.commands import characterize as ch
     from iowarden.daemon.commands.characterize_report import findings, render_tables
 

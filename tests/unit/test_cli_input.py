@@ -130,7 +130,7 @@ def test_iostat_count_is_the_number_of_reports_as_sysstats(capsys):
 
 
 def test_baseline_for_a_target_or_profile_that_does_not_exist_exits_1_and_queues_nothing(tmp_path, capsys):
-    """Issue 36: `baseline accept --target nosuch` answered "queued for target nosuch" and exited 0."""
+    """`baseline accept --target nosuch` answered "queued for target nosuch" and exited 0."""
     from iowarden.daemon import cli
     from iowarden.daemon.core.state import State
     cfg = tmp_path / "c.toml"

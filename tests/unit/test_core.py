@@ -264,7 +264,7 @@ def test_the_scrape_of_what_the_core_published_matches_the_golden_file(parts):
 
 
 def test_the_core_keeps_counters_only_of_the_disk_a_probe_runs_on_from_the_sample_before_it(tmp_path):
-    """Issue 38's 130 whole samples (260 MiB at 4,000 disks) are now only the probed device's, from the sample
+    """The 130 whole samples once kept (260 MiB at 4,000 disks) are now only the probed device's, from the sample
     just before ProbeStarted: a 1 s probe between two 1 Hz samples is still bracketed (the integration test
     test_passive.py::test_busy_volume_... judges contended probes by what the disk delivered)."""
     from iowarden.daemon.events import ProbeStarted

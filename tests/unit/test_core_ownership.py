@@ -180,7 +180,7 @@ def test_the_architecture_doc_names_every_event_and_the_folders_it_describes_exi
 
 
 def test_a_contended_result_is_handled_beside_the_passive_views(tmp_path):
-    """CI, issue 33's clear: the core looked up the passive view of a contended probe's device in tuples it took
+    """The core looked up the passive view of a contended probe's device in tuples it took
     for views ('tuple' object has no attribute 'device'), and every contended result failed to be judged."""
     import dataclasses
     from iowarden.daemon.events import ProbeFinished

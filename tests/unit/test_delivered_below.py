@@ -1,7 +1,7 @@
 """A contended probe's total, read where its contention is: the physical disk under its device. Two LVs (or
 partitions) on one disk: a backup on one fills the disk, and the other's probe is deferred, then run contended.
 Its own device carries the probe alone, short of the volume's quiet normal, though the disk delivers plenty:
-judged there, a healthy volume paged (issue 33: "a backup raised it on three volumes at once when they shared
+judged there, a healthy volume paged ("a backup raised it on three volumes at once when they shared
 a backend"). A backup that begins during a probe on a quiet disk makes it a contended one too. Fake counters,
 no root."""
 from types import MappingProxyType, SimpleNamespace

@@ -145,7 +145,7 @@ def test_the_free_space_floor_scales_with_small_volumes():
 
 def test_each_user_of_a_probe_directory_removes_only_its_own_files(tmp_path):
     """characterize deleted the daemon's 256 MiB file, and the daemon's next probe deleted characterize's
-    1 GiB one (issue 36): each user now has its own names and cleans only those."""
+    1 GiB one: each user now has its own names and cleans only those."""
     import os
     from iowarden.probes import fio_run
     names = ["probe-268435456.dat", "probe-4096.tmp", "characterize-1073741824.dat", "adhoc-16777216.dat",

@@ -55,7 +55,7 @@ def test_a_burst_of_hotplug_events_is_one_reread_not_one_each():
 
 
 def test_a_failing_event_source_is_counted_waited_out_and_events_still_handled():
-    """pyudev's poll() raised outside any handler and ended the listener in silence (issue 35): now each
+    """pyudev's poll() raised outside any handler and ended the listener in silence: now each
     failure is the part's counted error, waited out (no busy loop), and the events after it are handled."""
     inv, calls = run(Monitor([(0.0, "add", "sdb")], fail_first=2), 2.5)
     assert calls == [("add", "sdb")]

@@ -1,4 +1,4 @@
-"""A log line said once, then how often it repeated (issue 36: 184 'deferred: device busy' lines in 35 min)."""
+"""A log line said once, then how often it repeated (184 'deferred: device busy' lines in 35 min)."""
 import logging
 
 from iowarden.daemon.logs import RepeatFilter

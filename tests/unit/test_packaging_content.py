@@ -33,7 +33,7 @@ def test_every_alert_has_a_unit_test_and_annotations():
 
 
 def test_every_alert_fires_on_its_first_event_from_an_empty_series():
-    """Issue 33: a rule that needs a second event (increase() over a series born at its first count) misses
+    """A rule that needs a second event (increase() over a series born at its first count) misses
     the first; the promtool group "from an empty series" must name every alert."""
     import yaml
     rules = yaml.safe_load((PROM / "iowarden.rules.yml").read_text())

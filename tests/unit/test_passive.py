@@ -184,7 +184,7 @@ def test_what_a_volume_has_shown_is_its_rate_at_full_util_and_at_one_request_siz
 
 
 def test_a_healthy_volume_at_full_speed_is_busy_not_at_a_limit():
-    """A backup or a compaction at the device's own best: flat, queued, and not a page (issue 33)."""
+    """A backup or a compaction at the device's own best: flat, queued, and not a page."""
     det = PassiveDetector()
     events = []
     for i in range(30):
@@ -201,7 +201,7 @@ def test_a_healthy_volume_at_full_speed_is_busy_not_at_a_limit():
 
 
 def test_a_compaction_writing_at_full_speed_is_not_held_below_a_backups_reads():
-    """The soak (issue 33): 1 MiB reads of a backup at 8,000 IOPS, then a compaction's 1 MiB writes flat at
+    """The soak: 1 MiB reads of a backup at 8,000 IOPS, then a compaction's 1 MiB writes flat at
     2,100, the most the device writes: "at its limit: 26% of the 8,038 IOPS it has delivered" compared
     writes with reads. Each direction is compared with itself."""
     def one_mib(w, direction):
@@ -538,7 +538,7 @@ def test_the_ceiling_is_set_beside_the_characterized_capability_and_load_is_meas
 
 
 def test_an_acute_alert_clears_when_the_fault_ends_on_a_host_busier_than_it_learned():
-    """CI, issue 33's soak: the device learned its normal, then ran 1.3x it in health (a busier host: below
+    """The device learned its normal, then ran 1.3x it in health (a busier host: below
     a shift, nothing raised), then was throttled (acute: raised). Once the throttle is gone the hour's median
     is 1.3x; the acute alert clears on the last ten minutes and what would raise a shift, not on 1.2x."""
     busy = DAY + 240
@@ -560,7 +560,7 @@ def _scaled(windows, factor: float, first: int):
 
 @pytest.mark.parametrize("seed", [13, 14, 15])
 def test_a_pair_member_named_on_its_last_windows_is_not_cleared_while_they_stay_slow(seed):
-    """The lab's flap (issue 33): SlowMember raised on the last windows (severe) cleared two seconds later on
+    """The lab's flap: SlowMember raised on the last windows (severe) cleared two seconds later on
     the whole run's median, still below the clear ratio because the slowdown was new, then raised again. A
     verdict raised on the recent windows clears on them: one episode while the member stays slow."""
     p = PassiveParams()

@@ -101,7 +101,7 @@ def test_the_evidence_is_a_gauge_beside_its_threshold():
 
 
 def test_a_third_of_a_group_slow_does_not_drag_the_reference_and_fewer_leave_it_as_it_was():
-    """Issue 34: the reference a member is judged against is the healthy drives', however many of a third or
+    """The reference a member is judged against is the healthy drives', however many of a third or
     more are slow; with fewer slow, the plain median and MAD the parameters were tuned with."""
     import random
     import statistics
@@ -124,7 +124,7 @@ def test_a_third_of_a_group_slow_does_not_drag_the_reference_and_fewer_leave_it_
 
 
 def test_a_drive_slow_beyond_doubt_is_judged_against_the_rest_and_the_rest_keep_the_plain_reference():
-    """Issue 34: three of twelve at 2x move the plain median up and widen the MAD (on cluster A's host_20 from
+    """Three of twelve at 2x move the plain median up and widen the MAD (on cluster A's host_20 from
     6 % to 11 %); each of them is judged against the nine it cannot drag, and stands further out. A drive at
     1.1x beside a 1.6x one (cluster C's disk3 beside its disk1) keeps the plain reference: it is not measured
     against a spread the 1.6x one no longer widens."""

@@ -77,7 +77,7 @@ def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
     alert = Snapshot(taken_at=0.0, version="t", alerts=(AlertView("VolumeDegraded", "vol", "rr", "db", "critical",
                                                                   0.0, 1),))
     assert suspected_fault(alert, "db", "rr") == "probe"
-    # issue 33: a passive verdict open on the probe's volume (or its device): the busy disk is the fault's
+    # a passive verdict open on the probe's volume (or its device): the busy disk is the fault's
     for passive in (AlertView("VolumeAtLimit", "vol", "passive", "sdb", "warning", 0.0, 2),
                     AlertView("DeviceSlow", "other", "passive", "sdx", "critical", 0.0, 3, devices=("vol",))):
         on = Snapshot(taken_at=0.0, version="t", probes=(probe,), alerts=(passive,))
@@ -111,7 +111,7 @@ def test_host_wide_pressure_holds_a_routine_probe_a_minute_and_it_is_then_no_con
 
 
 def test_host_wide_pressure_does_not_hold_a_volume_still_learning_or_under_suspicion():
-    """Issue 32: on a host whose other disks stall all day, twelve warm-up probes each held max_deferral_seconds
+    """On a host whose other disks stall all day, twelve warm-up probes each held max_deferral_seconds
     left a new volume unarmed for two hours. Its own disk's util still holds it."""
     stalled = Load({}, 40.0, 60.0)
     assert run(0.0, [c("db")], load=stalled)[("db", "rr")].reason == "io_pressure"   # routine: waits

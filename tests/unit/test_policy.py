@@ -391,7 +391,7 @@ def test_an_alert_raised_by_a_collapse_clears_on_contended_probes_once_the_busy_
 
 
 def test_a_contended_probe_clears_the_alert_when_the_device_serves_its_load_at_its_normal_latency(tmp_path):
-    """The soak (issue 33): the throttle gone, a database mix keeps every probe contended, and a probe of 32 in
+    """The soak: the throttle gone, a database mix keeps every probe contended, and a probe of 32 in
     flight beside it gets 60 % of its quiet figure in total: the passive view says the device serves its load
     at its normal latency, which is the evidence the fault is over. Not below half the probe's normal: a limit
     above the block layer (invisible to the passive view) holds it far below that."""

@@ -83,7 +83,7 @@ def test_an_md_array_going_clean_and_active_by_itself_is_no_drift_but_read_only_
 
 
 def test_drift_is_watched_only_on_the_samplers_devices(tree):
-    """Issue 33, item 6: the settings poller watched every device, other software's included; the sampler's
+    """The settings poller watched every device, other software's included; the sampler's
     filter ([sampler] devices / exclude_devices) governs drift too, host settings always watched."""
     from iowarden.probes import blockqueue, cpupower
     devices = blockqueue.read_sysfs_and_superblocks(tree("storage-md-dm.tree"))
@@ -95,7 +95,7 @@ def test_drift_is_watched_only_on_the_samplers_devices(tree):
 
 
 def test_a_name_that_now_holds_another_device_is_no_drift(tree):
-    """Issue 36: IowardenSettingsDrift fired whenever other software re-attached a loop device ("loop0
+    """IowardenSettingsDrift fired whenever other software re-attached a loop device ("loop0
     scheduler: mq-deadline -> none"): a new device with the kernel's defaults, not a drifted one."""
     from dataclasses import replace
     from iowarden.probes import blockqueue, cpupower

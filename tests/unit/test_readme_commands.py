@@ -1,4 +1,4 @@
-"""The README's command table and the parser agree (issue 36): every command it lists exists, and every
+"""The README's command table and the parser agree: every command it lists exists, and every
 option it shows is one that command's --help describes. Run as a user would, through the CLI's module."""
 import re
 import subprocess

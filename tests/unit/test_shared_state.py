@@ -1,5 +1,5 @@
 """Shared state under concurrent access: the budget and health driven
-from threads directly, no root, no fio. Fair turns on one disk (item 11) are in test_policy.py."""
+from threads directly, no root, no fio. Fair turns on one disk are in test_policy.py."""
 import random
 import threading
 import time
@@ -46,7 +46,7 @@ def _record(target, i, iops):
 
 
 def test_the_core_fed_by_concurrent_workers_reloads_and_scrapes_loses_nothing(tmp_path):
-    """Issue 35: health lives on the core thread only (no lock). Four probe workers post results, a reload
+    """Health lives on the core thread only (no lock). Four probe workers post results, a reload
     thread posts new targets, a scraper renders every snapshot, with the GIL switching every microsecond:
     no exception, every result a row, every result in its volume's detector."""
     import sys

@@ -1,5 +1,5 @@
 """A source with a process of its own is stopped by the daemon's main thread while its part's thread may be
-reading it (issue 35: "no part is stopped from another thread while stepping"): sources/spec.py `stoppable`."""
+reading it ("no part is stopped from another thread while stepping"): sources/spec.py `stoppable`."""
 import threading
 import time
 

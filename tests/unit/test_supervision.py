@@ -129,7 +129,7 @@ def test_the_influxdb_summary_of_the_same_sample_twice_is_no_interval_not_a_cras
 
 
 def test_a_task_is_counted_a_crash_said_and_a_hung_one_stuck(running, caplog):
-    """Issue 35: the probe workers are tasks of a supervised part: each run counted, a crash counted and
+    """The probe workers are tasks of a supervised part: each run counted, a crash counted and
     said with its traceback, and one running past its deadline makes the part stuck (the watchdog sees it)."""
     clock = [0.0]
     reg = Registry(clock=lambda: clock[0])
