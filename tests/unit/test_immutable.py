@@ -112,12 +112,7 @@ def test_the_passive_parts_events_and_a_snapshot_with_its_alert_are_values(tmp_p
     from iowarden.daemon.passive.part import PassiveWatch
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.verdicts.health import Health
-    from tests.unit.test_passive import FakeSampler
-
-    def sample(t, reads, read_ms):
-        c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
-                                   io_ms=int(t * 1000 * 0.99), weighted_io_ms=int(t * 24000))
-        return diskstats.DiskSample(t, {"sdz": c})
+    from tests.unit.test_passive import FakeSampler, held_at_a_limit
 
     st = State(str(tmp_path / "s.db"))
     core = Core(st, Health(st, DetectorParams()), "test")
@@ -129,13 +124,8 @@ def test_the_passive_parts_events_and_a_snapshot_with_its_alert_are_values(tmp_p
         core.run_batch([e])
     sampler = FakeSampler()
     part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, post)
-    reads = read_ms = 0
-    for i in range(14):   # 8,000 IOPS in its first window, then held at 2,000 with a queue of 24 waiting 12 ms
-        sampler.last_sample = sample(15.0 * i, reads, read_ms)
+    for _, sampler.last_sample in held_at_a_limit():
         part.step()
-        n = 120000 if i == 0 else 30000
-        reads += n
-        read_ms += n * (1 if i == 0 else 12)
     post(part.final_event())
     assert ("PassiveJudged", True, True) in kinds   # a transition and its saves were among them
     assert found == []

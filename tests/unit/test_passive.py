@@ -368,32 +368,39 @@ class FakeSampler:
         self.reading = SamplerReading(s, MappingProxyType({}), frozenset(s.counters), None)
 
 
+def sdz_sample(t: float, reads: int, read_ms: int):
+    """sdz's counters at t: a queue of 24 kept all the while (what a volume held at a limit shows)."""
+    from iowarden.probes import diskstats
+    c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
+                               io_ms=int(t * 1000 * 0.99), weighted_io_ms=int(t * 24000))
+    return diskstats.DiskSample(t, {"sdz": c})
+
+
+def held_at_a_limit(windows: int = 14):
+    """sdz window by window, as a 15 s part steps: 8,000 IOPS in its first window, then held at 2,000 with a
+    queue of 24 waiting 12 ms. Yields (window index, its sample)."""
+    reads = read_ms = 0
+    for i in range(windows):
+        yield i, sdz_sample(15.0 * i, reads, read_ms)
+        n = 120000 if i == 0 else 30000
+        reads += n
+        read_ms += n * (1 if i == 0 else 12)
+
+
 def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path):
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.verdicts.health import Health
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
     from iowarden.daemon.passive.part import PassiveWatch
-    from iowarden.probes import diskstats
-
-
-    def sample(t, reads, read_ms):
-        c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
-                                   io_ms=int(t * 1000 * 0.99), weighted_io_ms=int(t * 24000))
-        return diskstats.DiskSample(t, {"sdz": c})
 
     st = State(str(tmp_path / "s.db"))
     health = Health(st, DetectorParams())
     core = Core(st, health, "test")   # the part posts, the core applies (here at once, on this thread)
     sampler = FakeSampler()
     part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]))
-    reads = read_ms = 0
-    for i in range(14):   # 8,000 IOPS in its first window, then held at 2,000 with a queue of 24 waiting 12 ms
-        sampler.last_sample = sample(15.0 * i, reads, read_ms)
+    for _, sampler.last_sample in held_at_a_limit():
         part.step()
-        n = 120000 if i == 0 else 30000
-        reads += n
-        read_ms += n * (1 if i == 0 else 12)
     (alert,) = st.alerts(open_only=True)
     assert alert["alert"] == "VolumeAtLimit" and alert["identity"] == "kernel:sdz" and alert["target"] == "sdz"
     assert "sdz is at its limit: 2,000 IOPS" in alert["causes"][0]
@@ -414,13 +421,8 @@ def test_the_part_takes_the_cores_word_for_which_devices_its_own_probes_ran_on(t
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
     from iowarden.daemon.passive.part import PassiveWatch
-    from iowarden.probes import diskstats
     from iowarden.probes.fio_run import ProbeResult
-
-    def sample(t, reads, read_ms):
-        c = diskstats.DiskCounters(8, 0, "sdz", reads=reads, sectors_read=reads * 8, read_ms=read_ms,
-                                   io_ms=int(t * 1000 * 0.99), weighted_io_ms=int(t * 24000))
-        return diskstats.DiskSample(t, {"sdz": c})
+    sample = sdz_sample
 
     st = State(str(tmp_path / "s.db"))
     now = [0.0]   # the sampler's clock and the core's: one monotonic clock in the daemon
