@@ -32,6 +32,7 @@ class Candidate:
     waiting: bool = False               # already held back by another probe (counted once)
     warming_up: bool = False            # its volume is still learning: the warm-up's budget applies
     suspected: bool = False             # an alert is open on it, or its last probe was far off its normal
+    volume_unprobed_seconds: float | None = None   # since a probe of any profile of its target last started
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,12 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
             # contended (a volume busy from its first minute: see Scheduler, learned under load)
             limit = min(rules.max_deferral_seconds, c.interval_seconds, rules.suspect_deferral_seconds) \
                 if c.suspected or c.warming_up else rules.max_deferral_seconds
+            if c.volume_unprobed_seconds is not None and busy:
+                # every volume is measured at least once an interval, busy or not: its other profiles may wait
+                # out max_deferral_seconds, but when this one would leave the volume unmeasured past its interval
+                # it runs now, contended (a volume busy with backups by night went 1.5 intervals unmeasured)
+                if c.volume_unprobed_seconds + c.needed_seconds + DEFER_RETRY_SECONDS >= c.interval_seconds:
+                    limit = 0.0
             if not busy:
                 # the stall is the host's, its own disk is quiet: a short stall is waited out, a long one (the
                 # other disks busy all afternoon) would leave this volume unwatched for max_deferral_seconds

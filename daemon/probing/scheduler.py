@@ -127,7 +127,7 @@ class Scheduler:
                     prev = old.get((t.name, p))
                     # first runs are spread over the first interval (at most a minute): a restart fires not all at once
                     first = now + self.rng.uniform(1.0, min(t.interval_seconds, 60.0))
-                    self.due.append(Due(t, p, prev.next_at if prev else first))
+                    self.due.append(Due(t, p, prev.next_at, started_at=prev.started_at) if prev else Due(t, p, first))
 
     def device_of(self, target: Target) -> str | None:
         """Kernel name of the block device a target lives on (itself, for a device target), from its path's
@@ -213,6 +213,10 @@ class Scheduler:
         fresh_since = self.paths.clock() - 3 * PATH_ASK_EVERY_SECONDS
         by_key, candidates, fitted = {}, [], dict(self.fit.intervals)
         stretch = self._fit()
+        last_start: dict[str, float] = {}   # target -> when a probe of any of its profiles last started
+        for d in self.due:
+            if d.started_at is not None:
+                last_start[d.target.name] = max(last_start.get(d.target.name, d.started_at), d.started_at)
         for d in due:
             if (answer := answers.get(d.target.path)) is None or answer.at < fresh_since:
                 continue   # asked: it runs at a later step, on a fresh answer
@@ -228,7 +232,8 @@ class Scheduler:
                                                                                    default=1.0))
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
-                                        bool(self.suspected(d.target.name, d.profile))))
+                                        bool(self.suspected(d.target.name, d.profile)),
+                                        now - last_start[d.target.name] if d.target.name in last_start else None))
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))

@@ -142,3 +142,23 @@ def test_a_deferred_probe_keeps_its_rate_but_never_runs_twice_within_half_an_int
     assert (d.action, d.next_at) == ("run", 350.0)
     d = run(100.0, [c("db", deferred_since=0.0)], load=busy, rules=Rules(50.0, 100.0, 0.1))[("db", "rr")]
     assert (d.action, d.next_at) == ("run", 300.0)
+
+
+def test_a_busy_volume_is_still_measured_once_an_interval_by_whichever_profile_falls_due():
+    busy = Load({"sdb": 80.0}, None, 1e9)
+    # probed 100 s ago: a routine probe waits for the busy disk as before
+    early = run(100.0, [c("db", deferred_since=50.0, volume_unprobed_seconds=100.0)], load=busy)[("db", "rr")]
+    assert early.action == "hold" and early.reason == "busy"
+    # one more retry would leave the volume unmeasured past its 300 s interval (5 s of probe, 5 s to the retry)
+    edge = 300.0 - 5.0 - DEFER_RETRY_SECONDS
+    held = run(200.0, [c("db", deferred_since=50.0, volume_unprobed_seconds=edge - 0.1)], load=busy)[("db", "rr")]
+    assert held.action == "hold"
+    now = run(200.0, [c("db", "rr", due_at=10.0, deferred_since=50.0, volume_unprobed_seconds=edge),
+                      c("db", "rw", due_at=20.0, deferred_since=50.0, volume_unprobed_seconds=edge)], load=busy)
+    # one probe measures the volume, contended; its other profile keeps waiting for the disk
+    assert now[("db", "rr")].action == "run" and now[("db", "rr")].contended
+    assert now[("db", "rw")].action == "hold" and now[("db", "rw")].reason == "waiting_for_disk"
+    # host-wide pressure on a quiet disk is not this rule's: it holds a minute at most, as before
+    stalled = Load({}, 90.0, 1e9)
+    assert run(200.0, [c("db", deferred_since=190.0, volume_unprobed_seconds=edge)],
+               load=stalled)[("db", "rr")].reason == "io_pressure"

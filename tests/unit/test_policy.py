@@ -128,6 +128,44 @@ def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended()
     assert sch.skipped()[("db", "busy")] >= 5                     # every deferral counted
 
 
+class BusySpells(Sampler):
+    """A disk busy in seeded spells of 1-25 minutes (backups, compactions) between quiet ones of 1-10."""
+
+    def __init__(self, clock, seed):
+        rng, at, self.spells = random.Random(seed), clock.now, []
+        while at < clock.now + 5 * 3600:
+            length = rng.uniform(60, 1500)
+            self.spells.append((at, at + length))
+            at += length + rng.uniform(60, 600)
+        self.clock = clock
+
+    def recent_util_percent(self, disk):
+        return 95.0 if any(a <= self.clock.now < b for a, b in self.spells) else 5.0
+
+
+def test_the_example_configuration_measures_every_volume_once_an_interval_however_busy_its_disk():
+    """Its four profiles wait for a busy disk up to max_deferral_seconds (600 s, two intervals), so a volume
+    busy for ten minutes went that long unmeasured. Whatever the spells, one profile runs by the interval."""
+    from pathlib import Path
+    example = (Path(__file__).resolve().parents[2] / "config.example.toml").read_text()
+    cfg = config.parse(example)
+    (target,) = cfg.targets
+    interval = target.interval_seconds
+    for seed in range(4):
+        clock = Clock()
+        sch = FakeRun(cfg, Roots(), BusySpells(clock, seed), post=None, rng=random.Random(seed), clock=clock)
+        for p in target.profiles:
+            sch.learned[(target.name, p)] = 100    # armed: routine probes, which may wait for the disk
+        started = clock.now
+        while clock.now < started + 4 * 3600:
+            sch.tick(5.0)
+        starts = [at for at, _, _ in sch.ran]
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        assert len(starts) > 4 * 3600 / interval and max(gaps) <= interval, (seed, max(gaps))
+        assert any(contended for _, _, contended in sch.ran)          # the spells did defer some
+        assert sch.skipped()[(target.name, "busy")] > 0
+
+
 def test_a_volume_busy_from_its_first_minute_learns_under_load_and_arms():
     """Every warm-up probe of a volume whose device is never idle once waited out its deferral, ran
     contended and was not learned: not armed after 53 minutes. A warm-up probe waits one warm-up interval
