@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from iowarden.probes.vocabulary import BASELINED_LATENCIES, HIGHER_IS_WORSE, LOWER_IS_WORSE
 
 from iowarden.daemon.alert_kinds import severity_of
+from iowarden.daemon.verdicts.window import SortedWindow
 
 MAD_TO_SIGMA = 1.4826
 
@@ -139,7 +140,7 @@ class Detector:
             self.sign = -1.0
         else:
             raise ValueError(f"unknown metric direction for {self.metric!r}")
-        self.values = deque(self.values, maxlen=self.params.window)
+        self.values = SortedWindow(self.values, maxlen=self.params.window)
         self.recent = deque(self.recent, maxlen=max(self.params.warmup_probes, 1))
         self.short = deque(self.short, maxlen=self.params.drift_probes)
         self.shown = deque(self.shown, maxlen=self.params.window)
@@ -152,14 +153,18 @@ class Detector:
         """(centre, spread) in log units, or None during warm-up."""
         if len(self.values) < self.params.warmup_probes:
             return None
-        vals = list(self.values)
-        centre = statistics.median(vals)
-        mad = statistics.median(abs(v - centre) for v in vals)
+        vals = self.values
+        centre = vals.median()
+        mad = vals.mad(centre)
         # a MAD of a dozen autocorrelated values often reads low: widen it while the sample is small
         # (x1.67 at 12 values, x1.16 at 50, x1.03 at a day of probes), or the first hour after warm-up
         # pages on noise
         small_sample = 1 + 8 / len(vals)
         return centre, max(MAD_TO_SIGMA * mad * small_sample, self.params.min_spread_log)
+
+    def _worst_learned(self) -> float:
+        """The worst learned value, signed (positive is worse)."""
+        return self.values.highest() if self.sign > 0 else -self.values.lowest()
 
     def deviation(self) -> float | None:
         """The last value's distance from the baseline in spreads (positive is worse); None while learning.
@@ -192,7 +197,7 @@ class Detector:
         if base is None:
             self.values.append(x)
             self.short.append(x)
-            return Verdict(value, math.exp(statistics.median(self.values)), 0.0, 0.0, False, learning=True)
+            return Verdict(value, math.exp(self.values.median()), 0.0, 0.0, False, learning=True)
         centre, spread = base
         if self.anchor is None or (len(self.values) < p.window and not self.alerting):
             # the anchor settles as the first window fills: a median of a dozen probes is too rough
@@ -212,7 +217,7 @@ class Detector:
         # "Anything the volume has shown" counts its spikes: on a volume whose probes spike 100x now and then,
         # a 100x probe is one more of them. A candidate is kept out of it until the next probe says whether it
         # was a collapse (then it stays out: the collapse is not what the volume shows when healthy).
-        worst_shown = max([self.sign * v for v in self.values] + list(self.shown))
+        worst_shown = max(self._worst_learned(), max(self.shown, default=float("-inf")))
         collapse = (self.sign * (x - centre) > math.log(p.collapse_ratio)
                     and self.sign * x - worst_shown > math.log(p.extreme_ratio))
         if collapse:
@@ -228,7 +233,7 @@ class Detector:
             self.cusum = max(self.cusum, p.h + p.z_cap)
         # outside: the run of probes beyond anything learned, on a volume too noisy for the CUSUM to see it. Its
         # range is the learned values only (spikes are not learned), and the run is not learned either
-        worst_learned = max(self.sign * v for v in self.values)
+        worst_learned = self._worst_learned()
         outside = (self.sign * (x - centre) > math.log(p.outside_ratio)
                    and self.sign * x - worst_learned > math.log(p.outside_margin))
         self.outside_streak = self.outside_streak + 1 if outside else 0
