@@ -31,7 +31,7 @@ from iowarden.daemon.core.core import CORE_STUCK_SECONDS, Core, CounterReaders
 from iowarden.daemon.events import Housekeeping, SourceRead, TargetsChanged
 from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import health_from
 from iowarden.daemon.verdicts.pins import pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory, device_changes
@@ -91,12 +91,11 @@ class Daemon:
             except statedir.StateDirRefused as exc:
                 raise StartRefused(f"refusing to start: {exc}", EXIT_CONFIG) from None
             self.influx = InfluxOutput(c.section("influxdb"), spool, lambda: self.core.snapshot)
-        on_event = self.influx.event if self.influx is not None else None
         post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
         self.sampler = Sampler(roots, c.section("sampler").devices, post, c.section("sampler").exclude_devices)
         self.settings = SettingsPoller(roots, post)
         self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post, wanted=self._watched)
-        self.health = Health(self.state, DetectorParams.from_config(c.section("detector")), on_event=on_event)
+        self.health = health_from(self.state, DetectorParams.from_config(c.section("detector")))
         self.scheduler = Scheduler(self.cfg, roots, self.sampler, post,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
                                    devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable
 
-from iowarden.daemon.core import knowledge, retention, space
+from iowarden.daemon.core import effects, knowledge, retention, space
 from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, IntervalsFitted, PassiveJudged,
                                    ProbeFinished, ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.registry import PartStats
@@ -78,7 +78,6 @@ class Core:
         self._failing: dict[str, tuple[int, float, str]] = {}   # event type -> (failed in a row, since, last error)
         self._last_handled_wall: float | None = None
         self._thread: threading.Thread | None = None
-        health.place_of = self.place_of   # where an alert is, for its sentence
 
     def place_of(self, name: str, passive: bool) -> tuple[str | None, tuple[str, ...]]:
         """(mount point, devices) of a target (its last probe's path and device), or of a device (a target on
@@ -93,6 +92,10 @@ class Core:
         r = views[-1].result
         return knowledge.mount_of(r.path, self.known.xfs_at) or r.path, (name,) if passive else (
             (r.device,) if r.device else ())
+
+    def act(self, changes) -> list[str]:
+        """What the health verdicts decided, acted on: written, said in the journal, sent to the outputs."""
+        return effects.apply(changes, self.state, self.influx.event if self.influx is not None else None)
 
     @property
     def last_result(self):
@@ -235,7 +238,8 @@ class Core:
         if e.sampled is not None:
             k.sampled = e.sampled
         k.keep_sample(e.unix_time, e.sample)
-        self.health.apply_requests(k.identity_of_target)   # operators' requests, taken every second
+        # operators' requests, taken every second
+        self.act(self.health.apply_requests(effects.requests_of(self.state), k.identity_of_target))
 
     def _on_devices(self, e: DevicesRead) -> None:
         self.known.take_devices(e)
@@ -254,7 +258,8 @@ class Core:
         for transition, device in e.transitions:
             facts = advice.device_facts(device, self.known.devices, self.source_causes) \
                 if transition.state != "cleared" else None
-            self.health.on_passive(transition, device, self.passive_causes(transition, device), facts)
+            self.act(self.health.on_passive(transition, device, self.passive_causes(transition, device), facts,
+                                            self.place_of(device, True)))
         self.known.passive_views, self.known.passive_host_ratio = e.views, e.host_slowdown_ratio
         now = time.time()
         for identity, metric, st in e.saves:
@@ -283,7 +288,7 @@ class Core:
             for key in [key for key in self.known.latency_totals if key[0] == name]:
                 del self.known.latency_totals[key]   # its histogram leaves /metrics with its other series
             self.known.full.pop(name, None)          # a volume gone is no cause of anything
-            self.health.target_dropped(name, why)
+            self.act(self.health.target_dropped(name, why))
 
     def _on_housekeeping(self, e: Housekeeping) -> None:
         if e.job == "retention":

@@ -219,7 +219,8 @@ def apply_result(core, e: ProbeFinished) -> None:
     # the evidence is gathered before the judgement: health judges on what it is given, and never calls back
     # into the core (a callback that read health again was the reason for a re-entrant lock)
     causes = causes_of(core, e, core.health.baseline_since(identity, result.profile))
-    core.health.on_result(record, identity, lambda since: causes, context)
+    core.act(core.health.on_result(record, identity, lambda since: causes, context,
+                                   core.place_of(result.target, False)))
 
 
 def bytes_moved(result) -> float:

@@ -227,16 +227,24 @@ class State:
     def delete_baselines(self, identity: str, profile: str) -> None:
         self._write(("DELETE FROM baselines WHERE identity = ? AND profile = ?", (identity, profile)))
 
-    def open_alert(self, alert: str, identity: str, target: str, profile: str, metric: str | None,
-                   severity: str, evidence: dict, causes: list[str]) -> int:
+    def next_alert_id(self) -> int:
+        """The id the next alert takes: alert ids are never reused, whatever was raised and cleared before."""
         with self._lock:
-            alert_id = self._next_alert_id
-            self._next_alert_id += 1
+            return self._next_alert_id
+
+    def open_alert(self, alert: str, identity: str, target: str, profile: str, metric: str | None,
+                   severity: str, evidence: dict, causes: list[str], alert_id: int | None = None,
+                   raised_at: float | None = None) -> int:
+        """Record a raised alert, under the id its verdict gave it (or the next one)."""
+        with self._lock:
+            if alert_id is None:
+                alert_id = self._next_alert_id
+            self._next_alert_id = max(self._next_alert_id, alert_id + 1)
         self._write((
             "INSERT INTO alerts (id, alert, identity, target, profile, metric, severity, raised_at, evidence, causes)"
             " VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (alert_id, alert, identity, target, profile, metric, severity, time.time(), _json(evidence),
-             _json(causes))))
+            (alert_id, alert, identity, target, profile, metric, severity,
+             time.time() if raised_at is None else raised_at, _json(evidence), _json(causes))))
         return alert_id
 
     def update_alert(self, alert_id: int, severity: str, evidence: dict, causes: list | None = None) -> None:

@@ -11,6 +11,8 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from iowarden.probes.vocabulary import metrics_of
 
@@ -18,10 +20,11 @@ from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.snapshot import NOT_PROBE_PROFILES, PASSIVE_PROFILE
 from iowarden.daemon.verdicts import contended
 from iowarden.daemon.verdicts.advice import advice_of
+from iowarden.daemon.verdicts.changes import (AlertClosed, AlertRaised, AlertUpdated, BaselineSaved, BaselinesDropped,
+                                              PinChanged, Said)
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.verdicts.pins import pin_refusal, stable_identity
 from iowarden.daemon.verdicts.sentence import alert_text
-from iowarden.daemon.wording import duration_said
 
 log = logging.getLogger("iowarden")
 
@@ -57,15 +60,28 @@ class OpenAlert:
     acked_at: float | None = None
 
 
+@dataclass(frozen=True)
+class Saved:
+    """What the state database holds of health, read once at start (core/effects.py reads it)."""
+    pins: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    baselines: tuple = ()        # (identity, profile, metric, learned_at, detector state) rows
+    open_alerts: tuple = ()      # the open alerts' rows, as the state database gives them
+    next_alert_id: int = 1       # alert ids are never reused: the next after every one ever raised
+
+
+NOWHERE = (None, ())   # (mount point, devices) of an alert whose place is not known
+
+
 class Health:
-    def __init__(self, state, params: DetectorParams = DetectorParams(), on_event=None):
+    def __init__(self, params: DetectorParams = DetectorParams(), saved: Saved = Saved()):
         """Owned by the core: every method runs on the core's thread (probe workers read the pins from the
-        snapshot, outputs the views), so there is no lock; the evidence of a judgement is gathered first."""
-        self.state = state
-        self.on_event = on_event or (lambda **event: None)   # alert transitions, for the outputs
-        # (target or device) -> (mount point, devices): where an alert is, for its sentence (set by the core)
-        self.place_of = lambda name, passive: (None, ())
+        snapshot, outputs the views), so there is no lock; the evidence of a judgement is gathered first.
+
+        It decides and keeps its verdicts' memory; every method that judges returns what changed
+        (verdicts/changes.py), and the core acts on it: nothing here writes, logs a page or calls out."""
         self.params = params
+        self._changes: list = []
+        self.next_alert_id = saved.next_alert_id
         self.detectors: dict[tuple[str, str, str], Detector] = {}
         self.learned_at: dict[tuple[str, str, str], float] = {}
         self.open: dict[tuple[str, str, str], OpenAlert] = {}   # (alert name, identity, profile)
@@ -76,8 +92,8 @@ class Health:
         self.quiet_good: dict[tuple, int] = {}  # alert raised on a busy device's totals -> quiet probes at baseline since
         # target name -> the volume identity it was first probed on: a directory whose
         # filesystem is no longer mounted must not be probed on the disk beneath it
-        self.pins: dict[str, str] = state.pins()
-        for identity, profile, metric, learned_at, st in state.load_baselines():
+        self.pins: dict[str, str] = dict(saved.pins)
+        for identity, profile, metric, learned_at, st in saved.baselines:
             if profile in NOT_PROBE_PROFILES:
                 continue   # the passive detector's curves (passive_part), characterize's capability, sources
             try:   # a row that decodes but is not a baseline is learned again; the rest load
@@ -85,7 +101,7 @@ class Health:
                 self.learned_at[(identity, profile, metric)] = learned_at
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.error("baseline %s/%s/%s in the state database is damaged (%s)", identity, profile, metric, exc)
-        for a in state.alerts(open_only=True):
+        for a in saved.open_alerts:
             try:
                 where = a["evidence"].get("where") or {}
                 self.open[(a["alert"], a["identity"], a["profile"])] = OpenAlert(
@@ -124,15 +140,21 @@ class Health:
     def pin_refusal(self, target: str, identity: str | None) -> str | None:
         return pin_refusal(self.pins, target, identity)
 
-    def apply_requests(self, identity_of_target) -> None:
-        """Operator requests from `iowarden baseline accept|reset` (queued in the state database)."""
-        for action, target, profile in self.state.take_baseline_requests():
+    def _take(self) -> list:
+        out, self._changes = self._changes, []
+        return out
+
+    def apply_requests(self, requests, identity_of_target) -> list:
+        """Operator requests from `iowarden baseline accept|reset` and `iowarden ack` (queued in the state
+        database): (action, target, profile, ack), ack being (who, note) of an acknowledged alert whose id is
+        the target, or None. Returns what changed."""
+        for action, target, profile, ack in requests:
             if action == "ack":
-                self._take_ack(target)
+                self._take_ack(target, ack)
                 continue
             if action == "reset" and target and target in self.pins:
                 del self.pins[target]
-                self.state.set_pin(target, None)
+                self._changes.append(PinChanged(target, None))
             for key in list(self.detectors):
                 ident, prof, _ = key
                 if target and identity_of_target(target) != ident or profile and prof != profile:
@@ -143,31 +165,43 @@ class Health:
                 else:
                     del self.detectors[key]
                     self.learned_at.pop(key, None)
-                    self.state.delete_baselines(ident, prof)
-                log.warning("baseline %s for %s %s %s (operator request)", action, ident, prof, key[2],
-                            extra={"VOLUME": ident, "PROBE": prof})
+                    self._changes.append(BaselinesDropped(ident, prof))
+                self._changes.append(Said(logging.WARNING, "baseline %s for %s %s %s (operator request)",
+                                          (action, ident, prof, key[2]), {"VOLUME": ident, "PROBE": prof}))
                 if action == "accept" and key in self.detectors:
                     self.learned_at[key] = time.time()
-                    self.state.save_baseline(ident, prof, key[2], self.learned_at[key], det.to_state())
+                    self._changes.append(BaselineSaved(ident, prof, key[2], self.learned_at[key], det.to_state()))
             for akey, a in list(self.open.items()):
                 if a.alert == "VolumeDegraded" and (not profile or akey[2] == profile) and \
                         (not target or identity_of_target(target) == akey[1]):
                     self._close(akey, "baseline " + action)
+        return self._take()
 
-    def _take_ack(self, alert_id: str | None) -> None:
+    @staticmethod
+    def acked_alert_id(target: str | None) -> int | None:
+        """The alert id an "ack" request names (its target), or None for one that names none."""
+        return int(target) if target and target.isdigit() else None
+
+    def _take_ack(self, alert_id: str | None, ack) -> None:
         """`iowarden ack` wrote who and why on the alert's row and queued its id: the open alert takes them."""
-        if not (alert_id and alert_id.isdigit()):
+        aid = self.acked_alert_id(alert_id)
+        if aid is None or ack is None:
             return
-        aid = int(alert_id)
-        ack = self.state.alert_ack(aid)
         for a in self.open.values():
-            if ack is not None and a.id == aid:
+            if a.id == aid:
                 a.acked_by, a.ack_note, a.acked_at = *ack, a.acked_at or time.time()
-                log.warning("ALERT %s #%d acknowledged by %s: %s", a.alert, a.id, a.acked_by, a.ack_note or "no note",
-                            extra={"ALERT": a.alert, "TARGET": a.target})
+                self._changes.append(Said(logging.WARNING, "ALERT %s #%d acknowledged by %s: %s",
+                                          (a.alert, a.id, a.acked_by, a.ack_note or "no note"),
+                                          {"ALERT": a.alert, "TARGET": a.target}))
 
-    def on_result(self, record: dict, identity: str, causes_fn, context: dict | None = None) -> list[str]:
-        """Feed one probe result; returns the alert transitions it caused (for logs and tests)."""
+    def on_result(self, record: dict, identity: str, causes_fn, context: dict | None = None,
+                  place: tuple = NOWHERE) -> list:
+        """Judge one probe result; returns what changed. place: (mount point, devices) of its target, for the
+        sentence of an alert it raises."""
+        self._judge_result(record, identity, causes_fn, context, place)
+        return self._take()
+
+    def _judge_result(self, record, identity, causes_fn, context, place) -> list[str]:
         target, profile = record["target"], record["profile"]
         events = []
         # failures are the target's, whatever device it is on now (a vanished mount has none)
@@ -177,20 +211,20 @@ class Health:
             akey = ("ProbeFailing",) + fkey
             if self.failures[fkey] >= FAILURES_BEFORE_ALERT and akey not in self.open:
                 evidence = {"error": record["error"], "consecutive_failures": self.failures[fkey]}
-                self._raise(akey, target, None, evidence, [record["error"] or "unknown error"])
+                self._raise(akey, target, None, evidence, [record["error"] or "unknown error"], place)
                 events.append("ProbeFailing raised")
             return events
         self.failures[fkey] = 0
         if not stable_identity(self.pins.get(target)) and stable_identity(identity):
             self.pins[target] = identity
-            self.state.set_pin(target, identity)
+            self._changes.append(PinChanged(target, identity))
         if ("ProbeFailing",) + fkey in self.open:
             self._close(("ProbeFailing",) + fkey, "probe succeeded")
             events.append("ProbeFailing cleared")
         if record["contended"] and not record.get("learned_under_load"):
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead
-            return events + self._judge_contended(identity, profile, target, context or {}, causes_fn)
+            return events + self._judge_contended(identity, profile, target, context or {}, causes_fn, place)
         host, own = (context or {}).get("host_slowdown", 0), (context or {}).get("own_slowdown")
         if host >= HOST_SHARED_SLOWDOWN and (own is None or own < HOST_SHARED_SLOWDOWN * host) and \
                 ("VolumeDegraded", identity, profile) not in self.open:
@@ -205,10 +239,10 @@ class Health:
             v = det.update(value)
             if v.changed == "accepted":
                 self.learned_at[key] = time.time()
-                log.warning("new normal accepted for %s %s %s after a stable change", identity, profile, metric,
-                            extra={"VOLUME": identity, "PROBE": profile})
+                self._changes.append(Said(logging.WARNING, "new normal accepted for %s %s %s after a stable change",
+                                          (identity, profile, metric), {"VOLUME": identity, "PROBE": profile}))
             verdicts[metric] = v
-            self.state.save_baseline(identity, profile, metric, self.learned_at[key], det.to_state())
+            self._changes.append(BaselineSaved(identity, profile, metric, self.learned_at[key], det.to_state()))
         self.latest[(identity, profile)] = verdicts
         # paged and re-sent only for a metric worse than its normal now, never for one back in band or better
         alerting = {m: v for m, v in verdicts.items() if v.alerting and v.z > 0 and not (
@@ -234,7 +268,7 @@ class Health:
                         "passive": context or {}}
             if akey not in self.open:
                 causes = causes_fn(self.baseline_since(identity, profile))
-                self._raise(akey, target, ",".join(sorted(alerting)), evidence, causes)
+                self._raise(akey, target, ",".join(sorted(alerting)), evidence, causes, place)
                 events.append("VolumeDegraded raised")
             else:
                 # the figures and the causes of now: a limit or a neighbour seen since the raise is named too
@@ -254,7 +288,7 @@ class Health:
             events.append("VolumeDegraded cleared")
         return events
 
-    def _judge_contended(self, identity, profile, target, context, causes_fn) -> list[str]:
+    def _judge_contended(self, identity, profile, target, context, causes_fn, place) -> list[str]:
         """A probe on a busy disk, judged by the device's total against what the probe alone gets on the healthy
         volume (verdicts/contended.py); here its counts are kept and its verdict acted on."""
         normal = {"iops": 0.0, "bw_bytes": 0.0}
@@ -281,28 +315,35 @@ class Health:
             figures = {"value": round(totals.delivered_iops, 1), "baseline": round(totals.normal_iops, 1),
                        "reason": "contended"}
             self._raise(akey, target, "delivered_iops", {"metrics": {"delivered_iops": figures}, "passive": context},
-                        [v.said] + causes_fn(self.baseline_since(identity, profile)))
+                        [v.said] + causes_fn(self.baseline_since(identity, profile)), place)
             return ["VolumeDegraded raised"]
         if v.action == "clear":
             self._close(akey, v.said)
             return ["VolumeDegraded cleared"]
         return []
 
-    def on_passive(self, t, device: str, more_causes=(), device_facts: dict | None = None) -> str | None:
-        """A passive verdict's transition (passive.Transition) as an alert on the device's volume;
-        more_causes: what else is known of the device (its drive health), named after the verdict;
-        device_facts: what the advice needs of it (verdicts/advice.py), kept with the alert for `status`."""
+    def on_passive(self, t, device: str, more_causes=(), device_facts: dict | None = None,
+                   place: tuple = NOWHERE) -> list:
+        """A passive verdict's transition (passive.Transition) as an alert on the device's volume; returns what
+        changed. more_causes: what else is known of the device (its drive health), named after the verdict;
+        device_facts: what the advice needs of it (verdicts/advice.py), kept with the alert for `status`;
+        place: (mount point, devices) of the device, for the sentence."""
+        self._judge_passive(t, device, more_causes, device_facts, place)
+        return self._take()
+
+    def _judge_passive(self, t, device, more_causes, device_facts, place) -> str | None:
         akey = (t.alert, t.device, PASSIVE_PROFILE)
         evidence = {"kind": t.kind, "device": device, **t.evidence}
         if device_facts is not None:
             evidence["device_facts"] = device_facts
         if t.state == "raised" and akey not in self.open:
-            self._raise(akey, device, None, evidence, [t.summary, *more_causes])
+            self._raise(akey, device, None, evidence, [t.summary, *more_causes], place)
             return f"{t.alert} raised"
         if t.state == "updated" and akey in self.open:
             a = self.open[akey]
             self._update(a, evidence)
-            log.warning("%s %s: %s", t.alert, device, t.summary, extra={"ALERT": t.alert, "DEVICE": device})
+            self._changes.append(Said(logging.WARNING, "%s %s: %s", (t.alert, device, t.summary),
+                                      {"ALERT": t.alert, "DEVICE": device}))
             return None
         if t.state == "cleared" and akey in self.open:
             self._close(akey, t.summary)
@@ -317,36 +358,36 @@ class Health:
                 out.extend(a.causes[:1])
         return out
 
-    def target_dropped(self, target: str, why: str) -> None:
-        """A discovered target is gone (unmounted): its probe failures are no longer news."""
+    def target_dropped(self, target: str, why: str) -> list:
+        """A discovered target is gone (unmounted): its probe failures are no longer news. Returns what changed."""
         for fkey in [k for k in self.failures if k[0] == f"target:{target}"]:
             del self.failures[fkey]
             if ("ProbeFailing",) + fkey in self.open:
                 self._close(("ProbeFailing",) + fkey, why)
+        return self._take()
 
-    def _raise(self, akey, target, metric, evidence, causes) -> None:
+    def _raise(self, akey, target, metric, evidence, causes, place) -> None:
         alert, identity, profile = akey
         severity = severity_of(alert)
         passive = profile == PASSIVE_PROFILE
-        mount, devices = self.place_of(target, passive)
+        mount, devices = place
         evidence = {**evidence, "where": {"mountpoint": mount, "devices": list(devices)}}
+        # the same sentence the page says (iowarden_alert_info), `status` prints and InfluxDB keeps
         text = alert_text(alert, None if passive else target, mount, tuple(devices), identity, profile,
                           evidence.get("metrics", {}), causes, max_chars=JOURNAL_TEXT_CHARS)
-        aid = self.state.open_alert(alert, identity, target, profile, metric, severity, evidence, causes)
-        self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}), target, time.time(),
+        aid, self.next_alert_id = self.next_alert_id, self.next_alert_id + 1
+        raised_at = time.time()
+        self.open[akey] = OpenAlert(aid, alert, severity, evidence.get("metrics", {}), target, raised_at,
                                     tuple(causes), mountpoint=mount, devices=tuple(devices))
-        # the same sentence the page says (iowarden_alert_info), `status` prints and InfluxDB keeps
-        self.on_event(kind="alert", alert=alert, state="raised", severity=severity, volume=identity, target=target,
-                      profile=profile, causes="; ".join(causes), sentence=text.sentence())
         do = advice_of(alert, target, evidence["device_facts"], 0.0) if passive and evidence.get("device_facts") else ""
-        log.error("ALERT %s %s #%d: %s", alert, severity, aid, text.sentence() + (f" {do}" if do else ""),
-                  extra={"ALERT": alert, "TARGET": target, "PROBE": profile, "VOLUME": identity,
-                         "SEVERITY": severity})
+        self._changes.append(AlertRaised(aid, alert, identity, target, profile, metric, severity, evidence,
+                                         tuple(causes), raised_at, text.sentence(), do))
 
     def _update(self, a: OpenAlert, evidence: dict, causes: list | None = None) -> None:
         """New figures for an open alert; where it was raised stays part of its record (the sentence's place)."""
-        self.state.update_alert(a.id, a.severity, {**evidence, "where": {"mountpoint": a.mountpoint,
-                                                                      "devices": list(a.devices)}}, causes)
+        self._changes.append(AlertUpdated(a.id, a.severity, {**evidence, "where": {"mountpoint": a.mountpoint,
+                                                                                  "devices": list(a.devices)}},
+                                          None if causes is None else tuple(causes)))
 
     def _close(self, akey, why: str) -> None:
         a = self.open.pop(akey)
@@ -355,9 +396,5 @@ class Health:
         # (the week lane: a cleared alert raised again by a single busy probe while the host disk under every
         # volume was slow for a minute)
         self.contended_strikes.pop(akey[1:], None)
-        self.state.close_alert(a.id)
         lasted = max(0.0, time.time() - a.raised_at)
-        self.on_event(kind="alert", alert=akey[0], state="cleared", severity=a.severity, volume=akey[1],
-                      target=a.target, profile=akey[2], causes=why, lasted_seconds=round(lasted))
-        log.warning("ALERT %s #%d cleared for %s/%s after %s: %s", akey[0], a.id, akey[1], akey[2], duration_said(lasted),
-                    why, extra={"ALERT": akey[0], "VOLUME": akey[1], "PROBE": akey[2]})
+        self._changes.append(AlertClosed(a.id, akey[0], akey[1], akey[2], a.target, a.severity, why, lasted))

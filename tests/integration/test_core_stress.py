@@ -26,7 +26,7 @@ from iowarden.daemon.outputs.prometheus import SnapshotCollector
 from iowarden.daemon.passive.detector import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
 from iowarden.daemon.sources import sampler as samplermod
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import health_from
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots
 from tests.unit.test_core import _result
@@ -70,7 +70,7 @@ def test_the_core_under_every_thread_for_a_minute_loses_and_duplicates_nothing(t
     failures = _Failures()
     logging.getLogger("iowarden").addHandler(failures)
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "test")
+    core = Core(st, health_from(st), "test")
     core.start()
     sampler = samplermod.Sampler(Roots(), [], core.post)
     passive = PassiveWatch(PassiveParams(window_seconds=0.001), sampler, lambda: {}, st, core.post)

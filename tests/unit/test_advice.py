@@ -82,13 +82,13 @@ def test_status_and_the_journal_say_the_advice_the_page_says(tmp_path, caplog):
     from types import SimpleNamespace
     from iowarden.daemon.core.state import State
     from iowarden.daemon.verdicts.advice import advice_of, device_facts
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import StoredHealth
     devices = {"sdc": SimpleNamespace(name="sdc", kind="disk", parent=None, slaves=(), udev={"ID_MODEL": "ST4000NM"},
                                       loop_backing_file=None)}
     facts = device_facts("sdc", devices, lambda disks: [])
     assert facts == {"kind": "drive", "drive_says": [], "below": ""}
     state = State(str(tmp_path / "state.db"))
-    health = Health(state)
+    health = StoredHealth(state)
     t = SimpleNamespace(alert="SlowMember", device="wwn:sdc", kind="peers", state="raised",
                         summary="sdc reads 3.1x slower than its peers", evidence={"ratio": 3.1})
     with caplog.at_level(logging.ERROR, logger="iowarden"):

@@ -1,5 +1,6 @@
-"""The alert lifecycle's invariants, as properties over generated probe histories (no root, no fio; the
-state database is a file of the test's own).
+"""The alert lifecycle's invariants, as properties over generated probe histories (no root, no fio): Health
+built from its parameters, judged by the changes it returns (the last test here writes them to a state
+database of its own, as the core does).
 
 - A page is raised, and its figures re-sent, only for a metric worse than its normal at the time: a volume
   back at or better than its normal is never what a page says moved (landed code paged "read IOPS 109,809 vs
@@ -16,7 +17,9 @@ from hypothesis import given, settings, strategies as st
 from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.core.state import State
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth
+from iowarden.daemon.verdicts.changes import AlertClosed, AlertRaised, AlertUpdated
+from iowarden.daemon.verdicts.health import Health, Saved
 
 WARMUP = 6
 SEGMENT = st.tuples(st.sampled_from([1.0, 1.0, 0.25, 0.5, 2.0, 3.0, 0.1, 1.3]), st.integers(1, 12))
@@ -36,99 +39,127 @@ def _worse(metric, value, baseline):
 
 
 class Recorder:
-    """Every page's figures as they were raised or re-sent (what Alertmanager would carry)."""
+    """Health built from its parameters alone (no database, no core), and every change it returned: each page's
+    figures as they were raised or re-sent (what Alertmanager would carry), with their severities."""
 
-    def __init__(self, state):
-        self.sent = []
-        self.severities = []   # (alert or its id, severity) of every raise and re-send
-        opened, updated = state.open_alert, state.update_alert
-        kinds = {}
+    def __init__(self, params: DetectorParams):
+        self.health = Health(params)
+        self.changes = []
 
-        def open_alert(alert, identity, target, profile, metric, severity, evidence, causes):
-            self.sent.append(("raise", alert, evidence))
-            self.severities.append((alert, severity))
-            aid = opened(alert, identity, target, profile, metric, severity, evidence, causes)
-            kinds[aid] = alert
-            return aid
+    def feed(self, record, causes=("a cause",)):
+        self.changes += self.health.on_result(record, "vol", lambda since: list(causes))
 
-        def update_alert(alert_id, severity, evidence, causes=None):
-            self.sent.append(("update", None, evidence))
-            self.severities.append((kinds[alert_id], severity))
-            return updated(alert_id, severity, evidence, causes)
-        state.open_alert, state.update_alert = open_alert, update_alert
+    @property
+    def sent(self):
+        kinds = {c.id: c.alert for c in self.changes if isinstance(c, AlertRaised)}
+        return [("raise", c.alert, c.evidence) if isinstance(c, AlertRaised) else ("update", kinds[c.id], c.evidence)
+                for c in self.changes if isinstance(c, (AlertRaised, AlertUpdated))]
+
+    @property
+    def severities(self):
+        kinds = {c.id: c.alert for c in self.changes if isinstance(c, AlertRaised)}
+        return [(c.alert if isinstance(c, AlertRaised) else kinds[c.id], c.severity)
+                for c in self.changes if isinstance(c, (AlertRaised, AlertUpdated))]
 
 
 @settings(max_examples=60, deadline=None)
 @given(segments=st.lists(SEGMENT, min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
-def test_no_page_ever_says_a_metric_moved_that_is_at_or_better_than_its_normal(tmp_path_factory, segments, seed):
+def test_no_page_ever_says_a_metric_moved_that_is_at_or_better_than_its_normal(segments, seed):
     rng = random.Random(seed)
-    state = State(str(tmp_path_factory.mktemp("inv") / "s.db"))
-    rec = Recorder(state)
-    h = Health(state, DetectorParams(warmup_probes=WARMUP))
+    rec = Recorder(DetectorParams(warmup_probes=WARMUP))
     i = 0
     for _ in range(WARMUP + 4):
-        h.on_result(_probe(i, 1.0, rng), "vol", lambda since: ["a cause"])
+        rec.feed(_probe(i, 1.0, rng))
         i += 1
     for factor, length in segments:
         for _ in range(length):
-            h.on_result(_probe(i, factor, rng), "vol", lambda since: ["a cause"])
+            rec.feed(_probe(i, factor, rng))
             i += 1
     for kind, alert, evidence in rec.sent:
-        if alert not in (None, "VolumeDegraded"):
+        if alert != "VolumeDegraded":
             continue
         for metric, m in evidence.get("metrics", {}).items():
             assert _worse(metric, m["value"], m["baseline"]), (kind, metric, m, segments)
-    state.close()
 
 
 @settings(max_examples=40, deadline=None)
 @given(fault=st.sampled_from([0.25, 0.1, 0.4]), length=st.integers(3, 10), after=st.sampled_from([1.0, 2.0, 3.0]),
        seed=st.integers(0, 2**32 - 1))
-def test_a_fault_that_ends_is_cleared_within_its_hysteresis(tmp_path_factory, fault, length, after, seed):
+def test_a_fault_that_ends_is_cleared_within_its_hysteresis(fault, length, after, seed):
     """Back at its normal, or faster (a cache warm after a throttle), the alert closes within clear_probes of
-    probes; nothing of it is re-sent meanwhile."""
+    probes; nothing of it is re-sent meanwhile, and what it returns says so: one close, of the alert raised."""
     rng = random.Random(seed)
-    state = State(str(tmp_path_factory.mktemp("clr") / "s.db"))
-    rec = Recorder(state)
     params = DetectorParams(warmup_probes=WARMUP)
-    h = Health(state, params)
+    rec = Recorder(params)
     for i in range(WARMUP + 4):
-        h.on_result(_probe(i, 1.0, rng), "vol", lambda since: [])
+        rec.feed(_probe(i, 1.0, rng), causes=())
     i = WARMUP + 4
     for _ in range(length):
-        h.on_result(_probe(i, fault, rng), "vol", lambda since: [])
+        rec.feed(_probe(i, fault, rng), causes=())
         i += 1
-    raised = ("VolumeDegraded", "vol", "rr") in h.open
-    sent_before = len(rec.sent)
+    raised = ("VolumeDegraded", "vol", "rr") in rec.health.open
+    sent_before, changes_before = len(rec.sent), len(rec.changes)
     for n in range(params.clear_probes):
-        h.on_result(_probe(i, after, rng), "vol", lambda since: [])
+        rec.feed(_probe(i, after, rng), causes=())
         i += 1
-    assert ("VolumeDegraded", "vol", "rr") not in h.open, (fault, length, after, raised)
+    assert ("VolumeDegraded", "vol", "rr") not in rec.health.open, (fault, length, after, raised)
     assert not [s for s in rec.sent[sent_before:] if s[0] == "update"]
-    state.close()
+    closed = [c for c in rec.changes[changes_before:] if isinstance(c, AlertClosed)]
+    if raised:
+        opened = [c for c in rec.changes if isinstance(c, AlertRaised)]
+        assert [c.id for c in closed] == [opened[-1].id] and closed[0].alert == "VolumeDegraded"
 
 
 @settings(max_examples=40, deadline=None)
 @given(segments=st.lists(st.tuples(st.sampled_from([1.0, 0.25, 0.5, 0.02, 0.7, 2.0, None]), st.integers(1, 10)),
                          min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
-def test_every_alert_says_its_kinds_one_severity_however_far_it_moved(tmp_path_factory, segments, seed):
+def test_every_alert_says_its_kinds_one_severity_however_far_it_moved(segments, seed):
     """Histories of probes at 2 % to 200 % of normal and failing probes (None): each raise and re-send of
     VolumeDegraded and ProbeFailing carries the severity of its kind, and so does every open alert's view."""
     rng = random.Random(seed)
-    state = State(str(tmp_path_factory.mktemp("sev") / "s.db"))
-    rec = Recorder(state)
-    h = Health(state, DetectorParams(warmup_probes=WARMUP))
+    rec = Recorder(DetectorParams(warmup_probes=WARMUP))
     i = 0
     for factor, length in [(1.0, WARMUP + 4)] + segments:
         for _ in range(length):
             record = _probe(i, factor or 1.0, rng)
             if factor is None:
                 record = {**record, "ok": False, "error": "fio exited 1"}
-            h.on_result(record, "vol", lambda since: ["a cause"])
+            rec.feed(record)
             i += 1
     assert all(severity == severity_of(alert) for alert, severity in rec.severities), rec.severities
-    assert all(a.severity == severity_of(a.alert) for a in h.open_alert_views())
-    state.close()
+    assert all(a.severity == severity_of(a.alert) for a in rec.health.open_alert_views())
+
+
+@settings(max_examples=40, deadline=None)
+@given(segments=st.lists(st.tuples(st.sampled_from([1.0, 0.25, 0.5, 0.02, 2.0, None]), st.integers(1, 8)),
+                         min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
+def test_each_alert_is_raised_once_and_closed_once_and_ids_are_never_reused(segments, seed):
+    """Over any history the changes tell one story: per (alert, volume, profile) raises and closes alternate,
+    every update and close names an alert that is open, and no id is given twice; a Health built again from
+    what those changes saved (the next id, the open alerts) goes on from the same place."""
+    rng = random.Random(seed)
+    rec = Recorder(DetectorParams(warmup_probes=WARMUP))
+    i = 0
+    for factor, length in [(1.0, WARMUP + 4)] + segments:
+        for _ in range(length):
+            record = _probe(i, factor or 1.0, rng)
+            if factor is None:
+                record = {**record, "ok": False, "error": "fio exited 1"}
+            rec.feed(record)
+            i += 1
+    open_ids, ids = {}, set()
+    for c in rec.changes:
+        if isinstance(c, AlertRaised):
+            assert c.id not in ids and (c.alert, c.identity, c.profile) not in open_ids.values()
+            ids.add(c.id)
+            open_ids[c.id] = (c.alert, c.identity, c.profile)
+        elif isinstance(c, AlertUpdated):
+            assert c.id in open_ids
+        elif isinstance(c, AlertClosed):
+            assert open_ids.pop(c.id) == (c.alert, c.identity, c.profile)
+    assert sorted(open_ids.values()) == sorted(rec.health.open)
+    again = Health(rec.health.params, Saved(next_alert_id=rec.health.next_alert_id))
+    assert again.next_alert_id > max(ids, default=0)
 
 
 _PROBE_FIELD = {"read_iops": "read_iops", "read_bw_bytes": "read_bw_bytes", "clat_p99_seconds": "clat_p99_seconds"}
@@ -143,7 +174,7 @@ def test_an_open_alert_says_the_figures_of_the_last_probe_not_those_it_was_raise
     (what its page and /metrics say) is that probe's own, not the one it was raised on."""
     rng = random.Random(seed)
     state = State(str(tmp_path_factory.mktemp("now") / "s.db"))
-    h = Health(state, DetectorParams(warmup_probes=WARMUP))
+    h = StoredHealth(state, DetectorParams(warmup_probes=WARMUP))
     i = 0
     for factor, length in [(1.0, WARMUP + 4)] + segments:
         for _ in range(length):

@@ -207,11 +207,11 @@ def test_status_shows_the_last_windows_tail_saved_by_the_core_at_most_every_15_s
     from iowarden.daemon.events import SourceRead
     from iowarden.daemon.core.state import State
     from iowarden.daemon.snapshot import SOURCE_PROFILE
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import health_from
 
     now = [100.0]
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "test", clock=lambda: now[0])
+    core = Core(st, health_from(st), "test", clock=lambda: now[0])
     core.run_batch([SourceRead("tracer", _reading(180, 2))])
     now[0] += 5
     core.run_batch([SourceRead("tracer", _reading(1, 40))])    # within 15 s of the last save: not written
@@ -474,14 +474,14 @@ def test_a_saved_tail_that_timed_nothing_is_replaced_by_the_first_window_that_di
     from iowarden.daemon.core.state import State
     from iowarden.daemon.events import SourceRead
     from iowarden.daemon.snapshot import SOURCE_PROFILE
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import StoredHealth, health_from
 
     def saved_rows():
         (s,) = [s for i, p, m, at, s in st.load_baselines() if p == SOURCE_PROFILE and i == "tracer"]
         return len(s["rows"])
     now = [100.0]
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "test", clock=lambda: now[0])
+    core = Core(st, health_from(st), "test", clock=lambda: now[0])
     core.run_batch([SourceRead("tracer", tracer.TraceReading(0.0, True, None, 2.0, {}, {}, {}, {}))])
     assert saved_rows() == 0
     now[0] += 2

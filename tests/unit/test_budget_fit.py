@@ -120,7 +120,7 @@ def test_the_interval_each_probe_runs_at_is_published_stretched(tmp_path):
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
     from iowarden.daemon.events import IntervalsFitted, TargetsChanged
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import health_from
     clock, posted = Clock(0.0), []
     cfg = _example_like()
     s = Paying(cfg, Roots(), Sampler(), posted.append, clock=clock, devices=lambda: {}, device_of={"db": "sdb"})
@@ -131,7 +131,7 @@ def test_the_interval_each_probe_runs_at_is_published_stretched(tmp_path):
     assert all(v < 300 for v in fitted[0].intervals.values()), fitted[0].intervals   # the warm-up's first
     assert all(415 < v < 430 for v in fitted[-1].intervals.values()), fitted[-1].intervals   # 300 s x 1.41
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "t")
+    core = Core(st, health_from(st), "t")
     core.run_batch([TargetsChanged(cfg.targets), fitted[-1]])
     assert set(core.snapshot.probe_intervals.items()) == set(fitted[-1].intervals.items())
     st.close()

@@ -9,7 +9,7 @@ from iowarden.daemon.events import Housekeeping
 from iowarden.daemon.core.state import State
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth, health_from
 
 DAY = 86400.0
 KEEP = 90 * DAY
@@ -67,7 +67,7 @@ def _count(path) -> int:
 
 def _core(tmp_path, clocks):
     state = State(str(tmp_path / "state.db"))
-    health = Health(state, DetectorParams())
+    health = health_from(state, DetectorParams())
     core = Core(state, health, "test", retention_seconds=KEEP, wall=clocks.wall, boot_clock=clocks.boot)
     return state, core
 
@@ -158,14 +158,14 @@ def test_a_step_while_the_daemon_was_down_is_caught_at_the_next_runs_first_pass(
     clocks = Clocks(time.time())
     state = State(str(tmp_path / "state.db"))
     _results(state, 300, clocks.wall_now - 10 * DAY)
-    core = Core(state, Health(state, DetectorParams()), "test", retention_seconds=KEEP, wall=clocks.wall,
+    core = Core(state, health_from(state, DetectorParams()), "test", retention_seconds=KEEP, wall=clocks.wall,
                 boot_clock=clocks.boot, boot_id="boot-1")
     core._on_housekeeping(Housekeeping("retention"))
     state.close()
     clocks.advance(600)
     clocks.wall_now += 91 * DAY                        # stepped while the daemon was down
     state = State(str(tmp_path / "state.db"))
-    core = Core(state, Health(state, DetectorParams()), "test", retention_seconds=KEEP, wall=clocks.wall,
+    core = Core(state, health_from(state, DetectorParams()), "test", retention_seconds=KEEP, wall=clocks.wall,
                 boot_clock=clocks.boot, boot_id="boot-1")
     core._on_housekeeping(Housekeeping("retention"))
     assert _count(tmp_path / "state.db") == 300

@@ -23,7 +23,7 @@ from iowarden.daemon.core.core import Core, CounterReaders
 from iowarden.daemon.events import (DevicesRead, DisksSampled, PassiveJudged, ProbeFinished, SettingsRead,
                                          TargetsChanged, XfsRead)
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth, health_from
 from iowarden.daemon.passive.detector import Transition
 from iowarden.daemon.registry import Registry
 from iowarden.daemon.core.state import State
@@ -74,7 +74,7 @@ def parts(tree, tmp_path):
     scheduler.budget.record(("sdb", "sdc"), time.time(), 2.0, 1 << 20)   # dm-0's disks
     power = cpupower.read_power_settings(tree("cpu-bare-metal.tree"), run_tuned_adm_verify=False)
     registry = Registry(clock)
-    health = Health(state, DetectorParams(warmup_probes=6))
+    health = health_from(state, DetectorParams(warmup_probes=6))
     readers = CounterReaders(skipped=scheduler.skipped, budget=scheduler.budget_view, parts=registry.stats)
 
     def new_core():
@@ -269,7 +269,7 @@ def test_the_core_keeps_counters_only_of_the_disk_a_probe_runs_on_from_the_sampl
     test_passive.py::test_busy_volume_... judges contended probes by what the disk delivered)."""
     from iowarden.daemon.events import ProbeStarted
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "t")
+    core = Core(st, health_from(st), "t")
     base = diskstats.parse("   7       5 loop5 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n"
                            "   7       6 loop6 100 0 800 50 0 0 0 0 0 100 50 0 0 0 0\n")
 

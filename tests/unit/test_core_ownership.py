@@ -20,7 +20,7 @@ from iowarden.daemon import events
 from iowarden.daemon.core.core import HANDLERS, Core
 from iowarden.daemon.events import Housekeeping
 from iowarden.daemon.core.state import OffCoreWrite, State
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import health_from
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots
 from tests.unit.test_policy import Clock, FakeRun, _cfg, _target
@@ -66,7 +66,7 @@ def test_every_event_type_has_exactly_one_handler_on_the_core():
 
 def test_the_database_is_written_only_on_the_core_thread(tmp_path):
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "test")
+    core = Core(st, health_from(st), "test")
     core.start()
     try:
         with pytest.raises(OffCoreWrite, match="not the core"):
@@ -88,7 +88,7 @@ def test_the_database_is_written_only_on_the_core_thread(tmp_path):
 
 def test_reads_stay_open_to_every_thread(tmp_path):
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "test")
+    core = Core(st, health_from(st), "test")
     core.start()
     try:
         assert st.load_baselines() == [] and st.alerts() == [] and st.probe_results() == []
@@ -187,7 +187,7 @@ def test_a_contended_result_is_handled_beside_the_passive_views(tmp_path):
     from iowarden.daemon.passive.values import DeviceView
     from tests.unit.test_core import _result
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "test")
+    core = Core(st, health_from(st), "test")
     view = DeviceView("wwn:1", {"read": 1.1}, {"read": 0.5}, {"read": 40}, None, None, ())
     core.known.passive_views = (("dm-0", "wwn:1", view),)
     result = dataclasses.replace(_result(1, 900.0), contended=True)

@@ -16,7 +16,7 @@ from iowarden.daemon.core.state import State
 from iowarden.daemon.events import TargetsChanged
 from iowarden.daemon.verdicts.causes import Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import health_from
 from iowarden.probes.blockqueue import BlockDevice
 from iowarden.probes.fio_run import ProbeLimits, ProbeResult, free_space_check
 from iowarden.probes.probe_dir import VolumeFull
@@ -73,7 +73,7 @@ def test_a_probe_that_ran_since_or_a_refusal_long_ago_says_nothing_of_space():
 def test_a_passive_page_on_a_full_volumes_disk_names_the_space_not_the_device(tmp_path):
     clock = [NOW]
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st, DetectorParams()), "test", clock=lambda: clock[0])
+    core = Core(st, health_from(st, DetectorParams()), "test", clock=lambda: clock[0])
     core.known.devices = DEVICES
     slow = SimpleNamespace(kind="self")
     assert any(c.startswith("the device itself") for c in core.passive_causes(slow, "loop7"))

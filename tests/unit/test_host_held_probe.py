@@ -13,7 +13,8 @@ from iowarden.daemon.events import PassiveJudged, ProbeFinished
 from iowarden.daemon.passive.values import DeviceView
 from iowarden.daemon.passive.detector import PassiveDetector
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN, Health
+from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
+from iowarden.daemon.core.effects import StoredHealth
 from tests import passive_traces as pt
 from tests.unit.test_alert_invariants import WARMUP, _probe
 from tests.unit.test_core import _result, parts  # noqa: F401 (a fixture)
@@ -46,7 +47,7 @@ def test_one_slow_neighbour_is_not_the_host():
 
 
 def _health(tmp_path):
-    h = Health(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=WARMUP))
+    h = StoredHealth(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=WARMUP))
     rng, clock = random.Random(7), iter(range(10_000))
     for _ in range(WARMUP + 4):
         h.on_result(_probe(next(clock), 1.0, rng), "vol", lambda since: ["a cause"])

@@ -111,11 +111,11 @@ def test_the_passive_parts_events_and_a_snapshot_with_its_alert_are_values(tmp_p
     from iowarden.daemon.passive.detector import PassiveParams
     from iowarden.daemon.passive.part import PassiveWatch
     from iowarden.daemon.verdicts.detect import DetectorParams
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import health_from
     from tests.unit.test_passive import FakeSampler, held_at_a_limit
 
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st, DetectorParams()), "test")
+    core = Core(st, health_from(st, DetectorParams()), "test")
     found, kinds = [], set()
 
     def post(e):

@@ -5,7 +5,8 @@ import random
 
 from iowarden.daemon.core.state import State
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import LATENCY_FLOOR_SECONDS, Health
+from iowarden.daemon.verdicts.health import LATENCY_FLOOR_SECONDS
+from iowarden.daemon.core.effects import StoredHealth
 
 
 def _qd1(i, p50_seconds, rng):
@@ -16,7 +17,7 @@ def _qd1(i, p50_seconds, rng):
 
 
 def _run(tmp_path, p50_now):
-    h, rng = Health(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=6)), random.Random(2)
+    h, rng = StoredHealth(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=6)), random.Random(2)
     events = []
     for i in range(10):
         h.on_result(_qd1(i, 11e-6, rng), "vol", lambda since: [])
@@ -44,7 +45,7 @@ def _tail(i, p999_seconds, p99_seconds, rng):
 def test_a_probes_slowest_few_ios_alone_are_not_a_page_but_are_said_beside_a_metric_that_moved(tmp_path):
     """Beside a neighbour's throttle filling the dirty pages, a healthy volume's read-1m p99.9 went to 17x its
     normal (223 ms against 13.4 ms) and nothing else moved: it paged, twice."""
-    h, rng = Health(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=6)), random.Random(3)
+    h, rng = StoredHealth(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=6)), random.Random(3)
     for i in range(10):
         h.on_result(_tail(i, 13.4e-3, 5e-3, rng), "vol", lambda since: [])
     events = []

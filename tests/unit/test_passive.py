@@ -389,13 +389,13 @@ def held_at_a_limit(windows: int = 14):
 
 def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path):
     from iowarden.daemon.verdicts.detect import DetectorParams
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import StoredHealth, health_from
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
     from iowarden.daemon.passive.part import PassiveWatch
 
     st = State(str(tmp_path / "s.db"))
-    health = Health(st, DetectorParams())
+    health = health_from(st, DetectorParams())
     core = Core(st, health, "test")   # the part posts, the core applies (here at once, on this thread)
     sampler = FakeSampler()
     part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]))
@@ -417,7 +417,7 @@ def test_the_part_takes_the_cores_word_for_which_devices_its_own_probes_ran_on(t
     above while a probe of ours runs on sdz raise nothing; six after its end (ProbeFinished) do."""
     from iowarden.daemon.events import ProbeFinished, ProbeStarted
     from iowarden.daemon.verdicts.detect import DetectorParams
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import StoredHealth, health_from
     from iowarden.daemon.core.core import Core
     from iowarden.daemon.core.state import State
     from iowarden.daemon.passive.part import PassiveWatch
@@ -426,7 +426,7 @@ def test_the_part_takes_the_cores_word_for_which_devices_its_own_probes_ran_on(t
 
     st = State(str(tmp_path / "s.db"))
     now = [0.0]   # the sampler's clock and the core's: one monotonic clock in the daemon
-    core = Core(st, Health(st, DetectorParams()), "test", clock=lambda: now[0])
+    core = Core(st, health_from(st, DetectorParams()), "test", clock=lambda: now[0])
     sampler = FakeSampler()
     part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]),
                         own_probes_fn=lambda: core.snapshot.own_probes)
@@ -481,7 +481,7 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
     from iowarden.daemon.core.state import State
     from iowarden.daemon.passive.part import PassiveWatch
     from iowarden.daemon.verdicts.detect import DetectorParams
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import StoredHealth, health_from
     from iowarden.probes import blockqueue, diskstats
 
 
@@ -495,7 +495,7 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
 
     view = {"sdc": disk("sdc", "wwn:0xc")}
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st, DetectorParams()), "test")
+    core = Core(st, health_from(st, DetectorParams()), "test")
     sampler = FakeSampler()
     part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: view, st, lambda e: core.run_batch([e]))
     for i in range(4):

@@ -10,7 +10,7 @@ import random
 from iowarden.daemon import config
 from iowarden.daemon.verdicts.causes import Evidence, likely_causes
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.scheduler import Scheduler
 from iowarden.daemon.core.state import State
@@ -204,9 +204,9 @@ def test_a_volume_busy_from_its_first_minute_learns_under_load_and_arms():
 def test_a_probe_learned_under_load_is_learned_by_the_detectors_and_a_contended_one_is_not(tmp_path):
     from iowarden.daemon.core.state import State
     from iowarden.daemon.verdicts.detect import DetectorParams
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import StoredHealth, health_from
     st = State(str(tmp_path / "s.db"))
-    h = Health(st, DetectorParams())
+    h = StoredHealth(st, DetectorParams())
     base = {"target": "db", "profile": "rr", "device": "sdz", "ok": True, "error": None, "started_at": 1e9,
             "duration_seconds": 2.0, "read_iops": 1000.0, "write_iops": 0.0, "read_bw_bytes": 4096000.0,
             "write_bw_bytes": 0.0, "clat_p50_seconds": 0.001, "clat_p99_seconds": 0.002, "clat_p999_seconds": 0.003,
@@ -274,7 +274,7 @@ def _result(i, iops):
 
 def test_volume_degraded_raises_clears_and_an_accepted_normal_closes_it(tmp_path):
     st = State(str(tmp_path / "s.db"))
-    h = Health(st, DetectorParams(warmup_probes=6))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
     causes = lambda since: ["a cause"]   # noqa: E731
     for i in range(12):
         assert h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", causes) == []
@@ -301,7 +301,7 @@ def test_volume_degraded_raises_clears_and_an_accepted_normal_closes_it(tmp_path
 
 def test_probe_failing_after_two_failures_in_a_row_and_cleared_by_a_success(tmp_path):
     st = State(str(tmp_path / "s.db"))
-    h = Health(st)
+    h = StoredHealth(st)
     fail = {**_result(0, 0.0), "ok": False, "error": "fio exited with 1"}
     assert h.on_result(fail, "vol", None) == []
     assert h.on_result(fail, "vol", None) == ["ProbeFailing raised"]
@@ -385,7 +385,7 @@ def _contended(i, iops):
 
 def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(tmp_path):
     st = State(str(tmp_path / "s.db"))
-    h = Health(st, DetectorParams(warmup_probes=6))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
     causes = lambda since: []   # noqa: E731
     for i in range(8):
         h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", causes)
@@ -411,7 +411,7 @@ def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(
 def test_an_alert_raised_by_a_collapse_clears_on_contended_probes_once_the_busy_device_delivers_its_normal(tmp_path):
     """The fault is gone but a backup keeps every probe contended: the device's total is the evidence."""
     st = State(str(tmp_path / "s.db"))
-    h = Health(st, DetectorParams(warmup_probes=6))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
     causes = lambda since: []   # noqa: E731
     for i in range(8):
         h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", causes)
@@ -434,7 +434,7 @@ def test_a_contended_probe_clears_the_alert_when_the_device_serves_its_load_at_i
     at its normal latency, which is the evidence the fault is over. Not below half the probe's normal: a limit
     above the block layer (invisible to the passive view) holds it far below that."""
     st = State(str(tmp_path / "s.db"))
-    h = Health(st, DetectorParams(warmup_probes=6))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
     causes = lambda since: []   # noqa: E731
     for i in range(8):
         h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", causes)

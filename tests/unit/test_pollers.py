@@ -6,7 +6,7 @@ from __future__ import annotations
 from iowarden.daemon.core.core import Core
 from iowarden.daemon.core.state import State
 from iowarden.daemon.sources import settings as pollers
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import health_from
 from iowarden.probes.common import Roots
 
 
@@ -41,7 +41,7 @@ def test_a_poll_that_began_before_a_hot_add_does_not_put_back_the_view_without_t
     poller.step()
     assert reads == [0, 1]
     assert poller.devices == new_view       # the poll's older read was not published over it
-    core = Core(state, Health(state), "test")
+    core = Core(state, health_from(state), "test")
     core.run_batch(posted)                  # nor taken by the core, which gets the uevent's read first
     assert dict(core.snapshot.devices) == new_view
     poller.step()                           # the next poll, begun after, publishes its own read

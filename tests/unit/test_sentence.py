@@ -11,7 +11,7 @@ from iowarden.daemon.snapshot import AlertView, Snapshot
 from iowarden.daemon.core.state import State
 from iowarden.daemon.outputs.alert_metrics import alert_families
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth
 from iowarden.daemon.verdicts.sentence import MAX_TEXT_CHARS, alert_text
 from tests.conftest import FIXTURES
 
@@ -80,7 +80,7 @@ def _snapshot(alert: AlertView) -> Snapshot:
 
 def test_the_info_series_says_what_the_journal_and_status_say(tmp_path, caplog):
     st = State(str(tmp_path / "s.db"))
-    h = Health(st, DetectorParams(warmup_probes=6))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
     h.place_of = lambda name, passive: ("/srv/db", ("loop7",))
     for i in range(12):
         h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "fs-uuid:f1", lambda since: [LIMIT])
@@ -108,7 +108,7 @@ def test_the_info_series_says_what_the_journal_and_status_say(tmp_path, caplog):
 
 def test_an_ack_reaches_the_running_daemon_with_who_and_why(tmp_path):
     st = State(str(tmp_path / "s.db"))
-    h = Health(st, DetectorParams(warmup_probes=6))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
     for i in range(12):
         h.on_result(_result(i, 1000.0 * (1 + 0.01 * (i % 3))), "vol", lambda since: [])
     for i in range(12, 20):
@@ -140,7 +140,7 @@ def test_a_fallback_identity_is_never_pinned_and_never_refuses_the_volume_found_
     """A device attached just before the start, probed before the daemon's first read of the devices, was
     pinned as kernel:loop1; every later probe (on its fs-uuid) was then refused as a different volume."""
     from iowarden.daemon.verdicts.pins import pin_refusal
-    h = Health(State(str(tmp_path / "s.db")), DetectorParams())
+    h = StoredHealth(State(str(tmp_path / "s.db")), DetectorParams())
     h.on_result(_result(0, 1000.0), "kernel:loop1", lambda since: [])
     assert "db" not in h.pins and h.pin_refusal("db", "fs-uuid:f1") is None
     h.on_result(_result(1, 1000.0), "fs-uuid:f1", lambda since: [])

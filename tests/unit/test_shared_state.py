@@ -4,7 +4,7 @@ import random
 import threading
 import time
 
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import health_from
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
 
@@ -56,7 +56,7 @@ def test_the_core_fed_by_concurrent_workers_reloads_and_scrapes_loses_nothing(tm
     from tests.unit.test_core import _result
     from tests.unit.test_exporter import scrape
     state = State(str(tmp_path / "state.db"))
-    core = Core(state, Health(state), "test")
+    core = Core(state, health_from(state), "test")
     errors, per_worker, workers_n = [], 150, 4
     targets = tuple(Target(f"t{n}", f"/srv/t{n}", ("rr",), 300.0) for n in range(workers_n))
 

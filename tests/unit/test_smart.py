@@ -119,7 +119,7 @@ def test_a_volume_degraded_on_a_disk_with_a_critical_warning_says_so(tmp_path):
     from iowarden.daemon.events import ProbeFinished, SourceRead, TargetsChanged
     from iowarden.daemon.core.state import State
     from iowarden.daemon.verdicts.detect import DetectorParams
-    from iowarden.daemon.verdicts.health import Health
+    from iowarden.daemon.core.effects import health_from
     from iowarden.probes import fio
     from iowarden.probes.fio_run import ProbeResult
     from tests.unit.test_policy import _cfg, _target
@@ -132,7 +132,7 @@ def test_a_volume_degraded_on_a_disk_with_a_critical_warning_says_so(tmp_path):
         return ProbeResult("db", "/srv/db", "sdb", "rr", True, None, 1.7e9 + 60 * i, 2.1, rep)
 
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st, DetectorParams(warmup_probes=6)), "test")
+    core = Core(st, health_from(st, DetectorParams(warmup_probes=6)), "test")
     core.run_batch([TargetsChanged(_cfg(_target("db", 300.0)).targets), SourceRead("smart", _reading())])
     core.run_batch([ProbeFinished(result(i, 38000.0 * (1 + 0.01 * (i % 3))), ("sdb",)) for i in range(12)])
     core.run_batch([ProbeFinished(result(i, 9000.0), ("sdb",)) for i in range(12, 20)])

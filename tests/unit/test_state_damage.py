@@ -18,7 +18,7 @@ import pytest
 
 from iowarden.daemon.core.state import State
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth
 
 PAGE = 4096
 
@@ -74,7 +74,7 @@ def _markers(path) -> set[str]:
 def _start(path):
     """What the daemon does with its database before it serves; returns what it loaded, by marker."""
     state = State(path)
-    health = Health(state, DetectorParams())
+    health = StoredHealth(state, DetectorParams())
     loaded = {k[0] for k in health.detectors} | {a.target for a in health.open.values()} | set(health.pins)
     loaded |= {r["target"] for r in state.probe_results(limit=5000)}
     loaded |= {k[0] for k in state.load_settings() or {}}

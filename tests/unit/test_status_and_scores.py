@@ -4,7 +4,7 @@ and "human status"). No root."""
 import pytest
 
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth
 from iowarden.daemon.snapshot import BaselineView, Snapshot
 from iowarden.daemon.core.state import State
 from iowarden.daemon.commands.status import baseline_rows, render
@@ -23,7 +23,7 @@ def _record(i, iops, p99=85e-6):
 def test_deviation_is_absent_while_learning_and_survives_a_restart(tmp_path):
     params = DetectorParams(warmup_probes=4)
     st = State(str(tmp_path / "state.db"))
-    h = Health(st, params)
+    h = StoredHealth(st, params)
     for i in range(3):
         h.on_result(_record(i, 1000.0 + i), "vol", lambda since: [])
     views = {v.metric: v for v in h.baseline_views()}
@@ -35,7 +35,7 @@ def test_deviation_is_absent_while_learning_and_survives_a_restart(tmp_path):
     assert before["read_iops"] > 5
     st.close()
     st2 = State(str(tmp_path / "state.db"))
-    after = {v.metric: v.deviation_score for v in Health(st2, params).baseline_views()}
+    after = {v.metric: v.deviation_score for v in StoredHealth(st2, params).baseline_views()}
     # on main: 0.0 after every restart until the next probe
     assert after["read_iops"] == pytest.approx(before["read_iops"], rel=0.25)
     st2.close()
@@ -60,10 +60,10 @@ def test_human_units():
 
 def test_status_shows_warm_up_as_such_and_latencies_in_their_units(tmp_path):
     st = State(str(tmp_path / "state.db"))
-    h = Health(st, DetectorParams(warmup_probes=12))
+    h = StoredHealth(st, DetectorParams(warmup_probes=12))
     for i in range(3):
         h.on_result(_record(i, 1000.0), "vol-learning", lambda since: [])
-    h2 = Health(st, DetectorParams(warmup_probes=3))
+    h2 = StoredHealth(st, DetectorParams(warmup_probes=3))
     for i in range(6):
         h2.on_result({**_record(i, 2000.0), "target": "u"}, "vol-known", lambda since: [])
     rows = baseline_rows(st, DetectorParams(warmup_probes=12))

@@ -11,7 +11,7 @@ from iowarden.daemon import config as configmod
 from iowarden.daemon.commands.status import baseline_command, baseline_line, verdict_of
 from iowarden.daemon.core.state import State
 from iowarden.daemon.verdicts.detect import DetectorParams
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import StoredHealth
 from tests.unit.test_alert_invariants import _probe
 
 
@@ -39,7 +39,7 @@ def test_baseline_show_says_learning_since_and_learned_since_and_has_json(tmp_pa
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     state = State(str(state_dir / "state.db"))
-    h, rng = Health(state, DetectorParams(warmup_probes=6)), random.Random(1)
+    h, rng = StoredHealth(state, DetectorParams(warmup_probes=6)), random.Random(1)
     for i in range(8):
         h.on_result(_probe(i, 1.0, rng), "vol-a", lambda since: [])
     h.on_result(_probe(9, 1.0, rng), "vol-b", lambda since: [])

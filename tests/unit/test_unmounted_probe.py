@@ -7,7 +7,7 @@ from iowarden.daemon.core.core import Core
 from iowarden.daemon.core.state import State
 from iowarden.daemon.events import ProbeFinished, ProbeStarted
 from iowarden.daemon.probing import scheduler as schedmod
-from iowarden.daemon.verdicts.health import Health
+from iowarden.daemon.core.effects import health_from
 from iowarden.probes.common import Roots
 from iowarden.probes.fio_run import ProbeResult
 from iowarden.probes.pathstat import PathAnswer
@@ -42,7 +42,7 @@ def test_a_volume_unmounted_as_its_probe_begins_is_a_volume_gone_not_a_failed_pr
 
     # the core forgets the probe (its device no longer watched) and stores nothing for it
     st = State(str(tmp_path / "s.db"))
-    core = Core(st, Health(st), "test")
+    core = Core(st, health_from(st), "test")
     for e in [ProbeStarted("new", "rr", "loop2", ("loop2",))] + [e for e in posted if not isinstance(e, ProbeStarted)]:
         core.handle(e)
     assert st.probe_results() == [] and core.known.probing == {}
