@@ -110,12 +110,8 @@ def test_a_fault_that_ends_is_cleared_within_its_hysteresis(fault, length, after
         assert [c.id for c in closed] == [opened[-1].id] and closed[0].alert == "VolumeDegraded"
 
 
-@settings(max_examples=40, deadline=None)
-@given(segments=st.lists(st.tuples(st.sampled_from([1.0, 0.25, 0.5, 0.02, 0.7, 2.0, None]), st.integers(1, 10)),
-                         min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
-def test_every_alert_says_its_kinds_one_severity_however_far_it_moved(segments, seed):
-    """Histories of probes at 2 % to 200 % of normal and failing probes (None): each raise and re-send of
-    VolumeDegraded and ProbeFailing carries the severity of its kind, and so does every open alert's view."""
+def _history(segments, seed) -> Recorder:
+    """A normal learned, then each (factor of normal, probes) in turn; a factor None is a failing probe."""
     rng = random.Random(seed)
     rec = Recorder(DetectorParams(warmup_probes=WARMUP))
     i = 0
@@ -126,6 +122,16 @@ def test_every_alert_says_its_kinds_one_severity_however_far_it_moved(segments, 
                 record = {**record, "ok": False, "error": "fio exited 1"}
             rec.feed(record)
             i += 1
+    return rec
+
+
+@settings(max_examples=40, deadline=None)
+@given(segments=st.lists(st.tuples(st.sampled_from([1.0, 0.25, 0.5, 0.02, 0.7, 2.0, None]), st.integers(1, 10)),
+                         min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
+def test_every_alert_says_its_kinds_one_severity_however_far_it_moved(segments, seed):
+    """Histories of probes at 2 % to 200 % of normal and failing probes (None): each raise and re-send of
+    VolumeDegraded and ProbeFailing carries the severity of its kind, and so does every open alert's view."""
+    rec = _history(segments, seed)
     assert all(severity == severity_of(alert) for alert, severity in rec.severities), rec.severities
     assert all(a.severity == severity_of(a.alert) for a in rec.health.open_alert_views())
 
@@ -137,16 +143,7 @@ def test_each_alert_is_raised_once_and_closed_once_and_ids_are_never_reused(segm
     """Over any history the changes tell one story: per (alert, volume, profile) raises and closes alternate,
     every update and close names an alert that is open, and no id is given twice; a Health built again from
     what those changes saved (the next id, the open alerts) goes on from the same place."""
-    rng = random.Random(seed)
-    rec = Recorder(DetectorParams(warmup_probes=WARMUP))
-    i = 0
-    for factor, length in [(1.0, WARMUP + 4)] + segments:
-        for _ in range(length):
-            record = _probe(i, factor or 1.0, rng)
-            if factor is None:
-                record = {**record, "ok": False, "error": "fio exited 1"}
-            rec.feed(record)
-            i += 1
+    rec = _history(segments, seed)
     open_ids, ids = {}, set()
     for c in rec.changes:
         if isinstance(c, AlertRaised):
