@@ -155,7 +155,7 @@ class Daemon:
             influx=(lambda: {"written": w.points_written_total, "spooled": w.points_spooled_total,
                              "dropped": w.points_dropped_total, "errors": w.write_errors_total,
                              "spool_bytes": w.spool_bytes, "rejected": w.points_rejected_total}) if w else lambda: None)
-        self.core = Core(self.state, self.health, version, readers, influx=self.influx,
+        self.core = Core(self.state, self.health, version, readers,
                          retention_seconds=RESULT_RETENTION_SECONDS, boot_id=read_str(roots.proc / "sys" / "kernel" /
                                                                                      "random" / "boot_id"))
         self.core.post(TargetsChanged(self.targets()))
@@ -364,6 +364,7 @@ class Daemon:
         if self.influx is not None:
             # no network on the way out: a server that hangs must not hold up the stop
             def spool():
+                self.influx.take_told()   # what the core told in its last batch, the stopped probes' results
                 n = self.influx.writer.spool_pending()
                 log.info("InfluxDB: %d unsent points kept in the spool for the next start", n)
             _stop_step("InfluxDB spool", spool)

@@ -58,6 +58,16 @@ class BaselineView:
 
 
 @dataclass(frozen=True)
+class Told:
+    """One thing the core tells every output that keeps a record of them (InfluxDB's points), numbered: an
+    output reads the snapshot's `told` and takes those past the last number it took."""
+    seq: int
+    what: str                  # "probe" (fields: record, identity) or "event" (fields: kind and its data)
+    fields: Mapping
+    unix_time: float
+
+
+@dataclass(frozen=True)
 class AlertView:
     alert: str                 # VolumeDegraded, ProbeFailing, DeviceSlow, SlowMember, VolumeAtLimit
     volume: str                # stable identity
@@ -105,3 +115,4 @@ class Snapshot:
     pins: Mapping = field(default_factory=_empty)             # target -> the volume it was first probed on
     own_probes: Mapping = field(default_factory=_empty)       # device -> when a probe last ran on it (monotonic, inf: now)
     folds: Mapping = field(default_factory=_empty)            # alert id -> verdicts.pages.Fold: said on another's page
+    told: tuple = ()                                          # the last Told, oldest first (core.TOLD_KEPT)

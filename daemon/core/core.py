@@ -16,6 +16,7 @@ by their owners under their own locks when a snapshot is built (`CounterReaders`
 """
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -28,7 +29,7 @@ from iowarden.daemon.core import effects, knowledge, retention, space
 from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, IntervalsFitted, PassiveJudged,
                                    ProbeFinished, ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.registry import PartStats
-from iowarden.daemon.snapshot import Snapshot, frozen
+from iowarden.daemon.snapshot import Snapshot, Told, frozen
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.verdicts import advice, pages
@@ -40,6 +41,9 @@ CORE_STUCK_SECONDS = 35.0        # the core gets a tick every second; a result's
 # a handler keeps failing: its last events of one type all failed, this many and for this long. Then the core is
 # failing like a part (iowarden_part_success{part="core"} 0, IowardenPartFailing) and the watchdog is withheld:
 # a core that drops every probe result would otherwise look alive while it judges nothing
+# Told kept in each snapshot: an output that takes them every flush (InfluxDB: 10 s) misses none unless over
+# a thousand probe results and events come in one flush; one that finds a gap in the numbers counts it
+TOLD_KEPT = 1024
 FAILING_IN_A_ROW = 5
 FAILING_SECONDS = 60.0
 
@@ -54,11 +58,15 @@ class CounterReaders:
 
 
 class Core:
-    def __init__(self, state, health, version: str, readers: CounterReaders = CounterReaders(), influx=None,
+    def __init__(self, state, health, version: str, readers: CounterReaders = CounterReaders(),
                  retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES, wall=time.time,
                  boot_clock=lambda: time.clock_gettime(time.CLOCK_BOOTTIME), boot_id: str | None = None):
         self.state, self.health, self.version = state, health, version
-        self.readers, self.influx, self.clock = readers, influx, clock
+        self.readers, self.clock = readers, clock
+        # what the outputs that keep records are told (probe results, alert and drift events), numbered and
+        # published in each snapshot: an output takes what is past its last number, the core calls none of them
+        self._told: collections.deque = collections.deque(maxlen=TOLD_KEPT)
+        self._told_seq = 0
         self.wall, self.boot_clock = wall, boot_clock   # retention compares them (core/retention.py)
         # the last pass's clocks, this run's or (the same boot) the run before's: a clock stepped while the
         # daemon was down is caught at the first pass too
@@ -95,7 +103,12 @@ class Core:
 
     def act(self, changes) -> list[str]:
         """What the health verdicts decided, acted on: written, said in the journal, sent to the outputs."""
-        return effects.apply(changes, self.state, self.influx.event if self.influx is not None else None)
+        return effects.apply(changes, self.state, lambda **event: self.tell("event", event))
+
+    def tell(self, what: str, fields: dict) -> None:
+        """Something for the outputs that keep records (snapshot.Told), in the next snapshot."""
+        self._told_seq += 1
+        self._told.append(Told(self._told_seq, what, frozen(fields), time.time()))
 
     @property
     def last_result(self):
@@ -213,7 +226,7 @@ class Core:
                                     for t in k.targets for p in t.profiles}),
             discovery_over_limit=k.discovery_over_limit,
             influx=frozen(self.readers.influx()), state=frozen(self.state.stats()), passive=k.passive_views,
-            sources=frozen(k.sources), passive_host_ratio=k.passive_host_ratio,
+            sources=frozen(k.sources), passive_host_ratio=k.passive_host_ratio, told=tuple(self._told),
             probe_latency=frozen(k.latency_totals), pins=frozen(self.health.pins), own_probes=frozen(k.own_probes()))
         self.published = (self.published[0] + 1, self.clock())
 

@@ -174,8 +174,7 @@ def apply_result(core, e: ProbeFinished) -> None:
         e = dataclasses.replace(e, result=result)
     record = result.to_json()
     core.state.add_probe_result(record, identity)
-    if core.influx is not None:
-        core.influx.probe_result(record, identity)
+    core.tell("probe", {"record": record, "identity": identity})
     k.last_result = result
     # a target dropped while its probe ran is stored, but gets no series back
     if result.target in {t.name for t in k.targets}:
@@ -372,9 +371,8 @@ def apply_settings(core, power) -> None:
             k.drift_total[(device, ident or device, setting)] += 1
             k.drift_last_at[(device, ident or device, setting)] = time.time()
             k.drift_last_change[(device, ident or device, setting)] = (str(old), str(new), mounts_over(k, device))
-            if core.influx is not None:
-                core.influx.event(kind="drift", device=device, volume=ident or device, setting=setting,
-                                  old=str(old), new=str(new))
+            core.tell("event", {"kind": "drift", "device": device, "volume": ident or device, "setting": setting,
+                                "old": str(old), "new": str(new)})
             log.warning("setting drift on %s: %s changed from %s to %s", device, setting, old, new,
                         extra={"DEVICE": device, "SETTING": setting})
     if now != k.last_settings:

@@ -124,6 +124,25 @@ class InfluxOutput:
         self.host = self.writer.host
         self._iostat_prev: diskstats.DiskSample | None = None
         self._iostat_at = 0.0
+        # the last of the core's numbered Told taken (snapshot.told); a reload starts after what was told before
+        snap = get_snapshot()
+        self._told_taken = snap.told[-1].seq if snap is not None and snap.told else 0
+
+    def take_told(self) -> None:
+        """Points for what the core told since the last take: probe results, alert and drift events. Numbers
+        skipped (more told between two takes than a snapshot keeps) are points dropped, and counted so."""
+        snap = self.get_snapshot()
+        fresh = [t for t in (snap.told if snap is not None else ()) if t.seq > self._told_taken]
+        if not fresh:
+            return
+        if fresh[0].seq > self._told_taken + 1 and self._told_taken:
+            self.writer.points_dropped_total += fresh[0].seq - self._told_taken - 1
+        for t in fresh:
+            if t.what == "probe":
+                self.probe_result(t.fields["record"], t.fields["identity"])
+            elif t.what == "event":
+                self.event(unix_time=t.unix_time, **t.fields)
+        self._told_taken = fresh[-1].seq
 
     def probe_result(self, record: dict, identity: str) -> None:
         tags = {"host": self.host, "target": record["target"], "profile": record["profile"],
@@ -137,14 +156,16 @@ class InfluxOutput:
             fields["error"] = record["error"]
         self.writer.add([line_protocol.line("iowarden_probe", tags, fields, record["started_at"])])
 
-    def event(self, kind: str, **data) -> None:
+    def event(self, kind: str, unix_time: float | None = None, **data) -> None:
         tags = {"host": self.host, "kind": kind}
         for k in ("device", "volume", "target", "profile", "alert", "setting", "severity"):
             if data.get(k):
                 tags[k] = data.pop(k)
-        self.writer.add([line_protocol.line("iowarden_event", tags, {k: str(v) for k, v in data.items()}, time.time())])
+        self.writer.add([line_protocol.line("iowarden_event", tags, {k: str(v) for k, v in data.items()},
+                                            time.time() if unix_time is None else unix_time)])
 
     def step(self) -> None:
+        self.take_told()
         now = time.monotonic()
         snap = self.get_snapshot()
         cur = snap.disk_sample if snap is not None else None

@@ -56,3 +56,35 @@ def test_one_vocabulary_of_queue_settings():
     assert set(QUEUE_INT_SETTINGS) | set(QUEUE_WORD_SETTINGS) <= fields   # every name is a field read from sysfs
     assert set(WATCHED_QUEUE_SETTINGS) <= set(QUEUE_INT_SETTINGS) | set(QUEUE_WORD_SETTINGS)
     assert QUEUE_FIELDS == WATCHED_QUEUE_SETTINGS                         # drift watches the vocabulary's list
+
+
+def test_the_output_takes_what_the_core_told_once_in_order_and_counts_what_it_missed():
+    """The core calls no output: it numbers what it tells (probe results, alert and drift events) in each
+    snapshot, and the InfluxDB output takes what is past the last number it took."""
+    from iowarden.daemon.core.core import TOLD_KEPT, Core
+    from iowarden.daemon.core.effects import health_from
+    from iowarden.daemon.core.state import State
+    import tempfile
+    import os
+    with tempfile.TemporaryDirectory() as d:
+        st = State(os.path.join(d, "s.db"))
+        core = Core(st, health_from(st), "t")
+        out = InfluxOutput.__new__(InfluxOutput)
+        lines: list[str] = []
+        out.host, out.writer, out.get_snapshot = "h1", SimpleNamespace(add=lines.extend, points_dropped_total=0), \
+            lambda: core.snapshot
+        out._told_taken = 0
+        core.tell("probe", {"record": _result(True, None).to_json(), "identity": "fs-uuid:abc"})
+        core.tell("event", {"kind": "drift", "device": "sdb", "volume": "fs-uuid:abc", "setting": "scheduler",
+                            "old": "none", "new": "bfq"})
+        core.publish()
+        out.take_told()
+        out.take_told()                       # nothing new: nothing sent twice
+        assert [line.split(",")[0] for line in lines] == ["iowarden_probe", "iowarden_event"]
+        assert "setting=scheduler" in lines[1] and 'new="bfq"' in lines[1]
+        for i in range(TOLD_KEPT + 5):        # more than a snapshot keeps between two takes
+            core.tell("event", {"kind": "drift", "device": "sdb", "setting": "nr_requests", "old": i, "new": i + 1})
+        core.publish()
+        out.take_told()
+        assert len(lines) == 2 + TOLD_KEPT and out.writer.points_dropped_total == 5
+        st.close()
