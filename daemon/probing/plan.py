@@ -133,3 +133,31 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
         next_at = max(nominal + c.interval_seconds * (1 + jitter(rules.jitter_ratio)), now + c.interval_seconds / 2)
         out.append(Decision(c.target, c.profile, "run", None, False, next_at, None, False, contended, util))
     return out
+
+
+SPREAD_STEPS = 16   # candidate times looked at within a probe's slot
+
+
+def spread_next(next_at: float, now: float, interval_seconds: float, siblings: list[float]) -> float:
+    """The next run of one profile of a target, moved within its slot (the interval over the target's profiles)
+    to where it is farthest from the target's other profiles' next runs.
+
+    A volume's profiles fall due together after their warm-up (each ran every minute, then each every interval
+    from about the same moment), and jitter alone leaves them so: a fault that began just after them was first
+    probed an interval later, and paged that much later (the example's four profiles at 300 s: 214 s to the
+    first probe of a quarter throttle). Spread, the first probe after any moment comes within a slot (75 s).
+    Each run moves at most half a slot, never sooner than half an interval after this run."""
+    if not siblings or interval_seconds <= 0:
+        return next_at
+    slot = interval_seconds / (len(siblings) + 1)
+    low = max(next_at - slot / 2, now + interval_seconds / 2)
+    high = max(next_at + slot / 2, low)
+
+    def clearance(t: float) -> float:   # to the nearest sibling, on the interval's circle
+        return min(min(abs(t - s) % interval_seconds, interval_seconds - abs(t - s) % interval_seconds)
+                   for s in siblings)
+
+    candidates = [low + (high - low) * i / SPREAD_STEPS for i in range(SPREAD_STEPS + 1)]
+    # the clearest, and of equally clear ones the nearest to where it would have run (a whole slot clear is
+    # enough: no move for nothing)
+    return max(candidates, key=lambda t: (min(round(clearance(t), 6), slot), -abs(t - next_at)))

@@ -30,7 +30,7 @@ from iowarden.daemon.config import Config, Target
 from iowarden.daemon.events import IntervalsFitted, ProbeFinished, ProbeStarted, frozen_map
 from iowarden.daemon.probing import fit
 from iowarden.daemon.probing.budget import Budget
-from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan
+from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan, spread_next
 from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
 from iowarden.daemon.probing.suspicion import BY_PROBE
 from iowarden.daemon.registry import fault_switch
@@ -252,6 +252,10 @@ class Scheduler:
                 continue   # due still: it runs at a later step, when a worker ends
             if dec.next_at is not None:
                 d.next_at = dec.next_at
+                if dec.action == "run":   # the target's profiles in turn over its interval, not together
+                    d.next_at = spread_next(dec.next_at, now, fitted[(d.target.name, d.profile)],
+                                            [o.next_at for o in self.due if o.target.name == d.target.name
+                                             and o is not d])
             d.deferred_since, d.waiting = dec.deferred_since, dec.waiting
             if dec.action == "run":
                 d.started_at = now

@@ -166,6 +166,32 @@ def test_the_example_configuration_measures_every_volume_once_an_interval_howeve
         assert sch.skipped()[(target.name, "busy")] > 0
 
 
+def test_a_volumes_profiles_take_turns_over_its_interval_not_together():
+    """Out of the warm-up the example's four profiles fall due together (each ran every minute, then every
+    300 s from about the same moment): a fault that began just after them was first probed 214 s later. They
+    are moved apart in their first rounds, and then the volume is probed every quarter interval."""
+    from pathlib import Path
+    from iowarden.daemon.probing.plan import spread_next
+    cfg = config.parse((Path(__file__).resolve().parents[2] / "config.example.toml").read_text())
+    (target,) = cfg.targets
+    clock = Clock()
+    sch = FakeRun(cfg, Roots(), Sampler(0.0), post=None, rng=random.Random(3), clock=clock)
+    for p in target.profiles:
+        sch.learned[(target.name, p)] = 100
+    start = clock.now
+    while clock.now < start + 3 * 3600:
+        sch.tick(5.0)
+    late = [at for at, _, _ in sch.ran if at > start + 3600]
+    gaps = [b - a for a, b in zip(late, late[1:])]
+    slot = target.interval_seconds / len(target.profiles)
+    assert all(0.8 * slot <= g <= 1.2 * slot for g in gaps), gaps
+    # the rule alone: a run is moved to the clearest time within half a slot, and no sooner than half an interval
+    assert spread_next(400.0, 100.0, 300.0, [400.0, 401.0, 402.0]) == 362.5
+    assert spread_next(400.0, 100.0, 300.0, []) == 400.0
+    assert spread_next(400.0, 100.0, 300.0, [475.0, 550.0, 625.0]) == 400.0   # a whole slot clear: left
+    assert spread_next(260.0, 100.0, 300.0, [260.0]) >= 250.0
+
+
 def test_a_volume_busy_from_its_first_minute_learns_under_load_and_arms():
     """Every warm-up probe of a volume whose device is never idle once waited out its deferral, ran
     contended and was not learned: not armed after 53 minutes. A warm-up probe waits one warm-up interval
