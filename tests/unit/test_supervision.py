@@ -115,7 +115,7 @@ def test_the_influxdb_summary_of_the_same_sample_twice_is_no_interval_not_a_cras
     from tests.integration.helpers import free_port
     line = "   8       0 sda 10 0 80 5 20 0 160 9 0 14 14 0 0 0 0 3 1"
     sample = diskstats.DiskSample(100.0, diskstats.parse(line))
-    snap = SimpleNamespace(disk_sample=sample, disk_rates={"sda": None}, devices={})
+    snap = SimpleNamespace(disk_sample=sample, disk_rates={"sda": None}, devices={}, told=())
     c = SimpleNamespace(url=f"http://127.0.0.1:{free_port()}", org="o", bucket="b", token_file="", token_env="",
                         spool_max_bytes=1 << 20, timeout_seconds=1.0, iostat_interval_seconds=0.0)
     out = InfluxOutput(c, str(tmp_path / "influx-spool"), lambda: snap)
