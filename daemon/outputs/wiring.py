@@ -124,9 +124,9 @@ class InfluxOutput:
         self.host = self.writer.host
         self._iostat_prev: diskstats.DiskSample | None = None
         self._iostat_at = 0.0
-        # the last of the core's numbered Told taken (snapshot.told); a reload starts after what was told before
-        snap = get_snapshot()
-        self._told_taken = snap.told[-1].seq if snap is not None and snap.told else 0
+        # the last of the core's numbered Told taken (snapshot.told): made once at start, before the core, so
+        # everything the core tells is taken from its first number
+        self._told_taken = 0
 
     def take_told(self) -> None:
         """Points for what the core told since the last take: probe results, alert and drift events. Numbers
