@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .image import Image
 
-BOOT_NICE = -5   # the guest's nice while it boots and is set up (see Guest.__init__)
+BOOT_NICE = -12  # the guest's nice while it boots and is set up (see Guest.__init__)
 VCPUS = 2        # the tests' guest: fio on one vCPU and a tracer on the other (guest_trace.py)
 
 
@@ -203,10 +203,13 @@ class Guest:
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image.disk), "-F", "raw",
                         str(overlay)], check=True)
         self.metrics_port = _free_port()
-        # The guest is the run's longest path. Its boot and setup (about a minute of CPU alone) start beside
-        # three other workers and took 11 minutes at an equal share, so they run at BOOT_NICE (a larger share
-        # of the CPU, every QEMU thread inheriting it) and the guest returns to an equal share once set up
-        # (at_equal_share). Not niced the other way: by 10, the package's install passed 5 minutes and by 5 a
+        # The guest is the run's longest path. Its boot and setup (a minute and a half of CPU alone) start
+        # beside three other workers and took 11 minutes at an equal share, so they run at BOOT_NICE (a larger
+        # share of the CPU, every QEMU thread inheriting it) and the guest returns to an equal share once set
+        # up (at_equal_share). At nice -5 beside the lanes' mixes (some twenty fio threads and loop workers
+        # runnable, a load average of 15-18) QEMU still had a fifth of a core and the setup took 11 minutes;
+        # at -12 its weight is about that of fifteen tasks at nice 0, for the minute and a half it needs.
+        # Not niced the other way: by 10, the package's install passed 5 minutes and by 5 a
         # throttled member's peer ratio fell back within seconds. The lanes' loop devices slow with the
         # host's CPU all together, which their detectors take for the host's, not a device's.
         # One vCPU while it boots and is set up, the second plugged in for the tests (add_vcpus). Under TCG each
