@@ -121,9 +121,10 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                                                  '/proc/pressure/io shows every task stalled on I/O ...',
                                   minimum=0.0, maximum=100.0),
         "max_deferral_seconds": Key("float", 600.0, '... for at most this long; then it runs and its result is marked contended (contended '
-                                                    'results are kept but neither learned nor judged). A volume is '
-                                                    'still measured once an interval: when waiting would leave it '
-                                                    'unmeasured longer, the profile due runs, contended.',
+                                                    'results are kept but neither learned nor judged). A volume of '
+                                                    'several profiles is still measured once an interval: when '
+                                                    'waiting would leave it unmeasured longer, the profile due '
+                                                    'runs, contended.',
                                     minimum=0.0, maximum=86400.0),
         "warmup_interval_seconds": Key("float", 60.0, 'A volume new to iowarden (fewer than [detector] warmup_probes '
                                                       'measured probes of a profile) is probed this often, not at its '

@@ -32,7 +32,8 @@ class Candidate:
     waiting: bool = False               # already held back by another probe (counted once)
     warming_up: bool = False            # its volume is still learning: the warm-up's budget applies
     suspected: bool = False             # an alert is open on it, or its last probe was far off its normal
-    volume_unprobed_seconds: float | None = None   # since a probe of any profile of its target last started
+    volume_unprobed_seconds: float | None = None   # since a probe of any profile of its target last started (None:
+                                                   # its only profile, which waits max_deferral_seconds as set)
 
 
 @dataclass(frozen=True)

@@ -233,7 +233,10 @@ class Scheduler:
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
                                         needed, interval, d.deferred_since, d.waiting, warming,
                                         bool(self.suspected(d.target.name, d.profile)),
-                                        now - last_start[d.target.name] if d.target.name in last_start else None))
+                                        # a volume of one profile has no other to measure it while that one
+                                        # waits: its deferral is max_deferral_seconds, as configured
+                                        now - last_start[d.target.name]
+                                        if d.target.name in last_start and len(d.target.profiles) > 1 else None))
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))
