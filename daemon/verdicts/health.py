@@ -201,9 +201,8 @@ class Health:
         self._judge_result(record, identity, causes_fn, context, place)
         return self._take()
 
-    def _judge_result(self, record, identity, causes_fn, context, place) -> list[str]:
+    def _judge_result(self, record, identity, causes_fn, context, place) -> None:
         target, profile = record["target"], record["profile"]
-        events = []
         # failures are the target's, whatever device it is on now (a vanished mount has none)
         fkey = (f"target:{target}", profile)
         if not record["ok"]:
@@ -212,23 +211,22 @@ class Health:
             if self.failures[fkey] >= FAILURES_BEFORE_ALERT and akey not in self.open:
                 evidence = {"error": record["error"], "consecutive_failures": self.failures[fkey]}
                 self._raise(akey, target, None, evidence, [record["error"] or "unknown error"], place)
-                events.append("ProbeFailing raised")
-            return events
+            return
         self.failures[fkey] = 0
         if not stable_identity(self.pins.get(target)) and stable_identity(identity):
             self.pins[target] = identity
             self._changes.append(PinChanged(target, identity))
         if ("ProbeFailing",) + fkey in self.open:
             self._close(("ProbeFailing",) + fkey, "probe succeeded")
-            events.append("ProbeFailing cleared")
         if record["contended"] and not record.get("learned_under_load"):
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead
-            return events + self._judge_contended(identity, profile, target, context or {}, causes_fn, place)
+            self._judge_contended(identity, profile, target, context or {}, causes_fn, place)
+            return
         host, own = (context or {}).get("host_slowdown", 0), (context or {}).get("own_slowdown")
         if host >= HOST_SHARED_SLOWDOWN and (own is None or own < HOST_SHARED_SLOWDOWN * host) and \
                 ("VolumeDegraded", identity, profile) not in self.open:
-            return events
+            return
         verdicts = {}
         for metric, value in metrics_of(record).items():
             key = (identity, profile, metric)
@@ -252,7 +250,7 @@ class Health:
         akey = ("VolumeDegraded", identity, profile)
         if akey in self.open and not any(v.z > self.params.clear_z for v in alerting.values()):
             if any(v.alerting for v in verdicts.values()):
-                return events   # back in band: the detectors' hysteresis clears it, nothing is re-sent meanwhile
+                return   # back in band: the detectors' hysteresis clears it, nothing is re-sent meanwhile
             alerting = {}
         if alerting and akey not in self.open and not any(
                 v.changed == "raised" or v.z >= self.params.clear_z for v in alerting.values()):
@@ -269,7 +267,6 @@ class Health:
             if akey not in self.open:
                 causes = causes_fn(self.baseline_since(identity, profile))
                 self._raise(akey, target, ",".join(sorted(alerting)), evidence, causes, place)
-                events.append("VolumeDegraded raised")
             else:
                 # the figures and the causes of now: a limit or a neighbour seen since the raise is named too
                 a = self.open[akey]
@@ -283,12 +280,10 @@ class Health:
                 # and a quiet probe between two busy ones cleared it and the next raised it again (two pages)
                 self.quiet_good[akey] = self.quiet_good.get(akey, 0) + 1
                 if self.quiet_good[akey] < contended.QUIET_PROBES_TO_CLEAR_CONTENDED:
-                    return events
+                    return
             self._close(akey, "back to its baseline")
-            events.append("VolumeDegraded cleared")
-        return events
 
-    def _judge_contended(self, identity, profile, target, context, causes_fn, place) -> list[str]:
+    def _judge_contended(self, identity, profile, target, context, causes_fn, place) -> None:
         """A probe on a busy disk, judged by the device's total against what the probe alone gets on the healthy
         volume (verdicts/contended.py); here its counts are kept and its verdict acted on."""
         normal = {"iops": 0.0, "bw_bytes": 0.0}
@@ -299,7 +294,7 @@ class Health:
                 normal[kind] += math.exp(base[0]) if base is not None else 0.0
         if context.get("delivered_iops") is None or context.get("delivered_bytes_per_second") is None \
                 or not normal["iops"]:
-            return []
+            return
         key, akey = (identity, profile), ("VolumeDegraded", identity, profile)
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), context.get("passive_slowdown"),
@@ -316,11 +311,9 @@ class Health:
                        "reason": "contended"}
             self._raise(akey, target, "delivered_iops", {"metrics": {"delivered_iops": figures}, "passive": context},
                         [v.said] + causes_fn(self.baseline_since(identity, profile)), place)
-            return ["VolumeDegraded raised"]
+            return
         if v.action == "clear":
             self._close(akey, v.said)
-            return ["VolumeDegraded cleared"]
-        return []
 
     def on_passive(self, t, device: str, more_causes=(), device_facts: dict | None = None,
                    place: tuple = NOWHERE) -> list:
@@ -331,24 +324,22 @@ class Health:
         self._judge_passive(t, device, more_causes, device_facts, place)
         return self._take()
 
-    def _judge_passive(self, t, device, more_causes, device_facts, place) -> str | None:
+    def _judge_passive(self, t, device, more_causes, device_facts, place) -> None:
         akey = (t.alert, t.device, PASSIVE_PROFILE)
         evidence = {"kind": t.kind, "device": device, **t.evidence}
         if device_facts is not None:
             evidence["device_facts"] = device_facts
         if t.state == "raised" and akey not in self.open:
             self._raise(akey, device, None, evidence, [t.summary, *more_causes], place)
-            return f"{t.alert} raised"
+            return
         if t.state == "updated" and akey in self.open:
             a = self.open[akey]
             self._update(a, evidence)
             self._changes.append(Said(logging.WARNING, "%s %s: %s", (t.alert, device, t.summary),
                                       {"ALERT": t.alert, "DEVICE": device}))
-            return None
+            return
         if t.state == "cleared" and akey in self.open:
             self._close(akey, t.summary)
-            return f"{t.alert} cleared"
-        return None
 
     def passive_findings(self, devices: set[str]) -> list[str]:
         """What the passive detector holds open on these kernel devices: evidence for a probe alert's causes."""
