@@ -207,8 +207,11 @@ class Guest:
         # beside three other workers and took 11 minutes at an equal share, so they run at BOOT_NICE (a larger
         # share of the CPU, every QEMU thread inheriting it) and the guest returns to an equal share once set
         # up (at_equal_share). At nice -5 beside the lanes' mixes (some twenty fio threads and loop workers
-        # runnable, a load average of 15-18) QEMU still had a fifth of a core and the setup took 11 minutes;
-        # at -12 its weight is about that of fifteen tasks at nice 0, for the minute and a half it needs.
+        # runnable, a load average of 15-18) QEMU still had a fifth of a core and the setup took 11 minutes,
+        # and at -12 the same: the kernel's autogroups are on here, so CPU is shared between sessions first
+        # and a thread's nice counts only within its session (QEMU is one of some twenty). Setting the
+        # session's own nice (/proc/PID/autogroup) cut the setup to about 2 minutes beside a full run, but
+        # is not set: that run showed failures in its first minutes that were not read.
         # Not niced the other way: by 10, the package's install passed 5 minutes and by 5 a
         # throttled member's peer ratio fell back within seconds. The lanes' loop devices slow with the
         # host's CPU all together, which their detectors take for the host's, not a device's.
