@@ -94,6 +94,17 @@ def fresh_loop_queue(name: str) -> None:
         sched.write_text("none")
 
 
+def session_nice(pid: int, nice: int) -> None:
+    """The CPU share of the session `pid` leads, against the machine's other sessions. With the scheduler's
+    autogroups on (here), CPU time is shared between sessions first and a thread's nice counts only within its
+    own: a process started in a session of its own (start_new_session) gets one session's share, whatever its
+    nice. Where autogroups are off the write fails and nothing changes."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+    except OSError:
+        pass
+
+
 class LoopXfs:
     """A real XFS filesystem on a loop device backed by an image file, mounted."""
 

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.conftest import session_nice
+
 from .image import Image
 
 BOOT_NICE = -12  # the guest's nice while it boots and is set up (see Guest.__init__)
@@ -212,7 +214,7 @@ class Guest:
         # runnable, a load average of 15-18) QEMU still had a fifth of a core and the setup took 11 minutes,
         # and at -12 the same: the kernel's autogroups are on here, so CPU is shared between sessions first
         # and a thread's nice counts only within its session (QEMU is one of some twenty). So the session's
-        # own nice (/proc/PID/autogroup) is set too (_autogroup_nice): beside a full run the guest then
+        # own nice (/proc/PID/autogroup) is set too (session_nice): beside a full run the guest then
         # answered in 43 s where the run's own took 300 s.
         # Not niced the other way: by 10, the package's install passed 5 minutes and by 5 a
         # throttled member's peer ratio fell back within seconds. The lanes' loop devices slow with the
@@ -246,7 +248,7 @@ class Guest:
                                          [f"{k}={v}" for k, v in disk.device_args().items() if k != "driver" and v])]
         self.log = open(rundir / "qemu.log", "w")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._autogroup_nice(BOOT_NICE)
+        session_nice(self.proc.pid, BOOT_NICE)
         try:
             self.agent = Agent(rundir / "qga.sock")
             self.agent.wait_up(time.monotonic() + boot_timeout, alive=lambda: self.proc.poll() is None)
@@ -272,24 +274,13 @@ class Guest:
                                f"{timeout:.0f} s after they were plugged in")
             time.sleep(1)
 
-    def _autogroup_nice(self, nice: int) -> None:
-        """QEMU's share of the CPU against the host's other sessions. With the scheduler's autogroups on (the
-        kernel's default on a desktop build, and here), CPU time is shared between sessions first and nice
-        counts only within one: QEMU, a session of its own, had one session's share whatever its threads'
-        nice, beside some twenty sessions of the suite's (a fifth of a core: an 11-minute setup). Beside a
-        full run, its guest answered in 43 s with its session at -12, where the run's own took 300 s."""
-        try:
-            Path(f"/proc/{self.proc.pid}/autogroup").write_text(str(nice))
-        except OSError:
-            pass   # no autogroups (a server kernel, or off): the threads' nice is the share, as set
-
     def at_test_share(self) -> None:
         """QEMU's share while the lab's tests run: its session at TEST_AUTOGROUP_NICE, every thread back to
         the default nice (threads inherit the nice of the one that made them). The lab's eleven tests run one
         after another in the one guest and are the run's longest path: beside a full run at one session's
         share they took 2,112 s, where alone they take about 1,100 s; the other workers' tests mostly wait on
         time (a probe interval, a passive window) and need little of the CPU they give up."""
-        self._autogroup_nice(TEST_AUTOGROUP_NICE)
+        session_nice(self.proc.pid, TEST_AUTOGROUP_NICE)
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
                 os.setpriority(os.PRIO_PROCESS, int(task.name), 0)
