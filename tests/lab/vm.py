@@ -29,8 +29,6 @@ from tests.conftest import session_nice
 from .image import Image
 
 BOOT_NICE = -12  # the guest's nice while it boots and is set up (see Guest.__init__)
-# QEMU's session's nice while the lab's tests run (see at_test_share): about three sessions' share
-TEST_AUTOGROUP_NICE = -5
 VCPUS = 2        # the tests' guest: fio on one vCPU and a tracer on the other (guest_trace.py)
 
 
@@ -209,8 +207,8 @@ class Guest:
         self.metrics_port = _free_port()
         # The guest is the run's longest path. Its boot and setup (a minute and a half of CPU alone) start
         # beside three other workers and took 11 minutes at an equal share, so they run at BOOT_NICE (a larger
-        # share of the CPU, every QEMU thread inheriting it) and the guest returns to a smaller one once set
-        # up (at_test_share). At nice -5 beside the lanes' mixes (some twenty fio threads and loop workers
+        # share of the CPU, every QEMU thread inheriting it) and the guest returns to an equal share once set
+        # up (at_equal_share). At nice -5 beside the lanes' mixes (some twenty fio threads and loop workers
         # runnable, a load average of 15-18) QEMU still had a fifth of a core and the setup took 11 minutes,
         # and at -12 the same: the kernel's autogroups are on here, so CPU is shared between sessions first
         # and a thread's nice counts only within its session (QEMU is one of some twenty). So the session's
@@ -274,13 +272,13 @@ class Guest:
                                f"{timeout:.0f} s after they were plugged in")
             time.sleep(1)
 
-    def at_test_share(self) -> None:
-        """QEMU's share while the lab's tests run: its session at TEST_AUTOGROUP_NICE, every thread back to
-        the default nice (threads inherit the nice of the one that made them). The lab's eleven tests run one
-        after another in the one guest and are the run's longest path: beside a full run at one session's
-        share they took 2,112 s, where alone they take about 1,100 s; the other workers' tests mostly wait on
-        time (a probe interval, a passive window) and need little of the CPU they give up."""
-        session_nice(self.proc.pid, TEST_AUTOGROUP_NICE)
+    def at_equal_share(self) -> None:
+        """QEMU's session and every thread back to the default nice (threads inherit the nice of the one that
+        made them). Not more for the tests: at three sessions' share (-5) the lab's tests ended 420 s sooner
+        beside a full run, but the latency the other tests measure moved with it (a QD1 read's p50 1.1-2x
+        ioping's; a FUSE-served disk's tail, unnamed for 360 s). In that run the lab ended at 1,695 s and the
+        other tests at 1,933 s: with its setup short, the lab had stopped being the longest path."""
+        session_nice(self.proc.pid, 0)
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
                 os.setpriority(os.PRIO_PROCESS, int(task.name), 0)
