@@ -105,6 +105,16 @@ def scores(blocks, allowance: float, floor: float) -> dict[str, float]:
     return peak
 
 
+_SCORES: dict = {}   # (host, allowance, floor) -> scores: the nested folds tune on the same hosts hundreds of times
+
+
+def host_scores(recorded: dict, host: str, allowance: float, floor: float) -> dict[str, float]:
+    key = (host, allowance, floor)
+    if key not in _SCORES:
+        _SCORES[key] = scores(recorded[host], allowance, floor)
+    return _SCORES[key]
+
+
 def tune(recorded: dict, labels: set, hosts: list[str]):
     """(allowance, floor, threshold, healthy max, slow min) with the widest gap on these hosts; the threshold
     THRESHOLD_MARGIN x the healthy max."""
@@ -113,7 +123,7 @@ def tune(recorded: dict, labels: set, hosts: list[str]):
         for f in FLOORS:
             healthy, slow = [1.0], []
             for h in hosts:
-                for dev, s in scores(recorded[h], a, f).items():
+                for dev, s in host_scores(recorded, h, a, f).items():
                     (slow if (h, dev) in labels else healthy).append(s)
             if not slow:
                 continue
@@ -131,7 +141,7 @@ def margin_needs(recorded: dict, labels: set, hosts: list[str]) -> list[tuple[st
     needs = []
     for h in hosts:
         a, f, _, hi, _ = tune(recorded, labels, [x for x in hosts if x != h])
-        mine = [v for dev, v in scores(recorded[h], a, f).items() if (h, dev) not in labels]
+        mine = [v for dev, v in host_scores(recorded, h, a, f).items() if (h, dev) not in labels]
         needs.append((h, max(mine, default=0.0) / hi))
     return needs
 

@@ -132,12 +132,9 @@ def _ioping_request_seconds(path, seconds: float) -> list[float]:
     # then a summary line over all of them; ioping leaves its warm-up request out of both.
     # Output goes to a file, not a pipe: a reader woken for every line took a core from ioping
     # and the loop worker on this 2-core VM and made ioping's reads ~25 % slower.
-    # A session of its own, as the probe's fio has (probes/common.py): with the scheduler's autogroups on, CPU is
-    # shared between sessions first, and on a busy machine a QD1 read's time includes its process's wake-up. In
-    # the test's own session ioping read 1.1-2x faster than the probe beside the lab's guest; like against like.
     with tempfile.TemporaryFile("w+") as out_file:
         subprocess.run(["ioping", "-B", "-q", "-p", "1", "-D", "-i", "0", "-w", f"{seconds:g}",
-                        "-s", "4k", "-S", "64m", str(path)], stdout=out_file, check=True, start_new_session=True)
+                        "-s", "4k", "-S", "64m", str(path)], stdout=out_file, check=True)
         out_file.seek(0)
         out = out_file.read()
     return [int(line.split()[5]) / 1e9 for line in out.splitlines()[:-1] if line.split()[0] == "1"]
