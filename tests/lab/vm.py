@@ -277,7 +277,7 @@ class Guest:
         made them). Not more for the tests: at three sessions' share (-5) the lab's tests ended 420 s sooner
         beside a full run, but the latency the other tests measure moved with it (a QD1 read's p50 1.1-2x
         ioping's; a FUSE-served disk's tail, unnamed for 360 s). In that run the lab ended at 1,695 s and the
-        other tests at 1,933 s: with its setup short, the lab had stopped being the longest path."""
+        other tests at 1,933 s; at an equal share it ends last again (2,231 s beside two fio jobs)."""
         session_nice(self.proc.pid, 0)
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
