@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 
 # The cgroup's memory and the largest working set: small, because every byte of the sweep passes through a TCG
-# guest's page cache (at 256 MiB and 512 MiB the sweep moved 1.4 GiB and took 11 minutes beside the suite);
-# the largest is still twice the most the cache can hold (the tool's own 40-85 MiB is charged to the cgroup too)
+# guest's page cache (at 256 MiB and 512 MiB the sweep moved 1.4 GiB, at these 0.65 GiB: 125 s alone against
+# 98-111 s; beside the suite 687 s against 653 s, where the guest's share of the CPU is what counts). The largest
+# is still twice the most the cache can hold (the tool's own 40-85 MiB is charged to the cgroup too).
 MEMORY_MAX_MIB = 160
 MAX_WORKING_SET = "256MiB"
 CAP_IOPS = 200
