@@ -5,10 +5,12 @@ were given, also when a test fails; nothing else on the machine is touched.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -103,6 +105,34 @@ def session_nice(pid: int, nice: int) -> None:
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))
     except OSError:
         pass
+
+
+# Where the tests that hold a latency against a reference mark themselves while they measure (one empty file per
+# measuring thread, named by its pid): the lab's guest, the run's longest path, takes a larger share of the CPU
+# only while no mark is there (tests/lab/vm.py, Guest.share_cpu). Shared by the run's workers through RUN_ID.
+LATENCY_MARKS = Path("/dev/shm") / f"iowarden-latency-marks-{RUN_ID}"
+
+
+@contextlib.contextmanager
+def latency_measured():
+    """While inside, this test measures a latency it holds to a reference (ioping, a served disk's fixed time):
+    the lab's emulated guest is at one session's share meanwhile, as every other session is."""
+    LATENCY_MARKS.mkdir(mode=0o700, exist_ok=True)
+    mark = LATENCY_MARKS / f"{os.getpid()}-{threading.get_ident()}"
+    mark.touch()
+    try:
+        yield
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def latency_being_measured() -> bool:
+    """Whether a live process of this run holds a latency mark (a worker that died with one holds nothing)."""
+    try:
+        names = os.listdir(LATENCY_MARKS)
+    except FileNotFoundError:
+        return False
+    return any(os.path.exists(f"/proc/{name.split('-')[0]}") for name in names)
 
 
 class LoopXfs:
@@ -293,6 +323,8 @@ def pytest_collection_finish(session):
 def pytest_sessionfinish(session, exitstatus):
     for lane in _LANE:
         lane.stop()   # a scenario still running is cancelled: it removes its devices on the way out
+    if not hasattr(session.config, "workerinput"):   # the controller, once every worker has ended
+        shutil.rmtree(LATENCY_MARKS, ignore_errors=True)
 
 
 def _phase(nodeid: str, lane: bool = False) -> str:

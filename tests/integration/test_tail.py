@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LoopXfs, fresh_loop_queue, session_nice
+from tests.conftest import LoopXfs, fresh_loop_queue, latency_measured, session_nice
 from tests.integration.helpers import config_text, end_processes, free_port, wait_for
 from tests.integration.test_passive import RULES, metric, passive_alerts, scrape
 
@@ -106,7 +106,7 @@ def _weak_region_named(tmp_path, daemon_factory, port, target):
     # and the weak disk went unnamed for 360 s. Serving 800 paced reads a second it needs little CPU, and gets
     # it when it asks. (The backup test's server reads as fast as it can, and keeps one session's share: more
     # would be a core taken from the other tests for ten minutes.)
-    with weak_disks(tmp_path, server_nice=-10) as (healthy, weak):
+    with latency_measured(), weak_disks(tmp_path, server_nice=-10) as (healthy, weak):
         d = daemon_factory(tail_config(target, tmp_path / "state", port, (healthy, weak)))
         d.wait_message("READY=1")
         with readers((healthy, weak), rate_iops=400, seconds=400):

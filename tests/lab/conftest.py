@@ -214,6 +214,7 @@ def lab(tmp_path_factory, lab_deb):
         guest.sh(STACKS, timeout=600)
         guest.add_vcpus()
         guest.at_equal_share()
+        guest.share_cpu()
         # how long each part of the lab's setup took: the lab is the suite's longest lane, its setup first
         stacks = time.monotonic() - started - booted - installed
         setup_note(f"== lab: booted in {booted:.0f} s, the .deb installed in {installed:.0f} s, "

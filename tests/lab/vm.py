@@ -20,15 +20,17 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import session_nice
+from tests.conftest import latency_being_measured, session_nice
 
 from .image import Image
 
 BOOT_NICE = -12  # the guest's nice while it boots and is set up (see Guest.__init__)
+TEST_NICE = -5   # its session's nice for the tests while no other test measures a latency (Guest.share_cpu)
 VCPUS = 2        # the tests' guest: fio on one vCPU and a tracer on the other (guest_trace.py)
 
 
@@ -274,16 +276,34 @@ class Guest:
 
     def at_equal_share(self) -> None:
         """QEMU's session and every thread back to the default nice (threads inherit the nice of the one that
-        made them). Not more for the tests: at three sessions' share (-5) the lab's tests ended 420 s sooner
-        beside a full run, but the latency the other tests measure moved with it (a QD1 read's p50 1.1-2x
-        ioping's; a FUSE-served disk's tail, unnamed for 360 s). In that run the lab ended at 1,695 s and the
-        other tests at 1,933 s; at an equal share it ends last again (2,231 s beside two fio jobs)."""
+        made them). The session's share for the tests is share_cpu's."""
         session_nice(self.proc.pid, 0)
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
                 os.setpriority(os.PRIO_PROCESS, int(task.name), 0)
             except (ProcessLookupError, FileNotFoundError):
                 pass   # a worker thread that has just ended
+
+    def share_cpu(self, poll_seconds: float = 1.0) -> None:
+        """Keep QEMU's session at TEST_NICE (about three sessions' share) while no test of the run measures a
+        latency against a reference (tests/conftest.py, latency_measured), and at an equal share while one does.
+        Beside two fio jobs and the other workers, the lab's tests at -5 ended 420 s sooner (1,695 s against
+        2,231 s at an equal share), the run's longest path; but that whole time, a QD1 read's p50 was 1.1-2x
+        ioping's and a FUSE-served disk's weak tail went unnamed for 360 s: what those tests hold is the machine's
+        latency, and the guest's share moved it. A mark is looked for every poll_seconds."""
+        self._share_stop = threading.Event()
+
+        def keep() -> None:
+            current = None
+            while self.proc.poll() is None:
+                wanted = 0 if latency_being_measured() else TEST_NICE
+                if wanted != current:
+                    session_nice(self.proc.pid, wanted)
+                    current = wanted
+                if self._share_stop.wait(poll_seconds):
+                    return
+        self._share_keeper = threading.Thread(target=keep, name="lab-cpu-share", daemon=True)
+        self._share_keeper.start()
 
     def text(self, name: str) -> str:
         try:
@@ -355,6 +375,9 @@ class Guest:
         self.disks[disk.id] = disk
 
     def stop(self) -> None:
+        if getattr(self, "_share_keeper", None) is not None:
+            self._share_stop.set()
+            self._share_keeper.join(timeout=10)
         if self.proc.poll() is None:
             # quit, not an ACPI power-down: nothing in the guest is kept (its overlay and disks are removed
             # below), and with logind masked at boot (BOOT_MASKS) nothing in it answers the power button, so a
