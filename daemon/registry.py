@@ -108,7 +108,12 @@ class Registry:
             part.tasks[token] = (self.clock(), deadline_seconds)
             part.stats = replace(part.stats, deadline_seconds=deadline_seconds)
         thread = threading.Thread(target=run, name=f"iowarden-{name}", daemon=True)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:   # no thread to be had (a task limit): the task never ran, so no deadline waits on it
+            with self._lock:
+                part.tasks.pop(token, None)
+            raise
         return thread
 
     def run_once(self, part: Part) -> None:

@@ -39,6 +39,10 @@ class Roots:
         return cls(b / "proc", b / "sys", b / "dev", b / "etc", b / "run")
 
 
+# Why no process or thread could be started (EAGAIN from fork or clone): a limit of the daemon's or the machine's,
+# never anything about a target, and what the operator raises to end it
+TASK_LIMIT_TEXT = ("a task limit is reached (the unit's TasksMax, its cgroup's pids.max, or the machine's "
+                   "kernel.pid_max / kernel.threads-max)")
 KERNEL_FILE_MAX_BYTES = 16 << 20   # /proc and /sys: the largest table read (mounts of a busy host are < 1 MiB)
 
 

@@ -21,6 +21,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .common import TASK_LIMIT_TEXT
+
 HUNG_AFTER_SECONDS = 5.0             # a stat unanswered this long: its filesystem is hung
 # %d st_dev, %f st_mode (hex), %t %T a device node's major and minor (hex)
 STAT_ARGV = ("stat", "-L", "--printf", "%d %f %t %T\\n", "--")
@@ -36,6 +38,7 @@ class PathAnswer:
     st_rdev: int | None = None
     error: str | None = None         # what stat said (No such file or directory), or why it was not asked
     hung: bool = False
+    asked: bool = True               # False: no child could be started, so the path's own state is unknown
 
     @property
     def ok(self) -> bool:
@@ -56,6 +59,14 @@ def parse(path: str, stdout: bytes, stderr: bytes, returncode: int, at: float) -
     said = stderr.decode("utf-8", "replace").strip().splitlines()
     text = said[-1] if said else f"stat exited with {returncode}"
     return PathAnswer(path, at, error=text.rsplit(": ", 1)[-1] if ": " in text else text)
+
+
+def not_started_text(exc: OSError) -> str:
+    """Why a child could not be started, in terms an operator acts on: out of tasks is a limit of the daemon's
+    (the unit's TasksMax, its cgroup's pids.max) or of the machine's, not anything about the target."""
+    if exc.errno == errno.EAGAIN:
+        return f"iowarden cannot start a process: {TASK_LIMIT_TEXT}"
+    return f"iowarden cannot start stat: {exc.strerror or exc}"
 
 
 class PathWatch:
@@ -143,7 +154,7 @@ class PathWatch:
             child = subprocess.Popen([*self.argv, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         except OSError as exc:
-            self._latest[path] = PathAnswer(path, now, error=f"cannot run stat: {exc.strerror or exc}")
+            self._latest[path] = PathAnswer(path, now, error=not_started_text(exc), asked=False)
             return
         self._asking[path] = (child, now)
 

@@ -126,6 +126,15 @@ class TimedPool(concurrent.futures.ThreadPoolExecutor):
         self.running: dict[int, tuple[str, float]] = {}   # work's token -> (what it is, monotonic start)
         self._running_lock = threading.Lock()
         self._tokens = itertools.count()
+        self._start_every_worker(max_workers)
+
+    def _start_every_worker(self, count: int) -> None:
+        """Every worker thread started now, not at its first piece of work: a scrape then never needs a new
+        thread, and a daemon at its task limit (TasksMax, pids.max) still serves /metrics. Each worker is held
+        until all have started, so none is reused for another's start."""
+        together = threading.Barrier(count)
+        for started in [super(TimedPool, self).submit(together.wait, 10) for _ in range(count)]:
+            started.result(timeout=15)
 
     def submit(self, fn, /, *args, **kwargs):
         token = next(self._tokens)

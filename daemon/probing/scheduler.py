@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from iowarden.probes import blockqueue, pathstat
-from iowarden.probes.common import Roots
+from iowarden.probes import blockqueue, pathstat, tasklimit
+from iowarden.probes.common import TASK_LIMIT_TEXT, Roots
 from iowarden.probes.fio_run import ProbeResult, device_name_for
 from iowarden.probes.probe_child import run_isolated
 
@@ -274,7 +274,15 @@ class Scheduler:
     def _hung(self, d: Due, answer, disks) -> None:
         """A target whose path does not answer: a failed probe on record that says so (ProbeFailing after two)."""
         self.skip(d.target.name, "hung")
-        error = answer.hung_text(pathstat.HUNG_AFTER_SECONDS)
+        self._not_run(d, disks, answer.hung_text(pathstat.HUNG_AFTER_SECONDS))
+
+    def _not_checked(self, d: Due, answer, disks) -> None:
+        """A target whose path could not be asked (no process could be started): a failed probe that says why,
+        not a verdict on the volume (a device that seems gone would read as another volume mounted there)."""
+        self._not_run(d, disks, f"{d.target.path} could not be checked: {answer.error}")
+
+    def _not_run(self, d: Due, disks, error: str) -> None:
+        """A due probe that was not run: a failed probe on record that says why (ProbeFailing after two)."""
         log.error("probe %s/%s not run: %s", d.target.name, d.profile, error,
                   extra={"TARGET": d.target.name, "PROBE": d.profile, "REPEATS": True})
         self.post(ProbeFinished(ProbeResult(d.target.name, d.target.path, None, d.profile, False, error,
@@ -298,8 +306,14 @@ class Scheduler:
     def start_worker(self, d: Due, disks, contended: bool, util: float) -> None:
         """Run the probe in a thread of its own; the scheduler keeps its cadence while fio runs."""
         profile = self.cfg.profiles[d.profile]
-        w = self.spawn(PROBE_PART, probe_deadline_seconds(self.cfg, profile) + CHILD_REAP_SECONDS, self._run, d,
-                       disks, contended, util)
+        try:
+            w = self.spawn(PROBE_PART, probe_deadline_seconds(self.cfg, profile) + CHILD_REAP_SECONDS, self._run, d,
+                           disks, contended, util)
+        except RuntimeError:   # no thread could be started: a failed probe that says why, the disks free again
+            with self._lock:
+                self._busy_disks -= set(disks)
+            self._not_run(d, disks, f"iowarden cannot start a thread for it: {TASK_LIMIT_TEXT}")
+            return
         with self._lock:
             self._workers = [t for t in self._workers if t.is_alive()] + [w]
 
@@ -319,6 +333,9 @@ class Scheduler:
             if answer.hung:
                 self._hung(d, answer, disks)
                 return
+            if not answer.asked:   # the daemon's own limit: nothing is known of the target, so nothing said of it
+                self._not_checked(d, answer, disks)
+                return
             device = self.device_of(d.target)
             refusal = self.pin_check(d.target, device)
             if not self.still_mounted(d.target):   # by that answer
@@ -329,11 +346,17 @@ class Scheduler:
                                      f"refused: {refusal}", time.time(), 0.0)
             else:
                 self.post(ProbeStarted(d.target.name, d.profile, device, tuple(disks)))
+                refused_before = tasklimit.refusals(self.roots)
                 result = run_isolated(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                       fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
                                       on_start=lambda proc: self.processes.track(proc, disks),
                                       expect_dev=d.target.found_on_dev, owner=self.owner,
                                       timeout_seconds=probe_deadline_seconds(cfg, profile))
+                refused = (tasklimit.refusals(self.roots) or 0) - (refused_before or 0)
+                if not result.ok and refused_before is not None and refused > 0:
+                    # fio that cannot start its job threads waits out its deadline: the limit is why, not the disk
+                    result = dataclasses.replace(result, error=f"{result.error}; meanwhile iowarden's cgroup was "
+                                                               f"refused {refused} tasks: {TASK_LIMIT_TEXT}")
             if not result.ok and not self.still_mounted(d.target, now=True):
                 # unmounted between the check above and the probe's open (CI): a volume gone, not a failing probe
                 self.skip(d.target.name, "unmounted")

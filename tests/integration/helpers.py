@@ -213,8 +213,17 @@ _CGROUPS_MADE = [0]
 def blkio_cgroup(prefix: str = "iowarden-test-app"):
     """A cgroup v1 blkio group of the test's own (a named workload, as a systemd unit would be): its path under
     the hierarchy's root, e.g. /iowarden-test-app-1234-1. Its tasks go back to the root and it is removed on exit."""
+    with v1_cgroup("blkio", prefix) as path:
+        yield path
+
+
+@contextmanager
+def v1_cgroup(controller: str, prefix: str):
+    """A group of the test's own in one cgroup v1 hierarchy (/sys/fs/cgroup/CONTROLLER/PREFIX-PID-N): its tasks go
+    back to the root and it is removed on exit."""
     _CGROUPS_MADE[0] += 1
-    path = Path("/sys/fs/cgroup/blkio") / f"{prefix}-{os.getpid()}-{_CGROUPS_MADE[0]}"
+    root = Path("/sys/fs/cgroup") / controller
+    path = root / f"{prefix}-{os.getpid()}-{_CGROUPS_MADE[0]}"
     path.mkdir()
     try:
         yield path
@@ -222,7 +231,7 @@ def blkio_cgroup(prefix: str = "iowarden-test-app"):
         for _ in range(50):
             for pid in (path / "cgroup.procs").read_text().split():
                 try:
-                    Path("/sys/fs/cgroup/blkio/cgroup.procs").write_text(pid)
+                    (root / "cgroup.procs").write_text(pid)
                 except OSError:
                     pass   # gone meanwhile
             try:

@@ -123,3 +123,13 @@ def test_without_pidfds_the_wait_still_ends_on_the_childs_exit(tmp_path, watches
     monkeypatch.setattr(pathstat.os, "pidfd_open", refused)
     answer = watches().check([str(tmp_path)], timeout_seconds=5)[str(tmp_path)]
     assert answer.ok, answer
+
+
+def test_a_child_that_cannot_be_started_is_said_as_the_daemons_limit_not_the_paths(tmp_path, watches, monkeypatch):
+    def out_of_tasks(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(pathstat.subprocess, "Popen", out_of_tasks)
+    w = watches()
+    answer = w.check([str(tmp_path)])[str(tmp_path)]
+    assert not answer.asked and not answer.hung and not answer.ok
+    assert "task limit" in answer.error and "TasksMax" in answer.error

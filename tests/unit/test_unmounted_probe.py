@@ -48,3 +48,26 @@ def test_a_volume_unmounted_as_its_probe_begins_is_a_volume_gone_not_a_failed_pr
     assert st.probe_results() == [] and core.known.probing == {}
     assert not [a for a in st.alerts() if a["alert"] == "ProbeFailing"]
     st.close()
+
+
+def test_a_path_that_could_not_be_asked_is_a_failed_probe_that_says_why_not_a_volume_gone(monkeypatch):
+    ran = []
+    monkeypatch.setattr(schedmod, "run_isolated", lambda *a, **kw: ran.append(a))
+    why = "iowarden cannot start a process: a task limit is reached (the unit's TasksMax, …)"
+
+    class Paths:   # no child could be started: nothing is known of the path
+        def latest(self, path):
+            return PathAnswer(path, 0.0, error=why, asked=False)
+
+        def check(self, paths):
+            return {p: self.latest(p) for p in paths}
+    posted = []
+    sampler = type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0, "io_pressure": None})()
+    sch = schedmod.Scheduler(_cfg(_target("db", 1.0)), Roots(), sampler, posted.append, clock=Clock(),
+                             devices=lambda: {}, spawn=lambda name, fn: fn(), paths=Paths(),
+                             pin_check=lambda target, device: f"target {target.name} is now on no block device")
+    sch._run(sch.due[0], ("sdb",), False, 0.0)
+    (finished,) = [e for e in posted if isinstance(e, ProbeFinished)]
+    assert not ran and not finished.result.ok and not finished.unmounted
+    assert finished.result.error.endswith(f"could not be checked: {why}"), finished.result.error
+    assert "no block device" not in finished.result.error
