@@ -385,3 +385,42 @@ interval_seconds = 1.0
         assert "Traceback" not in d.output()
     finally:
         fs.close()
+
+
+def test_another_filesystem_mounted_over_a_target_while_running_is_refused_until_accepted(tmp_path, daemon_factory):
+    """A target's mount replaced under the running daemon (the volume detached and another one mounted at the
+    same path, as a careless re-attach does): its probes are refused by the pin, naming both volumes, and nothing
+    is written to the new one until `iowarden baseline reset --target` accepts it; then it is probed and learned
+    anew."""
+    from tests.conftest import LoopXfs
+    first, second = LoopXfs("512M"), LoopXfs("512M")
+    try:
+        mountpoint = first.mountpoint
+        state = tmp_path / "state"
+        db = str(state / "state.db")
+        text = config_text(mountpoint, state, runtime=0.3, interval=1.0,
+                           extra=f'\n[sampler]\ndevices = ["{os.path.basename(first.device)}", '
+                                 f'"{os.path.basename(second.device)}"]\n')
+        d = daemon_factory(text)
+        d.wait_message("READY=1")
+        wait_for(lambda: len(rows(db, "SELECT id FROM probe_results WHERE ok = 1")) >= 2, what="two good probes")
+        second.unmount()
+        first.unmount()   # waits out a probe's fio still holding it
+        subprocess.run(["mount", second.device, str(mountpoint)], check=True)
+        second.mountpoint, second.mounted = mountpoint, True
+        err = wait_for(lambda: [e for (e,) in rows(db, "SELECT error FROM probe_results ORDER BY id DESC LIMIT 3")
+                                if e and "first probed on" in e], what="the pinned-volume refusal")[0]
+        assert "a different volume" in err and "baseline reset --target loop" in err, err
+        assert not (mountpoint / ".iowarden").exists(), "nothing written to the volume mounted over the target"
+        wait_for(lambda: rows(db, "SELECT id FROM alerts WHERE alert = 'ProbeFailing' AND cleared_at IS NULL"),
+                 what="ProbeFailing for the refused probes")
+        subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "baseline", "reset", "--target", "loop", "-c",
+                        str(d.cfg)], check=True,
+                       capture_output=True, timeout=60)
+        seen = len(rows(db, "SELECT id FROM probe_results"))
+        wait_for(lambda: rows(db, f"SELECT id FROM probe_results WHERE ok = 1 AND id > {seen}"), timeout=60,
+                 what="a good probe of the accepted volume")
+        assert (mountpoint / ".iowarden").exists() and d.proc.poll() is None and "Traceback" not in d.output()
+    finally:
+        second.close()
+        first.close()
