@@ -24,5 +24,5 @@ def notify(message: str) -> None:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.sendto(message.encode(), socket.MSG_DONTWAIT, addr)
-    except (BlockingIOError, ConnectionRefusedError, FileNotFoundError) as exc:
+    except OSError as exc:   # queue full, no listener, or no socket to be had (out of file descriptors)
         log.debug("sd_notify dropped (%s): %s", exc.__class__.__name__, message.split("\n")[0])

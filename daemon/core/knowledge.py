@@ -22,7 +22,7 @@ from iowarden.daemon.core import latency, space
 from iowarden.daemon.events import DevicesRead, ProbeFinished
 from iowarden.daemon.snapshot import ProbeView
 from iowarden.daemon.wording import result_summary
-from iowarden.daemon.sources.settings import settings_changes, watched_settings
+from iowarden.daemon.sources.settings import known_settings, settings_changes, watched_settings
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.verdicts.causes import LIMIT_BELOW, Evidence, ProbeWindow, likely_causes
@@ -362,7 +362,7 @@ def apply_settings(core, power) -> None:
     """Record every watched setting that changed since the last poll (drift), whether or not it hurt."""
     k = core.known
     # the sampler's devices, once it has sampled: [sampler] devices and exclude_devices govern drift too
-    now = watched_settings(k.devices, power, wanted=k.sampled)
+    now = known_settings(k.last_settings, watched_settings(k.devices, power, wanted=k.sampled))
     if k.last_settings is not None:
         for device, setting, old, new in settings_changes(k.last_settings, now):
             ident = k.devices[device].identity if device in k.devices else None

@@ -15,9 +15,9 @@ server. Scrapes only render the collector's snapshot; nothing here does I/O work
 It runs on one asyncio loop, so a connection that is slow, idle or hostile costs a
 socket, not a thread, and cannot crowd out a scrape. A connection counts from the
 moment it is accepted, before and during its TLS handshake:
-- at most MAX_CONNECTIONS open, and MAX_CONNECTIONS_PER_SOURCE from one address
-  (more are closed at once, unread and unlogged, and counted), so one client can
-  neither take the whole budget nor the daemon's file descriptors;
+- at most MAX_CONNECTIONS open (or half the process's file descriptors, where fewer), and
+  MAX_CONNECTIONS_PER_SOURCE from one address (more are closed at once, unread and unlogged,
+  and counted), so one client can neither take the whole budget nor the daemon's file descriptors;
 - TLS starts only once the client has sent something (its ClientHello): an idle
   connection holds a socket, never a TLS object and its buffers (asyncio's SSL
   protocol allocates 256 KiB a connection: 2,000 idle ones were 650 MB);
@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from iowarden.daemon.outputs import exposition
-from iowarden.daemon.outputs.http_wire import (MAX_HEADER_BYTES, ServerCollector, TimedPool, bind, failed,
-                                              raise_fd_limit, read_headers, readable, send, source_of)
+from iowarden.daemon.outputs.http_wire import (MAX_HEADER_BYTES, ServerCollector, TimedPool, bind,
+                                              connection_cap, failed, raise_fd_limit, read_headers, readable, send,
+                                              source_of)
 from iowarden.daemon.outputs.auth import FAILED_AUTH_WINDOW_SECONDS, BasicAuth, FairHasher
 from iowarden.daemon.config_schema import parse_listen_address
 from iowarden.daemon.outputs.web_config import WebConfig, _parse_basic
@@ -116,7 +117,7 @@ class MetricsServer:
         self._fresh_version = 0   # without version_of_snapshot: a version per scrape
         self._per_source: collections.Counter = collections.Counter()   # open connections by source address
         self._serving: set[asyncio.Task] = set()
-        raise_fd_limit()
+        self.max_connections = connection_cap(raise_fd_limit(), MAX_CONNECTIONS)
         self.socket = bind(addr, family)
         self.server_address = self.socket.getsockname()
         self._loop = asyncio.new_event_loop()
@@ -177,7 +178,7 @@ class MetricsServer:
                 continue
             source = source_of(peer)
             reason = "per_source" if self._per_source[source] >= MAX_CONNECTIONS_PER_SOURCE else None
-            if reason is None and self.connections - self._evicting >= MAX_CONNECTIONS:
+            if reason is None and self.connections - self._evicting >= self.max_connections:
                 victim = self._victim_for(source)
                 if victim is None:
                     reason = "connections"

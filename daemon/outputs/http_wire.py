@@ -91,12 +91,23 @@ def failed(future: asyncio.Future) -> bool:
     return future.done() and (future.cancelled() or future.exception() is not None)
 
 
-def raise_fd_limit() -> None:
-    """Room for MAX_CONNECTIONS sockets: the soft limit raised to 4,096 where the hard one allows."""
+def raise_fd_limit() -> int:
+    """Room for the endpoint's sockets: the soft limit raised to 4,096 where the hard one allows; the soft limit
+    it then has."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, 4096)) if hard != resource.RLIM_INFINITY else max(soft, 4096)
     if want > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    return soft
+
+
+def connection_cap(fd_limit: int, most: int) -> int:
+    """How many connections the endpoint holds at once: `most`, or half the process's file descriptors where
+    that is fewer (a low LimitNOFILE, or a start outside the unit with a shell's 1,024). The other half is the
+    daemon's: its database, the kernel files it reads, fio's pipes and the notify socket, so idle clients can
+    never take the descriptor the main loop needs to tell systemd it is alive."""
+    return max(1, min(most, fd_limit // 2))
 
 def bind(addr, family) -> socket.socket:
     """The listening socket, non-blocking, with a real server's backlog; dual-stack on ":port"."""

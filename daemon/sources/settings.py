@@ -63,6 +63,15 @@ def watched_settings(devices: dict, power: cpupower.PowerSettings,
     return out
 
 
+def known_settings(last: dict | None, now: dict) -> dict:
+    """This poll's settings with each one it could not read (None) kept at its last known value: a read that
+    failed (out of file descriptors, a sysfs file gone for a moment) is unknown, not a change, and the same value
+    read again later is no drift back. A device's identity is never carried (a new device is a new device)."""
+    if not last:
+        return now
+    return {key: (last.get(key) if value is None and key[1] != IDENTITY else value) for key, value in now.items()}
+
+
 def settings_changes(last: dict, now: dict) -> list[tuple[str, str, object, object]]:
     """(device, setting, old, new) for every watched setting whose value changed between two polls
     (a setting new to this poll is no change: a device that appeared brings its settings with it; nor is a
@@ -74,7 +83,7 @@ def settings_changes(last: dict, now: dict) -> list[tuple[str, str, object, obje
         if key[1] == IDENTITY or key[0] in replaced:
             continue
         old = last.get(key, new)
-        if old != new:
+        if old != new and new is not None:   # unreadable now is unknown, not a change (known_settings)
             out.append((key[0], key[1], old, new))
     return out
 

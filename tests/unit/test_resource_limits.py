@@ -1,12 +1,16 @@
-"""What the daemon does at its task limit (no process or thread can be started), part by part: the pids cgroup's
-refusals read from the kernel's files, the endpoint's workers all started with it, a probe task that could not
-start leaves nothing for the watchdog to wait on. Fixture trees and a fake clock; no root."""
+"""What the daemon does at the kernel's limits on its resources, part by part. At its task limit (no process or
+thread can be started): the pids cgroup's refusals read from the kernel's files, the endpoint's workers all started
+with it, a probe task that could not start leaves nothing for the watchdog to wait on. Short of file descriptors:
+the endpoint's connections take at most half, sd_notify never raises, a setting that cannot be read is no drift.
+Fixture trees and a fake clock; no root."""
 import threading
 
 import pytest
 
-from iowarden.daemon.outputs.http_wire import TimedPool
+from iowarden.daemon import service
+from iowarden.daemon.outputs.http_wire import TimedPool, connection_cap
 from iowarden.daemon.registry import Registry
+from iowarden.daemon.sources.settings import IDENTITY, known_settings, settings_changes
 from iowarden.probes import tasklimit
 from iowarden.probes.common import Roots
 
@@ -60,3 +64,29 @@ def test_a_task_that_cannot_get_a_thread_leaves_no_deadline_behind(monkeypatch):
     monkeypatch.undo()
     now[0] = 1000.0
     assert reg.stuck() == [] and reg.parts["probe"].tasks == {}
+
+
+def test_connections_take_at_most_half_the_descriptors():
+    assert connection_cap(8192, 512) == 512 and connection_cap(1024, 512) == 512
+    assert connection_cap(64, 512) == 32 and connection_cap(1, 512) == 1
+
+
+def test_sd_notify_out_of_descriptors_is_dropped_not_raised(monkeypatch):
+    def no_socket(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    monkeypatch.setattr(service.socket, "socket", no_socket)
+    service.notify("WATCHDOG=1")   # the main loop's next second tries again
+
+
+def test_a_setting_that_cannot_be_read_is_no_drift_and_reads_back_as_it_was():
+    first = {("host", "pm_qos_cpu_dma_latency_usec"): 2000000000, ("sdb", "scheduler"): "none",
+             ("sdb", IDENTITY): "wwn-1"}
+    unreadable = {**first, ("host", "pm_qos_cpu_dma_latency_usec"): None}
+    now = known_settings(first, unreadable)
+    assert now == first and settings_changes(first, now) == []
+    back = known_settings(now, first)
+    assert settings_changes(now, back) == []
+    changed = {**first, ("host", "pm_qos_cpu_dma_latency_usec"): 0}
+    assert settings_changes(back, known_settings(back, changed)) == [
+        ("host", "pm_qos_cpu_dma_latency_usec", 2000000000, 0)]
