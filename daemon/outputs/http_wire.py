@@ -109,6 +109,7 @@ def connection_cap(fd_limit: int, most: int) -> int:
     never take the descriptor the main loop needs to tell systemd it is alive."""
     return max(1, min(most, fd_limit // 2))
 
+
 def bind(addr, family) -> socket.socket:
     """The listening socket, non-blocking, with a real server's backlog; dual-stack on ":port"."""
     sock = socket.socket(family, socket.SOCK_STREAM)

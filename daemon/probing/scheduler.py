@@ -139,11 +139,12 @@ class Scheduler:
 
     def still_mounted(self, target: Target, now: bool = False) -> bool:
         """False when a discovered target's filesystem is no longer the one at its path, by its last answer or
-        (now: a worker, which may wait) one asked now; a path that does not answer is hung, not gone."""
+        (now: a worker, which may wait) one asked now; a path that does not answer is hung, not gone, and one that
+        could not be asked (no process to be had) is unknown, not gone."""
         if target.found_on_dev is None:
             return True
         answer = self.paths.check([target.path])[target.path] if now else self.paths.latest(target.path)
-        return answer is None or answer.hung or answer.st_dev == target.found_on_dev
+        return answer is None or answer.hung or not answer.asked or answer.st_dev == target.found_on_dev
 
     def physical_disks(self, target: Target) -> tuple[str, ...]:
         name = self.device_of(target)

@@ -3,6 +3,8 @@ refused "no longer on the filesystem it was found on" and stored as a failure of
 Fake clock, a fake probe, no root."""
 import dataclasses
 
+import pytest
+
 from iowarden.daemon.core.core import Core
 from iowarden.daemon.core.state import State
 from iowarden.daemon.events import ProbeFinished, ProbeStarted
@@ -50,7 +52,8 @@ def test_a_volume_unmounted_as_its_probe_begins_is_a_volume_gone_not_a_failed_pr
     st.close()
 
 
-def test_a_path_that_could_not_be_asked_is_a_failed_probe_that_says_why_not_a_volume_gone(monkeypatch):
+@pytest.mark.parametrize("discovered", [False, True])
+def test_a_path_that_could_not_be_asked_is_a_failed_probe_that_says_why_not_a_volume_gone(monkeypatch, discovered):
     ran = []
     monkeypatch.setattr(schedmod, "run_isolated", lambda *a, **kw: ran.append(a))
     why = "iowarden cannot start a process: a task limit is reached (the unit's TasksMax, …)"
@@ -66,7 +69,11 @@ def test_a_path_that_could_not_be_asked_is_a_failed_probe_that_says_why_not_a_vo
     sch = schedmod.Scheduler(_cfg(_target("db", 1.0)), Roots(), sampler, posted.append, clock=Clock(),
                              devices=lambda: {}, spawn=lambda name, fn: fn(), paths=Paths(),
                              pin_check=lambda target, device: f"target {target.name} is now on no block device")
-    sch._run(sch.due[0], ("sdb",), False, 0.0)
+    d = sch.due[0]
+    if discovered:   # found on a filesystem by a rule: not asked is not "another filesystem there now"
+        d.target = dataclasses.replace(d.target, found_on_dev=42)
+        assert sch.still_mounted(d.target)
+    sch._run(d, ("sdb",), False, 0.0)
     (finished,) = [e for e in posted if isinstance(e, ProbeFinished)]
     assert not ran and not finished.result.ok and not finished.unmounted
     assert finished.result.error.endswith(f"could not be checked: {why}"), finished.result.error
