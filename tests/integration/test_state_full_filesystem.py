@@ -103,13 +103,7 @@ def test_a_full_filesystem_while_running_keeps_every_result(shared_loop_xfs, sma
     filler = fill(small_fs.mountpoint)
     full_at = time.time()
     wait_for(lambda: _metric(port, "iowarden_state_writable") == 0.0, timeout=30, what="iowarden_state_writable 0")
-    seen = set()   # results /metrics showed while the filesystem was full: each must reach the database
-    deadline = time.monotonic() + 12
-    while time.monotonic() < deadline:
-        t = _last_success(port)
-        if t and t > full_at:
-            seen.add(t)
-        time.sleep(0.3)
+    seen = _results_shown_after(port, full_at)   # each must reach the database
     assert len(seen) >= 3, "/metrics stopped showing fresh results while the state filesystem was full"
     assert _metric(port, "iowarden_state_pending_writes") >= 3
     out = d.output()
@@ -126,6 +120,18 @@ def test_a_full_filesystem_while_running_keeps_every_result(shared_loop_xfs, sma
         con.close()
     for t in seen:
         assert any(abs(t - e) < 0.01 for e in ends), f"the result that ended at {t} was lost"
+
+
+def _results_shown_after(port, since: float, seconds: float = 12.0) -> set:
+    """The end times of the successful probes /metrics showed over `seconds`, of those that ended after `since`."""
+    seen = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        t = _last_success(port)
+        if t and t > since:
+            seen.add(t)
+        time.sleep(0.3)
+    return seen
 
 
 def _read_only(mountpoint) -> bool:
@@ -155,13 +161,7 @@ def test_a_state_filesystem_that_fails_and_goes_read_only_costs_only_what_it_cou
     failed_at = time.time()
     told = len(d.messages)
     wait_for(lambda: _metric(port, "iowarden_state_writable") == 0.0, timeout=30, what="iowarden_state_writable 0")
-    seen = set()
-    deadline = time.monotonic() + 12
-    while time.monotonic() < deadline:
-        t = _last_success(port)
-        if t and t > failed_at:
-            seen.add(t)
-        time.sleep(0.3)
+    seen = _results_shown_after(port, failed_at)
     assert len(seen) >= 3, "/metrics stopped showing fresh results when the state filesystem failed"
     assert _metric(port, "iowarden_state_pending_writes") >= 3
     since = d.messages[told:]
