@@ -212,7 +212,7 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "evidence_allowance": Key("float", 4.0, "Evidence against the peers (groups of three or more): how many of the "
                                                  "group's own strays an hour a drive may sit above its peers for free.",
                                   minimum=0.5, maximum=50.0),
-        "evidence_threshold": Key("float", 3.0, "... and the accumulated strays past the allowance that name it "
+        "evidence_threshold": Key("float", 4.8, "... and the accumulated strays past the allowance that name it "
                                                 "(SlowMember). bench/passive_perseus.py tunes both.",
                                   minimum=1.0, maximum=1000.0),
         "tail_ratio": Key("float", 4.0, "With the tracer on: a member whose p99.9 of real I/O is this many times its "

@@ -16,13 +16,13 @@ host's own spread, and accumulated over time, can:
    doubt is measured against the median and scale of the rest, which it cannot drag: clear_outliers):
    score = min(cap, max(0, score + z - allowance)). A drive is named when its score reaches
    `threshold`: `allowance` standard strays an hour beyond normal, for threshold / (z - allowance)
-   hours. The threshold is three times the most a healthy development drive gathered: the
-   midpoint between healthy and slow, the rule before, waited hours after a slow drive was plain. A
-   healthy drive's excursions are mostly below the allowance and drain the score.
+   hours. The threshold is twice the most a healthy development drive gathered, in a closed block or
+   the open one (one hour of a cluster J drive at 1.63x its peers: 2.41). A healthy drive's
+   excursions are mostly below the allowance and drain the score.
 
-Tuned on the development traces (bench/passive_perseus.py: every point of a grid of allowance and
-floor, the pair with the widest gap between the highest score a healthy drive reached and the lowest
-a slow one did; the threshold three times the healthy highest) and checked leave-one-cluster-out.
+Chosen on the development traces by bench/passive_perseus.py (the floor with the widest gap between
+the highest evidence a healthy drive reached and the lowest a slow one did; the threshold at least twice
+the healthy highest) and scored nested, on hosts and clusters held out of the choice (docs/detector.md).
 Groups of fewer than `min_members` have no median to stand for "normal" and are left to the other peer rules.
 
 Pure: no clock, no I/O; bounded: per member one block of floats, per group `spread_blocks` floats.
@@ -45,12 +45,12 @@ class EvidenceParams:
     block_windows: int = 240       # windows per block: an hour of 15 s windows
     min_members: int = 3
     allowance: float = 4.0         # k: strays per block a drive may exceed its peers by for free
-    threshold: float = 3.0         # h: accumulated strays that name the drive
+    threshold: float = 4.8         # h: accumulated strays that name the drive
     scale_floor: float = 0.02      # the smallest stray, in log latency (2 %): below it all is noise
     spread_blocks: int = 24        # blocks the host's spread is the median of
-    # the score stops at cap_ratio x threshold (15 strays), so a cured drive clears in about four hours in line,
-    # and a mild one that has a good hour is not cleared and paged again
-    cap_ratio: float = 5.0
+    # the score stops at cap_ratio x threshold (14.4 strays), so a cured drive clears in under four hours in line
+    # (an hour in line drains about the allowance), and a mild one that has a good hour is not cleared and paged again
+    cap_ratio: float = 3.0
     # the block so far, weighed by its share of a block (see PeerEvidence.add): a clear case is named
     # within the hour it shows, not at the hour's end; looked at every `partial_every` windows from
     # `partial_min` on (a quarter hour, every five minutes, at 15 s windows)
@@ -96,6 +96,17 @@ class _Group:
 def block_update(score: float, z: float, p: EvidenceParams) -> float:
     """One block's step of the CUSUM: the one formula the detector and the bench's tuning share."""
     return min(p.cap, max(0.0, score + z - p.allowance))
+
+
+def open_block_update(score: float, z: float, windows: int, p: EvidenceParams) -> float:
+    """The score with the open block so far (`windows` of it, z measured in its widened stray: open_block_stray),
+    its step weighed by the share of a block it covers; the detector and the bench's tuning share it."""
+    return min(p.cap, max(0.0, score + (windows / p.block_windows) * (z - p.allowance)))
+
+
+def open_block_stray(scale: float, windows: int, p: EvidenceParams) -> float:
+    """The host's stray (of hour medians) widened for a median of `windows`: sqrt(block / windows) times as far."""
+    return scale * math.sqrt(p.block_windows / windows)
 
 
 def _median_spread(values: list[float]) -> tuple[float, float]:
@@ -174,8 +185,9 @@ def standardized(medians: dict[str, float], spreads: deque,
 
 class PeerEvidence:
     def __init__(self, params: EvidenceParams = EvidenceParams(), record_blocks: bool = False):
-        """record_blocks: keep every closed block's (group, member medians), for the bench's tuning (unbounded:
-        never in the daemon)."""
+        """record_blocks: keep every block's (group, member medians, None) as it closes and every look at the open one
+        as (group, member medians, its windows so far), in order, for the bench's tuning (unbounded: never in the
+        daemon)."""
         self.p = params
         self.groups: dict[tuple, _Group] = {}
         self.members: dict[str, MemberEvidence] = {}
@@ -194,14 +206,14 @@ class PeerEvidence:
         g.windows += 1
         if g.windows < self.p.block_windows:
             if g.windows >= self.p.partial_min and g.windows % self.p.partial_every == 0:
-                return self._partial(g)
+                return self._partial(group, g)
             return {}
         medians = {m: statistics.median(xs) for m, xs in g.block.items() if len(xs) >= self.p.block_windows // 2}
         g.windows, g.block = 0, {}
         if len(medians) < self.p.min_members:
             return {}
         if self.recorded is not None:
-            self.recorded.append((group, medians))
+            self.recorded.append((group, medians, None))
         zs, scales = standardized(medians, g.spreads, self.p)
         moved = {}
         for m, z in zs.items():
@@ -215,7 +227,7 @@ class PeerEvidence:
             moved[m] = e
         return moved
 
-    def _partial(self, g: _Group) -> dict[str, MemberEvidence]:
+    def _partial(self, group: tuple, g: _Group) -> dict[str, MemberEvidence]:
         """The open block so far: each member's median, standardized as a closed block's is (the host's
         spread of the blocks before, or this one's own on a new host), its step weighed by the share of a
         block it covers. A drive 16 strays out is named after a quarter hour, one 8 out after 45 minutes; a
@@ -225,23 +237,25 @@ class PeerEvidence:
         medians = {m: statistics.median(xs) for m, xs in g.block.items() if len(xs) >= w // 2}
         if len(medians) < self.p.min_members:
             return {}
+        if self.recorded is not None:
+            self.recorded.append((group, medians, w))
         refs = references(medians, g.spreads, self.p, close=False)
         # a median of a quarter hour strays further than an hour's: the host's stray is of hour medians, so
         # over w windows it is widened by sqrt(block / w) (twice at a quarter of a block, 3.5x at a twelfth).
         # Unwidened, a healthy loop volume of the week lane at 2.8x its peers for five minutes of a compaction
         # was named at a threshold of 3; widened, 2.8x must hold for a quarter hour of a one-hour block
-        horizon = math.sqrt(self.p.block_windows / w)
         moved = {}
         for m, v in medians.items():
             e = self.members.setdefault(m, MemberEvidence())
             c, sc = refs[m]
-            z = (v - c) / (sc * horizon)
-            e.provisional = min(self.p.cap, max(0.0, e.score + (w / self.p.block_windows) * (z - self.p.allowance)))
+            stray = open_block_stray(sc, w, self.p)
+            z = (v - c) / stray
+            e.provisional = open_block_update(e.score, z, w, self.p)
             e.peak_provisional = max(e.peak_provisional, e.provisional)
             if e.provisional >= self.p.threshold > e.score:
                 # the ratio it is named with: its last quarter hour's (the block so far may begin before
                 # the drive slowed: a 3x drive read 1.4x over a block half before it)
-                e.z, e.scale = z, sc * horizon   # z x scale: the log ratio it was judged on
+                e.z, e.scale = z, stray   # z x scale: the log ratio it was judged on
                 e.ratio = math.exp(statistics.median(g.block[m][-self.p.partial_min:]) - c)
                 moved[m] = e
         return moved

@@ -58,7 +58,7 @@ class PassiveParams:
     # evidence over time against the peers (passive/evidence.py); tuned by bench/passive_perseus.py
     evidence_block_windows: int = 240    # an hour of 15 s windows
     evidence_allowance: float = 4.0
-    evidence_threshold: float = 3.0
+    evidence_threshold: float = 4.8
     evidence_scale_floor: float = 0.02
     # a drive slow on its tail against its peers' (passive/tail.py; needs the tracer)
     tail_block_seconds: float = 60.0
