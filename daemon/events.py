@@ -102,3 +102,23 @@ class TargetsChanged:
 class Housekeeping:
     """Time to prune old results (retention) or to write what waits (the database was busy)."""
     job: str                             # "retention" | "retry_writes"
+
+
+@dataclass(frozen=True)
+class ProbesCounted:
+    """The scheduler's own counters after a step in which they moved: skips per (target, reason), and each
+    probed disk's budget as it stood (budget.BudgetStatus)."""
+    skipped_total: MappingProxyType
+    budget: MappingProxyType
+
+
+@dataclass(frozen=True)
+class PartsChecked:
+    """Every supervised part's stats (registry.PartStats) as the supervisor saw them, every second."""
+    parts: MappingProxyType
+
+
+@dataclass(frozen=True)
+class InfluxCounted:
+    """The InfluxDB writer's counters after a flush in which they moved."""
+    counters: MappingProxyType

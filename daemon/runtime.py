@@ -27,8 +27,8 @@ from iowarden.probes.fio_run import end_leftover_probes
 from iowarden.daemon.logs import setup_logging
 from iowarden.daemon import config as configmod
 from iowarden.daemon.config import Target
-from iowarden.daemon.core.core import CORE_STUCK_SECONDS, Core, CounterReaders
-from iowarden.daemon.events import Housekeeping, SourceRead, TargetsChanged
+from iowarden.daemon.core.core import CORE_STUCK_SECONDS, Core
+from iowarden.daemon.events import Housekeeping, PartsChecked, SourceRead, TargetsChanged, frozen_map
 from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.core.effects import health_from
@@ -83,6 +83,7 @@ class Daemon:
         self.reload_requested = threading.Event()
         self._http_lock = threading.Lock()   # the endpoint is replaced by a reload (main) or its watch (a part)
         c = self.cfg
+        post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
         # outputs first: drift and alert transitions become InfluxDB points as they happen
         self.influx = None
         if c.section("influxdb").enabled:
@@ -90,8 +91,7 @@ class Daemon:
                 spool = self.state_dir.subdir("influx-spool")
             except statedir.StateDirRefused as exc:
                 raise StartRefused(f"refusing to start: {exc}", EXIT_CONFIG) from None
-            self.influx = InfluxOutput(c.section("influxdb"), spool, lambda: self.core.snapshot)
-        post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
+            self.influx = InfluxOutput(c.section("influxdb"), spool, lambda: self.core.snapshot, post)
         self.sampler = Sampler(roots, c.section("sampler").devices, post, c.section("sampler").exclude_devices)
         self.settings = SettingsPoller(roots, post)
         self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post, wanted=self._watched)
@@ -149,13 +149,7 @@ class Daemon:
             version = importlib.metadata.version("iowarden")
         except importlib.metadata.PackageNotFoundError:
             version = "unknown"
-        w = self.influx.writer if self.influx is not None else None
-        readers = CounterReaders(
-            skipped=self.scheduler.skipped, budget=self.scheduler.budget_view, parts=self.registry.stats,
-            influx=(lambda: {"written": w.points_written_total, "spooled": w.points_spooled_total,
-                             "dropped": w.points_dropped_total, "errors": w.write_errors_total,
-                             "spool_bytes": w.spool_bytes, "rejected": w.points_rejected_total}) if w else lambda: None)
-        self.core = Core(self.state, self.health, version, readers,
+        self.core = Core(self.state, self.health, version,
                          retention_seconds=RESULT_RETENTION_SECONDS, boot_id=read_str(roots.proc / "sys" / "kernel" /
                                                                                      "random" / "boot_id"))
         self.core.post(TargetsChanged(self.targets()))
@@ -341,6 +335,7 @@ class Daemon:
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self.reload()
+            self.core.post(PartsChecked(frozen_map(self.registry.stats())))   # the parts' stats, every second
             stuck = self.registry.stuck() + (["core"] if self.core.stuck_seconds() > CORE_STUCK_SECONDS else []) \
                 + [f"core: {f}" for f in self.core.failing()]   # a handler that keeps failing, like a part
             if stuck:

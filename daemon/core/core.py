@@ -11,8 +11,8 @@ applies them in the order they came, each by the one handler HANDLERS names for 
 
 After each batch it builds one immutable Snapshot and publishes it by swapping one reference with a
 version number; exporters, the InfluxDB writer and the status line read that and nothing else.
-Counters the parts own (probe skips and budgets, part supervision, the InfluxDB writer) are copied
-by their owners under their own locks when a snapshot is built (`CounterReaders`).
+Counters the parts own (probe skips and budgets, part supervision, the InfluxDB writer) arrive as
+events like everything else (ProbesCounted, PartsChecked, InfluxCounted): the core calls no part.
 """
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable
 
 from iowarden.daemon.core import effects, knowledge, retention, space
-from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, IntervalsFitted, PassiveJudged,
-                                   ProbeFinished, ProbeStarted, SettingsRead, SourceRead, TargetsChanged, XfsRead)
+from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, InfluxCounted, IntervalsFitted,
+                                   PartsChecked, PassiveJudged, ProbeFinished, ProbesCounted, ProbeStarted,
+                                   SettingsRead, SourceRead, TargetsChanged, XfsRead)
 from iowarden.daemon.registry import PartStats
 from iowarden.daemon.snapshot import Snapshot, Told, frozen
 from iowarden.daemon.sources import cgroups
@@ -48,21 +47,11 @@ FAILING_IN_A_ROW = 5
 FAILING_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
-class CounterReaders:
-    """Copies of counters the parts own, each taken under its owner's lock (for a snapshot)."""
-    skipped: Callable[[], dict] = dict            # (target, reason) -> count
-    budget: Callable[[], dict] = dict             # disk -> BudgetStatus
-    parts: Callable[[], dict] = dict              # part name -> PartStats
-    influx: Callable[[], dict | None] = lambda: None
-
-
 class Core:
-    def __init__(self, state, health, version: str, readers: CounterReaders = CounterReaders(),
-                 retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES, wall=time.time,
+    def __init__(self, state, health, version: str, retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES, wall=time.time,
                  boot_clock=lambda: time.clock_gettime(time.CLOCK_BOOTTIME), boot_id: str | None = None):
         self.state, self.health, self.version = state, health, version
-        self.readers, self.clock = readers, clock
+        self.clock = clock
         # what the outputs that keep records are told (probe results, alert and drift events), numbered and
         # published in each snapshot: an output takes what is past its last number, the core calls none of them
         self._told: collections.deque = collections.deque(maxlen=TOLD_KEPT)
@@ -215,17 +204,17 @@ class Core:
             last=last.folds if last is not None else None, now=now)
         self.snapshot = Snapshot(
             taken_at=now, version=self.version, probes=tuple(k.latest.values()),
-            skipped_total=frozen(self.readers.skipped()), baselines=tuple(self.health.baseline_views()),
+            skipped_total=k.skipped_total, baselines=tuple(self.health.baseline_views()),
             alerts=alerts, folds=frozen(fold_of), disk_rates=frozen(k.rates), disk_sample=k.sample,
             devices=frozen(k.devices), power=k.power, drift_total=frozen(k.drift_total),
             drift_last_at=frozen(k.drift_last_at), drift_last_change=frozen(k.drift_last_change),
-            xfs=frozen(k.xfs_at), budget=frozen(self.readers.budget()),
-            parts=frozen({**self.readers.parts(), "core": self.stats(CORE_STUCK_SECONDS)}),
+            xfs=frozen(k.xfs_at), budget=k.budget,
+            parts=frozen({**k.parts, "core": self.stats(CORE_STUCK_SECONDS)}),
             io_pressure=k.io_pressure,
             probe_intervals=frozen({(t.name, p): k.fitted_intervals.get((t.name, p), t.interval_seconds)
                                     for t in k.targets for p in t.profiles}),
             discovery_over_limit=k.discovery_over_limit,
-            influx=frozen(self.readers.influx()), state=frozen(self.state.stats()), passive=k.passive_views,
+            influx=k.influx, state=frozen(self.state.stats()), passive=k.passive_views,
             sources=frozen(k.sources), passive_host_ratio=k.passive_host_ratio, told=tuple(self._told),
             probe_latency=frozen(k.latency_totals), pins=frozen(self.health.pins), own_probes=frozen(k.own_probes()))
         self.published = (self.published[0] + 1, self.clock())
@@ -241,6 +230,15 @@ class Core:
 
     def _on_intervals(self, e: IntervalsFitted) -> None:
         self.known.fitted_intervals = e.intervals
+
+    def _on_probes_counted(self, e: ProbesCounted) -> None:
+        self.known.skipped_total, self.known.budget = e.skipped_total, e.budget
+
+    def _on_parts_checked(self, e: PartsChecked) -> None:
+        self.known.parts = e.parts
+
+    def _on_influx_counted(self, e: InfluxCounted) -> None:
+        self.known.influx = e.counters
 
     def _on_probe_started(self, e: ProbeStarted) -> None:
         self.known.probe_started(e.target, e.profile, e.device, e.disks)
@@ -347,5 +345,6 @@ HANDLERS = {
     ProbeFinished: Core._on_probe, ProbeStarted: Core._on_probe_started, DisksSampled: Core._on_sample, DevicesRead: Core._on_devices,
     SettingsRead: Core._on_settings, XfsRead: Core._on_xfs, PassiveJudged: Core._on_passive,
     SourceRead: Core._on_source, TargetsChanged: Core._on_targets, Housekeeping: Core._on_housekeeping,
-    IntervalsFitted: Core._on_intervals,
+    IntervalsFitted: Core._on_intervals, ProbesCounted: Core._on_probes_counted, PartsChecked: Core._on_parts_checked,
+    InfluxCounted: Core._on_influx_counted,
 }

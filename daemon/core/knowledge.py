@@ -79,6 +79,11 @@ class Knowledge:
     # (devices, started, ended (Unix), bytes moved) of the last probes: their share of a window is not other work
     own_io: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OWN_IO_KEPT))
     full: dict = field(default_factory=dict)                # target -> space.Full: its probe refused for space
+    # the parts' own counters, as they last posted them
+    skipped_total: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))   # ProbesCounted
+    budget: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))          # ProbesCounted
+    parts: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))           # PartsChecked
+    influx: MappingProxyType | None = None                                                   # InfluxCounted
 
     def __post_init__(self):
         self.recent_drift = collections.deque(self.recent_drift, maxlen=RECENT_DRIFT)

@@ -13,6 +13,7 @@ from iowarden.probes.blockqueue import identity_of
 from iowarden.probes import diskstats
 from iowarden.probes.vocabulary import MEASURED_METRICS
 
+from iowarden.daemon.events import InfluxCounted, frozen_map
 from iowarden.daemon.outputs import influx, line_protocol
 
 log = logging.getLogger("iowarden")
@@ -112,10 +113,12 @@ def reload_prometheus(server, old: dict, new: dict, core, roots):
 class InfluxOutput:
     """Points for InfluxDB from probe results, events and iostat summaries; flushed as a registry part."""
 
-    def __init__(self, c: dict, spool_dir: str, get_snapshot):
+    def __init__(self, c: dict, spool_dir: str, get_snapshot, post=None):
         """c: the [influxdb] section; spool_dir: the spool, a directory of the daemon's own (StateDir.subdir);
-        get_snapshot: the core's latest snapshot (the iostat summaries' source)."""
-        self.get_snapshot = get_snapshot
+        get_snapshot: the core's latest snapshot (the iostat summaries' source); post: the core's, for the
+        writer's counters (InfluxCounted) after a flush that moved them."""
+        self.get_snapshot, self.post = get_snapshot, post
+        self._counters_posted: dict | None = None
         self.iostat_interval = c.iostat_interval_seconds
         self.writer = influx.InfluxWriter(
             c.url, c.org, c.bucket, influx.read_token(c.token_file, c.token_env),
@@ -183,3 +186,14 @@ class InfluxOutput:
                 self.writer.add(lines)
             self._iostat_prev, self._iostat_at = cur, now
         self.writer.flush()
+        counters = self.counters()
+        if counters != self._counters_posted and self.post is not None:
+            self._counters_posted = counters
+            self.post(InfluxCounted(frozen_map(counters)))
+
+    def counters(self) -> dict:
+        """The writer's counters, as iowarden_influxdb_* exports them."""
+        w = self.writer
+        return {"written": w.points_written_total, "spooled": w.points_spooled_total,
+                "dropped": w.points_dropped_total, "errors": w.write_errors_total,
+                "spool_bytes": w.spool_bytes, "rejected": w.points_rejected_total}

@@ -27,7 +27,7 @@ from iowarden.probes.fio_run import ProbeResult, device_name_for
 from iowarden.probes.probe_child import run_isolated
 
 from iowarden.daemon.config import Config, Target
-from iowarden.daemon.events import IntervalsFitted, ProbeFinished, ProbeStarted, frozen_map
+from iowarden.daemon.events import IntervalsFitted, ProbeFinished, ProbesCounted, ProbeStarted, frozen_map
 from iowarden.daemon.probing import fit
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan, spread_next
@@ -73,7 +73,8 @@ class Scheduler:
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
         self.owner = os.path.realpath(cfg.section("daemon").state_dir)
         self.sampler = sampler
-        self.post = post                  # its events (ProbeStarted, ProbeFinished, IntervalsFitted) to the core
+        self.post = post                  # its events (ProbeStarted, ProbeFinished, IntervalsFitted, ProbesCounted)
+        self._counted_posted: tuple | None = None   # (skips, budgets) as last posted
         self.pin_check = pin_check or (lambda target, device: None)
         # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
         self.suspected = suspected or (lambda target, profile: None)
@@ -189,14 +190,24 @@ class Scheduler:
                 self.skipped_total[(target, reason)] += 1
 
     def skipped(self) -> dict:
-        """The skip counters as they are now, for a snapshot."""
+        """The skip counters as they are now."""
         with self._lock:
             return dict(self.skipped_total)
 
     def step(self) -> None:
-        """Ask plan() what to do with the due probes, and do it: start workers, count, log."""
+        """Ask plan() what to do with the due probes, and do it: start workers, count, log; then tell the core
+        its counters if they moved."""
         with self._plan_lock:
             self._step()
+        self.post_counters()
+
+    def post_counters(self) -> None:
+        """The skip counters and each probed disk's budget to the core, when they moved since the last time
+        (a budget refills as its window slides, so while one is spent this is every step)."""
+        counted = (self.skipped(), self.budget_view())
+        if counted != self._counted_posted and self.post is not None:
+            self._counted_posted = counted
+            self.post(ProbesCounted(frozen_map(counted[0]), frozen_map(counted[1])))
 
     def _step(self) -> None:
         now = self.clock()

@@ -19,13 +19,14 @@ from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
-from iowarden.daemon.core.core import Core, CounterReaders
-from iowarden.daemon.events import (DevicesRead, DisksSampled, PassiveJudged, ProbeFinished, SettingsRead,
-                                         TargetsChanged, XfsRead)
+from iowarden.daemon.core.core import Core
+from iowarden.daemon.events import (DevicesRead, DisksSampled, InfluxCounted, PartsChecked, PassiveJudged,
+                                         ProbeFinished, ProbesCounted, SettingsRead, TargetsChanged, XfsRead,
+                                         frozen_map)
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.core.effects import StoredHealth, health_from
 from iowarden.daemon.passive.detector import Transition
-from iowarden.daemon.registry import Registry
+from iowarden.daemon.registry import PartStats, Registry
 from iowarden.daemon.core.state import State
 from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
 from iowarden.probes.common import Roots
@@ -75,17 +76,19 @@ def parts(tree, tmp_path):
     power = cpupower.read_power_settings(tree("cpu-bare-metal.tree"), run_tuned_adm_verify=False)
     registry = Registry(clock)
     health = health_from(state, DetectorParams(warmup_probes=6))
-    readers = CounterReaders(skipped=scheduler.skipped, budget=scheduler.budget_view, parts=registry.stats)
 
     def new_core():
-        core = Core(state, health, "0.1.0", readers, clock=clock)
+        core = Core(state, health, "0.1.0", clock=clock)
         # what the parts would have posted by the time the first probe ends: the targets, two settings
         # polls (sdb's scheduler changed in between: one drift), a sample, an XFS report
         core.run_batch([TargetsChanged(cfg.targets),
                         SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(devices, "sdb", "none")), 0.0),
                                      power),
                         SettingsRead(DevicesRead(MappingProxyType(devices), 1.0), power),
-                        DisksSampled(last, rates, None, 1.7e9), XfsRead(MappingProxyType({"/srv": (report, 1.7e9)}))])
+                        DisksSampled(last, rates, None, 1.7e9), XfsRead(MappingProxyType({"/srv": (report, 1.7e9)})),
+                        # the parts' own counters, as the scheduler and the supervisor post them
+                        ProbesCounted(frozen_map(scheduler.skipped()), frozen_map(scheduler.budget_view())),
+                        PartsChecked(frozen_map(registry.stats()))])
         return core
 
     yield SimpleNamespace(state=state, health=health, devices=devices, scheduler=scheduler, clock=clock,
@@ -163,7 +166,7 @@ def test_a_bad_event_is_logged_and_the_next_one_is_handled(parts, caplog):
     with caplog.at_level(logging.ERROR, logger="iowarden"):
         core.run_batch([object(), ProbeFinished(_result(0, 38000.0))])
     assert "core: handling object failed" in caplog.text
-    assert len(core.snapshot.probes) == 1 and core.events_total == 5 + 2   # after the fixture's five
+    assert len(core.snapshot.probes) == 1 and core.events_total == 7 + 2   # after the fixture's seven
 
 
 def test_a_snapshot_that_cannot_be_built_leaves_the_last_one_and_the_core_running(parts, caplog):
@@ -202,7 +205,7 @@ def test_the_thread_applies_what_was_posted_before_the_stop_and_says_when_it_is_
     assert core.stop(5.0)
     assert not core._thread.is_alive()
     # the core wrote them, then closed the database on its own thread: read back from the file
-    assert len(State(parts.state.path).probe_results()) == 5 and core.events_total == 5 + 5   # and the fixture's five
+    assert len(State(parts.state.path).probe_results()) == 5 and core.events_total == 7 + 5   # and the fixture's seven
     assert core.stuck_seconds() == 0.0
     parts.clock.now += 40.0   # no batch for 40 s: the watchdog is withheld past CORE_STUCK_SECONDS
     assert core.stuck_seconds() == 40.0
@@ -296,3 +299,26 @@ def test_a_drift_says_where_it_is_felt_the_xfs_over_the_device(parts):
     assert change[1:] == ("bfq", "/srv"), change
     text = scrape(core.snapshot)
     assert 'mountpoint="/srv"' in text and 'setting="scheduler"' in text
+
+
+def test_the_parts_counters_reach_the_snapshot_as_events_posted_when_they_moved(parts):
+    """The core calls no part: the scheduler posts its skips and budgets after a step that moved them, the
+    supervisor the parts' stats, the InfluxDB output its counts; the snapshot shows what was posted last."""
+    core = parts.new_core()
+    assert core.snapshot.budget["sdb"].device_seconds_used > 0     # the fixture's probe, as the scheduler posted it
+    posted = []
+    parts.scheduler.post = posted.append
+    parts.scheduler.post_counters()
+    parts.scheduler.post_counters()
+    assert [type(e) for e in posted] == [ProbesCounted]          # the second found nothing moved
+    parts.scheduler.skip("db", "busy")
+    parts.scheduler.post_counters()
+    assert len(posted) == 2
+    core.run_batch(posted)
+    assert core.snapshot.skipped_total[("db", "busy")] == 1
+    core.run_batch([PartsChecked(frozen_map({"sampler": PartStats(runs_total=3)})),
+                    InfluxCounted(frozen_map({"written": 5, "spooled": 0, "dropped": 0, "errors": 0,
+                                              "spool_bytes": 0, "rejected": 0}))])
+    snap = core.snapshot
+    assert snap.parts["sampler"].runs_total == 3 and snap.parts["core"].runs_total == core.events_total
+    assert snap.influx["written"] == 5
