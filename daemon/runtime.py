@@ -329,13 +329,13 @@ class Daemon:
         self.registry.start(self.stop_event)
         ready = False
         while not self.stop_event.is_set():
+            self.core.post(PartsChecked(frozen_map(self.registry.stats())))   # the parts' stats, every second
             if not ready and self.sampler.first_sample_done.wait(0.2):
                 ready = True
                 notify("READY=1")
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self.reload()
-            self.core.post(PartsChecked(frozen_map(self.registry.stats())))   # the parts' stats, every second
             stuck = self.registry.stuck() + (["core"] if self.core.stuck_seconds() > CORE_STUCK_SECONDS else []) \
                 + [f"core: {f}" for f in self.core.failing()]   # a handler that keeps failing, like a part
             if stuck:
