@@ -167,8 +167,8 @@ def nested(parsed: dict, recorded: dict, labels: set, folds: dict[str, list[str]
     """Nested validation: for each outer fold (a host, or a cluster), everything is chosen on the other hosts
     alone: the grid point (tune) and the threshold's margin, the most any inner host's healthy drives needed when
     it was left out of the inner tuning (margin_needs; never below THRESHOLD_MARGIN); then the whole detector is
-    replayed on the fold with them. Returns (drives named, hours to each, one row per fold: (fold, allowance, floor, margin,
-    threshold, the inner needs))."""
+    replayed on the fold with them. Returns (drives named, hours to each, one row per fold: (fold, allowance,
+    floor, margin, threshold, the inner needs))."""
     flagged, at, rows = set(), {}, []
     for fold, held in folds.items():
         train = [h for h in parsed if h not in held]

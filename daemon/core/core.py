@@ -48,8 +48,9 @@ FAILING_SECONDS = 60.0
 
 
 class Core:
-    def __init__(self, state, health, version: str, retention_seconds: float = 90 * 86400, clock=time.monotonic, sources=SOURCES, wall=time.time,
-                 boot_clock=lambda: time.clock_gettime(time.CLOCK_BOOTTIME), boot_id: str | None = None):
+    def __init__(self, state, health, version: str, retention_seconds: float = 90 * 86400, clock=time.monotonic,
+                 sources=SOURCES, wall=time.time, boot_clock=lambda: time.clock_gettime(time.CLOCK_BOOTTIME),
+                 boot_id: str | None = None):
         self.state, self.health, self.version = state, health, version
         self.clock = clock
         # what the outputs that keep records are told (probe results, alert and drift events), numbered and
@@ -345,6 +346,6 @@ HANDLERS = {
     ProbeFinished: Core._on_probe, ProbeStarted: Core._on_probe_started, DisksSampled: Core._on_sample, DevicesRead: Core._on_devices,
     SettingsRead: Core._on_settings, XfsRead: Core._on_xfs, PassiveJudged: Core._on_passive,
     SourceRead: Core._on_source, TargetsChanged: Core._on_targets, Housekeeping: Core._on_housekeeping,
-    IntervalsFitted: Core._on_intervals, ProbesCounted: Core._on_probes_counted, PartsChecked: Core._on_parts_checked,
-    InfluxCounted: Core._on_influx_counted,
+    IntervalsFitted: Core._on_intervals, ProbesCounted: Core._on_probes_counted,
+    PartsChecked: Core._on_parts_checked, InfluxCounted: Core._on_influx_counted,
 }
