@@ -359,10 +359,15 @@ class Scheduler:
             else:
                 self.post(ProbeStarted(d.target.name, d.profile, device, tuple(disks)))
                 refused_before = tasklimit.refusals(self.roots)
+                expect_dev = d.target.found_on_dev
+                if expect_dev is None and answer.st_mode is not None and stat.S_ISDIR(answer.st_mode):
+                    # the filesystem the pin check approved: another one mounted over the target after it is
+                    # refused by the probe's child before it makes a directory there, not written to
+                    expect_dev = answer.st_dev
                 result = run_isolated(d.target.name, d.target.path, profile, cfg.limits, self.roots,
                                       fio_binary=cfg.section("daemon").fio_path, keep_sizes=sizes,
                                       on_start=lambda proc: self.processes.track(proc, disks),
-                                      expect_dev=d.target.found_on_dev, owner=self.owner,
+                                      expect_dev=expect_dev, owner=self.owner,
                                       timeout_seconds=probe_deadline_seconds(cfg, profile))
                 refused = (tasklimit.refusals(self.roots) or 0) - (refused_before or 0)
                 if not result.ok and refused_before is not None and refused > 0:

@@ -152,10 +152,12 @@ def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_lo
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     # 6 s hold four 1.5 s steps of the fourteen (7 read depths, 7 write depths) by the plan's estimate; the
-    # clock may leave out the fourth (laying the file out takes time the estimate does not count)
+    # clock may leave out the last of them (laying the file out and fio's start take time the estimate does not
+    # count: two of the four on a busy machine), and then says how many
     assert "10 steps left out by --budget-seconds 6" in r.stderr, r.stderr
-    assert len(doc["points"]) in (3, 4) and {p["sweep"] for p in doc["points"]} == {"qd"}, r.stderr
-    assert len(doc["points"]) == 4 or "1 steps left out: the run reached --budget-seconds 6" in r.stderr
+    assert 1 <= len(doc["points"]) <= 4 and {p["sweep"] for p in doc["points"]} == {"qd"}, r.stderr
+    assert len(doc["points"]) == 4 or \
+        f"{4 - len(doc['points'])} steps left out: the run reached --budget-seconds 6" in r.stderr, r.stderr
     # and the document says so: not complete, each step left out named with why, the findings not trusted
     assert doc["complete"] is False and len(doc["not_measured"]) == 14 - len(doc["points"]), doc["not_measured"]
     assert {g["sweep"] for g in doc["not_measured"]} == {"qd", "qd-write"}

@@ -2,23 +2,18 @@
 applies the endpoint's new address and auth or says it refused them. The daemon as a process; clients
 from loopback addresses of their own (all of 127/8 is this machine), each bounded in count and time and
 closed by the test."""
-import json
+import selectors
 import signal
 import socket
-import subprocess
-import sys
+import threading
 import time
-from pathlib import Path
 from base64 import b64encode
 
 import bcrypt
 import pytest
 
-from iowarden.probes.common import kill_group
 from tests.integration.helpers import free_port, wait_for
 from tests.integration.test_http_hostile_clients import _get
-
-HOSTILE_LOAD = Path(__file__).with_name("hostile_load.py")
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -32,6 +27,58 @@ def _auth_config(tmp_path, port, rounds=12):
             "[sampler]\ndevices = [\"iowarden-none\"]\n[tracer]\nenabled = false\n[smart]\nenabled = false\n")
 
 
+class Holders:
+    """`per_source` connections from each of `sources` addresses that never send a byte, re-opened as the
+    server closes them: every place they can get, held."""
+
+    def __init__(self, port, sources, per_source):
+        self.port, self.sources, self.per_source = port, sources, per_source
+        self.sel = selectors.DefaultSelector()
+        self.stop = threading.Event()
+        self.opened = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self, source):
+        s = socket.socket()
+        s.setblocking(False)
+        s.bind((source, 0))
+        s.connect_ex(("127.0.0.1", self.port))
+        self.sel.register(s, selectors.EVENT_READ, source)
+        self.opened += 1
+
+    def _run(self):
+        for source in self.sources:
+            for _ in range(self.per_source):
+                self._open(source)
+        reopen: list[tuple[float, str]] = []   # a closed place is taken again 50 ms later, not in a tight loop
+        while not self.stop.is_set():
+            now = time.monotonic()
+            while reopen and reopen[0][0] <= now:
+                self._open(reopen.pop(0)[1])
+            for key, _ in self.sel.select(0.02):
+                try:
+                    data = key.fileobj.recv(4096)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self.sel.unregister(key.fileobj)
+                    key.fileobj.close()
+                    reopen.append((time.monotonic() + 0.05, key.data))
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+        self.sel.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+
+
 def test_nine_sources_of_64_anonymous_connections_and_a_rotating_bcrypt_flood_cannot_keep_out_the_scraper(
         tmp_path, daemon_factory):
     """Landed code: the scraper with the right password was refused 26 times of 26 over 130 s (every place
@@ -39,45 +86,44 @@ def test_nine_sources_of_64_anonymous_connections_and_a_rotating_bcrypt_flood_ca
     port = free_port()
     d = daemon_factory(_auth_config(tmp_path, port))
     d.wait_message("READY=1")
-    # the flood (one wrong password in flight per group, rotating over its two addresses) and the holders (64
-    # connections from each of nine addresses that never send a byte, taken again as the server closes them)
-    # in a process of their own: this one only times the scraper
-    flood_sources = [",".join(f"127.0.4.{2 * k + i + 1}" for i in range(2)) for k in range(12)]
-    status_file = tmp_path / "hostile.json"
-    load = subprocess.Popen([sys.executable, str(HOSTILE_LOAD), str(port), str(status_file), "--flood", *flood_sources,
-                             "--hold-sources", ",".join(f"127.0.5.{i + 1}" for i in range(9)),
-                             "--hold-per-source", "64"], start_new_session=True)
+    stop = threading.Event()
+    heard: dict[str, int] = {}
+    flood_sources = [[f"127.0.4.{2 * k + i + 1}" for i in range(2)] for k in range(12)]
 
-    def status():
-        try:
-            return json.loads(status_file.read_text())
-        except (OSError, ValueError):
-            return None
+    def flood(sources):   # one wrong password in flight per thread, rotating over its addresses
+        i = 0
+        while not stop.is_set():
+            source = sources[i % len(sources)]
+            i += 1
+            try:
+                status, _ = _get(port, "prometheus", f"guess{i}", source=source, timeout=10)
+            except OSError:
+                continue
+            if status == 401:
+                heard[source] = heard.get(source, 0) + 1
 
+    threads = [threading.Thread(target=flood, args=(group,), daemon=True) for group in flood_sources]
     scrapes: list[tuple[int, float]] = []
-    try:
-        # the flood's every address answered once (its first check is the one FairHasher cannot refuse)
-        wait_for(lambda: (s := status()) and len(s["heard"]) == 24, timeout=120,
-                 what="every flooding address heard once")
-        wait_for(lambda: (s := status()) and s["opened"] >= 9 * 64, what="the anonymous connections opened")
-        for _ in range(30):
-            scrapes.append(_get(port, "prometheus", "correct horse", timeout=10))
-            time.sleep(1.0)
-    finally:
-        load.send_signal(signal.SIGTERM)
+    with Holders(port, [f"127.0.5.{i + 1}" for i in range(9)], 64) as holders:
+        for t in threads:
+            t.start()
         try:
-            load.wait(30)
-        except subprocess.TimeoutExpired:
-            kill_group(load)
-            load.wait()
-    final = status()
-    heard, opened = final["heard"], final["opened"]
+            # the flood's every address answered once (its first check is the one FairHasher cannot refuse)
+            wait_for(lambda: len(heard) == 24, timeout=120, what="every flooding address heard once")
+            wait_for(lambda: holders.opened >= 9 * 64, what="the anonymous connections opened")
+            for _ in range(30):
+                scrapes.append(_get(port, "prometheus", "correct horse", timeout=10))
+                time.sleep(1.0)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(15)
     statuses = [s for s, _ in scrapes]
     slowest = max(t for _, t in scrapes)
     typical = sorted(t for _, t in scrapes)[len(scrapes) // 2]
     print(f"scraper beside 9 x 64 anonymous connections and 12 guesses in flight: {statuses.count(200)} of "
           f"{len(scrapes)} answered 200, first {scrapes[0][1] * 1000:.0f} ms (a bcrypt check), slowest "
-          f"{slowest * 1000:.0f} ms; anonymous connections opened {opened}, wrong passwords hashed "
+          f"{slowest * 1000:.0f} ms; anonymous connections opened {holders.opened}, wrong passwords hashed "
           f"{sum(heard.values())}")
     assert statuses == [200] * 30, statuses
     # kept out would be refusals, or waits near Prometheus's 10 s scrape timeout; on a machine whose two cores
