@@ -75,6 +75,7 @@ class Scheduler:
         self.sampler = sampler
         self.post = post                  # its events (ProbeStarted, ProbeFinished, IntervalsFitted, ProbesCounted)
         self._counted_posted: tuple | None = None   # (skips, budgets) as last posted
+        self._counters_lock = threading.Lock()
         self.pin_check = pin_check or (lambda target, device: None)
         # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
         self.suspected = suspected or (lambda target, profile: None)
@@ -204,10 +205,11 @@ class Scheduler:
     def post_counters(self) -> None:
         """The skip counters and each probed disk's budget to the core, when they moved since the last time
         (a budget refills as its window slides, so while one is spent this is every step)."""
-        counted = (self.skipped(), self.budget_view())
-        if counted != self._counted_posted and self.post is not None:
-            self._counted_posted = counted
-            self.post(ProbesCounted(frozen_map(counted[0]), frozen_map(counted[1])))
+        with self._counters_lock:   # a worker and the step both post: the newer view is posted last
+            counted = (self.skipped(), self.budget_view())
+            if counted != self._counted_posted and self.post is not None:
+                self._counted_posted = counted
+                self.post(ProbesCounted(frozen_map(counted[0]), frozen_map(counted[1])))
 
     def _step(self) -> None:
         now = self.clock()
@@ -396,6 +398,8 @@ class Scheduler:
             if result.ok and (not result.contended or result.learned_under_load):
                 with self._lock:
                     self.learned[(d.target.name, d.profile)] += 1
+            # its budget before its result: a snapshot that holds the result holds the device time it cost
+            self.post_counters()
             self.post(ProbeFinished(result, tuple(disks), self.budget_exhausted(disks)))
         except Exception as exc:
             # a crashed worker is a failed probe on record (ProbeFailing can say so), then its part's crash
