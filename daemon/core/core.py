@@ -237,6 +237,9 @@ class Core:
 
     def _on_parts_checked(self, e: PartsChecked) -> None:
         self.known.parts = e.parts
+        # operators' requests (ack, baseline reset) every second on the supervising loop's tick, not on a
+        # part's: with the sampler stopped they are still taken
+        self.act(self.health.apply_requests(effects.requests_of(self.state), self.known.identity_of_target))
 
     def _on_influx_counted(self, e: InfluxCounted) -> None:
         self.known.influx = e.counters
@@ -250,8 +253,6 @@ class Core:
         if e.sampled is not None:
             k.sampled = e.sampled
         k.keep_sample(e.unix_time, e.sample)
-        # operators' requests, taken every second
-        self.act(self.health.apply_requests(effects.requests_of(self.state), k.identity_of_target))
 
     def _on_devices(self, e: DevicesRead) -> None:
         self.known.take_devices(e)

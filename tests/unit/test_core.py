@@ -188,12 +188,16 @@ def _sampled():
     return DisksSampled(diskstats.DiskSample(2.0, {}), MappingProxyType({}), None, 1.7e9 + 2)
 
 
-def test_a_sample_takes_the_operators_requests(parts):
+def test_the_supervising_tick_takes_the_operators_requests_with_no_sample(parts):
+    """Requests are taken on the runtime's own tick (PartsChecked, every second), not on the sampler's: a
+    sampler that stopped must not stop an operator's ack or baseline reset."""
     core = parts.new_core()
     parts.health.pins["db"] = "wwn:old"
     assert parts.health.pin_refusal("db", "wwn:new") is not None
     parts.state.request_baseline("reset", "db", None)
     core.run_batch([_sampled()])
+    assert parts.health.pin_refusal("db", "wwn:new") is not None   # a sample is no tick
+    core.run_batch([PartsChecked(MappingProxyType({}))])
     assert parts.health.pin_refusal("db", "wwn:new") is None
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from iowarden.daemon.core.core import Core
 from iowarden.daemon.core.state import State
-from iowarden.daemon.events import ProbeFinished, ProbeStarted
+from iowarden.daemon.events import ProbeFinished, ProbesCounted, ProbeStarted
 from iowarden.daemon.probing import scheduler as schedmod
 from iowarden.daemon.core.effects import health_from
 from iowarden.probes.common import Roots
@@ -78,3 +78,60 @@ def test_a_path_that_could_not_be_asked_is_a_failed_probe_that_says_why_not_a_vo
     assert not ran and not finished.result.ok and not finished.unmounted
     assert finished.result.error.endswith(f"could not be checked: {why}"), finished.result.error
     assert "no block device" not in finished.result.error
+
+
+def test_a_configured_target_is_probed_only_on_the_filesystem_the_pin_check_approved(monkeypatch):
+    """Another filesystem mounted over a configured target just after its pin check: the probe's child is
+    given the filesystem of the answer the check approved, and refuses a directory no longer on it before it
+    makes anything there (tests/unit/test_probe_child.py holds the child to that)."""
+    seen = {}
+
+    def probe(target, path, profile, limits, roots, **kw):
+        seen.update(kw)
+        return ProbeResult(target, path, "loop2", profile.name, False, "refused: not on the filesystem", 0.0, 0.0)
+    monkeypatch.setattr(schedmod, "run_isolated", probe)
+
+    class Paths:   # the answer the pin check was given: a directory on device 42
+        def latest(self, path):
+            return PathAnswer(path, 0.0, st_dev=42, st_mode=0o40755)
+
+        def check(self, paths):
+            return {p: self.latest(p) for p in paths}
+    sampler = type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0, "io_pressure": None})()
+    sch = schedmod.Scheduler(_cfg(_target("db", 1.0)), Roots(), sampler, [].append, clock=Clock(),
+                             devices=lambda: {}, spawn=lambda name, fn: fn(), paths=Paths())
+    d = sch.due[0]
+    assert d.target.found_on_dev is None   # configured, not discovered: no filesystem was recorded for it
+    sch._run(d, ("sdb",), False, 0.0)
+    assert seen["expect_dev"] == 42
+
+
+def test_a_probes_device_time_is_posted_before_its_result(monkeypatch):
+    """A snapshot that holds a probe's result holds the budget it spent: the core applies events in order,
+    so the scheduler's counters carrying the probe's device time come before the ProbeFinished."""
+    clock = Clock()
+
+    def probe(target, path, profile, limits, roots, **kw):
+        clock.now += 2.5
+        return ProbeResult(target, path, "sdb", profile.name, True, None, clock.now - 2.5, 2.5)
+    monkeypatch.setattr(schedmod, "run_isolated", probe)
+
+    class Paths:
+        def latest(self, path):
+            return PathAnswer(path, 0.0, st_dev=42, st_mode=0o40755)
+
+        def check(self, paths):
+            return {p: self.latest(p) for p in paths}
+    posted = []
+    sampler = type("S", (), {"recent_util_percent": lambda self, d, s=5: 0.0, "io_pressure": None})()
+    sch = schedmod.Scheduler(_cfg(_target("db", 1.0)), Roots(), sampler, posted.append, clock=clock,
+                             devices=lambda: {}, spawn=lambda name, fn: fn(), paths=Paths())
+    sch.device_of = lambda target: "sdb"
+    sch.physical_disks(sch.due[0].target)
+    for _ in range(2):
+        sch._run(sch.due[0], ("sdb",), False, 0.0)
+        finished = max(i for i, e in enumerate(posted) if isinstance(e, ProbeFinished))
+        counted = [e for e in posted[:finished] if isinstance(e, ProbesCounted)]
+        assert counted, [type(e).__name__ for e in posted]
+        spent = sum(isinstance(e, ProbeFinished) for e in posted) * 2.5
+        assert counted[-1].budget["sdb"].device_seconds_used == pytest.approx(spent)
