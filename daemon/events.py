@@ -51,6 +51,8 @@ class DisksSampled:
     io_pressure: object | None
     unix_time: float
     sampled: frozenset | None = None     # the devices the sampler watches (its filter, which drift follows too)
+    # kernel name -> mean %util over the last RECENT_UTIL_SECONDS samples (what the scheduler defers on)
+    recent_util_percent: MappingProxyType | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from iowarden.probes import blockqueue
 from iowarden.probes.blockqueue import identity_of
@@ -39,13 +41,13 @@ from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus, watch_endpoint
 from iowarden.daemon.passive.detector import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
-from iowarden.daemon.sources.registry import SOURCES, TAILS_SOURCE
+from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.sources.settings import SettingsPoller
 from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry, down_switch
 from iowarden.daemon.service import notify
 from iowarden.daemon.sources.sampler import Sampler, selected
-from iowarden.daemon.probing.scheduler import PROBE_PART, Scheduler
+from iowarden.daemon.probing.scheduler import PROBE_PART, PublishedLoad, Scheduler
 from iowarden.daemon.probing.suspicion import suspected_fault
 from iowarden.daemon.core import statedir
 from iowarden.daemon.core.opening import (EXIT_CONFIG, STATE_RETRY_SECONDS, StartRefused, StopRequested, open_state_waiting,
@@ -96,10 +98,20 @@ class Daemon:
         self.settings = SettingsPoller(roots, post)
         self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post, wanted=self._watched)
         self.health = health_from(self.state, DetectorParams.from_config(c.section("detector")))
-        self.scheduler = Scheduler(self.cfg, roots, self.sampler, post,
+        try:
+            version = importlib.metadata.version("iowarden")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        # before the parts: what they read of each other (the device view, the pins) they read in its snapshot
+        self.core = Core(self.state, self.health, version,
+                         retention_seconds=RESULT_RETENTION_SECONDS, boot_id=read_str(roots.proc / "sys" / "kernel" /
+                                                                                     "random" / "boot_id"))
+        self.scheduler = Scheduler(self.cfg, roots, PublishedLoad(lambda: self.core.snapshot), post,
                                    history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
-                                   devices=lambda: self.settings.devices or blockqueue.read_sysfs_and_superblocks(self.roots),
-                                   suspected=lambda target, profile: suspected_fault(self.core.snapshot, target, profile))
+                                   devices=lambda: (self._device_view()
+                                                    or blockqueue.read_sysfs_and_superblocks(self.roots)),
+                                   suspected=lambda target, profile: suspected_fault(self.core.snapshot, target,
+                                                                                     profile))
         self.registry = Registry()
         self.registry.add_tasks(PROBE_PART)        # each probe worker: a task the watchdog sees (deadline per probe)
         self.scheduler.spawn = self.registry.run_task
@@ -107,10 +119,8 @@ class Daemon:
         self.registry.add("sampler", c.section("sampler").interval_seconds, 5.0, self.sampler.step)
         self.passive = None
         if c.section("passive").enabled:
-            self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), self.sampler,
-                                        lambda: self.settings.devices, self.state, post,
-                                        trace_fn=lambda: self.core.snapshot.sources.get(TAILS_SOURCE),
-                                        own_probes_fn=lambda: self.core.snapshot.own_probes)
+            self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), lambda: self.core.snapshot,
+                                        self.state, post)
             self.registry.add("passive", c.section("passive").window_seconds, 10.0, self.passive.step)
         self.registry.add("scheduler", 1.0, 10.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
@@ -130,7 +140,7 @@ class Daemon:
             section = c.section(spec.name)
             if section.enabled:
                 section = sampler_filter(section, c.section("sampler"))
-                read = spec.start(section, roots, lambda: self.sampler.reading)
+                read = spec.start(section, roots, self._disk_reading)
                 self.source_readers.append((spec.name, read))
                 self.registry.add(spec.name, section.interval_seconds, spec.deadline_seconds(section),
                                   lambda name=spec.name, read=read: post(SourceRead(name, read())))
@@ -145,13 +155,6 @@ class Daemon:
                               # every write has a whole deadline of timeout_seconds; a flush replays at most a few
                               c.section("influxdb").timeout_seconds * (influx.MAX_WRITES_PER_FLUSH + 1) + 5,
                               self.influx.step)
-        try:
-            version = importlib.metadata.version("iowarden")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-        self.core = Core(self.state, self.health, version,
-                         retention_seconds=RESULT_RETENTION_SECONDS, boot_id=read_str(roots.proc / "sys" / "kernel" /
-                                                                                     "random" / "boot_id"))
         self.core.post(TargetsChanged(self.targets()))
         self.inventory = Inventory(self._on_device_change, str(roots.run))
         self._devices_seen: dict[str, str] = {}   # {name: identity} as the last uevent burst found them
@@ -162,13 +165,24 @@ class Daemon:
             log.error("state database %s is damaged (%s): the daemon goes on with it, and the next start moves it "
                       "aside and starts fresh (restart iowarden to do it now)", self.state.path, problem)
 
+    def _disk_reading(self):
+        """The sampler's latest reading (SamplerReading) as the core last published it; None before the first."""
+        snap = self.core.snapshot
+        return snap.disk_reading if snap is not None else None
+
+    def _device_view(self) -> Mapping:
+        """The device view (kernel name -> BlockDevice) as the core last published it, from the settings poller's
+        reads and the uevents alike; empty before its first snapshot. Parts read it there, not from the poller."""
+        snap = self.core.snapshot
+        return snap.devices if snap is not None else MappingProxyType({})
+
     def targets(self) -> tuple[Target, ...]:
         """The configured targets and the ones [[discover]] rules found mounted."""
         return self.cfg.targets + self.discovered
 
     def _watched(self, name: str) -> bool:
         """The sampler's filter for a device or the disk it is a partition of (the XFS poller's devices)."""
-        dev = (self.settings.devices or {}).get(name)
+        dev = self._device_view().get(name)
         s = self.cfg.section("sampler")
         return any(selected(n, s.devices, s.exclude_devices) for n in (name, dev.parent if dev else None) if n)
 
@@ -264,7 +278,7 @@ class Daemon:
             return None
         # on a probe worker: the pins as the core last published them (health is the core's alone)
         return pin_refusal(self.core.snapshot.pins, target.name,
-                           identity_of(device, self.settings.devices) if device else None)
+                           identity_of(device, self._device_view()) if device else None)
 
     def reload(self) -> None:
         notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")

@@ -95,6 +95,7 @@ class Snapshot:
     alerts: tuple[AlertView, ...] = ()                        # open alerts
     disk_rates: Mapping = field(default_factory=_empty)       # kernel name -> DiskRates
     disk_sample: object | None = None                         # the sampler's last DiskSample (raw counters)
+    disk_reading: object | None = None                        # the sampler's last SamplerReading, whole
     devices: Mapping = field(default_factory=_empty)          # kernel name -> BlockDevice
     power: object | None = None                               # PowerSettings
     drift_total: Mapping = field(default_factory=_empty)      # (device, volume, setting) -> count

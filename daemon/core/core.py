@@ -30,6 +30,7 @@ from iowarden.daemon.events import (DevicesRead, DisksSampled, Housekeeping, Inf
 from iowarden.daemon.registry import PartStats
 from iowarden.daemon.snapshot import Snapshot, Told, frozen
 from iowarden.daemon.sources import cgroups
+from iowarden.daemon.sources.sampler import SamplerReading
 from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.verdicts import advice, pages
 
@@ -207,6 +208,7 @@ class Core:
             taken_at=now, version=self.version, probes=tuple(k.latest.values()),
             skipped_total=k.skipped_total, baselines=tuple(self.health.baseline_views()),
             alerts=alerts, folds=frozen(fold_of), disk_rates=frozen(k.rates), disk_sample=k.sample,
+            disk_reading=k.disk_reading,
             devices=frozen(k.devices), power=k.power, drift_total=frozen(k.drift_total),
             drift_last_at=frozen(k.drift_last_at), drift_last_change=frozen(k.drift_last_change),
             xfs=frozen(k.xfs_at), budget=k.budget,
@@ -253,6 +255,10 @@ class Core:
         if e.sampled is not None:
             k.sampled = e.sampled
         k.keep_sample(e.unix_time, e.sample)
+        # the reading as the parts read it in the snapshot (the passive windows, the scheduler's deferral, the
+        # sources' disk reading): the same values the sampler posted, nothing recomputed
+        k.disk_reading = SamplerReading(e.sample, e.rates, e.sampled if e.sampled is not None else frozenset(e.rates),
+                                        e.io_pressure, e.recent_util_percent or MappingProxyType({}))
 
     def _on_devices(self, e: DevicesRead) -> None:
         self.known.take_devices(e)

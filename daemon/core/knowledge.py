@@ -61,6 +61,7 @@ class Knowledge:
     rates: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     sample: object | None = None
     io_pressure: object | None = None
+    disk_reading: object | None = None                      # the sampler's last reading whole (SamplerReading)
     samples: collections.deque = field(default_factory=lambda: collections.deque(maxlen=SAMPLES_KEPT))
     xfs_at: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     xfs_first: dict = field(default_factory=dict)

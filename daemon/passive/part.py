@@ -23,10 +23,21 @@ from iowarden.probes.blockqueue import devices_below, identity_of
 from iowarden.daemon.events import PassiveJudged
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE, frozen
 from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window
+from iowarden.daemon.sources.registry import TAILS_SOURCE
 
 log = logging.getLogger("iowarden")
 SAVE_EVERY_WINDOWS = 20
 VIEWS_SAVE_EVERY_WINDOWS = 4    # a minute of 15 s windows: what `status` shows as the passive verdict's "as of"
+
+
+def own_probed(since_monotonic: float, devices, probed) -> set[str]:
+    """Kernel names a probe of ours ran on since the window began (probed: device -> when one last ran there,
+    infinity while one runs), with every device under them (an array's members, a partition's disk, the device
+    holding a loop device's file): they carried it too."""
+    own = {d for d, last in (probed or {}).items() if last >= since_monotonic}
+    for d in list(own):
+        own.update(devices_below(d, devices))
+    return own
 
 
 def peer_groups(devices: dict, stacked: dict | None = None, loop_peers: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -69,17 +80,17 @@ def stacked_members(devices: dict) -> dict[str, tuple[str, ...]]:
 
 
 class PassiveWatch:
-    """The part: reads the sampler's published reading and the device view, posts PassiveJudged. It writes
-    nothing: what it learned goes to the core to be saved (every SAVE_EVERY_WINDOWS windows, on a verdict,
-    and at the stop)."""
+    """The part: reads the sampler's reading and the device view in the core's snapshot, posts PassiveJudged.
+    It writes nothing: what it learned goes to the core to be saved (every SAVE_EVERY_WINDOWS windows, on a
+    verdict, and at the stop)."""
 
-    def __init__(self, params: PassiveParams, sampler, devices_fn, state, post, trace_fn=None, own_probes_fn=None):
+    def __init__(self, params: PassiveParams, snapshot_fn, state, post):
         self.params = params
-        self.own_probes_fn = own_probes_fn    # device -> when a probe of ours last ran on it (monotonic, inf: running)
-        self.sampler = sampler
-        self.trace_fn = trace_fn              # the tracer's latest TraceReading (or None): the tails of real I/O
+        # () -> the core's latest Snapshot, read once a window: the sampler's reading (disk_reading), the device
+        # view, when our probes last ran on each device (own_probes) and the tracer's tails (sources), all of
+        # one moment
+        self.snapshot_fn = snapshot_fn
         self._trace_before: dict = {}         # (kernel name, direction) -> its cumulative histogram at the last step
-        self.devices_fn = devices_fn          # kernel name -> BlockDevice (the settings poller's view)
         self.state = state                    # read only: the saved curves at the start, characterize's capability
         self.post = post                      # a PassiveJudged event to the core
         saved = [(ident, metric, st) for ident, profile, metric, _, st in state.load_baselines()
@@ -107,7 +118,8 @@ class PassiveWatch:
             self._step()
 
     def _step(self) -> None:
-        reading = self.sampler.reading
+        snap = self.snapshot_fn()
+        reading = snap.disk_reading if snap is not None else None
         if reading is None:
             return
         cur = reading.sample
@@ -116,7 +128,7 @@ class PassiveWatch:
             if start is not None:
                 self._start = start   # too short (the sampler lagged): extend this window
             return
-        devices = self.devices_fn() or {}
+        devices = snap.devices or {}
         # A disk newer than the device view (hot-added, udev still naming it) waits for the view: judged
         # under its kernel name now, its curve would be learned and saved under `kernel:sdd` and never found
         # again once udev gives its WWN (seen in the lab). With no view at all, kernel names are all there is.
@@ -124,9 +136,9 @@ class PassiveWatch:
         ident = {n: identity_of(n, devices) for n in judged}
         now = time.time()
         rates = {n: r for n, r in diskstats.rates_between(start, cur).items() if n in reading.sampled and n in ident}
-        tails = self._tails()
+        tails = self._tails(snap.sources.get(TAILS_SOURCE))
         stacked = stacked_members(devices)
-        own = self._own_probed(start.monotonic_seconds, devices)
+        own = own_probed(start.monotonic_seconds, devices, snap.own_probes)
         windows = [Window.from_rates(ident[n], now, r, tails.get(n), n in own) for n, r in rates.items()]
         groups = [tuple(ident[m] for m in g if m in ident)
                   for g in peer_groups(devices, stacked, self.params.loop_peers)]
@@ -147,15 +159,6 @@ class PassiveWatch:
         saves = self._saves() if due else self._view_saves() if self._windows % VIEWS_SAVE_EVERY_WINDOWS == 0 else ()
         self.post(PassiveJudged(tuple(transitions), self.views, saves, self.detector.host_ratio))
 
-    def _own_probed(self, since_monotonic: float, devices: dict) -> set[str]:
-        """Kernel names a probe of ours ran on since the window began, with every device under them (an
-        array's members, a partition's disk, the device holding a loop device's file): they carried it too."""
-        probed = self.own_probes_fn() if self.own_probes_fn is not None else {}
-        own = {d for d, last in (probed or {}).items() if last >= since_monotonic}
-        for d in list(own):
-            own.update(devices_below(d, devices))
-        return own
-
     def _pattern(self, name_of: dict) -> re.Pattern | None:
         """The identities' regex, compiled again only when the devices change (34 ms an alert at 1,024 disks
         when compiled per alert: a whole group slowing together took half a minute)."""
@@ -166,9 +169,9 @@ class PassiveWatch:
             self._pattern_key, self._pattern_cached = key, identities_pattern(key)
         return self._pattern_cached
 
-    def _tails(self) -> dict[str, dict]:
-        """Per kernel name, direction -> the tracer's histogram of total latency since the last step."""
-        reading = self.trace_fn() if self.trace_fn is not None else None
+    def _tails(self, reading) -> dict[str, dict]:
+        """Per kernel name, direction -> the tracer's histogram of total latency since the last step (reading:
+        the tracer's latest TraceReading, or None)."""
         if reading is None or not reading.up:
             self._trace_before = {}
             return {}

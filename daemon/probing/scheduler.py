@@ -59,8 +59,30 @@ class Due:
     started_at: float | None = None   # when its last probe was started (the scheduler's clock)
 
 
+class PublishedLoad:
+    """The load the scheduler defers a probe on, read in the core's latest snapshot (the sampler's reading as
+    the core published it), never from the sampler itself."""
+
+    def __init__(self, snapshot_fn):
+        self.snapshot_fn = snapshot_fn
+
+    def _reading(self):
+        snap = self.snapshot_fn()
+        return snap.disk_reading if snap is not None else None
+
+    @property
+    def io_pressure(self):
+        r = self._reading()
+        return r.io_pressure if r is not None else None
+
+    def recent_util_percent(self, device: str) -> float | None:
+        """The device's mean %util over the sampler's last few seconds; None when it is not sampled."""
+        r = self._reading()
+        return r.recent_util_percent.get(device) if r is not None else None
+
+
 class Scheduler:
-    def __init__(self, cfg: Config, roots: Roots, sampler, post, rng: random.Random | None = None,
+    def __init__(self, cfg: Config, roots: Roots, load, post, rng: random.Random | None = None,
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic,
                  suspected=None, spawn=None, paths: pathstat.PathWatch | None = None):
         self.roots = roots
@@ -72,7 +94,8 @@ class Scheduler:
         self.clock = clock
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
         self.owner = os.path.realpath(cfg.section("daemon").state_dir)
-        self.sampler = sampler
+        # the disks' recent %util and the host's I/O pressure, as published (PublishedLoad): what a probe defers on
+        self.load = load
         self.post = post                  # its events (ProbeStarted, ProbeFinished, IntervalsFitted, ProbesCounted)
         self._counted_posted: tuple | None = None   # (skips, budgets) as last posted
         self._counters_lock = threading.Lock()
@@ -254,8 +277,8 @@ class Scheduler:
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))
-        psi = getattr(self.sampler, "io_pressure", None)
-        load = Load({x: self.sampler.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
+        psi = getattr(self.load, "io_pressure", None)
+        load = Load({x: self.load.recent_util_percent(x) or 0.0 for c in candidates for x in c.disks},
                     psi.full_avg10_percent if psi is not None else None, since_own_probe)
         rules = Rules(sch.defer_util_percent, sch.max_deferral_seconds, sch.jitter_ratio, sch.warmup_interval_seconds)
         decisions = plan(now, candidates, busy, lambda disks, needed, warming, suspected: self.budget.refuses(

@@ -1,8 +1,9 @@
 """The 1 Hz diskstats sampler: iostat -x rates per device, and the recent busy-ness the scheduler defers on.
 
-Each step reads /proc/diskstats and PSI once, posts the reading to the core (DisksSampled) and publishes
-it as one frozen SamplerReading, swapped whole: the passive part and the scheduler read that value, and
-never anything the sampler goes on changing (the partition cache is the sampler thread's alone).
+Each step reads /proc/diskstats and PSI once and posts the reading to the core (DisksSampled), with each
+device's mean %util over the last few seconds. The core publishes it in its snapshot as one frozen
+SamplerReading: the passive part, the scheduler and the registered sources read it there, never the
+sampler (its partition cache and %util history are the sampler thread's alone).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import fnmatch
 import threading
 import time
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from iowarden.probes import diskstats, pressure
@@ -27,6 +28,8 @@ class SamplerReading:
     rates: MappingProxyType            # kernel name -> DiskRates (sampled devices only)
     sampled: frozenset                 # the kernel names the sampler watches (its globs, or whole devices)
     io_pressure: object | None
+    # kernel name -> mean %util over the last RECENT_UTIL_SECONDS samples: the scheduler defers a probe on it
+    recent_util_percent: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
 
 # Devices nobody asked about, left out unless [sampler] devices names them (node_exporter's default
@@ -43,8 +46,11 @@ def selected(name: str, device_globs, exclude_globs) -> bool:
     return not any(fnmatch.fnmatch(name, g) for g in exclude_globs)
 
 
+RECENT_UTIL_SECONDS = 5   # the busy-ness a probe is deferred on: a mean over this many 1 s samples
+
+
 class Sampler:
-    HISTORY_TICKS = 10  # seconds of %util kept per device for the contention check
+    HISTORY_TICKS = RECENT_UTIL_SECONDS   # seconds of %util kept per device
 
     def __init__(self, roots: Roots, device_globs: list[str], post=lambda event: None,
                  exclude_globs: tuple[str, ...] = DEFAULT_EXCLUDE):
@@ -100,10 +106,14 @@ class Sampler:
         sampled = frozenset(n for n in cur.counters if self._wanted(n))
         rates = MappingProxyType({}) if prev is None or cur.monotonic_seconds <= prev.monotonic_seconds \
             else diskstats.RatesBetween(prev, cur, sampled)
-        self.reading = SamplerReading(cur, rates, sampled, io_pressure)
-        self.post(DisksSampled(cur, rates, io_pressure, time.time(), sampled))
-        if prev is None:
-            return
+        recent = self._recent_util(rates) if prev is not None else MappingProxyType({})
+        self.reading = SamplerReading(cur, rates, sampled, io_pressure, recent)
+        self.post(DisksSampled(cur, rates, io_pressure, time.time(), sampled, recent))
+        if prev is not None:
+            self.first_sample_done.set()
+
+    def _recent_util(self, rates) -> MappingProxyType:
+        """Each sampled device's mean %util over its last HISTORY_TICKS samples, this one's included."""
         with self._lock:
             for name in rates:
                 # an array of doubles, not a deque of float objects: 0.2 KiB a device where the deque was 1.3
@@ -115,13 +125,4 @@ class Sampler:
                 hist.append(rates.util_percent(name))
             for gone in set(self._util) - set(rates):
                 del self._util[gone]
-        self.first_sample_done.set()
-
-    def recent_util_percent(self, device: str, seconds: int = 5) -> float | None:
-        """Mean %util of the device over the last few samples; None when it is not sampled."""
-        with self._lock:
-            hist = self._util.get(device)
-            if not hist:
-                return None
-            recent = hist[-seconds:]
-        return sum(recent) / len(recent)
+            return MappingProxyType({name: sum(hist) / len(hist) for name, hist in self._util.items() if hist})

@@ -73,7 +73,7 @@ def test_the_core_under_every_thread_for_a_minute_loses_and_duplicates_nothing(t
     core = Core(st, health_from(st), "test")
     core.start()
     sampler = samplermod.Sampler(Roots(), [], core.post)
-    passive = PassiveWatch(PassiveParams(window_seconds=0.001), sampler, lambda: {}, st, core.post)
+    passive = PassiveWatch(PassiveParams(window_seconds=0.001), lambda: core.snapshot, st, core.post)
     a, b = _cfgs()
     registry = CollectorRegistry()
     registry.register(SnapshotCollector(lambda: core.snapshot))

@@ -33,7 +33,12 @@ VOLUMES = 4
 BENIGN_S = 9 * 60
 BASE_IOPS = 1200        # the database mix's peak on each volume
 PAGE_WITHIN_S = 5 * 60
-CLEAR_WITHIN_S = 5 * 60
+# A page from the probes clears within a minute or two of the fault's end. DeviceSlow, when the passive view
+# raised it first, clears once a quarter or less of its last 40 windows (10 minutes of the example's 15 s
+# windows) are slow: a fault that filled 30 of them clears once 20 have turned over, up to the whole ring
+# when the busy machine slows a few windows more: the ring's ten minutes, and a minute for Prometheus' scrape
+# and rule evaluation
+CLEAR_WITHIN_S = 11 * 60
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

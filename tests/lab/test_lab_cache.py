@@ -49,8 +49,11 @@ def test_working_set_sweep_finds_the_page_cache_of_a_small_memory_cgroup(lab):
     # inactive list's share of it)
     above = min((ws for ws in points if ws > knee), default=knee)
     assert above >= cache_bytes / 2 and knee <= cache_bytes * 2, (knee, above, cache_bytes, points)
-    # inside the cache the reads never reach the disk; well past it they are the disk's, near its cap
-    assert points[knee] > 5 * CAP_IOPS, points
+    # inside the cache the reads never reach the disk; well past it they are the disk's, near its cap. The knee
+    # is the largest size still mostly cached: a random read there still misses now and then (at 128 MiB in the
+    # 160 MiB cgroup about a fifth went to the disk, 889 IOPS), and each miss costs a capped disk's 5 ms, so the
+    # knee is held to three times the cap and the smallest working set, wholly cached, to five
+    assert points[min(points)] > 5 * CAP_IOPS and points[knee] > 3 * CAP_IOPS, points
     largest = max(points)
     assert largest >= 2 * knee and points[largest] < 3 * CAP_IOPS, points
     # the plot a person reads at a glance, written in the guest by the installed package

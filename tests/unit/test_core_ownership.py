@@ -103,6 +103,7 @@ def test_the_passive_part_reads_the_samplers_published_reading_while_the_sampler
     from iowarden.daemon.passive.detector import PassiveParams
     from iowarden.daemon.passive.part import PassiveWatch
     from iowarden.daemon.sources import sampler as samplermod
+    from tests.unit.test_passive import published
 
     names = [f"sd{chr(97 + i)}" for i in range(26)]
     t = [0.0]
@@ -118,7 +119,7 @@ def test_the_passive_part_reads_the_samplers_published_reading_while_the_sampler
     monkeypatch.setattr(samplermod.pressure, "read", lambda roots: None)
     s = samplermod.Sampler(Roots(), [])
     st = State(str(tmp_path / "s.db"))
-    part = PassiveWatch(PassiveParams(window_seconds=0.001), s, lambda: {}, st, lambda e: None)
+    part = PassiveWatch(PassiveParams(window_seconds=0.001), published(lambda: s.reading), st, lambda e: None)
     errors = _hammer(s.step, part.step)
     st.close()
     assert not errors, errors

@@ -112,7 +112,7 @@ def test_the_passive_parts_events_and_a_snapshot_with_its_alert_are_values(tmp_p
     from iowarden.daemon.passive.part import PassiveWatch
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.core.effects import health_from
-    from tests.unit.test_passive import FakeSampler, held_at_a_limit
+    from tests.unit.test_passive import FakeSampler, held_at_a_limit, published
 
     st = State(str(tmp_path / "s.db"))
     core = Core(st, health_from(st, DetectorParams()), "test")
@@ -123,7 +123,7 @@ def test_the_passive_parts_events_and_a_snapshot_with_its_alert_are_values(tmp_p
         kinds.add((type(e).__name__, bool(e.transitions), bool(e.saves)))
         core.run_batch([e])
     sampler = FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, post)
+    part = PassiveWatch(PassiveParams(window_seconds=15), published(lambda: sampler.reading), st, post)
     for _, sampler.last_sample in held_at_a_limit():
         part.step()
     post(part.final_event())

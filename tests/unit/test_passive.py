@@ -352,6 +352,16 @@ def test_peer_groups_are_array_members_else_disks_of_one_model_and_size(tree):
     assert all(len(g) >= 2 for g in groups)
 
 
+def published(reading_fn, devices_fn=dict, own_probes_fn=dict):
+    """What the part reads each window, the core's snapshot, built here from a sampler's reading, a device
+    view and when probes last ran."""
+    from types import MappingProxyType
+
+    from iowarden.daemon.snapshot import Snapshot
+    return lambda: Snapshot(0.0, "test", disk_reading=reading_fn(), devices=MappingProxyType(dict(devices_fn())),
+                            own_probes=MappingProxyType(dict(own_probes_fn())))
+
+
 class FakeSampler:
     """What the sampler publishes: one frozen reading, replaced whole (set here through last_sample)."""
     reading = None
@@ -398,7 +408,8 @@ def test_the_part_turns_counters_into_windows_and_verdicts_into_alerts(tmp_path)
     health = health_from(st, DetectorParams())
     core = Core(st, health, "test")   # the part posts, the core applies (here at once, on this thread)
     sampler = FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]))
+    part = PassiveWatch(PassiveParams(window_seconds=15), published(lambda: sampler.reading), st,
+                        lambda e: core.run_batch([e]))
     for _, sampler.last_sample in held_at_a_limit():
         part.step()
     (alert,) = st.alerts(open_only=True)
@@ -428,8 +439,8 @@ def test_the_part_takes_the_cores_word_for_which_devices_its_own_probes_ran_on(t
     now = [0.0]   # the sampler's clock and the core's: one monotonic clock in the daemon
     core = Core(st, health_from(st, DetectorParams()), "test", clock=lambda: now[0])
     sampler = FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, lambda e: core.run_batch([e]),
-                        own_probes_fn=lambda: core.snapshot.own_probes)
+    part = PassiveWatch(PassiveParams(window_seconds=15), published(
+        lambda: sampler.reading, own_probes_fn=lambda: core.snapshot.own_probes), st, lambda e: core.run_batch([e]))
     core.run_batch([ProbeStarted("vol", "randread-4k", "sdz")])
     reads = read_ms = 0
     for i in range(15):
@@ -453,8 +464,7 @@ def test_the_devices_a_probe_ran_on_include_every_device_under_its_volume(tmp_pa
     """A probe of a volume on loop4, whose file sits on loop5's file system (the soak's stacked volumes),
     and of an LV over two disks: the devices under them carried the probe too (the week lane raised
     VolumeAtLimit on lower loop devices during the warm-up's probes)."""
-    from iowarden.daemon.core.state import State
-    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.passive.part import own_probed
     from iowarden.probes import blockqueue
 
     def dev(name, major, minor, kind="disk", slaves=(), backing=None):
@@ -464,12 +474,8 @@ def test_the_devices_a_probe_ran_on_include_every_device_under_its_volume(tmp_pa
     devices = {"loop4": dev("loop4", 7, 4, "loop", backing="7:5"), "loop5": dev("loop5", 7, 5, "loop"),
                "dm-0": dev("dm-0", 253, 0, "dm", slaves=("sdb", "sdc")), "sdb": dev("sdb", 8, 16),
                "sdc": dev("sdc", 8, 32), "sdd": dev("sdd", 8, 48)}
-    st = State(str(tmp_path / "s.db"))
     probed = {"loop4": 100.0, "dm-0": float("inf"), "sdd": 50.0}
-    part = PassiveWatch(PassiveParams(), FakeSampler(), lambda: devices, st, lambda e: None,
-                        own_probes_fn=lambda: probed)
-    assert part._own_probed(90.0, devices) == {"loop4", "loop5", "dm-0", "sdb", "sdc"}   # sdd's ended before
-    st.close()
+    assert own_probed(90.0, devices, probed) == {"loop4", "loop5", "dm-0", "sdb", "sdc"}   # sdd's ended before
 
 
 def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
@@ -497,7 +503,8 @@ def test_a_disk_newer_than_the_device_view_waits_for_its_identity(tmp_path):
     st = State(str(tmp_path / "s.db"))
     core = Core(st, health_from(st, DetectorParams()), "test")
     sampler = FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: view, st, lambda e: core.run_batch([e]))
+    part = PassiveWatch(PassiveParams(window_seconds=15), published(lambda: sampler.reading, lambda: view), st,
+                        lambda e: core.run_batch([e]))
     for i in range(4):
         sampler.last_sample = sample(15.0 * i, 3000 * i)
         part.step()
@@ -583,7 +590,7 @@ def test_the_views_status_shows_are_saved_every_minute_the_curves_every_five(tmp
     from iowarden.probes import diskstats
 
     st, posted, sampler = State(str(tmp_path / "s.db")), [], FakeSampler()
-    part = PassiveWatch(PassiveParams(window_seconds=15), sampler, lambda: {}, st, posted.append)
+    part = PassiveWatch(PassiveParams(window_seconds=15), published(lambda: sampler.reading), st, posted.append)
     reads = 0
     for i in range(SAVE_EVERY_WINDOWS + 1):   # a quiet disk at 200 IOPS and 1 ms: no verdict to save at once
         sampler.last_sample = diskstats.DiskSample(15.0 * i, {"sdz": diskstats.DiskCounters(

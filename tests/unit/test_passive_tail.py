@@ -234,8 +234,6 @@ class _Reading(SimpleNamespace):
 def test_the_part_hands_the_detector_what_the_tracer_timed_since_its_last_step():
     """The tracer's totals are cumulative: each step's window gets the difference, the first step none."""
     watch = PassiveWatch.__new__(PassiveWatch)
-    readings = []
-    watch.trace_fn = lambda: readings[-1] if readings else None
     watch._trace_before = {}
 
     def reading(counts, up=True):
@@ -243,13 +241,11 @@ def test_the_part_hands_the_detector_what_the_tracer_timed_since_its_last_step()
             ("vdb", "read", "total"): StageHistogram(tuple(sorted(counts.items()))),
             ("vdb", "read", "device"): StageHistogram(((1, 99),))}))
 
-    assert watch._tails() == {}
-    readings.append(reading({100: 5, 120: 1}))
-    assert watch._tails() == {}                      # the start
-    readings.append(reading({100: 9, 120: 1, 130: 2}))
-    assert watch._tails() == {"vdb": {"read": StageHistogram(((100, 4), (130, 2)))}}
-    assert watch._tails() == {}                      # nothing new since
-    readings.append(reading({100: 1}))               # the tracer restarted: its counts start over
-    assert watch._tails() == {"vdb": {"read": StageHistogram(((100, 1),))}}
-    readings.append(reading({100: 3}, up=False))
-    assert watch._tails() == {}
+    assert watch._tails(None) == {}
+    assert watch._tails(reading({100: 5, 120: 1})) == {}                    # the start
+    cumulative = reading({100: 9, 120: 1, 130: 2})
+    assert watch._tails(cumulative) == {"vdb": {"read": StageHistogram(((100, 4), (130, 2)))}}
+    assert watch._tails(cumulative) == {}                                   # nothing new since
+    # the tracer restarted: its counts start over
+    assert watch._tails(reading({100: 1})) == {"vdb": {"read": StageHistogram(((100, 1),))}}
+    assert watch._tails(reading({100: 3}, up=False)) == {}

@@ -128,6 +128,37 @@ def test_a_busy_disk_defers_the_probe_up_to_the_maximum_then_it_runs_contended()
     assert sch.skipped()[("db", "busy")] >= 5                     # every deferral counted
 
 
+def test_the_scheduler_defers_on_the_util_the_core_published_not_on_the_sampler():
+    """What a probe defers on is read in the core's snapshot (the sampler's reading as posted): a disk the
+    latest published reading shows 90 % busy defers its probe; once a reading shows it quiet, it runs."""
+    from types import MappingProxyType
+
+    from iowarden.daemon.probing.scheduler import PublishedLoad
+    from iowarden.daemon.snapshot import Snapshot
+    from iowarden.daemon.sources.sampler import SamplerReading
+    from iowarden.probes import diskstats
+
+    def published(util):
+        reading = SamplerReading(diskstats.DiskSample(0.0, {}), MappingProxyType({}), frozenset({"sdz"}), None,
+                                 MappingProxyType({"sdz": util}))
+        return Snapshot(0.0, "test", disk_reading=reading)
+    clock, snap = Clock(), [None]
+    load = PublishedLoad(lambda: snap[0])
+    assert load.recent_util_percent("sdz") is None and load.io_pressure is None   # before the first snapshot
+    snap[0] = published(90.0)
+    sch = FakeRun(_cfg(_target("db")), Roots(), load, post=None, rng=random.Random(0), clock=clock)
+    sch.learned[("db", "rr")] = 12
+    for _ in range(70):
+        sch.tick()
+        if sch.skipped().get(("db", "busy")):
+            break
+    assert not sch.ran and sch.skipped().get(("db", "busy")) == 1
+    snap[0] = published(3.0)
+    for _ in range(5):
+        sch.tick()
+    assert [contended for _, _, contended in sch.ran] == [False]
+
+
 class BusySpells(Sampler):
     """A disk busy in seeded spells of 1-25 minutes (backups, compactions) between quiet ones of 1-10."""
 
