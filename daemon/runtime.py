@@ -21,8 +21,6 @@ import time
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from iowarden.probes import blockqueue
-from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.common import Roots, printable, read_str
 from iowarden.probes.fio_run import end_leftover_probes
 
@@ -34,7 +32,6 @@ from iowarden.daemon.events import Housekeeping, PartsChecked, SourceRead, Targe
 from iowarden.daemon.probing.discovery import discover
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.core.effects import health_from
-from iowarden.daemon.verdicts.pins import pin_refusal
 from iowarden.daemon.outputs.web_config import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory, device_changes
 from iowarden.daemon.outputs import influx
@@ -45,10 +42,11 @@ from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.sources.settings import SettingsPoller
 from iowarden.daemon.sources.xfs import XfsPoller
 from iowarden.daemon.registry import Registry, down_switch
+from iowarden.daemon.wiring import part_named
 from iowarden.daemon.service import notify
 from iowarden.daemon.sources.sampler import Sampler, selected
-from iowarden.daemon.probing.scheduler import PROBE_PART, PublishedLoad, Scheduler
-from iowarden.daemon.probing.suspicion import suspected_fault
+from iowarden.daemon.probing.published import Published
+from iowarden.daemon.probing.scheduler import PROBE_PART, Scheduler
 from iowarden.daemon.core import statedir
 from iowarden.daemon.core.opening import (EXIT_CONFIG, STATE_RETRY_SECONDS, StartRefused, StopRequested, open_state_waiting,
                                           own_state_dir)
@@ -85,56 +83,51 @@ class Daemon:
         self.reload_requested = threading.Event()
         self._http_lock = threading.Lock()   # the endpoint is replaced by a reload (main) or its watch (a part)
         c = self.cfg
-        post = lambda event: self.core.post(event)   # noqa: E731 - every part's one way to the core
-        # outputs first: drift and alert transitions become InfluxDB points as they happen
+        self.health = health_from(self.state, DetectorParams.from_config(c.section("detector")))
+        try:
+            version = importlib.metadata.version("iowarden")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        # first: every part is given the core's `post` and its reader of the latest snapshot (`latest`), nothing
+        # else of the daemon (daemon/wiring.py declares what each reads and posts)
+        self.core = Core(self.state, self.health, version,
+                         retention_seconds=RESULT_RETENTION_SECONDS, boot_id=read_str(roots.proc / "sys" / "kernel" /
+                                                                                     "random" / "boot_id"))
+        post, latest = self.core.post, self.core.latest
         self.influx = None
         if c.section("influxdb").enabled:
             try:
                 spool = self.state_dir.subdir("influx-spool")
             except statedir.StateDirRefused as exc:
                 raise StartRefused(f"refusing to start: {exc}", EXIT_CONFIG) from None
-            self.influx = InfluxOutput(c.section("influxdb"), spool, lambda: self.core.snapshot, post)
+            self.influx = InfluxOutput(c.section("influxdb"), spool, latest, post)
         self.sampler = Sampler(roots, c.section("sampler").devices, post, c.section("sampler").exclude_devices)
         self.settings = SettingsPoller(roots, post)
         self.xfs = XfsPoller(roots, c.section("xfs").timeout_seconds, post, wanted=self._watched)
-        self.health = health_from(self.state, DetectorParams.from_config(c.section("detector")))
-        try:
-            version = importlib.metadata.version("iowarden")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-        # before the parts: what they read of each other (the device view, the pins) they read in its snapshot
-        self.core = Core(self.state, self.health, version,
-                         retention_seconds=RESULT_RETENTION_SECONDS, boot_id=read_str(roots.proc / "sys" / "kernel" /
-                                                                                     "random" / "boot_id"))
-        self.scheduler = Scheduler(self.cfg, roots, PublishedLoad(lambda: self.core.snapshot), post,
-                                   history=self.state.probe_results(limit=5000), pin_check=self._pin_check,
-                                   devices=lambda: (self._device_view()
-                                                    or blockqueue.read_sysfs_and_superblocks(self.roots)),
-                                   suspected=lambda target, profile: suspected_fault(self.core.snapshot, target,
-                                                                                     profile))
+        self.scheduler = Scheduler(self.cfg, roots, Published(latest, roots), post,
+                                   history=self.state.probe_results(limit=5000))
         self.registry = Registry()
         self.registry.add_tasks(PROBE_PART)        # each probe worker: a task the watchdog sees (deadline per probe)
         self.scheduler.spawn = self.registry.run_task
         # the last argument: how long one step may take before the part is stuck (see registry.py)
-        self.registry.add("sampler", c.section("sampler").interval_seconds, 5.0, self.sampler.step)
+        self._add("sampler", c.section("sampler").interval_seconds, 5.0, self.sampler.step)
         self.passive = None
         if c.section("passive").enabled:
-            self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), lambda: self.core.snapshot,
-                                        self.state, post)
-            self.registry.add("passive", c.section("passive").window_seconds, 10.0, self.passive.step)
-        self.registry.add("scheduler", 1.0, 10.0, self.scheduler.step)
+            self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), latest, self.state, post)
+            self._add("passive", c.section("passive").window_seconds, 10.0, self.passive.step)
+        self._add("scheduler", 1.0, 10.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()
         self._discovery_lock = threading.Lock()
         self._read_only_warned: set[str] = set()
         self._unnameable_warned: set[str] = set()
         self._over_limit_said = False
         self.discovery_over_limit = 0   # posted with TargetsChanged
-        self.registry.add("discovery", c.section("scheduling").discover_interval_seconds, 10.0, self.rediscover)
+        self._add("discovery", c.section("scheduling").discover_interval_seconds, 10.0, self.rediscover)
         # stuck after 35 s: a step may run `tuned-adm verify`, which run_tool bounds at 30 s
-        self.registry.add("settings", c.section("settings").interval_seconds, 35.0, self.settings.step)
+        self._add("settings", c.section("settings").interval_seconds, 35.0, self.settings.step)
         # three tools in a step, each bounded by the timeout
-        self.registry.add("xfs", c.section("xfs").interval_seconds, 3 * c.section("xfs").timeout_seconds + 10,
-                          self.xfs.step)
+        self._add("xfs", c.section("xfs").interval_seconds, 3 * c.section("xfs").timeout_seconds + 10,
+                  self.xfs.step)
         self.source_readers: list = []
         for spec in SOURCES:   # the registered sources (sources/registry.py): read on their thread, posted
             section = c.section(spec.name)
@@ -142,22 +135,27 @@ class Daemon:
                 section = sampler_filter(section, c.section("sampler"))
                 read = spec.start(section, roots, self._disk_reading)
                 self.source_readers.append((spec.name, read))
-                self.registry.add(spec.name, section.interval_seconds, spec.deadline_seconds(section),
-                                  lambda name=spec.name, read=read: post(SourceRead(name, read())))
+                self._add(spec.name, section.interval_seconds, spec.deadline_seconds(section),
+                          lambda name=spec.name, read=read: post(SourceRead(name, read())))
         # the database is written on the core only: these parts just say when
-        self.registry.add("retention", 3600.0, 60.0, lambda: post(Housekeeping("retention")))
-        self.registry.add("state", STATE_RETRY_SECONDS, 30.0, lambda: post(Housekeeping("retry_writes")))
+        self._add("retention", 3600.0, 60.0, lambda: post(Housekeeping("retention")))
+        self._add("state", STATE_RETRY_SECONDS, 30.0, lambda: post(Housekeeping("retry_writes")))
         # SQLite's whole-file check, off the start's path (65 s on a 9 GB database held the start past
         # systemd's timeout): at start and daily, read-only beside the core's writes
-        self.registry.add("state-check", 86400.0, 3600.0, self._check_state)
+        self._add("state-check", 86400.0, 3600.0, self._check_state)
         if self.influx is not None:
-            self.registry.add("influxdb", c.section("influxdb").flush_interval_seconds,
-                              # every write has a whole deadline of timeout_seconds; a flush replays at most a few
-                              c.section("influxdb").timeout_seconds * (influx.MAX_WRITES_PER_FLUSH + 1) + 5,
-                              self.influx.step)
+            self._add("influxdb", c.section("influxdb").flush_interval_seconds,
+                      # every write has a whole deadline of timeout_seconds; a flush replays at most a few
+                      c.section("influxdb").timeout_seconds * (influx.MAX_WRITES_PER_FLUSH + 1) + 5,
+                      self.influx.step)
         self.core.post(TargetsChanged(self.targets()))
         self.inventory = Inventory(self._on_device_change, str(roots.run))
         self._devices_seen: dict[str, str] = {}   # {name: identity} as the last uevent burst found them
+
+    def _add(self, name: str, cadence_seconds: float, deadline_seconds: float, step, vital: bool = False):
+        """Register a supervised part, which must be declared in daemon/wiring.py (what it reads and posts)."""
+        part_named(name, {spec.name for spec in SOURCES})
+        return self.registry.add(name, cadence_seconds, deadline_seconds, step, vital=vital)
 
     def _check_state(self) -> None:
         problem = self.state.check_integrity()
@@ -167,13 +165,13 @@ class Daemon:
 
     def _disk_reading(self):
         """The sampler's latest reading (SamplerReading) as the core last published it; None before the first."""
-        snap = self.core.snapshot
+        snap = self.core.latest()
         return snap.disk_reading if snap is not None else None
 
     def _device_view(self) -> Mapping:
         """The device view (kernel name -> BlockDevice) as the core last published it, from the settings poller's
         reads and the uevents alike; empty before its first snapshot. Parts read it there, not from the poller."""
-        snap = self.core.snapshot
+        snap = self.core.latest()
         return snap.devices if snap is not None else MappingProxyType({})
 
     def targets(self) -> tuple[Target, ...]:
@@ -271,15 +269,6 @@ class Daemon:
         if problem:
             raise RuntimeError(problem)   # counted by the registry as the part's error; it is serving again
 
-    def _pin_check(self, target, device: str | None) -> str | None:
-        if target.found_on_dev is not None:
-            # a discovered target is whatever its rule finds mounted there (the scheduler checks
-            # that it still is); its baselines follow the volume's identity, so no pin
-            return None
-        # on a probe worker: the pins as the core last published them (health is the core's alone)
-        return pin_refusal(self.core.snapshot.pins, target.name,
-                           identity_of(device, self._device_view()) if device else None)
-
     def reload(self) -> None:
         notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
         try:
@@ -336,10 +325,9 @@ class Daemon:
         self.core.post(read)
         self._devices_seen = {n: d.identity for n, d in read.devices.items() if d.size_bytes}
         if self.inventory.open():   # a part like the others: its failures counted, a hang withholds the watchdog
-            self.registry.add("uevents", 0.0, UEVENTS_DEADLINE_SECONDS, lambda: self.inventory.step(self.stop_event))
+            self._add("uevents", 0.0, UEVENTS_DEADLINE_SECONDS, lambda: self.inventory.step(self.stop_event))
         if self.http is not None:   # the endpoint's loop runs on a thread of its own; this part watches it
-            self.registry.add("metrics-endpoint", HTTP_WATCH_SECONDS, HTTP_WATCH_SECONDS * 2, self._watch_http,
-                              vital=True)
+            self._add("metrics-endpoint", HTTP_WATCH_SECONDS, HTTP_WATCH_SECONDS * 2, self._watch_http, vital=True)
         self.registry.start(self.stop_event)
         ready = False
         while not self.stop_event.is_set():
@@ -387,7 +375,9 @@ class Daemon:
         # otherwise send systemd WATCHDOG=1 or READY=1 of its own
         last = (f"last probe {printable(r.target, 120)}/{printable(r.profile, 60)} {'ok' if r.ok else 'failed'}"
                 if r else "no probe yet")
-        return (f"{len(self.sampler.rates)} devices sampled, {len(self.targets())} targets, {last}"
+        snap = self.core.latest()   # as published: the sampler's own state is the sampler's
+        sampled = len(snap.disk_reading.rates) if snap is not None and snap.disk_reading is not None else 0
+        return (f"{sampled} devices sampled, {len(self.targets())} targets, {last}"
                 + (f"; STUCK: {', '.join(stuck)}" if stuck else ""))
 
 

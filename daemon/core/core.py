@@ -33,6 +33,7 @@ from iowarden.daemon.sources import cgroups
 from iowarden.daemon.sources.sampler import SamplerReading
 from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.verdicts import advice, pages
+from iowarden.daemon.verdicts.changes import BaselineSaved
 
 log = logging.getLogger("iowarden")
 _STOP = object()
@@ -78,6 +79,10 @@ class Core:
         self._last_handled_wall: float | None = None
         self._thread: threading.Thread | None = None
 
+    def latest(self) -> Snapshot | None:
+        """The snapshot last published (None before the first): what every part and output reads of the core."""
+        return self.snapshot
+
     def place_of(self, name: str, passive: bool) -> tuple[str | None, tuple[str, ...]]:
         """(mount point, devices) of a target (its last probe's path and device), or of a device (a target on
         it, else the XFS mounted from it: a peer group's slow member need not be a probe target, and the page
@@ -94,7 +99,7 @@ class Core:
 
     def act(self, changes) -> list[str]:
         """What the health verdicts decided, acted on: written, said in the journal, sent to the outputs."""
-        return effects.apply(changes, self.state, lambda **event: self.tell("event", event))
+        return effects.apply(changes, self.state, self.tell)
 
     def tell(self, what: str, fields: dict) -> None:
         """Something for the outputs that keep records (snapshot.Told), in the next snapshot."""
@@ -281,8 +286,8 @@ class Core:
                                             self.place_of(device, True)))
         self.known.passive_views, self.known.passive_host_ratio = e.views, e.host_slowdown_ratio
         now = time.time()
-        for identity, metric, st in e.saves:
-            self.state.save_baseline(identity, knowledge.PASSIVE_PROFILE, metric, now, st)
+        self.act([BaselineSaved(identity, knowledge.PASSIVE_PROFILE, metric, now, st)
+                  for identity, metric, st in e.saves])
 
     def _on_source(self, e: SourceRead) -> None:
         self.known.sources[e.source] = e.value
@@ -296,7 +301,7 @@ class Core:
         has_rows = bool(summary.get("rows")) if isinstance(summary, dict) else True
         if last is None or now - last[0] >= SUMMARY_SECONDS or (has_rows and not last[1]):
             self._summary_saved[e.source] = (now, has_rows)
-            self.state.save_baseline(e.source, knowledge.SOURCE_PROFILE, "summary", time.time(), summary)
+            self.act([BaselineSaved(e.source, knowledge.SOURCE_PROFILE, "summary", time.time(), summary)])
 
     def _on_targets(self, e: TargetsChanged) -> None:
         self.known.targets = e.targets

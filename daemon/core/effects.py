@@ -10,7 +10,8 @@ import logging
 from types import MappingProxyType
 
 from iowarden.daemon.verdicts.changes import (AlertClosed, AlertRaised, AlertUpdated, BaselineSaved, BaselinesDropped,
-                                              PinChanged, Said, transitions)
+                                              DriftFound, PinChanged, ProbeStored, Said, SettingsSeen,
+                                              transitions)
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.verdicts.health import NOWHERE, Health, Saved
 from iowarden.daemon.wording import duration_said
@@ -37,17 +38,34 @@ def requests_of(state) -> list[tuple]:
     return out
 
 
-def apply(changes, state, on_event=None) -> list[str]:
-    """Act on each change in order; returns the alert transitions among them ("<alert> raised|cleared")."""
+def apply(changes, state, tell=None) -> list[str]:
+    """Act on each change in order; returns the alert transitions among them ("<alert> raised|cleared").
+    `tell(what, fields)`: the outputs that keep records are told ("probe": a stored result, "event": an alert
+    raised or cleared); None where nothing keeps them."""
+    def on_event(**fields):
+        if tell is not None:
+            tell("event", fields)
     for c in changes:
-        if isinstance(c, BaselineSaved):
-            state.save_baseline(c.identity, c.profile, c.metric, c.learned_at, dict(c.state))
+        if isinstance(c, ProbeStored):
+            record = dict(c.record)
+            state.add_probe_result(record, c.identity)
+            if tell is not None:
+                tell("probe", {"record": record, "identity": c.identity})
+        elif isinstance(c, DriftFound):
+            state.add_drift(c.device, c.identity, c.setting, c.old, c.new)
+            on_event(kind="drift", device=c.device, volume=c.identity or c.device, setting=c.setting, old=c.old,
+                     new=c.new)
+            log.warning("setting drift on %s: %s changed from %s to %s", c.device, c.setting, c.old, c.new,
+                        extra={"DEVICE": c.device, "SETTING": c.setting})
+        elif isinstance(c, SettingsSeen):
+            state.save_settings(dict(c.settings))
+        elif isinstance(c, BaselineSaved):
+            state.save_baseline(c.identity, c.profile, c.metric, c.learned_at, c.state)
         elif isinstance(c, AlertRaised):
             state.open_alert(c.alert, c.identity, c.target, c.profile, c.metric, c.severity, dict(c.evidence),
                              list(c.causes), alert_id=c.id, raised_at=c.raised_at)
-            if on_event is not None:
-                on_event(kind="alert", alert=c.alert, state="raised", severity=c.severity, volume=c.identity,
-                         target=c.target, profile=c.profile, causes="; ".join(c.causes), sentence=c.sentence)
+            on_event(kind="alert", alert=c.alert, state="raised", severity=c.severity, volume=c.identity,
+                     target=c.target, profile=c.profile, causes="; ".join(c.causes), sentence=c.sentence)
             log.error("ALERT %s %s #%d: %s", c.alert, c.severity, c.id, c.sentence + (f" {c.advice}" if c.advice else ""),
                       extra={"ALERT": c.alert, "TARGET": c.target, "PROBE": c.profile, "VOLUME": c.identity,
                              "SEVERITY": c.severity})
@@ -55,9 +73,8 @@ def apply(changes, state, on_event=None) -> list[str]:
             state.update_alert(c.id, c.severity, dict(c.evidence), None if c.causes is None else list(c.causes))
         elif isinstance(c, AlertClosed):
             state.close_alert(c.id)
-            if on_event is not None:
-                on_event(kind="alert", alert=c.alert, state="cleared", severity=c.severity, volume=c.identity,
-                         target=c.target, profile=c.profile, causes=c.why, lasted_seconds=round(c.lasted_seconds))
+            on_event(kind="alert", alert=c.alert, state="cleared", severity=c.severity, volume=c.identity,
+                     target=c.target, profile=c.profile, causes=c.why, lasted_seconds=round(c.lasted_seconds))
             log.warning("ALERT %s #%d cleared for %s/%s after %s: %s", c.alert, c.id, c.identity, c.profile,
                         duration_said(c.lasted_seconds), c.why,
                         extra={"ALERT": c.alert, "VOLUME": c.identity, "PROBE": c.profile})
@@ -76,9 +93,9 @@ class StoredHealth:
     """Health and the effects of what it decides, for a caller with no core: built from a state database,
     every judgement's changes written back to it. Reads (views, pins, open alerts) are the verdicts' own."""
 
-    def __init__(self, state, params: DetectorParams = DetectorParams(), on_event=None, place_of=None):
+    def __init__(self, state, params: DetectorParams = DetectorParams(), tell=None, place_of=None):
         self.verdicts = health_from(state, params)
-        self.state, self.on_event = state, on_event
+        self.state, self.tell = state, tell
         self.place_of = place_of or (lambda name, passive: NOWHERE)
 
     def __getattr__(self, name):
@@ -86,16 +103,16 @@ class StoredHealth:
 
     def on_result(self, record: dict, identity: str, causes_fn, context: dict | None = None) -> list[str]:
         return apply(self.verdicts.on_result(record, identity, causes_fn, context,
-                                             self.place_of(record["target"], False)), self.state, self.on_event)
+                                             self.place_of(record["target"], False)), self.state, self.tell)
 
     def on_passive(self, t, device: str, more_causes=(), device_facts: dict | None = None) -> str | None:
         said = apply(self.verdicts.on_passive(t, device, more_causes, device_facts, self.place_of(device, True)),
-                     self.state, self.on_event)
+                     self.state, self.tell)
         return said[0] if said else None
 
     def apply_requests(self, identity_of_target) -> list[str]:
         return apply(self.verdicts.apply_requests(requests_of(self.state), identity_of_target), self.state,
-                     self.on_event)
+                     self.tell)
 
     def target_dropped(self, target: str, why: str) -> list[str]:
-        return apply(self.verdicts.target_dropped(target, why), self.state, self.on_event)
+        return apply(self.verdicts.target_dropped(target, why), self.state, self.tell)

@@ -26,6 +26,7 @@ from iowarden.daemon.sources.settings import known_settings, settings_changes, w
 from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.verdicts.causes import LIMIT_BELOW, Evidence, ProbeWindow, likely_causes
+from iowarden.daemon.verdicts.changes import DriftFound, ProbeStored, SettingsSeen
 from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
@@ -179,8 +180,7 @@ def apply_result(core, e: ProbeFinished) -> None:
         result = dataclasses.replace(result, contended=True)
         e = dataclasses.replace(e, result=result)
     record = result.to_json()
-    core.state.add_probe_result(record, identity)
-    core.tell("probe", {"record": record, "identity": identity})
+    core.act([ProbeStored(identity, MappingProxyType(record))])   # kept before it is judged: its row, its record
     k.last_result = result
     # a target dropped while its probe ran is stored, but gets no series back
     if result.target in {t.name for t in k.targets}:
@@ -369,18 +369,16 @@ def apply_settings(core, power) -> None:
     k = core.known
     # the sampler's devices, once it has sampled: [sampler] devices and exclude_devices govern drift too
     now = known_settings(k.last_settings, watched_settings(k.devices, power, wanted=k.sampled))
+    changes = []
     if k.last_settings is not None:
         for device, setting, old, new in settings_changes(k.last_settings, now):
             ident = k.devices[device].identity if device in k.devices else None
-            core.state.add_drift(device, ident, setting, old, new)
+            changes.append(DriftFound(device, ident, setting, str(old), str(new)))
             k.recent_drift.append((time.time(), device, ident, setting, str(old), str(new)))
             k.drift_total[(device, ident or device, setting)] += 1
             k.drift_last_at[(device, ident or device, setting)] = time.time()
             k.drift_last_change[(device, ident or device, setting)] = (str(old), str(new), mounts_over(k, device))
-            core.tell("event", {"kind": "drift", "device": device, "volume": ident or device, "setting": setting,
-                                "old": str(old), "new": str(new)})
-            log.warning("setting drift on %s: %s changed from %s to %s", device, setting, old, new,
-                        extra={"DEVICE": device, "SETTING": setting})
     if now != k.last_settings:
-        core.state.save_settings(now)
+        changes.append(SettingsSeen(MappingProxyType(dict(now))))
+    core.act(changes)
     k.last_settings, k.power = now, power

@@ -31,6 +31,7 @@ from iowarden.daemon.events import IntervalsFitted, ProbeFinished, ProbesCounted
 from iowarden.daemon.probing import fit
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan, spread_next
+from iowarden.daemon.probing.published import Published
 from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
 from iowarden.daemon.probing.suspicion import BY_PROBE
 from iowarden.daemon.registry import fault_switch
@@ -59,32 +60,13 @@ class Due:
     started_at: float | None = None   # when its last probe was started (the scheduler's clock)
 
 
-class PublishedLoad:
-    """The load the scheduler defers a probe on, read in the core's latest snapshot (the sampler's reading as
-    the core published it), never from the sampler itself."""
-
-    def __init__(self, snapshot_fn):
-        self.snapshot_fn = snapshot_fn
-
-    def _reading(self):
-        snap = self.snapshot_fn()
-        return snap.disk_reading if snap is not None else None
-
-    @property
-    def io_pressure(self):
-        r = self._reading()
-        return r.io_pressure if r is not None else None
-
-    def recent_util_percent(self, device: str) -> float | None:
-        """The device's mean %util over the sampler's last few seconds; None when it is not sampled."""
-        r = self._reading()
-        return r.recent_util_percent.get(device) if r is not None else None
-
-
 class Scheduler:
-    def __init__(self, cfg: Config, roots: Roots, load, post, rng: random.Random | None = None,
+    def __init__(self, cfg: Config, roots: Roots, published, post, rng: random.Random | None = None,
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic,
                  suspected=None, spawn=None, paths: pathstat.PathWatch | None = None):
+        """`published`: what the scheduler reads of the rest of the daemon (a `Published` over the core's
+        snapshot): the load it defers on, the device view, the suspected faults, the pins. `pin_check`, `devices`
+        and `suspected` stand in for its parts where a test gives only a load."""
         self.roots = roots
         # every touch of a target's path: by a child with a deadline, never on this thread (pathstat)
         self.paths = paths or pathstat.WATCH
@@ -94,17 +76,20 @@ class Scheduler:
         self.clock = clock
         # marks this daemon's fio processes (its state directory): see fio_run.end_leftover_probes
         self.owner = os.path.realpath(cfg.section("daemon").state_dir)
-        # the disks' recent %util and the host's I/O pressure, as published (PublishedLoad): what a probe defers on
-        self.load = load
+        # the disks' recent %util and the host's I/O pressure, as published: what a probe defers on
+        self.load = published
+        whole = isinstance(published, Published)
         self.post = post                  # its events (ProbeStarted, ProbeFinished, IntervalsFitted, ProbesCounted)
         self._counted_posted: tuple | None = None   # (skips, budgets) as last posted
         self._counters_lock = threading.Lock()
-        self.pin_check = pin_check or (lambda target, device: None)
+        # (target, device) -> why the target may not be probed there (not the volume it was first probed on)
+        self.pin_check = pin_check or (published.pin_refusal if whole else (lambda target, device: None))
         # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
-        self.suspected = suspected or (lambda target, profile: None)
+        self.suspected = suspected or (published.suspected if whole else (lambda target, profile: None))
         # the block devices as last read (the settings poller's view, kept current by hotplug): a probe waiting
         # for a busy disk must not re-read all of sysfs every second
-        self.devices = devices or (lambda: blockqueue.read_sysfs_and_superblocks(roots))
+        self.devices = devices or (published.devices if whole
+                                   else (lambda: blockqueue.read_sysfs_and_superblocks(roots)))
         self.rng = rng or random.Random()
         self.skipped_total: collections.Counter = collections.Counter()
         self._busy_disks: set[str] = set()

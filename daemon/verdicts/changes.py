@@ -11,6 +11,29 @@ from typing import Mapping
 
 
 @dataclass(frozen=True)
+class ProbeStored:
+    """A probe's result as it is kept: its row in the database and the record the outputs are told."""
+    identity: str
+    record: Mapping
+
+
+@dataclass(frozen=True)
+class DriftFound:
+    """A watched setting changed since the last poll (drift), whether or not it hurt."""
+    device: str
+    identity: str | None
+    setting: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class SettingsSeen:
+    """The settings as last polled, kept so a change made while the daemon was down is still found."""
+    settings: Mapping
+
+
+@dataclass(frozen=True)
 class PinChanged:
     """A target held to the volume it was first probed on (None: released)."""
     target: str

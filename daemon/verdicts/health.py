@@ -23,7 +23,7 @@ from iowarden.daemon.verdicts.advice import advice_of
 from iowarden.daemon.verdicts.changes import (AlertClosed, AlertRaised, AlertUpdated, BaselineSaved, BaselinesDropped,
                                               PinChanged, Said)
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
-from iowarden.daemon.verdicts.pins import pin_refusal, stable_identity
+from iowarden.daemon.probing.pins import pin_refusal, stable_identity
 from iowarden.daemon.verdicts.sentence import alert_text
 
 log = logging.getLogger("iowarden")

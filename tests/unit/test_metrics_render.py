@@ -53,7 +53,11 @@ def test_one_render_per_snapshot_and_a_frequent_scraper_never_waits():
         published[0] = (2, time.monotonic())                 # the core published the next snapshot just now
         value, took = _scrape(port)
         assert value == 1.0 and took < RENDER_SECONDS        # the one just superseded, without waiting...
-        time.sleep(RENDER_SECONDS * 1.5)
+        deadline = time.monotonic() + 10 * RENDER_SECONDS   # version 2's render, begun by that scrape, ends
+        while reg.renders < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while _scrape(port)[0] != 2.0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert _scrape(port)[0] == 2.0 and reg.renders == 2  # ...while version 2 rendered, once
         # a scraper that comes rarely (Prometheus every 15 s): the snapshot it would get was superseded long ago
         published[0] = (3, time.monotonic() - STALE_OK_SECONDS - 1)

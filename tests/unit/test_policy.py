@@ -133,7 +133,7 @@ def test_the_scheduler_defers_on_the_util_the_core_published_not_on_the_sampler(
     latest published reading shows 90 % busy defers its probe; once a reading shows it quiet, it runs."""
     from types import MappingProxyType
 
-    from iowarden.daemon.probing.scheduler import PublishedLoad
+    from iowarden.daemon.probing.published import Published
     from iowarden.daemon.snapshot import Snapshot
     from iowarden.daemon.sources.sampler import SamplerReading
     from iowarden.probes import diskstats
@@ -143,7 +143,7 @@ def test_the_scheduler_defers_on_the_util_the_core_published_not_on_the_sampler(
                                  MappingProxyType({"sdz": util}))
         return Snapshot(0.0, "test", disk_reading=reading)
     clock, snap = Clock(), [None]
-    load = PublishedLoad(lambda: snap[0])
+    load = Published(lambda: snap[0])
     assert load.recent_util_percent("sdz") is None and load.io_pressure is None   # before the first snapshot
     snap[0] = published(90.0)
     sch = FakeRun(_cfg(_target("db")), Roots(), load, post=None, rng=random.Random(0), clock=clock)

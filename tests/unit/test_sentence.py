@@ -139,7 +139,7 @@ def _result(i, iops):
 def test_a_fallback_identity_is_never_pinned_and_never_refuses_the_volume_found_next(tmp_path):
     """A device attached just before the start, probed before the daemon's first read of the devices, was
     pinned as kernel:loop1; every later probe (on its fs-uuid) was then refused as a different volume."""
-    from iowarden.daemon.verdicts.pins import pin_refusal
+    from iowarden.daemon.probing.pins import pin_refusal
     h = StoredHealth(State(str(tmp_path / "s.db")), DetectorParams())
     h.on_result(_result(0, 1000.0), "kernel:loop1", lambda since: [])
     assert "db" not in h.pins and h.pin_refusal("db", "fs-uuid:f1") is None
