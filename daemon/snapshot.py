@@ -93,8 +93,6 @@ class Snapshot:
     skipped_total: Mapping = field(default_factory=_empty)    # (target, reason) -> count
     baselines: tuple[BaselineView, ...] = ()
     alerts: tuple[AlertView, ...] = ()                        # open alerts
-    disk_rates: Mapping = field(default_factory=_empty)       # kernel name -> DiskRates
-    disk_sample: object | None = None                         # the sampler's last DiskSample (raw counters)
     disk_reading: object | None = None                        # the sampler's last SamplerReading, whole
     devices: Mapping = field(default_factory=_empty)          # kernel name -> BlockDevice
     power: object | None = None                               # PowerSettings
@@ -104,7 +102,6 @@ class Snapshot:
     xfs: Mapping = field(default_factory=_empty)              # mount -> (XfsReport, unix time of the report)
     budget: Mapping = field(default_factory=_empty)           # disk -> scheduler.BudgetStatus
     parts: Mapping = field(default_factory=_empty)            # name -> PartStats
-    io_pressure: object | None = None
     probe_intervals: Mapping = field(default_factory=_empty)  # (target, profile) -> seconds
     discovery_over_limit: int = 0                             # mounts past [scheduling] max_discovered_targets
     influx: Mapping | None = None                             # writer counters, when InfluxDB is on
@@ -117,3 +114,19 @@ class Snapshot:
     own_probes: Mapping = field(default_factory=_empty)       # device -> when a probe last ran on it (monotonic, inf: now)
     folds: Mapping = field(default_factory=_empty)            # alert id -> verdicts.pages.Fold: said on another's page
     told: tuple = ()                                          # the last Told, oldest first (core.TOLD_KEPT)
+
+    # the sampler's reading in parts, as outputs name them: one copy, the reading's (disk_reading)
+    @property
+    def disk_rates(self) -> Mapping:
+        """kernel name -> DiskRates since the sample before (sampled devices only)."""
+        return self.disk_reading.rates if self.disk_reading is not None else _empty()
+
+    @property
+    def disk_sample(self):
+        """The sampler's last DiskSample (raw counters); None before the first."""
+        return self.disk_reading.sample if self.disk_reading is not None else None
+
+    @property
+    def io_pressure(self):
+        """The host's I/O pressure (PSI) as the sampler last read it; None where the kernel has none."""
+        return self.disk_reading.io_pressure if self.disk_reading is not None else None

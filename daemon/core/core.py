@@ -212,13 +212,11 @@ class Core:
         self.snapshot = Snapshot(
             taken_at=now, version=self.version, probes=tuple(k.latest.values()),
             skipped_total=k.skipped_total, baselines=tuple(self.health.baseline_views()),
-            alerts=alerts, folds=frozen(fold_of), disk_rates=frozen(k.rates), disk_sample=k.sample,
-            disk_reading=k.disk_reading,
+            alerts=alerts, folds=frozen(fold_of), disk_reading=k.disk_reading,
             devices=frozen(k.devices), power=k.power, drift_total=frozen(k.drift_total),
             drift_last_at=frozen(k.drift_last_at), drift_last_change=frozen(k.drift_last_change),
             xfs=frozen(k.xfs_at), budget=k.budget,
             parts=frozen({**k.parts, "core": self.stats(CORE_STUCK_SECONDS)}),
-            io_pressure=k.io_pressure,
             probe_intervals=frozen({(t.name, p): k.fitted_intervals.get((t.name, p), t.interval_seconds)
                                     for t in k.targets for p in t.profiles}),
             discovery_over_limit=k.discovery_over_limit,

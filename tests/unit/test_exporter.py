@@ -11,6 +11,7 @@ from iowarden.daemon.outputs.web_config import WebConfigError, load_web_config
 from iowarden.daemon.core.latency import LATENCY_BUCKETS_SECONDS, LatencyTotal, add_probe, rebucket
 from iowarden.daemon.outputs.prometheus import SnapshotCollector
 from iowarden.daemon.registry import PartStats
+from iowarden.daemon.sources.sampler import SamplerReading
 from iowarden.daemon.probing.budget import BudgetStatus
 from iowarden.daemon.snapshot import AlertView, BaselineView, ProbeView, Snapshot
 from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs
@@ -57,7 +58,8 @@ def snapshot(tree):
         skipped_total={("db", "busy"): 3},
         baselines=(BaselineView("wwn:0x5000c500a1b2c3d4", "randrw", "read_iops", 38000.0, 0.05, -0.4, 50, False),),
         alerts=(AlertView("VolumeDegraded", "wwn:0x5000c500a1b2c3d4", "randrw", "db", "critical", 1.7e9, 1),),
-        disk_rates=rates, disk_sample=diskstats.DiskSample(1.0, ds2), devices=devices, power=power,
+        disk_reading=SamplerReading(diskstats.DiskSample(1.0, ds2), rates, frozenset(rates), None), devices=devices,
+        power=power,
         probe_latency=latency,
         drift_total={("sdb", "wwn:0x5000c500a1b2c3d4", "scheduler"): 1},
         xfs={"/srv": (report, 1.7e9)},

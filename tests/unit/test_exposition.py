@@ -98,7 +98,8 @@ def test_a_section_whose_inputs_did_not_change_is_served_again_and_its_text_reus
     settings = collector._built["settings"][1]
     # a new snapshot a second later: the disks' rates changed, the settings did not
     rates = {n: dataclasses.replace(r, util_percent=r.util_percent + 1) for n, r in snap.disk_rates.items()}
-    current[0] = dataclasses.replace(snap, disk_rates=rates, taken_at=snap.taken_at + 1)
+    current[0] = dataclasses.replace(snap, disk_reading=dataclasses.replace(snap.disk_reading, rates=rates),
+                                     taken_at=snap.taken_at + 1)
     second = renderer.render(reg)
     assert collector._built["settings"][1] is settings   # not built again
     assert _without_durations(second) == _without_durations(generate_latest(reg)) != _without_durations(first)
@@ -126,7 +127,8 @@ def test_a_disk_whose_counters_did_not_move_keeps_its_lines_and_one_that_moved_i
     kept_idle = collector._disk_rows[1][idle][3]
     sample = dataclasses.replace(snap.disk_sample, counters={
         **counters, moved: counters[moved]._replace(reads=counters[moved].reads + 12345)})
-    current[0] = dataclasses.replace(snap, disk_sample=sample, taken_at=snap.taken_at + 1)
+    current[0] = dataclasses.replace(snap, disk_reading=dataclasses.replace(snap.disk_reading, sample=sample),
+                                     taken_at=snap.taken_at + 1)
     text = renderer.render(reg)
     assert collector._disk_rows[1][idle][3] is kept_idle
     assert f'iowarden_disk_reads_completed_total{{device="{moved}",'.encode() in text

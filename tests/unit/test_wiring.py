@@ -48,7 +48,8 @@ def _part_calls(node: ast.AST) -> set[str]:
 
 def wiring_errors(parts) -> list[str]:
     errors = []
-    fields = {f.name for f in dataclasses.fields(Snapshot)}
+    fields = {f.name for f in dataclasses.fields(Snapshot)} | {
+        n for n, v in vars(Snapshot).items() if isinstance(v, property)}
     event_types = {n for n, v in vars(events).items() if isinstance(v, type) and dataclasses.is_dataclass(v)
                    and v.__module__ == events.__name__}
     runtime = _tree("runtime")
