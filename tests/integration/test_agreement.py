@@ -90,7 +90,7 @@ def test_short_probe_agrees_with_a_long_fio_run(direct_loop_xfs):
     # On a volume of steady pace: a provisioned-IOPS cap, as the cloud volumes iowarden watches
     # have, here a blkio throttle at a third of what the first probe got from the disk under the
     # direct-I/O loop device. Uncapped, that virtio disk moved 11 % between a probe and the 30 s
-    # run next to it in one CI run (37.4k vs 42.1k IOPS at QD8): the test then measured the VM's
+    # run next to it, beside the suite's other tests (37.4k vs 42.1k IOPS at QD8): the test then measured the VM's
     # neighbours, not the probe. Capped, what is left to differ is how each run measures: its
     # ramp and runtime, the file and blocks it reads, and the probe file's layout (an unwritten
     # extent reads as zeros without touching the device, and would run far above the cap).

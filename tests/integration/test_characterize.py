@@ -163,7 +163,7 @@ def test_a_tiny_budget_stops_the_sweep_early_and_says_what_it_left_out(direct_lo
     assert {g["sweep"] for g in doc["not_measured"]} == {"qd", "qd-write"}
     assert doc["findings"]["qd-write"]["not_measured"] and doc["findings"]["qd"]["confidence"]["trusted"] is False
     # bytes: what the device takes in writes (layout, ramp, steps, metadata) stays within 200 MiB. Steps
-    # grow with depth, so a prediction from the last alone was passed (245 MiB in a CI run); each write step
+    # grow with depth, so a prediction from the last alone was passed (245 MiB, beside other tests); each write step
     # is capped at what is left, and one that could not do a step's worth is left out
     def written_to_device():
         return int((Path("/sys/block") / direct_loop_xfs.name / "stat").read_text().split()[6]) * 512

@@ -92,8 +92,7 @@ def test_sigterm_mid_probe_kills_fio_and_records_the_interruption(loop_xfs, tmp_
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(timeout=10) == 0
     assert time.monotonic() - t0 < 5, "SIGTERM must stop the daemon within 5 s"
-    time.sleep(0.3)
-    assert _fio_pids(state) == []
+    wait_for(lambda: _fio_pids(state) == [], timeout=2, what="every fio ended with the daemon")
     got = rows(str(state / "state.db"), "SELECT ok, error FROM probe_results")
     assert got and got[-1][0] == 0 and "interrupted" in got[-1][1]
 

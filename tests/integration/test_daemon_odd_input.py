@@ -36,9 +36,9 @@ def test_a_mount_point_with_a_byte_that_is_not_utf8_or_a_cr_stops_nothing(shared
                 + f'[[discover]]\nname = "auto"\nmountpoints = ["{base}/*"]\nfstypes = ["xfs"]\nprofiles = ["rr"]\n'
                   'interval_seconds = 3600.0\n')
         d = daemon_factory(text.replace("[scheduling]", "") + "[scheduling]\ndiscover_interval_seconds = 1.0\n")
-        d.wait_message("READY=1")   # on f1018d6: `iowarden run` exited 2 ('utf-8' codec can't decode byte 0xff)
+        d.wait_message("READY=1")   # unguarded: `iowarden run` exited 2 ('utf-8' codec can't decode byte 0xff)
         wait_for(lambda: "with\\x0dcr" in d.output() and "discovered" in d.output(), timeout=30,
-                 what="the mount point with a CR discovered (never, on f1018d6)")
+                 what="the mount point with a CR discovered (never, when a name was decoded strictly)")
         wait_for(lambda: "is not UTF-8" in d.output(), what="the warning for the \\xff mount point")
         time.sleep(3)   # several discovery rounds
         out = d.output()
@@ -47,7 +47,7 @@ def test_a_mount_point_with_a_byte_that_is_not_utf8_or_a_cr_stops_nothing(shared
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert 'target="auto:' in body and "with\rcr" in body
         # xfs_info itself fails on the path with a CR (a recorded error, exit 1: "a report failed"); what
-        # matters is that every mount is reported and nothing is exit 2 (on f1018d6: exit 2, nothing reported)
+        # matters is that every mount is reported and nothing is exit 2 (unguarded: exit 2, nothing reported)
         r = iowarden("xfs", "--json", check=False, timeout=300)
         assert r.returncode in (0, 1) and str(shared_loop_xfs.mountpoint) in r.stdout, r.stderr
         r = iowarden("xfs", check=False, timeout=300)
@@ -70,7 +70,7 @@ def test_a_50000_deep_array_on_reload_keeps_the_daemon_and_check_config_says_78(
     d.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: "reload rejected" in d.output(), what="the reload rejected")
     time.sleep(1.5)
-    assert d.proc.poll() is None      # on f1018d6: RecursionError, the daemon died
+    assert d.proc.poll() is None      # unguarded: RecursionError, the daemon died
     rejected = [ln for ln in d.output().split("\n") if "reload rejected" in ln]
     assert len(rejected) == 1 and "nested too deeply" in rejected[0] and len(rejected[0]) < 600, rejected
     assert "Traceback" not in d.output()
@@ -128,7 +128,8 @@ def test_names_with_control_characters_are_escaped_in_status_and_the_log(shared_
     d = daemon_factory(text)
     d.wait_message("READY=1")
     wait_for(lambda: rows(str(state / "state.db"), "SELECT ok FROM probe_results"), timeout=30, what="a probe")
-    time.sleep(2)
+    wait_for(lambda: [m for m in d.messages if "STATUS=" in m and "last probe " in m], timeout=10,
+             what="a STATUS= line naming the last probe")
     status_lines = [m for m in d.messages if "STATUS=" in m and "last probe" in m]
     assert status_lines and all("\nALERT" not in m and "\x1b" not in m for m in status_lines)
     r = iowarden("status", "-c", str(d.cfg), check=False)
@@ -137,4 +138,4 @@ def test_names_with_control_characters_are_escaped_in_status_and_the_log(shared_
         assert raw not in r.stdout and raw not in d.output()
     assert not any(ln.startswith("ALERT #99") for ln in r.stdout.split("\n"))
     assert "db\\x1b[2J\\x0d\\x0aALERT" in r.stdout
-    assert len(r.stdout) < 8000, len(r.stdout)     # on f1018d6: a 4 KiB name made 42 KB
+    assert len(r.stdout) < 8000, len(r.stdout)     # unguarded: a 4 KiB name made 42 KB

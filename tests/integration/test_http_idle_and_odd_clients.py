@@ -105,7 +105,7 @@ def test_4000_idle_tls_connections_from_one_source_cost_little_and_others_are_se
             s.close()
     out = d.output()
     assert "Too many open files" not in out
-    assert out.count("\n") < 200, out[-3000:]   # on f1018d6: 17,646 log lines
+    assert out.count("\n") < 200, out[-3000:]   # unguarded: 17,646 log lines
 
 
 def test_2000_idle_plain_connections_from_one_source_lock_nobody_out(tmp_path, daemon_factory, many_fds):
@@ -114,7 +114,7 @@ def test_2000_idle_plain_connections_from_one_source_lock_nobody_out(tmp_path, d
     try:
         time.sleep(1.0)
         results = [_get(port, source="127.0.0.1", timeout=5) for _ in range(10)]
-        # on f1018d6 the daemon kept 511 of them and reset every other scrape
+        # unguarded, the daemon kept 511 of them and reset every other scrape
         assert [s for s, _ in results] == [200] * 10
         assert max(t for _, t in results) < 1.0
         assert psutil.Process(d.proc.pid).num_fds() < 300
@@ -148,7 +148,7 @@ def test_a_new_connection_must_send_its_request_whole_within_10_s(tmp_path, daem
                 break
             finally:
                 s.setblocking(True)
-        # on f1018d6: answered 200 after 34 s (the 60 s keep-alive timeout held the first request line)
+        # unguarded: answered 200 after 34 s (the 60 s keep-alive timeout held the first request line)
         assert closed_at is not None and closed_at < 13, closed_at
     finally:
         s.close()
@@ -164,6 +164,6 @@ def test_a_get_with_a_body_is_refused_and_its_body_never_read_as_a_request(tmp_p
         data = b""
         while chunk := s.recv(65536):
             data += chunk
-    # on f1018d6: "200 OK ... HTTP/1.1 404" on one connection
+    # unguarded: "200 OK ... HTTP/1.1 404" on one connection
     assert data.startswith(b"HTTP/1.1 400 ") and data.count(b"HTTP/1.1 ") == 1, data[:300]
     assert _get(port)[0] == 200

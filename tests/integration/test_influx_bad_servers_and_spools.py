@@ -77,7 +77,7 @@ def test_a_trickling_server_cannot_hold_a_write_past_its_whole_deadline(tmp_path
         t0 = time.monotonic()
         w.flush()
         took = time.monotonic() - t0
-        # on f1018d6 the write never ended: each byte came within the per-operation timeout
+        # unguarded, the write never ended: each byte came within the per-operation timeout
         assert took < 7.0, took
         assert "within 5 s" in (w.last_error or ""), w.last_error
         assert len(w.spool.segments()) == 1 and w.points_dropped_total == 0   # kept for the next try
@@ -127,10 +127,10 @@ def test_a_huge_error_body_is_read_only_in_part_and_logged_once_and_short(tmp_pa
     got = json.loads(r.stdout)
     grew_mb = (got["peak_kb"] - got["before_kb"]) / 1024
     print(f"a 500 with a 256 MiB body: the writer's peak RSS grew {grew_mb:.1f} MB, flush {got['seconds']:.2f} s")
-    assert grew_mb < 20, got                              # on f1018d6: 79 MB -> 1.39 GB
+    assert grew_mb < 20, got                              # unguarded: 79 MB -> 1.39 GB
     assert got["error"].startswith("HTTP 500") and len(got["error"]) < 400, got["error"]
     assert got["root_handlers"] == 0                      # no logging.basicConfig behind the daemon's back
-    assert r.stderr.count("after the flush") == 1         # on f1018d6 every line was printed twice
+    assert r.stderr.count("after the flush") == 1         # unguarded, every line was printed twice
     assert len(r.stderr) < 2000, r.stderr[:500]
     assert got["spooled"] == 1
 
@@ -150,7 +150,7 @@ def test_a_full_spool_keeps_the_batch_in_memory_and_spools_it_when_space_returns
     try:
         for i in range(5):
             w.add([line("m", {"t": "a"}, {"v": float(i)}, float(i))])
-            w.flush()   # on f1018d6: an OSError traceback every flush, and the batch was gone, uncounted
+            w.flush()   # unguarded: an OSError traceback every flush, and the batch was gone, uncounted
         assert w.points_dropped_total == 0 and w.spool_errors_total == 5
         assert caplog.text.count("cannot be written") == 1        # said once, not per flush
     finally:
@@ -171,7 +171,7 @@ def test_sigterm_with_a_read_only_spool_still_closes_everything(shared_loop_xfs,
     extra = (f"[influxdb]\nenabled = true\nurl = \"http://127.0.0.1:{dead}\"\nflush_interval_seconds = 1.0\n"
              "timeout_seconds = 1.0\niostat_interval_seconds = 1.0\n")
     # read-only before the start: the daemon reaches its spool through the directory it opened and verified
-    # at start (round three), so a mount laid over the path later is not where it writes
+    # at start, so a mount laid over the path later is not where it writes
     subprocess.run(["mount", "--bind", str(spool), str(spool)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(spool)], check=True)
@@ -181,7 +181,7 @@ def test_sigterm_with_a_read_only_spool_still_closes_everything(shared_loop_xfs,
         d.proc.send_signal(signal.SIGTERM)
         assert d.proc.wait(timeout=15) == 0
         out = d.output()
-        # on f1018d6: a traceback from spool_pending, the HTTP server and the database left open
+        # unguarded: a traceback from spool_pending, the HTTP server and the database left open
         assert "Traceback" not in out, out[-3000:]
         assert "unsent points lost at shutdown" in out and "cannot be written" in out
         assert "iowarden stopping" in out

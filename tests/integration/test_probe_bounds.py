@@ -26,7 +26,7 @@ def test_a_system_tree_spelled_with_leading_slashes_is_refused_and_nothing_is_cr
     try:
         r = iowarden("probe", "--path", path, "--size", "4MiB", "--runtime", "0.5", "--json", check=False)
         assert r.returncode == 1 and "never writes probe files there" in r.stdout, r.stdout
-        assert existed or not os.path.exists(created)   # on f1018d6: /usr/lib/.iowarden/probe-4194304.dat
+        assert existed or not os.path.exists(created)   # unguarded: /usr/lib/.iowarden/probe-4194304.dat
     finally:
         if not existed and os.path.isdir(created):
             for name in os.listdir(created):
@@ -98,7 +98,7 @@ def _probe_in_cgroup(cgroup, *args):
 
 
 def test_fio_in_a_memory_cgroup_gets_only_jobs_within_the_bound(shared_loop_xfs, tmp_path):
-    """A 1.5 GiB cgroup, as the issue's: the 4 GiB job never starts fio (on f1018d6 fio grew to 4.2 GB and was
+    """A 1.5 GiB cgroup, as the issue's: the 4 GiB job never starts fio (unbounded, fio grew to 4.2 GB and was
     OOM-killed); one within the bound runs, and the cgroup's peak stays near what it asked for."""
     cg = _memory_cgroup(1536 << 20)
     try:
@@ -141,7 +141,7 @@ def test_dev_zero_a_fifo_and_a_huge_file_are_refused_at_once(tmp_path):
     for path, why in (("/dev/zero", "not a regular file"), (fifo, "not a regular file"),
                       (huge, "larger than 65536 bytes")):
         r, took = _check(tmp_path, path)
-        # on f1018d6: /dev/zero OOM-killed check-config at 1.5 GiB in 3 s; the FIFO hung until killed
+        # unguarded: /dev/zero OOM-killed check-config at 1.5 GiB in 3 s; the FIFO hung until killed
         assert r.returncode == 78 and why in r.stderr, (path, r.stderr)
         assert took < 10, (path, took)
 
@@ -170,20 +170,20 @@ def _config_with_job(mount, state, job, max_runtime):
 
 
 @pytest.mark.parametrize("job, least, most", [
-    # on f1018d6 the timeout took the profile's runtime (0) while fio got the limit's (3 s): killed after 1 s.
-    # time_based: these jobs ask to run for their time (round three keeps a job's own semantics: without it,
+    # the deadline is the runtime fio is given (the limit's 3 s), not the profile's 0: else killed after 1 s.
+    # time_based: these jobs ask to run for their time (a job keeps its own semantics: without it,
     # 16 MiB of reads end when they are read, test_state_dir_and_clock.py::test_a_job_file_without_runtime_...)
     # the upper bounds leave a busy machine its slow fio start (one clean-clone run beside other fio jobs
-    # and a bench took longer than 9 s) and still fail the 68.7 s of f1018d6
+    # and a bench took longer than 9 s) and still fail the 68.7 s an uncapped ramp takes
     ("[a]\nrw=randread\nbs=4k\nsize=16m\ntime_based\n", 2.8, 25.0),
-    ("[a]\nrw=randread\nbs=4k\nsize=16m\nruntime=1\nramp_time=1000h\ntime_based\n", 3.8, 30.0),   # f1018d6: 68.7 s
+    ("[a]\nrw=randread\nbs=4k\nsize=16m\nruntime=1\nramp_time=1000h\ntime_based\n", 3.8, 30.0),   # uncapped: 68.7 s
 ])
 def test_runtime_and_ramp_are_capped_by_the_limit_and_the_probe_succeeds(shared_loop_xfs, tmp_path, job, least, most):
     jf = tmp_path / "j.fio"
     jf.write_text(job)
     cfg = tmp_path / "c.toml"
     cfg.write_text(_config_with_job(shared_loop_xfs.mountpoint, tmp_path / "state", jf, 3.0)
-                   # f1018d6's timeout (the profile's runtime 0 + this margin) killed fio in 3 s: still caught,
+                   # a timeout from the profile's runtime (0 + this margin) would kill fio in 3 s: still caught,
                    # and fio has 3 s to start on a busy machine
                    .replace("timeout_margin_seconds = 5.0", "timeout_margin_seconds = 3.0"))
     t0 = time.monotonic()
@@ -205,7 +205,7 @@ def test_an_offset_past_the_probe_file_is_refused_and_the_file_is_not_laid_out_a
     jf.write_text("[a]\nrw=randread\nbs=4k\nsize=16m\noffset=1P\nruntime=0.3\n")
     r = iowarden("probe", "--path", str(mount), "--job-file", str(jf), "--json", check=False)
     assert r.returncode == 1 and "past the end of the probe file" in r.stdout, r.stdout
-    assert os.stat(probe_file).st_ino == inode     # on f1018d6 fio unlinked it, and the next probe laid it out again
+    assert os.stat(probe_file).st_ino == inode     # unguarded, fio unlinked it, and the next probe laid it out again
     again = iowarden("probe", "--path", str(mount), "--size", "16MiB", "--runtime", "0.3", "--json", check=False)
     assert '"layout_bytes": 0' in again.stdout, again.stdout
 
@@ -230,4 +230,4 @@ def test_sigstop_during_a_probe_keeps_the_probe_that_finished(shared_loop_xfs, t
         os.kill(d.proc.pid, signal.SIGCONT)
     db = str(state / "state.db")
     got = wait_for(lambda: rows(db, "SELECT ok, error FROM probe_results ORDER BY id"), timeout=30, what="the probe's result")
-    assert got[0][0] == 1, got           # on f1018d6: failed, "fio timed out after 3 s"
+    assert got[0][0] == 1, got           # unguarded: failed, "fio timed out after 3 s"

@@ -9,7 +9,7 @@ the keys left when the disk is idle: the maps are printed at exit with the END c
 
 It runs alone (the suite's `alone` phase, some 5 s): beside other tests, their daemons' tracers run BPF
 programs on the same block tracepoints, and the kernel then skips runs of this one, not all of them counted
-as recursion misses (perf drops a nested tracepoint event before any program runs). A busy CI run left 632
+as recursion misses (perf drops a nested tracepoint event before any program runs). A run on a busy machine left 632
 keys beside 495 counted misses and 30 merges seen of the workload's hundreds: the test could no longer tell a
 key the program failed to delete from one whose deletion never ran. Alone it leaves 0-1.
 """

@@ -33,7 +33,7 @@ ARM_SECONDS = float(os.environ.get("LAB_TRACE_ARM_SECONDS", "600"))
 def fio_argv(path: str, *extra: str) -> list[str]:
     """fio on the second vCPU (the host pins this script, with bpftrace, to the first): the completion's
     wake-up is part of fio's clat but not of the block layer's time, and under TCG it waited behind
-    bpftrace printing its maps (fio's p99 22 % above the tracer's in one CI run, unpinned)."""
+    bpftrace printing its maps (fio's p99 22 % above the tracer's, beside the suite's other tests, unpinned)."""
     return ["fio", "--name=t", f"--filename={path}", "--size=64m", "--rw=randread", "--bs=4k", "--iodepth=1",
             "--ioengine=libaio", "--direct=1", "--runtime=10", "--time_based", "--output-format=json",
             "--cpus_allowed=1", "--lat_percentiles=1", *extra]

@@ -7,7 +7,7 @@ The page cache is made small by a memory cgroup (systemd-run's MemoryMax), not b
 the kernel charges a file's pages to the cgroup that reads them and reclaims within its limit, as it does
 within a small machine's RAM. The lab's guest (1 GiB, for its stacks and daemon) would otherwise need files
 of several GiB to outgrow its cache, and a guest of its own cost four and a half minutes of boot and install
-under TCG in every CI run."""
+under TCG in every run of the suite."""
 from __future__ import annotations
 
 import json

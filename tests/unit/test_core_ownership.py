@@ -1,8 +1,8 @@
 """One owner in fact: the state database written only on the core thread, one handler per event type,
-and the races the review of f1018d6 found, each held by a test that hammers the two threads involved.
+and the races two threads can run into, each held by a test that hammers the two threads involved.
 
 The race tests make the interpreter switch threads every microsecond so that an interleaving that
-breaks shows up within the test's few thousand rounds (on f1018d6 the first two raised within a
+breaks shows up within the test's few thousand rounds (unguarded, the first two raised within a
 second: "dictionary changed size during iteration", and a KeyError for a profile a reload removed).
 """
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_reads_stay_open_to_every_thread(tmp_path):
 
 def test_the_passive_part_reads_the_samplers_published_reading_while_the_sampler_steps(tmp_path, fast_switching,
                                                                                        monkeypatch):
-    """f1018d6: the passive thread called sampler.wanted(), which inserted into the sampler's partition
+    """Unguarded, the passive thread called sampler.wanted(), which inserted into the sampler's partition
     cache while the sampler rebuilt it (a dict comprehension over it) when devices went away."""
     from iowarden.daemon.passive.detector import PassiveParams
     from iowarden.daemon.passive.part import PassiveWatch
@@ -139,7 +139,7 @@ def _cfgs():
 
 
 def test_a_reload_never_races_the_scheduler_step(fast_switching):
-    """f1018d6: configure() (discovery, a reload, a uevent: other threads) replaced cfg and due while step()
+    """Unguarded, configure() (discovery, a reload, a uevent: other threads) replaced cfg and due while step()
     read them without the lock, and wrote _disks_of while configure iterated it; the scheduler's snapshot
     copy (budget_view) iterated it too."""
     a, b = _cfgs()

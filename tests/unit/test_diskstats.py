@@ -44,7 +44,7 @@ def test_old_partition_format():
 def test_malformed_lines_are_rejected_with_the_line_and_cost_only_themselves_in_a_table(line):
     with pytest.raises(ParseError, match="diskstats line"):
         diskstats.parse_line(line)
-    # in a table, the odd line is passed over and every other device read (on f1018d6 the table was lost)
+    # in a table, the odd line is passed over and every other device read (unguarded, the table was lost)
     good = "8 16 sdb 1 2 3 4 5 6 7 8 9 10 11"
     assert set(diskstats.parse(f"{good}\n{line}\n{good.replace('sdb', 'sdc')}")) == {"sdb", "sdc"}
 

@@ -120,7 +120,7 @@ def test_the_influxdb_summary_of_the_same_sample_twice_is_no_interval_not_a_cras
                         spool_max_bytes=1 << 20, timeout_seconds=1.0, iostat_interval_seconds=0.0)
     out = InfluxOutput(c, str(tmp_path / "influx-spool"), lambda: snap)
     out.step()
-    out.step()   # the same sample again: on f1018d6, ValueError
+    out.step()   # the same sample again: unguarded, ValueError
     later = diskstats.DiskSample(101.0, diskstats.parse(line.replace(" 10 0 80", " 20 0 160")))
     snap.disk_sample = later
     out.step()
