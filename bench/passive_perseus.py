@@ -45,7 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from iowarden.daemon.passive.detector import PassiveParams  # noqa: E402
+from iowarden.daemon.passive.values import PassiveParams
 from iowarden.daemon.passive.evidence import (EvidenceParams, block_update, center_spread,  # noqa: E402
                                               clear_outliers, open_block_stray, open_block_update, references,
                                               standardized)

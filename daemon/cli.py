@@ -22,12 +22,13 @@ from iowarden.probes.fio_run import ProbeLimits, run_probe
 
 from iowarden.daemon import config as configmod
 from iowarden.daemon.probing.discovery import targets_now
-from iowarden.daemon.core.state import StateDamaged, StateUnavailable
+from iowarden.daemon.core.state_schema import StateDamaged, StateUnavailable
 from iowarden.daemon.core.statedir import state_dir_problem
 from iowarden.daemon.commands.args import DefaultsShown, positive_int, positive_seconds, version_text
 from iowarden.daemon.commands.inspect import cmd_settings, cmd_xfs
 from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
-from iowarden.daemon.commands.tables import dumps, human_bytes, latency_columns, print_lines as _print, table
+from iowarden.daemon.commands.tables import dumps, human_bytes, print_lines as _print, table
+from iowarden.daemon.wording import latency_columns
 
 EX_NOPERM = 77
 

@@ -36,7 +36,7 @@ from iowarden.daemon.outputs.web_config import WebConfigError
 from iowarden.daemon.sources.inventory import Inventory, device_changes
 from iowarden.daemon.outputs import influx
 from iowarden.daemon.outputs.wiring import InfluxOutput, reload_prometheus, start_prometheus, watch_endpoint
-from iowarden.daemon.passive.detector import PassiveParams
+from iowarden.daemon.passive.values import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
 from iowarden.daemon.sources.registry import SOURCES
 from iowarden.daemon.sources.settings import SettingsPoller

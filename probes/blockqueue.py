@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from . import mountinfo
 from .common import ParseError, Roots, read_int, read_str, read_text
-from .fs_uuid import FS_HEAD_BYTES, parse_fs_uuid, read_fs_uuid  # noqa: F401 - this module's names since before
+from .fs_uuid import read_fs_uuid
 from .vocabulary import QUEUE_INT_SETTINGS
 
 QUEUE_INT_KEYS = QUEUE_INT_SETTINGS

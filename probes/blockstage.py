@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from .blocktrace import DIRECTIONS, SAMPLE_SCALE, STAGES
+from .blocktrace import SAMPLE_SCALE
 
 OBJECT_NAME = "blockstage.bpf.o"
 EM_BPF = 247          # the ELF machine of a BPF object

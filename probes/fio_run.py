@@ -26,7 +26,7 @@ from .common import ParseError, Roots, parse_size_bytes, run_tool
 from .fio import FioReport, parse
 from .fio_job import DEFAULT_MAX_BUFFER_BYTES, READ_ONLY_RW, ProbeProfile, capped_seconds
 from .vocabulary import CLAT_PERCENTILE_KEYS, DIRECTIONS
-from .probe_dir import PROBE_DIR_NAME, ProbeRefused, VolumeFull, device_name_for, open_probe_dir  # noqa: F401 (callers' names)
+from .probe_dir import PROBE_DIR_NAME, ProbeRefused, VolumeFull, device_name_for, open_probe_dir
 
 # Set in every probe's fio environment (its job processes inherit it): which iowarden
 # (by state directory) started it, so a restarted daemon can find a fio its
@@ -255,7 +255,7 @@ def run_probe(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits
     """
     result, stdout, run_error = measure(target, path, profile, limits, roots, fio_binary, keep_sizes, on_start,
                                         expect_dev, owner, files_of)
-    return _interpret(result, stdout, run_error) if stdout is not None else result
+    return interpret_output(result, stdout, run_error) if stdout is not None else result
 
 
 def measure(target: str, path: str, profile: ProbeProfile, limits: ProbeLimits = ProbeLimits(),
@@ -332,7 +332,7 @@ def _root_hint(exc: OSError) -> str:
     return ""
 
 
-def _interpret(result: ProbeResult, stdout: str, run_error: str | None) -> ProbeResult:
+def interpret_output(result: ProbeResult, stdout: str, run_error: str | None) -> ProbeResult:
     """The result with fio's report read into it: ok, or the error that says why not."""
     report = None
     try:

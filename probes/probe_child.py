@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .common import Roots, run_tool
 from .fio_job import ProbeProfile
-from .fio_run import ProbeLimits, ProbeResult, _interpret, measure
+from .fio_run import ProbeLimits, ProbeResult, interpret_output, measure
 
 # fio's stdout is bounded by run_tool (16 MiB); the child's answer carries it JSON-escaped beside the result
 ANSWER_MAX_BYTES = 40 << 20
@@ -69,7 +69,7 @@ def run_isolated(target: str, path: str, profile: ProbeProfile, limits: ProbeLim
     except (ValueError, KeyError, TypeError) as exc:
         return failed(f"the probe's process failed: {run.error or exc}"[:500])
     if answer.get("stdout") is not None:
-        return _interpret(result, answer["stdout"], answer.get("run_error"))
+        return interpret_output(result, answer["stdout"], answer.get("run_error"))
     return result
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import random
 
-from iowarden.daemon.passive.detector import Flow, Window
+from iowarden.daemon.passive.values import Flow, Window
 
 WINDOW_SECONDS = 15.0
 DAY_WINDOWS = 5760

@@ -14,7 +14,8 @@ import time
 from iowarden.probes.blockqueue import identity_of
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots, parse_size_bytes
-from iowarden.probes.fio_run import ProbeLimits, device_name_for, run_probe
+from iowarden.probes.fio_run import ProbeLimits, run_probe
+from iowarden.probes.probe_dir import device_name_for
 
 from iowarden.daemon.commands import characterize as ch
 from iowarden.daemon.commands.characterize_report import findings, render_tables
@@ -127,7 +128,7 @@ def store_capability(config_path: str, dev: str | None, roots: Roots, doc: dict)
             + (f", {cap['bandwidth_bytes'] / 2 ** 20:,.0f} MiB/s" if cap["bandwidth_bytes"] else ""))
 
 
-def _earlier_run(out: OutDir) -> str | None:
+def earlier_run(out: OutDir) -> str | None:
     """What an earlier run left in --out, said in a few words; None when there is nothing to overwrite."""
     path = out.join("characterize.json")
     try:
@@ -174,7 +175,8 @@ def run_parameters(args, kept: list, results: list, size: int, budget_bytes: int
 def _probe_files_notice(path: str, remove: bool) -> str:
     """Say what the run left on the volume (a 1 GiB file is not left in silence), or remove it with --cleanup."""
     from iowarden.daemon.commands.tables import human_bytes
-    from iowarden.probes.fio_run import PROBE_DIR_NAME, is_file_of, remove_probe_dir
+    from iowarden.probes.fio_run import is_file_of, remove_probe_dir
+    from iowarden.probes.probe_dir import PROBE_DIR_NAME
     probe_dir = os.path.join(path, PROBE_DIR_NAME)
     try:   # its own files: a daemon's beside them are the daemon's
         files = [e for e in os.scandir(probe_dir) if e.is_file(follow_symlinks=False) and
@@ -211,7 +213,7 @@ def cmd_characterize(args) -> int:
         except OutDirRefused as exc:
             print(f"iowarden characterize: --out {exc}", file=sys.stderr)
             return 2
-        earlier = _earlier_run(out)
+        earlier = earlier_run(out)
         if earlier and not args.overwrite:
             print(f"iowarden characterize: {args.out} already holds a run ({earlier}): give another --out, or "
                   "--overwrite to replace it", file=sys.stderr)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from iowarden.daemon.commands import characterize as ch
-from iowarden.daemon.commands.tables import latency_columns, table
+from iowarden.daemon.commands.tables import table
+from iowarden.daemon.wording import latency_columns
 
 
 def _largest(points: list[ch.Point]) -> int | None:

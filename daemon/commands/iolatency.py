@@ -19,8 +19,8 @@ from iowarden.probes import blocktrace
 from iowarden.probes.common import ParseError, Roots
 
 from iowarden.daemon.commands.tables import print_lines as _print, table
-from iowarden.daemon.sources.tracer import (block_tracepoints, bpftrace_process, choose_engine, compiled_process,
-                                             missing_tracepoints, traceable_disks)
+from iowarden.daemon.sources.tracer_proc import (block_tracepoints, bpftrace_process, choose_engine, compiled_process,
+                                                 missing_tracepoints, traceable_disks)
 from iowarden.daemon.wording import latency_unit
 
 COMPILE_SECONDS = 60.0   # bpftrace's start, before the first window (LLVM compiles the program)

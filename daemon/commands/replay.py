@@ -84,7 +84,7 @@ def cmd_replay(args) -> int:
 
 
 def _replay_passive(args) -> int:
-    from iowarden.daemon.passive.detector import PassiveParams
+    from iowarden.daemon.passive.values import PassiveParams
     from iowarden.daemon.passive.replay import explain, parse_lines, replay
     lines = parse_lines(args.passive, read_recording(args.passive))
     params = PassiveParams(window_seconds=args.window) if args.window else PassiveParams()

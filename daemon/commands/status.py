@@ -18,7 +18,8 @@ from iowarden.daemon.config import Config
 from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.outputs.prometheus import BAND_SPREADS
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, NOT_PROBE_PROFILES, PASSIVE_PROFILE, SOURCE_PROFILE
-from iowarden.daemon.commands.tables import dumps, human_metric, human_seconds, latency_columns, metric_label
+from iowarden.daemon.commands.tables import dumps
+from iowarden.daemon.wording import human_metric, human_seconds, latency_columns, metric_label
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
 from iowarden.daemon.sources.registry import SOURCES

@@ -11,10 +11,6 @@ from typing import Any, Iterable, Sequence
 
 from iowarden.probes.common import printable, printable_lines
 
-# re-exported: the wording of one number lives with the verdicts that say it (daemon/wording.py)
-from iowarden.daemon.wording import (METRIC_LABELS, human_metric, human_seconds, latency_columns,  # noqa: F401
-                                     latency_unit, metric_label)
-
 CELL_MAX_CHARS = 300
 
 

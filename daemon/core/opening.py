@@ -6,7 +6,8 @@ import logging
 import threading
 
 from iowarden.daemon.core import statedir
-from iowarden.daemon.core.state import State, StateUnavailable
+from iowarden.daemon.core.state import State
+from iowarden.daemon.core.state_schema import StateUnavailable
 from iowarden.daemon.service import notify
 
 log = logging.getLogger("iowarden")

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 
 from . import retention
 from .damage import Damage, read_what_a_start_reads
-from .state_schema import (DAMAGE_MARK_SUFFIX, SCHEMA, OffCoreWrite, StateDamaged, StateUnavailable,  # noqa: F401
-                           _add_missing_columns, is_corrupt, is_transient)
+from .state_schema import (DAMAGE_MARK_SUFFIX, SCHEMA, OffCoreWrite, StateDamaged, StateUnavailable,
+                           add_missing_columns, is_corrupt, is_transient)
 
 
 def _plain(value):
@@ -120,7 +120,7 @@ class State:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(SCHEMA)
-            _add_missing_columns(db)
+            add_missing_columns(db)
         except BaseException:
             db.close()
             raise

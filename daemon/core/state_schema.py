@@ -92,7 +92,7 @@ DAMAGE_MARK_SUFFIX = ".damaged"     # left by check_integrity(): the next start 
 ADDED_COLUMNS = (("alerts", "ack_by", "TEXT"),)
 
 
-def _add_missing_columns(db: sqlite3.Connection) -> None:
+def add_missing_columns(db: sqlite3.Connection) -> None:
     for table, column, kind in ADDED_COLUMNS:
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if column not in have:

@@ -60,7 +60,7 @@ from iowarden.daemon.outputs.http_wire import (MAX_HEADER_BYTES, ServerCollector
                                               source_of)
 from iowarden.daemon.outputs.auth import FAILED_AUTH_WINDOW_SECONDS, BasicAuth, FairHasher
 from iowarden.daemon.config_schema import parse_listen_address
-from iowarden.daemon.outputs.web_config import WebConfig, _parse_basic
+from iowarden.daemon.outputs.web_config import WebConfig, parse_basic
 
 log = logging.getLogger("iowarden")
 
@@ -371,7 +371,7 @@ class MetricsServer:
             self._rendered = Rendered(version, future.result())
 
     async def _authorize(self, header: str, source: str) -> str:
-        creds = _parse_basic(header)
+        creds = parse_basic(header)
         if creds is None:
             return "denied"
         user, password = creds

@@ -78,7 +78,7 @@ def load_web_config(path: str) -> WebConfig:
     return wc
 
 
-def _parse_basic(header: str) -> tuple[str, bytes] | None:
+def parse_basic(header: str) -> tuple[str, bytes] | None:
     if not header.startswith("Basic "):
         return None
     try:

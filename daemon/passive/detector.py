@@ -43,17 +43,15 @@ from iowarden.daemon.passive.evidence import PeerEvidence
 from iowarden.daemon.passive.tail import TailEvidence
 
 from iowarden.daemon.passive.groups import GroupRules
-# the values it takes and gives, importable from here as before the split
-from iowarden.daemon.passive.values import (ALERT_OF_KIND, DIRECTIONS, KINDS, SUSPECT_WEIGHT,  # noqa: F401
-                                           DeviceView, Flow, PairRing, PassiveParams, RollingMedian, Transition,
-                                           Window, _Device, _evidence_summary, _median, _self_summary)
+from iowarden.daemon.passive.values import (ALERT_OF_KIND, SUSPECT_WEIGHT, DeviceView, PairRing, PassiveParams,
+                                            RollingMedian, Transition, Window, DeviceTrack, median_of, self_summary)
 
 
 class PassiveDetector(GroupRules):
     def __init__(self, params: PassiveParams = PassiveParams(), curves: dict | None = None,
                  record_blocks: bool = False):
         self.p = params
-        self.devices: dict[str, _Device] = {}
+        self.devices: dict[str, DeviceTrack] = {}
         self.capability: dict[str, tuple] = {}   # device -> (IOPS, bytes/s) a characterisation measured
         self.evidence = PeerEvidence(params.evidence(), record_blocks)
         self.tail = TailEvidence(params.tail())
@@ -69,17 +67,17 @@ class PassiveDetector(GroupRules):
             except (KeyError, TypeError, ValueError, AttributeError):
                 continue   # a damaged saved curve: this one is learned again, the rest load
 
-    def _dev(self, device: str) -> _Device:
+    def _dev(self, device: str) -> DeviceTrack:
         d = self.devices.get(device)
         if d is None:
-            d = self.devices[device] = _Device(self_ring=deque(maxlen=self.p.self_windows),
-                                               self_log=RollingMedian(self.p.shift_windows),
-                                               shift_seen=deque(maxlen=self.p.shift_history),
-                                               peer_log=RollingMedian(self.p.peer_windows),
-                                               peer_excess=RollingMedian(self.p.peer_windows),
-                                               peer_recent=PairRing(max(self.p.severe_windows,
-                                                                        self.p.severe_group_windows)),
-                                               sat_ring=deque(maxlen=self.p.saturation_windows))
+            d = self.devices[device] = DeviceTrack(self_ring=deque(maxlen=self.p.self_windows),
+                                                   self_log=RollingMedian(self.p.shift_windows),
+                                                   shift_seen=deque(maxlen=self.p.shift_history),
+                                                   peer_log=RollingMedian(self.p.peer_windows),
+                                                   peer_excess=RollingMedian(self.p.peer_windows),
+                                                   peer_recent=PairRing(max(self.p.severe_windows,
+                                                                            self.p.severe_group_windows)),
+                                                   sat_ring=deque(maxlen=self.p.saturation_windows))
         return d
 
     # -- feeding ----------------------------------------------------------------------------
@@ -214,7 +212,7 @@ class PassiveDetector(GroupRules):
                   "rule": "acute" if acute else "shift",
                   "slow_windows": sum(d.self_ring) if acute else len(d.self_log),
                   "of_windows": len(d.self_ring) if acute else len(d.self_log)}
-            return [self._raise(w.device, d, "self", ev, _self_summary(w.device, ev))]
+            return [self._raise(w.device, d, "self", ev, self_summary(w.device, ev))]
         rule = d.flagged.get("self", {}).get("rule")
         if rule not in (None, "together") and sum(d.self_ring) <= self.p.clear_fraction * len(d.self_ring) and \
                 (len(d.self_log) == 0 or d.self_log.median() - common_shift < self._hour_clear_limit(d, rule)):
@@ -224,7 +222,7 @@ class PassiveDetector(GroupRules):
             return [self._clear(w.device, d, "self", "latency back on its normal curve")]
         return []
 
-    def _hour_clear_limit(self, d: _Device, rule: str) -> float:
+    def _hour_clear_limit(self, d: DeviceTrack, rule: str) -> float:
         """How low the hour's median log ratio must be for a slow device to clear. Raised on the hour (a
         shift): below shift_clear_ratio, a margin under what raised it. Raised on the last ten minutes (acute):
         below what would raise a shift now, no lower. A busy week's host ran 1.2-1.4x its learned normal in
@@ -234,7 +232,7 @@ class PassiveDetector(GroupRules):
             return limit if limit is not None else math.log(self.p.shift_ratio)
         return math.log(self.p.shift_clear_ratio) + max(0.0, (limit or 0.0) - math.log(self.p.shift_ratio))
 
-    def _shift_limit(self, d: _Device) -> float | None:
+    def _shift_limit(self, d: DeviceTrack) -> float | None:
         """How high the hour's median log ratio may go: shift_ratio, or more on a device whose hourly
         medians wander more than that in health (real drives do, day to day: the Perseus traces). None
         until enough hours are seen to know."""
@@ -317,7 +315,7 @@ class PassiveDetector(GroupRules):
             return [self._clear(w.device, d, "saturation", "no longer held at a ceiling")]
         return []
 
-    def _queue_cost_ms(self, d: _Device) -> float:
+    def _queue_cost_ms(self, d: DeviceTrack) -> float:
         """A queue that costs latency: twice the device's unqueued normal, where it has learned one."""
         normals = [c.lowest_load_normal(self.p.bin_min_windows) for c in d.curves.values()]
         known = [n.median_ms for n in normals if n is not None]
@@ -339,7 +337,7 @@ class PassiveDetector(GroupRules):
         out = []
         for name, d in sorted(self.devices.items()):
             # the recent windows' median: what a dashboard should show while a member is slow now
-            peer = math.exp(_median([lr for lr, _ in d.peer_recent])) if d.peer_recent else None
+            peer = math.exp(median_of([lr for lr, _ in d.peer_recent])) if d.peer_recent else None
             learned = {}
             for (direction, _unit), c in d.curves.items():
                 learned[direction] = learned.get(direction, 0) + c.windows()
@@ -383,7 +381,7 @@ def _mostly(flows: dict) -> str:
     return "read" if read >= written else "write"
 
 
-def _note_best(d: _Device, iops: float, bytes_per_second: float, util_percent: float | None,
+def _note_best(d: DeviceTrack, iops: float, bytes_per_second: float, util_percent: float | None,
                mix: str = "read") -> None:
     """The most the device has shown it can do at each request size and direction: a window's rate scaled
     to full util. A probe that ran for one second of a five-second window at 50,000 IOPS shows 50,000, not

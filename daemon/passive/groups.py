@@ -9,7 +9,7 @@ from collections import deque
 
 from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.passive.peerstats import leave_one_out_medians
-from iowarden.daemon.passive.values import ALERT_OF_KIND, DIRECTIONS, Transition, _evidence_summary, _median
+from iowarden.daemon.passive.values import ALERT_OF_KIND, DIRECTIONS, Transition, evidence_summary, median_of
 
 
 # A member's verdict comes and goes by the window while its array is held to its pace (a deep probe loads every
@@ -138,7 +138,7 @@ class GroupRules:
             # line (peer_ratio above, peer_clear_ratio below: a band, so a member hovering between does not flap).
             # The whole run's median alone cleared a member named on its last windows two seconds later, its
             # slowdown too new to move it, and raised it again (the lab's flap); and held a mended one for an hour
-            recent_log = _median([r for r, _ in recent]) if recent else med_log
+            recent_log = median_of([r for r, _ in recent]) if recent else med_log
             persistent = pair and len(d.peer_log) >= self.p.peer_min_windows and \
                 med_log >= math.log(self.p.peer_ratio) and med_excess >= self.p.floor_ms and \
                 recent_log >= math.log(self.p.peer_ratio)
@@ -147,9 +147,9 @@ class GroupRules:
                 peers, more = named_peers(members, m)
                 if named and not severe:
                     ev = self._evidence_ev(m, peers, med_excess, len(members) - 1)
-                    summary = _evidence_summary(m, ev, self.p.window_seconds * self.p.evidence_block_windows)
+                    summary = evidence_summary(m, ev, self.p.window_seconds * self.p.evidence_block_windows)
                 else:
-                    ev = {"ratio": round(math.exp(med_log if persistent else _median([r for r, _ in recent])), 2),
+                    ev = {"ratio": round(math.exp(med_log if persistent else median_of([r for r, _ in recent])), 2),
                           "excess_ms": round(med_excess, 3), "peers": peers, "peers_total": len(members) - 1,
                           "windows": len(d.peer_log),
                           "rule": "persistent" if persistent else "severe"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 
-from iowarden.daemon.passive.detector import KINDS
+from iowarden.daemon.passive.values import KINDS
 
 
 def passive_families(s):

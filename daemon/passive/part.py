@@ -22,7 +22,8 @@ from iowarden.probes.blockqueue import devices_below, identity_of
 
 from iowarden.daemon.events import PassiveJudged
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE, frozen
-from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import PassiveParams, Window
 from iowarden.daemon.sources.registry import TAILS_SOURCE
 
 log = logging.getLogger("iowarden")

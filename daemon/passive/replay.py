@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from iowarden.probes.common import ParseError
 
-from iowarden.daemon.passive.detector import Flow, PassiveDetector, PassiveParams, Window
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import Flow, PassiveParams, Window
 
 MAX_GAP_WINDOWS = 4
 NUMERIC_KEYS = ("r/s", "w/s", "rkB/s", "wkB/s", "r_await", "w_await", "aqu-sz", "util")

@@ -174,7 +174,8 @@ class DeviceView:
 
 
 @dataclass(slots=True)   # a thousand of them: no __dict__ each
-class _Device:
+class DeviceTrack:
+    """What the passive detector keeps of one device between windows: its curves, rings and flags."""
     curves: dict = field(default_factory=dict)            # (direction, unit) -> LatencyCurve
     self_ring: deque = field(default_factory=deque)       # bools: judged windows, slow or not
     self_log: RollingMedian | None = None                 # log(latency / normal at that load), recent windows
@@ -194,7 +195,7 @@ class _Device:
     ceiling: str | None = None
 
 
-def _median(xs):
+def median_of(xs):
     return statistics.median(xs) if xs else None
 
 
@@ -264,7 +265,7 @@ class PairRing:
         del self._ratio[:], self._excess[:]
 
 
-def _evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
+def evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
     hours = block_seconds / 3600
     peers, total = ev["peers"], ev.get("peers_total", len(ev["peers"]))
     named = ", ".join(peers) if total <= 3 else f"{total} peers ({', '.join(peers[:2])}, ...)"
@@ -277,7 +278,7 @@ def _evidence_summary(device: str, ev: dict, block_seconds: float) -> str:
             f"{(ev['stray_ratio'] - 1) * 100:.1f} %)")
 
 
-def _self_summary(device: str, ev: dict) -> str:
+def self_summary(device: str, ev: dict) -> str:
     how = (f"{ev['slow_windows']} of the last {ev['of_windows']} windows slow" if ev["rule"] == "acute"
            else f"the median of the last {ev['of_windows']} windows")
     return (f"{device} {ev['direction']}s are {ev['ratio']:.1f}x slower than its own normal at this load: "

@@ -23,7 +23,8 @@ from types import MappingProxyType
 
 from iowarden.probes import blockqueue, pathstat, tasklimit
 from iowarden.probes.common import TASK_LIMIT_TEXT, Roots
-from iowarden.probes.fio_run import ProbeResult, device_name_for
+from iowarden.probes.fio_run import ProbeResult
+from iowarden.probes.probe_dir import device_name_for
 from iowarden.probes.probe_child import run_isolated
 
 from iowarden.daemon.config import Config, Target

@@ -38,11 +38,8 @@ from iowarden.daemon.config_schema import Key
 from iowarden.daemon.sources.spec import SourceSpec, stoppable
 from iowarden.daemon.sources.tracer_plan import (cost_per_io_ns, measured_program_ns, needs_replan, over_budget,
                                                   skip_for, sustained_rate)
-# the kernel's side, importable from here as before
-from iowarden.daemon.sources.tracer_proc import (NOT_TRACED, _read_available, block_tracepoints,  # noqa: F401
-                                                  bpftrace_process, choose_engine, compiled_missing,
-                                                  compiled_process, missing_tracepoints, mount_tracefs,
-                                                  traceable_disks)
+from iowarden.daemon.sources.tracer_proc import (read_available, block_tracepoints, bpftrace_process, choose_engine,
+                                                 compiled_process, missing_tracepoints, mount_tracefs, traceable_disks)
 from iowarden.daemon.sources.tracer_views import (TraceReading, add_histograms, causes, families, status_text,
                                                    summary)
 
@@ -260,8 +257,8 @@ class _Tracer:
 
     def _drain(self) -> None:
         """Everything bpftrace has printed since the last read, without blocking."""
-        self.err_tail = (self.err_tail + _read_available(self.proc.stderr, 1 << 16))[-4096:]
-        self.out_buf += _read_available(self.proc.stdout, 4 * blocktrace.MAX_LINE_BYTES)
+        self.err_tail = (self.err_tail + read_available(self.proc.stderr, 1 << 16))[-4096:]
+        self.out_buf += read_available(self.proc.stdout, 4 * blocktrace.MAX_LINE_BYTES)
         *lines, self.out_buf = self.out_buf.split(b"\n")
         if not self.heard and any(x.strip() for x in lines):   # "attached_probes": it has compiled, and
             self.heard, self.last_line_at = True, time.monotonic()   # its silence is counted from now

@@ -165,7 +165,7 @@ def compiled_process(skip_by_dev: dict[int, int], interval_seconds: float, issue
         os.close(fd)
 
 
-def _read_available(stream, limit: int) -> bytes:
+def read_available(stream, limit: int) -> bytes:
     chunks, got = [], 0
     while got < limit:
         try:

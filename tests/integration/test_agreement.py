@@ -19,7 +19,8 @@ import pytest
 from iowarden.probes import xfs
 from iowarden.probes.common import kill_group
 from iowarden.probes.fio_job import ProbeProfile
-from iowarden.probes.fio_run import PROBE_DIR_NAME, ProbeLimits, probe_file_name, run_probe
+from iowarden.probes.fio_run import ProbeLimits, probe_file_name, run_probe
+from iowarden.probes.probe_dir import PROBE_DIR_NAME
 from tests.conftest import latency_measured
 from tests.integration.helpers import read_iops_cap
 

@@ -23,7 +23,7 @@ from iowarden.daemon.core.state import State
 from iowarden.daemon.events import ProbeFinished, ProbeStarted, TargetsChanged
 from iowarden.daemon.outputs import exposition
 from iowarden.daemon.outputs.prometheus import SnapshotCollector
-from iowarden.daemon.passive.detector import PassiveParams
+from iowarden.daemon.passive.values import PassiveParams
 from iowarden.daemon.passive.part import PassiveWatch
 from iowarden.daemon.sources import sampler as samplermod
 from iowarden.daemon.core.effects import health_from

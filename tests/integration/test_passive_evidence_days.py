@@ -3,7 +3,8 @@ several seconds of CPU, so outside the unit tier's minute), on the same syntheti
 tests/unit/test_passive_evidence.py, no root."""
 import pytest
 
-from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import PassiveParams
 
 from tests import passive_traces as pt
 from tests.unit.test_passive_evidence import DAY, HOUR, TWELVE, _run

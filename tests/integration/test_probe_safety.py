@@ -8,7 +8,8 @@ import time
 import pytest
 
 from iowarden.probes.fio_job import ProbeProfile
-from iowarden.probes.fio_run import PROBE_DIR_NAME, ProbeLimits, run_probe
+from iowarden.probes.fio_run import ProbeLimits, run_probe
+from iowarden.probes.probe_dir import PROBE_DIR_NAME
 
 pytestmark = pytest.mark.root
 

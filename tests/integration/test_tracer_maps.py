@@ -85,7 +85,7 @@ def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
     try:
         major, minor = map(int, open(f"/sys/block/{fs.name}/dev").read().split(":"))
         dev = bt.dev_t(major, minor)
-        from iowarden.daemon.sources.tracer import block_tracepoints
+        from iowarden.daemon.sources.tracer_proc import block_tracepoints
         from iowarden.probes.common import Roots
         text = bt.program({dev: 0}, 1.0, block_tracepoints(Roots()))
         assert "clear(@start)" not in text.split("END")[0], "the program clears a hot map from user space"

@@ -1,7 +1,7 @@
 """Block devices from a fixture /sys: md RAID0 under LVM, RAID1 with a failed member, udev identity."""
 import subprocess
 
-from iowarden.probes import blockqueue
+from iowarden.probes import blockqueue, fs_uuid
 from iowarden.probes.common import ParseError
 
 import pytest
@@ -70,15 +70,15 @@ def _fs_image(tmp_path, mkfs: list[str], size: str) -> tuple[bytes, str]:
     subprocess.run(mkfs + [str(img)], check=True, capture_output=True)
     uuid = subprocess.run(["blkid", "-p", "-s", "UUID", "-o", "value", str(img)], capture_output=True,
                           text=True, check=True).stdout.strip()
-    return img.read_bytes()[:blockqueue.FS_HEAD_BYTES], uuid
+    return img.read_bytes()[:fs_uuid.FS_HEAD_BYTES], uuid
 
 
 def test_filesystem_uuid_read_like_blkid_names_a_device_without_udev(tree, tmp_path):
     xfs_head, xfs_uuid = _fs_image(tmp_path, ["mkfs.xfs", "-q", "-f"], "320M")
     ext4_head, ext4_uuid = _fs_image(tmp_path, ["mkfs.ext4", "-q", "-F"], "16M")
-    assert blockqueue.parse_fs_uuid(xfs_head) == xfs_uuid
-    assert blockqueue.parse_fs_uuid(ext4_head) == ext4_uuid
-    assert blockqueue.parse_fs_uuid(bytes(2048)) is None and blockqueue.parse_fs_uuid(b"XFSB") is None
+    assert fs_uuid.parse_fs_uuid(xfs_head) == xfs_uuid
+    assert fs_uuid.parse_fs_uuid(ext4_head) == ext4_uuid
+    assert fs_uuid.parse_fs_uuid(bytes(2048)) is None and fs_uuid.parse_fs_uuid(b"XFSB") is None
     # sdc (no udev record, no serial): its partition sdc1 holds ext4, then sdc itself holds XFS
     roots = tree("storage-md-dm.tree")
     roots.dev.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from iowarden.daemon.sources import tracer, tracer_views
+from iowarden.daemon.sources import tracer, tracer_proc, tracer_views
 from iowarden.probes import blocktrace as bt
 from iowarden.probes.common import ParseError, Roots
 
@@ -61,11 +61,11 @@ def test_the_kernels_tracepoints_are_looked_up_before_compiling_and_a_missing_st
     for tp in bt.REQUIRED_TRACEPOINTS + ("block_bio_backmerge", "block_bio_frontmerge", "block_getrq"):
         (events / tp).mkdir(parents=True)
     roots = Roots(proc=tmp_path / "proc", sys=tmp_path / "sys", dev=tmp_path / "dev")
-    present = tracer.block_tracepoints(roots)
+    present = tracer_proc.block_tracepoints(roots)
     assert present == frozenset(bt.REQUIRED_TRACEPOINTS + ("block_bio_backmerge", "block_bio_frontmerge"))
-    assert tracer.missing_tracepoints(present) is None
+    assert tracer_proc.missing_tracepoints(present) is None
     (events / "block_rq_issue").rmdir()
-    assert tracer.missing_tracepoints(tracer.block_tracepoints(roots)) == \
+    assert tracer_proc.missing_tracepoints(tracer_proc.block_tracepoints(roots)) == \
         "the kernel has no tracepoint block_rq_issue (tracefs events/block)"
 
 
@@ -173,8 +173,8 @@ def test_only_request_based_disks_are_traced(tmp_path):
     (sys_block / "loop1" / "loop").mkdir()
     (sys_block / "loop1" / "loop" / "backing_file").write_text("/img\n")
     roots = Roots(sys=tmp_path / "sys")
-    assert tracer.traceable_disks(roots, []) == {"loop1": bt.dev_t(7, 1), "sda": bt.dev_t(8, 0)}
-    assert tracer.traceable_disks(roots, ["zram*"]) == {"zram0": bt.dev_t(252, 0)}
+    assert tracer_proc.traceable_disks(roots, []) == {"loop1": bt.dev_t(7, 1), "sda": bt.dev_t(8, 0)}
+    assert tracer_proc.traceable_disks(roots, ["zram*"]) == {"zram0": bt.dev_t(252, 0)}
 
 
 def test_the_histograms_pass_promtool_and_the_naming_check():

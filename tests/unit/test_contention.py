@@ -12,7 +12,8 @@ import random
 import pytest
 
 from iowarden.daemon.passive.contention import ContentionParams, ContentionRule
-from iowarden.daemon.passive.detector import Flow, PassiveDetector, Window
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import Flow, Window
 from tests import passive_traces as pt
 
 LEARN = 2 * 240          # two hours of windows: the rule judges after one

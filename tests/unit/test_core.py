@@ -25,7 +25,7 @@ from iowarden.daemon.events import (DevicesRead, DisksSampled, InfluxCounted, Pa
                                          frozen_map)
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.core.effects import StoredHealth, health_from
-from iowarden.daemon.passive.detector import Transition
+from iowarden.daemon.passive.values import Transition
 from iowarden.daemon.registry import PartStats, Registry
 from iowarden.daemon.core.state import State
 from iowarden.probes import blockqueue, cpupower, diskstats, fio, xfs

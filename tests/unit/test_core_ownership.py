@@ -19,7 +19,8 @@ import pytest
 from iowarden.daemon import events
 from iowarden.daemon.core.core import HANDLERS, Core
 from iowarden.daemon.events import Housekeeping
-from iowarden.daemon.core.state import OffCoreWrite, State
+from iowarden.daemon.core.state import State
+from iowarden.daemon.core.state_schema import OffCoreWrite
 from iowarden.daemon.core.effects import health_from
 from iowarden.probes import diskstats
 from iowarden.probes.common import Roots
@@ -100,7 +101,7 @@ def test_the_passive_part_reads_the_samplers_published_reading_while_the_sampler
                                                                                        monkeypatch):
     """Unguarded, the passive thread called sampler.wanted(), which inserted into the sampler's partition
     cache while the sampler rebuilt it (a dict comprehension over it) when devices went away."""
-    from iowarden.daemon.passive.detector import PassiveParams
+    from iowarden.daemon.passive.values import PassiveParams
     from iowarden.daemon.passive.part import PassiveWatch
     from iowarden.daemon.sources import sampler as samplermod
     from tests.unit.test_passive import published

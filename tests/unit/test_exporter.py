@@ -19,7 +19,8 @@ from iowarden.probes.fio_run import ProbeResult
 from tests.conftest import FIXTURES
 
 
-from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams, Window  # noqa: E402
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import PassiveParams, Window
 from iowarden.daemon.passive.part import peer_groups  # noqa: E402
 
 def snapshot(tree):

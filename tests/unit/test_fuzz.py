@@ -8,7 +8,7 @@ import os
 from hypothesis import given, settings, strategies as st
 
 from iowarden.daemon import config
-from iowarden.probes import blockqueue, diskstats, fio, fio_job, xfs
+from iowarden.probes import blockqueue, diskstats, fio, fio_job, fs_uuid, xfs
 from iowarden.probes.common import ParseError
 from tests.conftest import FIXTURES
 
@@ -70,7 +70,7 @@ def test_scheduler_and_udev(s):
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.one_of(st.binary(max_size=2048), st.binary(max_size=2044).map(lambda b: b"XFSB" + b)))
 def test_filesystem_head(head):
-    value = blockqueue.parse_fs_uuid(head)
+    value = fs_uuid.parse_fs_uuid(head)
     assert value is None or len(value) == 36
 
 

@@ -13,7 +13,7 @@ from iowarden.daemon.core.core import Core
 from iowarden.daemon.events import DisksSampled, ProbeFinished
 from iowarden.daemon.snapshot import Snapshot, frozen
 from iowarden.probes import diskstats
-from iowarden.probes.fio_run import ProbeResult, _interpret
+from iowarden.probes.fio_run import ProbeResult, interpret_output
 from tests.unit.test_core import _result, parts  # noqa: F401  (the fixture: a core on real fixture trees)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -46,7 +46,7 @@ def mutable_parts(value, path: str = "value", seen: set | None = None) -> list[s
 def _fio_result() -> ProbeResult:
     """A result as a probe makes it: fio's real JSON+ output read into it."""
     base = ProbeResult("db", "/srv/db", "dm-0", "rr", False, None, 1.7e9, 2.0, argv=["fio", "--name=rr"])
-    return _interpret(base, (FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text(), None)
+    return interpret_output(base, (FIXTURES / "fio" / "fio-3.33-randrw-json+.json").read_text(), None)
 
 
 def test_a_probe_result_read_from_fio_is_a_value():
@@ -108,7 +108,7 @@ def test_the_passive_parts_events_and_a_snapshot_with_its_alert_are_values(tmp_p
     """The passive part's real events (a volume held at its limit: transitions, views, curves and evidence to
     save), each walked as the core takes it, and the snapshot that then holds the alert and the views."""
     from iowarden.daemon.core.state import State
-    from iowarden.daemon.passive.detector import PassiveParams
+    from iowarden.daemon.passive.values import PassiveParams
     from iowarden.daemon.passive.part import PassiveWatch
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.core.effects import health_from

@@ -68,3 +68,41 @@ def test_each_contract_fails_on_its_wrong_import_and_says_where(tmp_path, case):
     broken = [line for line in r.stdout.splitlines() if line.endswith("BROKEN")]
     assert {c for c in contracts for line in broken if line.startswith(c)} == contracts, broken
     assert said in r.stdout, r.stdout[-3000:]
+
+
+def import_leaks(root: Path) -> list[str]:
+    """A module's private name imported by another (its seam is in the wrong place), and a name imported only
+    to be imported from here again (a re-export shim: a reader of the importer finds the wrong home)."""
+    import ast
+    leaks = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        exported = {e.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+                    for e in getattr(n.value, "elts", ()) if isinstance(e, ast.Constant)}
+        for n in tree.body:
+            if not isinstance(n, ast.ImportFrom) or n.module == "__future__":
+                continue
+            ours = n.level > 0 or (n.module or "").startswith("iowarden")
+            for a in n.names:
+                name = a.asname or a.name
+                if ours and a.name.startswith("_") and not a.name.startswith("__"):
+                    leaks.append(f"{path.relative_to(root.parent)}:{n.lineno} imports the private {a.name}")
+                if ours and name not in used and name not in exported and not any(
+                        isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == name
+                        for x in ast.walk(tree)):
+                    leaks.append(f"{path.relative_to(root.parent)}:{n.lineno} imports {name} and never uses it")
+    return leaks
+
+
+def test_no_module_imports_anothers_private_name_or_passes_a_name_on():
+    assert import_leaks(ROOT / "daemon") + import_leaks(ROOT / "probes") == []
+
+
+def test_the_leak_check_finds_a_shim_and_a_private_import(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from iowarden.daemon.passive.values import Window, _hidden  # noqa\n"
+                                          "x = _hidden\n")
+    assert sorted(import_leaks(tmp_path / "pkg")) == ["pkg/a.py:1 imports Window and never uses it",
+                                                      "pkg/a.py:1 imports the private _hidden"]

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from iowarden.daemon.commands import characterize as ch
-from iowarden.daemon.commands.characterize_cmd import _earlier_run, write_out
+from iowarden.daemon.commands.characterize_cmd import earlier_run, write_out
 from iowarden.daemon.commands.characterize_report import findings
 from iowarden.daemon.commands.outdir import OutDir, OutDirRefused
 
@@ -50,7 +50,7 @@ def test_characterize_out_replaces_planted_links_and_writes_nothing_outside(tmp_
     out_dir, outside = _planted(tmp_path)
     said = []
     with OutDir(str(out_dir)) as out:
-        assert _earlier_run(out).endswith("unreadable")   # a link is not read through, and not taken as a run
+        assert earlier_run(out).endswith("unreadable")   # a link is not read through, and not taken as a run
         write_out(out, {"points": [], "started_at": 1.0}, _points(), findings(_points()), "t", said.append)
     _outside_unchanged(outside)
     for name in ("characterize.json", "characterize.txt", "qd.png", "qd.svg", "bs.png", "bs.svg"):

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from iowarden.daemon.passive.detector import Flow, PassiveDetector, PassiveParams, Window
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import Flow, PassiveParams, Window
 from iowarden.daemon.passive.replay import parse_lines, replay_passive, windows_of
 from iowarden.probes.common import ParseError
 from tests import passive_traces as pt

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from iowarden.daemon.passive.detector import PassiveDetector, PassiveParams
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import PassiveParams
 from iowarden.daemon.passive.evidence import EvidenceParams, PeerEvidence
 from tests import passive_traces as pt
 

@@ -4,7 +4,8 @@ import random
 from collections import Counter
 from types import MappingProxyType, SimpleNamespace
 
-from iowarden.daemon.passive.detector import Flow, PassiveDetector, PassiveParams, Window
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.values import Flow, PassiveParams, Window
 from iowarden.daemon.passive.part import PassiveWatch
 from iowarden.daemon.passive.tail import TailEvidence, TailParams
 from iowarden.probes.blocktrace import StageHistogram, bucket_of_ns

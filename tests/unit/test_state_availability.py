@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from iowarden.daemon.core.state import State, StateDamaged, StateUnavailable
+from iowarden.daemon.core.state import State
+from iowarden.daemon.core.state_schema import StateDamaged, StateUnavailable
 
 
 def _record(i):

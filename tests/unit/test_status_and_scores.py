@@ -8,8 +8,8 @@ from iowarden.daemon.core.effects import StoredHealth
 from iowarden.daemon.snapshot import BaselineView, Snapshot
 from iowarden.daemon.core.state import State
 from iowarden.daemon.commands.status import baseline_rows, render
-from iowarden.daemon.commands.tables import (human_bytes, human_metric, human_seconds, latency_columns,
-                                              latency_unit, metric_label, table)
+from iowarden.daemon.commands.tables import human_bytes, table
+from iowarden.daemon.wording import human_metric, human_seconds, latency_columns, latency_unit, metric_label
 from tests.unit.test_exporter import scrape
 
 
