@@ -230,6 +230,10 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2, maximum=10000),
         "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
                         minimum=0.0, maximum=10000.0),
+        "knee_multiple": Key("float", 2.0, "The knee of a device's learned latency-vs-load curve: the load at which "
+                                           "its median await reaches this many times its unloaded await; the "
+                                           "headroom is the knee over the recent peak load.",
+                             minimum=1.1, maximum=100.0),
     },
     "sampler": {
         "interval_seconds": Key("float", 1.0, '/proc/diskstats sampling interval (the iostat -x stream).', minimum=0.1, maximum=60.0),

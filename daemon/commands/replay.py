@@ -83,6 +83,17 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def _headroom_said(row: dict) -> str:
+    """'2.1x of 1,800 IOPS (read)', or why there is no knee: no figure is better than an invented one."""
+    for direction, k in row["knee"].items():
+        ratio = row["headroom_ratio"].get(direction)
+        unit = "IOPS" if k["unit"] == "iops" else "KiB/s"
+        if k["load"] is not None:
+            return (f"{ratio:.1f}x of " if ratio is not None else "knee ") + f"{k['load']:,.0f} {unit} ({direction})"
+        return f"no knee ({direction}): {k['why_none']}"
+    return "-"
+
+
 def _replay_passive(args) -> int:
     from iowarden.daemon.passive.values import PassiveParams
     from iowarden.daemon.passive.replay import explain, parse_lines, replay
@@ -95,12 +106,13 @@ def _replay_passive(args) -> int:
         return 0
     if args.explain:
         _print(table(["device", "vs peers", "stray", "blocks above", "evidence", "peak", "threshold", "vs own normal",
-                      "named"],
+                      "headroom", "named"],
                      [[r["device"], f"{r['peer_ratio']:.3f}x" if r["peer_ratio"] else "-",
                        f"{r['stray_percent']:g} %" if r["stray_percent"] is not None else "-",
                        f"{r['blocks_above']} of {r['blocks']}" if r["blocks"] is not None else "-",
                        r["evidence"], r["evidence_peak"], r["threshold"],
-                       f"{r['self_ratio']:.2f}x" if r["self_ratio"] else "-", ", ".join(r["named"]) or "no"]
+                       f"{r['self_ratio']:.2f}x" if r["self_ratio"] else "-", _headroom_said(r),
+                       ", ".join(r["named"]) or "no"]
                       for r in explain(detector, intervals)]))
         _print("")
     if intervals:

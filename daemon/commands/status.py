@@ -214,9 +214,19 @@ def render_passive(views: list[dict], table) -> str:
         return ", ".join(f"at its limit ({v['ceiling']})" if k == "saturation" else
                          {"self": "slower than its normal", "peers": "slower than its peers"}[k]
                          for k in v["flagged"])
-    return table(["device", "volume", "read (latency vs normal)", "write", "vs peers", "passive", "as of"],
+    def headroom(v):
+        """The least headroom of its directions, with the knee it is read against; a view saved before the
+        knee was learned has none."""
+        ratios = v.get("headroom_ratio") or {}
+        if not ratios:
+            return "-"
+        d = min(ratios, key=ratios.get)
+        k = (v.get("knee") or {}).get(d) or {}
+        at = f" (knee {k['load']:,.0f} {'IOPS' if k.get('unit') == 'iops' else 'KiB/s'} {d})" if k.get("load") else ""
+        return f"{ratios[d]:.1f}x{at}"
+    return table(["device", "volume", "read (latency vs normal)", "write", "vs peers", "headroom", "passive", "as of"],
                  [[v["device"], v["identity"], direction(v, "read"), direction(v, "write"),
-                   f"{v['peer_ratio']:.2f}x" if v["peer_ratio"] is not None else "-", verdict(v),
+                   f"{v['peer_ratio']:.2f}x" if v["peer_ratio"] is not None else "-", headroom(v), verdict(v),
                    time.strftime("%H:%M:%S", time.localtime(v["at"]))] for v in views])
 
 

@@ -100,11 +100,14 @@ class SnapshotCollector:
         s = self.get_snapshot()
         if s is None:
             return
-        if self.read_disk_sample is not None:
-            try:
-                s = dataclasses.replace(s, disk_sample=self.read_disk_sample())
+        if self.read_disk_sample is not None and s.disk_reading is not None:
+            try:   # the counters as of this scrape, the rest of the sampler's reading as published
+                s = dataclasses.replace(s, disk_reading=dataclasses.replace(s.disk_reading,
+                                                                            sample=self.read_disk_sample()))
             except Exception:   # noqa: BLE001 - the sampler's last reading is a second old, not wrong
-                log.exception("reading /proc/diskstats at scrape failed; serving the sampler's last reading")
+                # a condition that lasts (every scrape would say it): once a minute, with how often
+                log.exception("reading /proc/diskstats at scrape failed; serving the sampler's last reading",
+                              extra={"REPEATS": True})
         # One section per source, each built whole before any of it is sent: a section that
         # fails (a value of a shape nobody foresaw) is left out and says so in
         # iowarden_scrape_collector_success, and the rest of the scrape is intact.
@@ -128,7 +131,7 @@ class SnapshotCollector:
                     families = [for_keeping(f) for f in build(s)]
                     self._built[name] = (inputs, families)
                 except Exception:   # noqa: BLE001 - one source's fault must not fail the scrape
-                    log.exception("metrics section %s failed; left out of this scrape", name)
+                    log.exception("metrics section %s failed; left out of this scrape", name, extra={"REPEATS": True})
                     families = None
             duration.add_metric([name], time.perf_counter() - started)
             success.add_metric([name], 0 if families is None else 1)

@@ -102,13 +102,18 @@ class LatencyCurve:
         known = {}
         for b in (lo, lo + 1):
             if self.totals.get(b, 0.0) >= min_windows:
-                if b not in self._medians:
-                    self._medians[b] = _median_between_buckets(self.bins[b])
-                known[b] = self._medians[b]
+                known[b] = self.bin_median(b)
         if len(known) < 2:
             return None
         f = x - lo
         return math.exp((1 - f) * math.log(known[lo]) + f * math.log(known[lo + 1]))
+
+    def bin_median(self, b: int) -> float:
+        """A learned bin's median await (read inside its bucket), kept until the bin learns again."""
+        m = self._medians.get(b)
+        if m is None:
+            m = self._medians[b] = median_between_buckets(self.bins[b])
+        return m
 
     def lowest_load_normal(self, min_windows: int) -> Normal | None:
         """The device's latency at the lightest load it has learned: what a request costs without a queue."""
@@ -136,7 +141,7 @@ def _quantile(hist: dict[int, float], q: float) -> float:
     return _await_of(max(hist))
 
 
-def _median_between_buckets(hist: dict[int, float]) -> float:
+def median_between_buckets(hist: dict[int, float]) -> float:
     """The median read inside its bucket (its weight spread evenly across the bucket): a ratio of two bins'
     medians then moves by less than the bucket's 9 % step when the load does."""
     half, seen = sum(hist.values()) / 2, 0.0

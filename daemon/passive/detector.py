@@ -32,6 +32,7 @@ and out as JSON-able state.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from collections import deque
@@ -40,6 +41,7 @@ from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.passive import contention, host
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
+from iowarden.daemon.passive.headroom import PeakLoad, headroom_ratio, knee_of
 from iowarden.daemon.passive.tail import TailEvidence
 
 from iowarden.daemon.passive.groups import GroupRules
@@ -72,6 +74,7 @@ class PassiveDetector(GroupRules):
         if d is None:
             d = self.devices[device] = DeviceTrack(self_ring=deque(maxlen=self.p.self_windows),
                                                    self_log=RollingMedian(self.p.shift_windows),
+                                                   recent_log=deque(maxlen=self.p.clear_run_windows),
                                                    shift_seen=deque(maxlen=self.p.shift_history),
                                                    peer_log=RollingMedian(self.p.peer_windows),
                                                    peer_excess=RollingMedian(self.p.peer_windows),
@@ -170,6 +173,10 @@ class PassiveDetector(GroupRules):
         for direction, f in flows.items():
             unit, load = f.load()
             curve = d.curves.setdefault((direction, unit), LatencyCurve())
+            peak = d.peaks.get((direction, unit))
+            if peak is None:
+                peak = d.peaks[(direction, unit)] = PeakLoad(self.p.peak_block_windows)
+            peak.add(load)
             normal = curve.normal_at(load, self.p.bin_min_windows)
             slow = False
             if normal is not None:
@@ -192,6 +199,7 @@ class PassiveDetector(GroupRules):
         d.self_ring.append(any(r / common_ratio >= self.p.self_ratio for _, _, r, _, _ in slow_dirs.values()))
         if worst_log > -math.inf:
             d.self_log.add(worst_log)
+        d.recent_log.append(max(worst_log, 0.0))   # no direction over its normal: the window is at it
         acute = len(d.self_ring) >= self.p.self_windows and \
             sum(d.self_ring) >= self.p.raise_fraction * self.p.self_windows
         d.self_count += 1
@@ -214,13 +222,32 @@ class PassiveDetector(GroupRules):
                   "of_windows": len(d.self_ring) if acute else len(d.self_log)}
             return [self._raise(w.device, d, "self", ev, self_summary(w.device, ev))]
         rule = d.flagged.get("self", {}).get("rule")
-        if rule not in (None, "together") and sum(d.self_ring) <= self.p.clear_fraction * len(d.self_ring) and \
-                (len(d.self_log) == 0 or d.self_log.median() - common_shift < self._hour_clear_limit(d, rule)):
-            # the hour less what its peers share, as a shift is raised: a member of three or more is judged on
-            # mild shifts by its peers (-inf here); the soak's whole group ran 2x its learned normal after the
-            # throttle, its slow member back in line with the rest, and DeviceSlow stayed open
+        if rule in (None, "together"):
+            return []
+        limit = self._hour_clear_limit(d, rule)
+        # the hour less what its peers share, as a shift is raised: a member of three or more is judged on
+        # mild shifts by its peers (-inf here); the soak's whole group ran 2x its learned normal after the
+        # throttle, its slow member back in line with the rest, and DeviceSlow stayed open
+        emptied = sum(d.self_ring) <= self.p.clear_fraction * len(d.self_ring) and \
+            (len(d.self_log) == 0 or d.self_log.median() - common_shift < limit)
+        if emptied or self._recovered(d, common_shift, limit):
+            if not emptied:
+                # the fault's windows say nothing of the next one: it must be raised afresh, on windows after
+                # the recovery (an acute raise needs a full ring again, a shift its hour)
+                d.self_ring.clear()
+                d.self_log = RollingMedian(self.p.shift_windows)
             return [self._clear(w.device, d, "self", "latency back on its normal curve")]
         return []
+
+    def _recovered(self, d: DeviceTrack, common_shift: float, limit: float) -> bool:
+        """The last clear_run_windows judged windows all off the slow mark, their median back under the clear
+        limit: the fault has ended, though the ring still holds its windows."""
+        n = self.p.clear_run_windows
+        if len(d.recent_log) < n or len(d.self_ring) < n:
+            return False
+        if any(itertools.islice(reversed(d.self_ring), n)):
+            return False
+        return statistics.median(d.recent_log) - common_shift < limit
 
     def _hour_clear_limit(self, d: DeviceTrack, rule: str) -> float:
         """How low the hour's median log ratio must be for a slow device to clear. Raised on the hour (a
@@ -349,12 +376,28 @@ class PassiveDetector(GroupRules):
                 ratio["bandwidth"] = d.last_total[1] / cap[1]
             e = self.evidence.members.get(name)
             t = self.tail.members.get(name)
+            knees, headroom = self._headroom(d)
             out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
                                   tuple(sorted(d.flagged)), cap, ratio, dataclasses.replace(e) if e else None,
                                   self.evidence.p.threshold if e else None, self.p.self_ratio,
                                   dataclasses.replace(t) if t is not None and t.tail_ms is not None else None,
-                                  self.neighbours_now.get(name)))
+                                  self.neighbours_now.get(name), knees, headroom))
         return tuple(out)
+
+    def _headroom(self, d: DeviceTrack) -> tuple[dict, dict]:
+        """Each direction's knee (the busier curve where a direction has one by IOPS and one by bytes) and the
+        headroom of its recent peak against it."""
+        knees, headroom = {}, {}
+        for (direction, unit), c in sorted(d.curves.items(), key=lambda kv: -kv[1].windows()):
+            if direction in knees:
+                continue
+            k = knee_of(c, unit, self.p.bin_min_windows, self.p.knee_multiple)
+            knees[direction] = k
+            peak = d.peaks.get((direction, unit))
+            ratio = headroom_ratio(k, peak.peak() if peak is not None else None)
+            if ratio is not None:
+                headroom[direction] = ratio
+        return knees, headroom
 
     def curves_state(self) -> dict:
         """(device, direction, unit) -> JSON-able curve, for the state database."""

@@ -3,6 +3,7 @@ one model), the shift a whole group shares (a change of workload, not a sick dri
 slow together. Mixed into PassiveDetector (detector.py), whose state they read: pure, no clock, no I/O."""
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import deque
@@ -271,10 +272,16 @@ class GroupRules:
                         f"every member of {', '.join(sorted(group))} slowed together, {ratio:.1f}x its own "
                         f"normal in {slow} of the last {len(ring)} windows: the array, controller or host, not "
                         "one member")))
-        elif slow <= self.p.clear_fraction * len(ring):
-            for m, d in zip(group, ds):
-                if d is not None and d.flagged.get("self", {}).get("rule") == "together":
+        else:
+            recovered = len(ring) >= self.p.clear_run_windows and not any(
+                itertools.islice(reversed(ring), self.p.clear_run_windows))
+            if slow <= self.p.clear_fraction * len(ring) or recovered:
+                flagged = [(m, d) for m, d in zip(group, ds)
+                           if d is not None and d.flagged.get("self", {}).get("rule") == "together"]
+                for m, d in flagged:
                     out.append(self._clear(m, d, "self", "the group is back on its normal curves"))
+                if flagged and recovered:
+                    ring.clear()   # a new raise needs a whole ring of windows after the recovery
         return out
 
     # -- saturation ---------------------------------------------------------------------------

@@ -35,6 +35,15 @@ def passive_families(s):
                                            "drive slower than its peers (passive.evidence_threshold)")
     slow_at = GaugeMetricFamily("iowarden_passive_slow_threshold_ratio", "A window is slow at this many times "
                                 "the device's normal latency at its load ([passive] self_ratio)")
+    headroom = GaugeMetricFamily("iowarden_device_headroom_ratio", "The knee of the device's learned latency-vs-load "
+                                 "curve over its peak load of the last half hour to hour: how many times the peak "
+                                 "could grow before its latency reaches [passive] knee_multiple times the unloaded; "
+                                 "absent where the curve has not seen loads near the knee", labels=labels + ["direction"])
+    knee_iops = GaugeMetricFamily("iowarden_device_knee_iops", "The load (IOPS) at which the device's learned "
+                                  "await reaches [passive] knee_multiple times its unloaded await",
+                                  labels=labels + ["direction"])
+    knee_bw = GaugeMetricFamily("iowarden_device_knee_bytes_per_second", "The same in bytes per second, where the "
+                                "curve is by bytes (no request counts)", labels=labels + ["direction"])
     threshold = slow_ratio = None
     for name, ident, v in s.passive:
         slow_ratio = v.self_ratio if v.self_ratio is not None else slow_ratio
@@ -61,6 +70,12 @@ def passive_families(s):
             tail.add_metric(lab + [v.tail.direction], v.tail.ratio)
         for kind in KINDS:
             state.add_metric(lab + [kind], 1 if kind in v.flagged else 0)
+        for direction, k in sorted(v.knee.items()):
+            if k.load is not None:
+                (knee_iops if k.unit == "iops" else knee_bw).add_metric(
+                    lab + [direction], k.load if k.unit == "iops" else k.load * 1024)
+        for direction, r in sorted(v.headroom_ratio.items()):
+            headroom.add_metric(lab + [direction], r)
     if threshold is not None:
         evidence_threshold.add_metric([], threshold)
     if slow_ratio is not None:
@@ -71,4 +86,4 @@ def passive_families(s):
     if getattr(s, "passive_host_ratio", None) is not None:   # a snapshot, or a replay's views without a host
         host.add_metric([], s.passive_host_ratio)
     yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw,
-                load, host)
+                load, host, headroom, knee_iops, knee_bw)

@@ -215,7 +215,9 @@ class PassiveWatch:
         return tuple((ident, "view", frozen({
             "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
             "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
-            "flagged": list(v.flagged),
+            "flagged": list(v.flagged), "headroom_ratio": v.headroom_ratio,
+            "knee": {direction: {"load": k.load, "unit": k.unit, "seen_up_to": k.seen_up_to, "why_none": k.why_none}
+                     for direction, k in v.knee.items()},
             "tail": None if v.tail is None else {"direction": v.tail.direction, "tail_ms": v.tail.tail_ms,
                                                  "peers_tail_ms": v.tail.peers_tail_ms}})) for name, ident, v in self.views)
 

@@ -198,5 +198,9 @@ def explain(detector: PassiveDetector, intervals: list[dict]) -> list[dict]:
             "threshold": threshold,
             "self_ratio": round(max(v.slowdown_ratio.values()), 2) if v.slowdown_ratio else None,
             "named": sorted(named[v.device]),
+            # the knee of its learned curve as the recording left it, and the headroom of the last hour's peak
+            "knee": {d: {"load": round(k.load, 1) if k.load is not None else None, "unit": k.unit,
+                         "why_none": k.why_none} for d, k in sorted(v.knee.items())},
+            "headroom_ratio": {d: round(r, 2) for d, r in sorted(v.headroom_ratio.items())},
         })
     return rows

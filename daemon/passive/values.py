@@ -38,6 +38,11 @@ class PassiveParams:
     shift_margin: float = 1.25
     raise_fraction: float = 0.75
     clear_fraction: float = 0.25
+    # ... or once the last 12 judged windows (3 min at 15 s) are all off the slow mark and their median is back
+    # near normal: an alert clears within minutes of the fault's end, not when the ring has emptied (7.5 min)
+    clear_run_windows: int = 12
+    knee_multiple: float = 2.0      # the knee: the load at which the learned await reaches this x the unloaded
+    peak_block_windows: int = 120   # the headroom's peak: the max load of the last one or two such blocks
     peer_ratio: float = 2.0
     peer_clear_ratio: float = 1.5
     peer_windows: int = 480         # two hours of 15 s windows with traffic
@@ -76,6 +81,7 @@ class PassiveParams:
                    loop_peers=tuple(section.loop_peers),
                    # derived: an hour of windows, whatever their length
                    evidence_block_windows=max(4, round(3600.0 / section.window_seconds)),
+                   peak_block_windows=max(1, round(1800.0 / section.window_seconds)),   # half an hour
                    tail_block_windows=max(1, round(section.tail_block_seconds / section.window_seconds)))
 
     def evidence(self) -> EvidenceParams:
@@ -89,7 +95,7 @@ class PassiveParams:
 # The [passive] keys an operator may tune (same names as the fields), each with its range in the schema.
 PASSIVE_KEYS = ("window_seconds", "self_ratio", "peer_ratio", "peer_windows", "saturation_windows", "floor_ms",
                 "evidence_allowance", "evidence_threshold", "tail_ratio", "tail_floor_ms",
-                "tail_block_seconds", "loop_peers")
+                "tail_block_seconds", "loop_peers", "knee_multiple")
 # Derived from a key: evidence_block_windows (an hour of windows). Internal: everything else, tuned on the
 # Perseus development hosts and shown leave-one-cluster-out (bench/passive_perseus.py, docs/detector.md);
 # a change moves the figures there, so they are not an operator's knob.
@@ -166,10 +172,12 @@ class DeviceView:
     self_ratio: float | None = None   # the configured ratio a window is slow at ([passive] self_ratio)
     tail: object = None            # passive_tail.MemberTail (a copy): its p99.9 against its peers', last block
     neighbours_ratio: float | None = None   # the host's other disks' median slowdown at their loads (host.py)
+    knee: dict = field(default_factory=dict)        # direction -> headroom.Knee of its learned curve
+    headroom_ratio: dict = field(default_factory=dict)   # direction -> the knee over the recent peak load
 
     def __post_init__(self):
         # a view is posted in PassiveJudged and published in snapshots: its mappings read-only
-        for name in ("slowdown_ratio", "expected_await_ms", "learned_windows", "load_ratio"):
+        for name in ("slowdown_ratio", "expected_await_ms", "learned_windows", "load_ratio", "knee", "headroom_ratio"):
             object.__setattr__(self, name, frozen(getattr(self, name)))
 
 
@@ -179,6 +187,8 @@ class DeviceTrack:
     curves: dict = field(default_factory=dict)            # (direction, unit) -> LatencyCurve
     self_ring: deque = field(default_factory=deque)       # bools: judged windows, slow or not
     self_log: RollingMedian | None = None                 # log(latency / normal at that load), recent windows
+    recent_log: deque = field(default_factory=deque)      # the same, the last clear_run_windows only
+    peaks: dict = field(default_factory=dict)             # (direction, unit) -> headroom.PeakLoad
     shift_seen: deque = field(default_factory=deque)      # past hourly medians of self_log (unflagged)
     self_count: int = 0
     peer_log: RollingMedian | None = None                 # log(latency / peers' median), recent windows

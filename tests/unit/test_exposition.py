@@ -194,3 +194,23 @@ def test_a_kept_family_of_many_series_is_its_text_and_gives_back_the_same_sample
     for mine, theirs in zip(written[0].samples, g.samples):
         assert mine.name == theirs.name and mine.labels == theirs.labels
         assert (mine.value == theirs.value) or (mine.value != mine.value and theirs.value != theirs.value)
+
+
+def test_a_scrape_renders_the_counters_read_at_the_scrape_over_the_sampler_reading(tree, caplog):
+    """/proc/diskstats is read again at each scrape (a rate() window is then exact, as node_exporter's): its
+    counters replace the published sample's, the rest of the sampler's reading (which disks) stays."""
+    import dataclasses
+    import logging
+
+    snap = snapshot(tree)
+    counters = snap.disk_sample.counters
+    dev = sorted(n for n in snap.disk_rates if n in counters)[0]
+    fresh = dataclasses.replace(snap.disk_sample, counters={
+        **counters, dev: counters[dev]._replace(reads=counters[dev].reads + 777)})
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SnapshotCollector(lambda: snap, read_disk_sample=lambda: fresh))
+    with caplog.at_level(logging.ERROR, logger="iowarden"):
+        text = generate_latest(reg).decode()
+    line = re.search(rf'^iowarden_disk_reads_completed_total{{device="{dev}",[^}}]*}} (\S+)$', text, re.M)
+    assert float(line.group(1)) == counters[dev].reads + 777
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

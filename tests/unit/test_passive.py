@@ -666,3 +666,35 @@ def test_a_busy_volume_whose_throughput_looked_flat_for_a_few_windows_is_not_hel
         [pt.window("sdy", i, 2000 * (rng.uniform(0.6, 0.9) if i % 10 == 0 else 1 + 0.01 * rng.uniform(-1, 1)),
                    12.0, queue=24.0, util=100.0)])]
     assert states == [], states
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_an_acute_alert_clears_within_minutes_of_the_faults_end_and_a_relapse_is_raised_afresh(seed):
+    """Throttled to a quarter for 20 minutes: DeviceSlow. Once the throttle is lifted the alert clears when the
+    last clear_run_windows windows (3 min at 15 s) are all off the slow mark, not when the ring of 40 has
+    emptied (7.5 min): the fault's end is paged resolved within minutes. The fault's windows then count for
+    nothing: the same fault again is raised on a ring of its own windows, never at once."""
+    p = PassiveParams()
+    det, events = run(pt.device_trace(seed, DAY))
+    assert events == []
+    _, fault = run(_scaled(pt.device_trace(seed + 100, 80), 4.0, DAY), det)
+    assert [t.state for _, t in fault] == ["raised"]
+    _, after = run(_scaled(pt.device_trace(seed + 200, 60), 1.0, DAY + 80), det)
+    assert [t.state for _, t in after] == ["cleared"], [(i, t.state) for i, t in after]
+    assert p.clear_run_windows - 1 <= after[0][0] <= p.clear_run_windows + 2, after[0][0]
+    _, again = run(_scaled(pt.device_trace(seed + 300, 60), 4.0, DAY + 140), det)
+    assert [t.state for _, t in again] == ["raised"]
+    assert again[0][0] >= p.raise_fraction * p.self_windows - 1, again[0][0]
+
+
+def test_a_fault_that_comes_and_goes_is_not_cleared_by_its_quiet_spells():
+    """Slow in two windows of every four: never three quiet minutes in a row, and half the ring slow, so the
+    alert stays open."""
+    det, _ = run(pt.device_trace(41, DAY))
+    _, fault = run(_scaled(pt.device_trace(141, 60), 4.0, DAY), det)
+    assert [t.state for _, t in fault] == ["raised"]
+    blinking = itertools.chain.from_iterable(
+        itertools.chain(_scaled(pt.device_trace(200 + i, 2), 1.0, DAY + 60 + 4 * i),
+                        _scaled(pt.device_trace(300 + i, 2), 4.0, DAY + 62 + 4 * i)) for i in range(15))
+    _, during = run(blinking, det)
+    assert during == [], [(i, t.state) for i, t in during]

@@ -1,0 +1,90 @@
+"""How far a device's load can grow before its latency turns up: the knee of its learned latency-vs-load
+curve, and the headroom of its recent peak against it (pure).
+
+The knee is the load at which the curve's median await reaches `multiple` (2x by default) times its
+unloaded await: the median of the lightest load bin it has learned. It is read between the centres of the
+two learned bins around it (linear in log load and log await), as a queue-depth sweep's knee is read between
+its steps. No figure is better than an invented one, so there is none (and the reason is said) where:
+- fewer than two load bins are learned;
+- the curve never reaches the multiple: the knee lies beyond the highest load the device has carried
+  (`seen_up_to` says how far it is known to be at least);
+- the learned bins around the crossing are more than an octave apart: the curve has not seen loads near it;
+- the lightest learned load is within two octaves of the knee: no load light enough to call unloaded.
+The headroom is the knee over the peak load of the last half hour to hour (1.8: the peak could grow 1.8x
+before the knee). How it can be wrong: a curve learned at one request size read at another (a device's
+load mix changes over the day: the knee of 4 KiB reads is not that of 1 MiB writes, and both fill one curve
+by IOPS); a cache that serves the light loads and not the heavy ones makes the knee look earlier than the
+device's own.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from iowarden.daemon.passive.curve import BINS_PER_OCTAVE, LatencyCurve
+
+KNEE_MULTIPLE = 2.0
+MAX_GAP_BINS = BINS_PER_OCTAVE          # learned bins at most an octave apart around the crossing
+MIN_OCTAVES_BELOW = 2.0                 # the unloaded bin at least two octaves under the knee
+
+
+@dataclass(frozen=True)
+class Knee:
+    load: float | None            # the load at the knee (in `unit`); None where the curve cannot say
+    unit: str                     # "iops" or "kib" (KiB/s), the curve's load
+    unloaded_ms: float | None     # the median await at the lightest learned load
+    seen_up_to: float | None      # the centre of the heaviest learned load bin
+    why_none: str | None = None
+
+
+def bin_centre(b: int) -> float:
+    return 2 ** ((b + 0.5) / BINS_PER_OCTAVE)
+
+
+def knee_of(curve: LatencyCurve, unit: str, min_windows: int, multiple: float = KNEE_MULTIPLE) -> Knee:
+    learned = sorted(b for b, total in curve.totals.items() if total >= min_windows)
+    if len(learned) < 2:
+        return Knee(None, unit, None, bin_centre(learned[-1]) if learned else None, "too few loads learned")
+    medians = [curve.bin_median(b) for b in learned]
+    unloaded, top = medians[0], bin_centre(learned[-1])
+    target = multiple * unloaded
+    for i in range(1, len(learned)):
+        if medians[i] < target:
+            continue
+        lo, hi = learned[i - 1], learned[i]
+        if hi - lo > MAX_GAP_BINS:
+            return Knee(None, unit, unloaded, top, "no loads learned near the knee")
+        f = (math.log(target) - math.log(medians[i - 1])) / (math.log(medians[i]) - math.log(medians[i - 1]))
+        load = math.exp(math.log(bin_centre(lo)) + f * (math.log(bin_centre(hi)) - math.log(bin_centre(lo))))
+        if math.log2(load / bin_centre(learned[0])) < MIN_OCTAVES_BELOW:
+            return Knee(None, unit, unloaded, top, "no load light enough learned to call unloaded")
+        return Knee(load, unit, unloaded, top)
+    return Knee(None, unit, unloaded, top, f"under {multiple:g}x its unloaded latency at every load seen")
+
+
+def headroom_ratio(knee: Knee, peak_load: float | None) -> float | None:
+    """The knee over the recent peak load: how many times the peak could grow before the knee."""
+    if knee.load is None or not peak_load or peak_load <= 0:
+        return None
+    return knee.load / peak_load
+
+
+@dataclass(slots=True)
+class PeakLoad:
+    """The peak load of the last `blocks` blocks of `block_windows` windows (by default 30 min to an hour at
+    15 s): a few numbers per device and direction, not a ring of every window."""
+    block_windows: int = 120
+    blocks: tuple = ()
+    current: float = 0.0
+    count: int = 0
+
+    def add(self, load: float) -> None:
+        self.current = max(self.current, load)
+        self.count += 1
+        if self.count >= self.block_windows:
+            self.blocks = (self.blocks + (self.current,))[-1:]
+            self.current, self.count = 0.0, 0
+
+    def peak(self) -> float | None:
+        seen = self.blocks + ((self.current,) if self.count else ())
+        return max(seen) if seen else None

@@ -1,0 +1,96 @@
+"""The knee of a learned latency-vs-load curve and the headroom against it: pure, on synthetic curves."""
+import math
+import random
+
+import pytest
+
+from iowarden.daemon.passive.curve import LatencyCurve
+from iowarden.daemon.passive.detector import PassiveDetector
+from iowarden.daemon.passive.headroom import Knee, PeakLoad, headroom_ratio, knee_of
+from tests import passive_traces as pt
+
+CAP_IOPS = 10000.0
+SERVICE_MS = 0.2
+
+
+def queueing_ms(load: float) -> float:
+    """A single queue: the await doubles at half the capacity (rho 0.5), the knee is CAP / 2."""
+    return SERVICE_MS / (1 - min(load / CAP_IOPS, 0.97))
+
+
+def _walk(seed: int, windows: int, low: float, high: float):
+    """Loads that walk up and down across [low, high] in log steps, each with its await (a little noise)."""
+    rng = random.Random(seed)
+    for i in range(windows):
+        phase = (math.sin(i / 40.0) + 1) / 2
+        load = low * (high / low) ** phase * math.exp(rng.gauss(0, 0.05))
+        yield load, queueing_ms(load) * math.exp(rng.gauss(0, 0.05))
+
+
+def _curve(windows) -> LatencyCurve:
+    c = LatencyCurve()
+    for load, ms in windows:
+        c.learn(load, ms)
+    return c
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_knee_of_a_single_queue_is_where_its_await_doubles(seed):
+    k = knee_of(_curve(_walk(seed, 6000, 50.0, 0.9 * CAP_IOPS)), "iops", 20)
+    assert k.why_none is None and k.unloaded_ms == pytest.approx(SERVICE_MS, rel=0.1)
+    assert k.load == pytest.approx(CAP_IOPS / 2, rel=0.15), k
+    # a load at half the knee reads a headroom of about 2
+    assert headroom_ratio(k, CAP_IOPS / 4) == pytest.approx(2.0, rel=0.15)
+
+
+def test_no_figure_where_the_curve_never_reaches_the_knee():
+    k = knee_of(_curve(_walk(4, 6000, 50.0, 0.2 * CAP_IOPS)), "iops", 20)
+    assert k.load is None and "every load seen" in k.why_none
+    assert k.seen_up_to == pytest.approx(0.2 * CAP_IOPS, rel=0.5)   # the knee lies beyond this, at least
+    assert headroom_ratio(k, 100.0) is None
+
+
+def test_no_figure_without_a_light_load_to_call_unloaded():
+    k = knee_of(_curve(_walk(5, 6000, 0.35 * CAP_IOPS, 0.9 * CAP_IOPS)), "iops", 20)
+    assert k.load is None and k.why_none in ("no load light enough learned to call unloaded",
+                                             "under 2x its unloaded latency at every load seen")
+
+
+def test_no_figure_across_a_gap_in_the_loads_learned():
+    light = list(_walk(6, 3000, 50.0, 200.0))
+    heavy = list(_walk(7, 3000, 0.85 * CAP_IOPS, 0.9 * CAP_IOPS))
+    k = knee_of(_curve(light + heavy), "iops", 20)
+    assert k.load is None and k.why_none == "no loads learned near the knee"
+
+
+def test_too_few_loads_is_no_figure():
+    assert knee_of(LatencyCurve(), "iops", 20) == Knee(None, "iops", None, None, "too few loads learned")
+
+
+def test_the_peak_is_the_last_half_hour_to_hour():
+    """Blocks of four windows here (half an hour in the daemon): the peak is the block just ended and the one
+    under way, so it covers between one and two blocks."""
+    p = PeakLoad(block_windows=4)
+    assert p.peak() is None
+    for load in (5, 9, 1, 2):        # a whole block: its max kept
+        p.add(load)
+    assert p.peak() == 9
+    for load in (3, 4):              # the next block under way; the one before still counts
+        p.add(load)
+    assert p.peak() == 9
+    for load in (3, 2):              # that block ended: the 9 is more than a block ago
+        p.add(load)
+    assert p.peak() == 4
+
+
+def test_the_detector_says_the_knee_and_the_headroom_of_what_it_learned():
+    """A day of the synthetic device with an afternoon surge to three times its load: its curve reaches
+    twice its unloaded await; the view carries the knee, and the headroom of the last hour's peak."""
+    det = PassiveDetector()
+    for w in pt.device_trace(9, pt.DAY_WINDOWS, surge=(2000, 3000)):
+        det.observe([w])
+    view = det.views()[0]
+    knee = view.knee["read"]
+    # the trace's curve: 0.5 ms * (1 + 4 (load / 5000) ^ 1.5) doubles its 200-IOPS await near 2,070 IOPS
+    assert knee.load == pytest.approx(2070, rel=0.25), knee
+    assert view.headroom_ratio["read"] > 0
