@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import statistics
 import sys
@@ -88,8 +89,9 @@ def report(hosts: dict, labels: set, params: PassiveParams, title: str) -> dict:
     for kind, xs in spreads.items():
         if xs:
             xs = sorted(xs)
+            p90 = xs[min(len(xs) - 1, math.ceil(0.9 * len(xs)) - 1)]   # nearest rank
             print(f"{kind} drives' knee spread across days (largest / smallest): n {len(xs)}, median "
-                  f"{statistics.median(xs):.2f}, p90 {xs[int(0.9 * (len(xs) - 1))]:.2f}, max {xs[-1]:.2f}")
+                  f"{statistics.median(xs):.2f}, p90 {p90:.2f}, max {xs[-1]:.2f}")
     print(f"replayed in {time.perf_counter() - t0:.0f} s")
     return spreads
 

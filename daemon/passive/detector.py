@@ -140,7 +140,7 @@ class PassiveDetector(GroupRules):
         out = []
         if d is not None:
             out = [self._clear(device, d, kind, "the device is gone") for kind in list(d.flagged)]
-            d.self_ring.clear(), d.self_log.clear(), d.peer_log.clear(), d.peer_excess.clear()
+            d.self_ring.clear(), d.self_log.clear(), d.recent_log.clear(), d.peer_log.clear(), d.peer_excess.clear()
             d.peer_recent.clear(), d.sat_ring.clear()
         self.tail.forget(device)
         return out
@@ -234,8 +234,7 @@ class PassiveDetector(GroupRules):
             if not emptied:
                 # the fault's windows say nothing of the next one: it must be raised afresh, on windows after
                 # the recovery (an acute raise needs a full ring again, a shift its hour)
-                d.self_ring.clear()
-                d.self_log = RollingMedian(self.p.shift_windows)
+                d.self_ring.clear(), d.self_log.clear()
             return [self._clear(w.device, d, "self", "latency back on its normal curve")]
         return []
 
