@@ -71,15 +71,31 @@ def _traced(outer, *fio_args, engine="bpftrace", paths=None):
     try:
         _until_up(read)
         _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--size=128m", "--rw=read", "--bs=1m")  # lay out
-        time.sleep(WINDOW_SECONDS + 0.5)
-        before = read()
+        before = _settled(read)
         fio = _fio(outer.mountpoint, *fio_args)
-        time.sleep(WINDOW_SECONDS + 0.5)
-        return fio, before, read()
+        return fio, before, _settled(read)
     finally:
         if paths is not None:
             paths.update(read.state.paths)
         read.stop()   # its bpftrace, by the reader that started it
+
+
+def _settled(read):
+    """The tracer's reading once a whole window more has not changed its totals: every completion fio waited for
+    has been read out of the engine. A fixed wait is not that on a busy machine, where bpftrace's printer runs
+    late (33 of 400 reads were still unprinted a window and a half after fio ended)."""
+    seen: list[tuple[float, dict]] = []
+
+    def settled():
+        r = read()
+        totals = {k: h.total for k, h in r.total.items()}
+        now = time.monotonic()
+        if seen and seen[-1][1] != totals:
+            seen.clear()
+        if not seen:
+            seen.append((now, totals))
+        return r if now - seen[0][0] >= WINDOW_SECONDS + 0.5 else None
+    return wait_for(settled, timeout=90, what="the tracer's totals the same a whole window on")
 
 
 def _reading_between(before, after):
@@ -330,11 +346,9 @@ def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_d
         _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--rw=read", "--bs=1m")   # lay out
         stack.enter_context(blkio_cap("read_iops_device", inner.major_minor, 4000))
         for depth in (128, 1024):
-            time.sleep(WINDOW_SECONDS + 0.5)
-            before = read()
+            before = _settled(read)
             iops[depth] = _fio(outer.mountpoint, f"--iodepth={depth}", "--iodepth_batch_submit=64", runtime=6)["iops"]
-            time.sleep(WINDOW_SECONDS + 0.5)
-            windows[depth] = _reading_between(before, read())
+            windows[depth] = _reading_between(before, _settled(read))
 
     def p99(depth, stage):
         return windows[depth].window[(name, "read", stage)].quantile_seconds(0.99)

@@ -161,7 +161,11 @@ def test_raid0_slow_member_is_named_not_its_peers_nor_the_array(lab):
         try:
             alerts_said = [x for x in lab.journal().splitlines() if "ALERT" in x]
             print("daemon's alerts:", *alerts_said[-30:], sep="\n  ")
-            print("peer ratios:", [l for l in lab.metrics().splitlines() if l.startswith("iowarden_passive_peer_ratio")])
+            text = lab.metrics()
+            print("peer ratios:", [l for l in text.splitlines() if l.startswith("iowarden_passive_peer_ratio")])
+            print("baselines learning:", [l for l in text.splitlines() if l.startswith("iowarden_baseline_learning")])
+            print("the array's last probes:", lab.sql("SELECT profile, ok, contended, read_iops, error FROM probe_results "
+                                                      "WHERE target = 'raid0' ORDER BY id DESC LIMIT 12"))
         except Exception as exc:   # the failure itself is what the report must carry
             print(f"(no diagnostics: {exc})")
         raise
@@ -174,6 +178,8 @@ def _slow_member_scenario(lab, r0: dict, slow: str) -> None:
     g = lab.guest
     t0 = lab.guest_clock()
     wait_for(lambda: _ok_probes(lab, "raid0", t0) >= 6, timeout=300, what="the array's warm-up probes")
+    # armed, not only probed: a baseline still learning raises nothing, and the throttle would be learned as normal
+    wait_for(lambda: _armed(lab, "raid0"), timeout=300, what="the array's baselines armed")
     assert [a for a in alerts(lab.metrics(), "SlowMember")] == []
     throttled_at = time.monotonic()
     g.throttle("r0c", 30)

@@ -146,9 +146,18 @@ class Agent:
         raise LabError(f"the guest agent did not answer in time ({last})")
 
     def call(self, command: str, **arguments) -> object:
-        assert self.conn is not None, "wait_up first"
-        self.conn.send({"execute": command, "arguments": arguments})
-        reply = self.conn.recv()
+        if self.conn is None:
+            # the last call broke off with its answer unread: a new connection, synced past that late answer, so
+            # it is never read as the answer to this one (it once handed a test another command's PNG)
+            self._sync(timeout=30)
+        assert self.conn is not None
+        try:
+            self.conn.send({"execute": command, "arguments": arguments})
+            reply = self.conn.recv()
+        except (OSError, ValueError, LabError):
+            self.conn.close()
+            self.conn = None
+            raise
         if "error" in reply:
             raise LabError(f"guest agent {command}: {reply['error'].get('desc')}")
         return reply.get("return")
@@ -183,7 +192,9 @@ class Agent:
                 if time.monotonic() > deadline:
                     raise LabError(f"the guest agent stopped answering while {argv} ran "
                                    f"({resync_failed or e!r})") from e
-            self.conn.close()
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
             try:
                 self._sync(timeout=30)
                 resync_failed = None
