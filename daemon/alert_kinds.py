@@ -14,6 +14,7 @@ SEVERITY = {
     "VolumeAtLimit": "warning",     # a volume held at a ceiling (a cgroup limit, a provisioned or burst rate)
     "VolumeContended": "warning",   # other work floods a healthy device: its users wait many times their usual
     "ProbeFailing": "warning",      # the probes of a target fail: iowarden cannot judge it
+    "BurstCreditsLow": "warning",   # ahead of the fault: a burst bucket's credits run out within the horizon
 }
 
 

@@ -55,6 +55,7 @@ class Target:
     # Set for a target found by a [[discover]] rule: the st_dev of the filesystem it was
     # found mounted at. A probe refuses when the path is on another one (unmounted since).
     found_on_dev: int | None = None
+    bucket: tuple[float, float, float] | None = None   # (burst IOPS, baseline IOPS, capacity I/Os) when configured
 
 
 @dataclass(frozen=True)
@@ -292,8 +293,16 @@ def parse(text: str, source: str = "<config>") -> Config:
             problem = target_path_problem(v["path"], answer)
             if problem:
                 errors.append(where(path + ("path",), problem))
+        bucket = tuple(v.get(k, 0.0) for k in ("burst_iops", "burst_baseline_iops", "burst_capacity_ios"))
+        if any(bucket) and not all(bucket):
+            errors.append(where(path + ("burst_iops",), "a burst bucket needs all three of burst_iops, "
+                                                        "burst_baseline_iops and burst_capacity_ios (or none)"))
+        elif all(bucket) and bucket[1] >= bucket[0]:
+            errors.append(where(path + ("burst_baseline_iops",), f"the baseline ({bucket[1]:g} IOPS) must be below "
+                                                                 f"the burst rate ({bucket[0]:g} IOPS)"))
         if len(v) == len(TARGET_KEYS):
-            targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"]))
+            targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"],
+                                  bucket=bucket if all(bucket) else None))
     rules: list[DiscoveryRule] = []
     for path, v in entries("discover", DISCOVER_KEYS):
         for pattern in v.get("mountpoints", []):

@@ -230,6 +230,9 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "saturation_windows": Key("int", 6, 'Windows in a row held flat at a ceiling before a volume is at its limit.', minimum=2, maximum=10000),
         "floor_ms": Key("float", 0.02, 'Latency excess below this is never evidence (noise on fast flash).',
                         minimum=0.0, maximum=10000.0),
+        "burst_horizon_seconds": Key("float", 1800.0, "BurstCreditsLow when a volume's burst bucket (learned, or "
+                                                      "given per target) runs out of credits within this many seconds "
+                                                      "at its current draw.", minimum=60.0, maximum=7 * 86400.0),
         "knee_multiple": Key("float", 2.0, "The knee of a device's learned latency-vs-load curve: the load at which "
                                            "its median await reaches this many times its unloaded await; the "
                                            "headroom is the knee over the recent peak load.",
@@ -273,6 +276,14 @@ TARGET_KEYS: dict[str, Key] = {
                 required=True),
     "profiles": Key("strlist", None, "profile names to run", required=True),
     "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0, maximum=30 * 86400.0),
+    # a burst bucket the provider documents (gp2: a burst of 3,000 IOPS, a baseline of 3 IOPS per GiB, 5.4 million
+    # credits): used from the first window, where a learned one waits for a fall and a recovery. All three or none
+    "burst_iops": Key("float", 0.0, "the volume's burst rate (IOPS) while its bucket holds credits; 0: none "
+                                    "configured (learned from a fall and a recovery)", minimum=0.0, maximum=1e9),
+    "burst_baseline_iops": Key("float", 0.0, "the rate (IOPS) it falls to when the credits are spent",
+                               minimum=0.0, maximum=1e9),
+    "burst_capacity_ios": Key("float", 0.0, "the I/Os above the baseline a full bucket lets through (gp2: 5.4 "
+                                            "million)", minimum=0.0, maximum=1e15),
 }
 
 

@@ -113,7 +113,8 @@ class Daemon:
         self._add("sampler", c.section("sampler").interval_seconds, 5.0, self.sampler.step)
         self.passive = None
         if c.section("passive").enabled:
-            self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), latest, self.state, post)
+            self.passive = PassiveWatch(PassiveParams.from_config(c.section("passive")), latest, self.state, post,
+                                        {t.name: t.bucket for t in c.targets if t.bucket is not None})
             self._add("passive", c.section("passive").window_seconds, 10.0, self.passive.step)
         self._add("scheduler", 1.0, 10.0, self.scheduler.step)
         self.discovered: tuple[Target, ...] = ()

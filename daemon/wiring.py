@@ -38,7 +38,7 @@ PARTS: tuple[PartWiring, ...] = (
                ("disk_reading", "devices", "alerts", "baselines", "probes", "pins"),
                ("ProbeStarted", "ProbeFinished", "ProbesCounted", "IntervalsFitted")),
     PartWiring("passive", ("passive.part",), "the curves it saved (read once, at start)",
-               ("disk_reading", "devices", "own_probes", "sources"), ("PassiveJudged",)),
+               ("disk_reading", "devices", "own_probes", "sources", "pins"), ("PassiveJudged",)),
     PartWiring("discovery", ("runtime",), "the mount table", (), ("TargetsChanged",),
                calls=("scheduler.configure: the new targets, planned from the next step",)),
     PartWiring("retention", ("runtime",), "nothing (a timer)", (), ("Housekeeping",)),

@@ -94,6 +94,15 @@ def _headroom_said(row: dict) -> str:
     return "-"
 
 
+def _burst_said(row: dict) -> str:
+    """'300 -> 2,900 IOPS, 4,680,000 I/Os, 40 % left' where a bucket was learned from a fall and a recovery."""
+    b = row.get("burst")
+    if not b:
+        return "-"
+    left = f", {b['balance_ratio']:.0%} left" if b.get("balance_ratio") is not None else ""
+    return f"{b['baseline_iops']:,} -> {b['burst_iops']:,} IOPS, {b['capacity_ios']:,} I/Os{left}"
+
+
 def _replay_passive(args) -> int:
     from iowarden.daemon.passive.values import PassiveParams
     from iowarden.daemon.passive.replay import explain, parse_lines, replay
@@ -106,12 +115,12 @@ def _replay_passive(args) -> int:
         return 0
     if args.explain:
         _print(table(["device", "vs peers", "stray", "blocks above", "evidence", "peak", "threshold", "vs own normal",
-                      "headroom", "named"],
+                      "headroom", "burst bucket", "named"],
                      [[r["device"], f"{r['peer_ratio']:.3f}x" if r["peer_ratio"] else "-",
                        f"{r['stray_percent']:g} %" if r["stray_percent"] is not None else "-",
                        f"{r['blocks_above']} of {r['blocks']}" if r["blocks"] is not None else "-",
                        r["evidence"], r["evidence_peak"], r["threshold"],
-                       f"{r['self_ratio']:.2f}x" if r["self_ratio"] else "-", _headroom_said(r),
+                       f"{r['self_ratio']:.2f}x" if r["self_ratio"] else "-", _headroom_said(r), _burst_said(r),
                        ", ".join(r["named"]) or "no"]
                       for r in explain(detector, intervals)]))
         _print("")

@@ -19,7 +19,7 @@ from iowarden.daemon.verdicts.detect import Detector, DetectorParams
 from iowarden.daemon.outputs.prometheus import BAND_SPREADS
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, NOT_PROBE_PROFILES, PASSIVE_PROFILE, SOURCE_PROFILE
 from iowarden.daemon.commands.tables import dumps
-from iowarden.daemon.wording import human_metric, human_seconds, latency_columns, metric_label
+from iowarden.daemon.wording import duration_said, human_metric, human_seconds, latency_columns, metric_label
 from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.core.state import State
 from iowarden.daemon.sources.registry import SOURCES
@@ -212,8 +212,20 @@ def render_passive(views: list[dict], table) -> str:
         if not v["flagged"]:
             return "ok"
         return ", ".join(f"at its limit ({v['ceiling']})" if k == "saturation" else
-                         {"self": "slower than its normal", "peers": "slower than its peers"}[k]
+                         {"self": "slower than its normal", "peers": "slower than its peers",
+                          "contention": "flooded by other work", "burst": "burst credits low"}.get(k, k)
                          for k in v["flagged"])
+
+    def credits(v):
+        """Its burst bucket's balance and time left at the draw, where a bucket is known."""
+        b = v.get("burst")
+        if not b:
+            return "-"
+        said = f"{b['balance_ratio']:.0%}" if b.get("balance_ratio") is not None else "?"
+        if b.get("seconds_left") is not None:
+            said += f", {duration_said(b['seconds_left'])} left"
+        return f"{said} (to {b['baseline_iops']:,.0f} IOPS, {b['source']})"
+
     def headroom(v):
         """The least headroom of its directions, with the knee it is read against; a view saved before the
         knee was learned has none."""
@@ -224,9 +236,11 @@ def render_passive(views: list[dict], table) -> str:
         k = (v.get("knee") or {}).get(d) or {}
         at = f" (knee {k['load']:,.0f} {'IOPS' if k.get('unit') == 'iops' else 'KiB/s'} {d})" if k.get("load") else ""
         return f"{ratios[d]:.1f}x{at}"
-    return table(["device", "volume", "read (latency vs normal)", "write", "vs peers", "headroom", "passive", "as of"],
+    return table(["device", "volume", "read (latency vs normal)", "write", "vs peers", "headroom", "burst credits",
+                  "passive", "as of"],
                  [[v["device"], v["identity"], direction(v, "read"), direction(v, "write"),
-                   f"{v['peer_ratio']:.2f}x" if v["peer_ratio"] is not None else "-", headroom(v), verdict(v),
+                   f"{v['peer_ratio']:.2f}x" if v["peer_ratio"] is not None else "-", headroom(v), credits(v),
+                   verdict(v),
                    time.strftime("%H:%M:%S", time.localtime(v["at"]))] for v in views])
 
 

@@ -38,7 +38,7 @@ import statistics
 from collections import deque
 
 from iowarden.daemon.alert_kinds import severity_of
-from iowarden.daemon.passive import contention, host
+from iowarden.daemon.passive import burst, contention, host
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
 from iowarden.daemon.passive.headroom import PeakLoad, headroom_ratio, knee_of
@@ -63,6 +63,7 @@ class PassiveDetector(GroupRules):
         self.member_flagged: dict[str, tuple] = {}  # array -> (when a member was last flagged, which)
         self.neighbours_now: dict[str, float] = {}  # device -> its neighbours' median ratio, last windows
         self.contention = contention.ContentionRule(contention.ContentionParams.for_windows_of(params.window_seconds))
+        self.burst_params = params.burst()
         for (device, direction, unit), st in (curves or {}).items():
             try:
                 self._dev(device).curves[(direction, unit)] = LatencyCurve.from_state(st)
@@ -116,6 +117,7 @@ class PassiveDetector(GroupRules):
             out += contention.transitions(self.contention, w, evidence[w.device], d)
             # a device other work floods is slow along the flood's load, not its own: not DeviceSlow meanwhile
             out += self._judge_self(w, evidence[w.device], shift, now) if "contention" not in d.flagged else []
+            out += self._judge_burst(w, d)
             out += self._judge_saturation(w, evidence[w.device])
         by_device = {w.device: w for w in windows}
         for group in groups:
@@ -322,6 +324,10 @@ class PassiveDetector(GroupRules):
             size = (mix, _size_bucket(statistics.fmean(s[0] for s in busy), statistics.fmean(s[1] for s in busy) * 1024))
             shown = d.best.get(size, (0.0, 0.0))
             best = max(measured or 0.0, shown[0] if unit == "IOPS" else shown[1] / 1024)
+            if unit == "IOPS" and d.burst is not None and d.burst.bucket is not None:
+                # a bucket's burst rate is what it has shown, whatever its util then (a candidate's is not yet:
+                # a backup's reads, then a compaction's writes, is two jobs)
+                best = max(best, d.burst.bucket.burst_iops)
             if value >= self.p.saturation_below_best * best:
                 return []   # at its own best: busy at full speed, not held below what it can do
             shown = f"{value:,.0f} IOPS" if unit == "IOPS" else f"{value / 1024:,.1f} MiB/s"
@@ -329,6 +335,8 @@ class PassiveDetector(GroupRules):
             said = f"{best:,.0f} IOPS" if unit == "IOPS" else f"{best / 1024:,.1f} MiB/s"
             shown += (f" (its characterized saturation: {said})" if measured and best == measured else
                       f" ({value / best:.0%} of the {said} it has delivered)")
+            spent = burst.fall_clause(d.burst, value) if unit == "IOPS" else None
+            shown += f", {spent}" if spent else ""
             ev = {"ceiling": round(value, 1), "ceiling_unit": unit, "characterized": measured, "best": round(best, 1),
                   "queue": round(statistics.fmean(s[2] for s in busy), 1),
                   "await_ms": round(statistics.fmean(s[4] for s in busy), 2),
@@ -340,6 +348,42 @@ class PassiveDetector(GroupRules):
             d.ceiling = None
             return [self._clear(w.device, d, "saturation", "no longer held at a ceiling")]
         return []
+
+    # -- burst credits ---------------------------------------------------------------------------
+    def set_bucket(self, device: str, burst_iops: float, baseline_iops: float, capacity_ios: float) -> None:
+        """A bucket the config gives for the device: used from the start, in place of any learned one."""
+        d = self._dev(device)
+        b = d.burst.bucket if d.burst is not None else None
+        if b is None or (b.source, b.burst_iops, b.baseline_iops, b.capacity_ios) != (
+                "configured", burst_iops, baseline_iops, capacity_ios):
+            d.burst = burst.configured(burst_iops, baseline_iops, capacity_ios)
+
+    def load_burst(self, device: str, st: dict, now: float) -> None:
+        """A bucket saved at the last stop (burst.from_state: its balance refilled for the time down)."""
+        d = self._dev(device)
+        d.burst = burst.from_state(st, now, into=d.burst)
+
+    def bursts_state(self, now: float) -> dict:
+        """device -> the JSON-able bucket and balance, where one is known or a candidate."""
+        return {name: st for name, d in self.devices.items()
+                if d.burst is not None and (st := burst.to_state(d.burst, now)) is not None}
+
+    def _judge_burst(self, w: Window, d: DeviceTrack) -> list[Transition]:
+        """The device's bucket, learned from its falls and recoveries or configured, and its credits' time left
+        at the current draw (passive/burst.py). Every window counts, iowarden's own probes too: they spend credits."""
+        if d.burst is None:
+            d.burst = burst.learning()
+        iops = sum(f.iops or 0.0 for f in w.flows.values())
+        busy = (w.util_percent or 0.0) >= self.p.saturation_util_percent and (w.queue_size or 0.0) >= self.p.saturation_queue
+        shape = (_mostly(w.flows), _size_bucket(iops, sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024))
+        out = []
+        for state, summary, ev in burst.step(d.burst, self.burst_params, w.device, w.end, w.seconds, iops, busy,
+                                             shape):
+            if state == "raised":
+                out.append(self._raise(w.device, d, "burst", ev, summary))
+            elif "burst" in d.flagged:
+                out.append(self._clear(w.device, d, "burst", summary.split(": ", 1)[-1]))
+        return out
 
     def _queue_cost_ms(self, d: DeviceTrack) -> float:
         """A queue that costs latency: twice the device's unqueued normal, where it has learned one."""
@@ -357,6 +401,8 @@ class PassiveDetector(GroupRules):
         ev = d.flagged.pop(kind)
         if kind == "saturation":
             d.ceiling = None
+        if kind == "burst" and d.burst is not None:   # cleared from outside the bucket's own verdict (gone, idle)
+            d.burst.raised, d.burst.low_windows = False, 0
         return Transition(kind, device, "cleared", severity_of(ALERT_OF_KIND[kind]), f"{device}: {why}", ev)
 
     def views(self) -> tuple[DeviceView, ...]:
@@ -380,7 +426,8 @@ class PassiveDetector(GroupRules):
                                   tuple(sorted(d.flagged)), cap, ratio, dataclasses.replace(e) if e else None,
                                   self.evidence.p.threshold if e else None, self.p.self_ratio,
                                   dataclasses.replace(t) if t is not None and t.tail_ms is not None else None,
-                                  self.neighbours_now.get(name), knees, headroom))
+                                  self.neighbours_now.get(name), knees, headroom,
+                                  d.burst.forecast if d.burst is not None else None))
         return tuple(out)
 
     def _headroom(self, d: DeviceTrack) -> tuple[dict, dict]:

@@ -262,7 +262,11 @@ class GroupRules:
         ring.append(median >= self.p.self_ratio)
         slow = sum(ring)
         out = []
-        if len(ring) == ring.maxlen and slow >= self.p.raise_fraction * len(ring):
+        # back: the last clear_run_windows all off the slow mark. Asked first: the hour's ring still holds three
+        # quarters slow for most of an hour after the fault ends, and a raise asked first held the clear back so
+        recovered = len(ring) >= self.p.clear_run_windows and not any(
+            itertools.islice(reversed(ring), self.p.clear_run_windows))
+        if not recovered and len(ring) == ring.maxlen and slow >= self.p.raise_fraction * len(ring):
             ratio = median
             for m, d in zip(group, ds):
                 if d is not None and "self" not in d.flagged:
@@ -273,8 +277,6 @@ class GroupRules:
                         f"normal in {slow} of the last {len(ring)} windows: the array, controller or host, not "
                         "one member")))
         else:
-            recovered = len(ring) >= self.p.clear_run_windows and not any(
-                itertools.islice(reversed(ring), self.p.clear_run_windows))
             if slow <= self.p.clear_fraction * len(ring) or recovered:
                 flagged = [(m, d) for m, d in zip(group, ds)
                            if d is not None and d.flagged.get("self", {}).get("rule") == "together"]

@@ -44,6 +44,16 @@ def passive_families(s):
                                   labels=labels + ["direction"])
     knee_bw = GaugeMetricFamily("iowarden_device_knee_bytes_per_second", "The same in bytes per second, where the "
                                 "curve is by bytes (no request counts)", labels=labels + ["direction"])
+    balance = GaugeMetricFamily("iowarden_volume_burst_balance_ratio", "The burst credits iowarden estimates the "
+                                "volume's bucket holds, over its capacity (1 = full); absent where no bucket is known "
+                                "(learned from a fall and a recovery, or configured) or the balance cannot be",
+                                labels=labels + ["bucket"])
+    left = GaugeMetricFamily("iowarden_volume_burst_left_seconds", "How long the volume's burst credits last at its "
+                             "current draw; absent when it draws no more than its baseline; BurstCreditsLow under "
+                             "[passive] burst_horizon_seconds", labels=labels + ["bucket"])
+    baseline = GaugeMetricFamily("iowarden_volume_burst_baseline_iops", "The rate the volume falls to when its burst "
+                                 "credits are spent (the bucket's baseline, learned or configured)",
+                                 labels=labels + ["bucket"])
     threshold = slow_ratio = None
     for name, ident, v in s.passive:
         slow_ratio = v.self_ratio if v.self_ratio is not None else slow_ratio
@@ -76,6 +86,13 @@ def passive_families(s):
                     lab + [direction], k.load if k.unit == "iops" else k.load * 1024)
         for direction, r in sorted(v.headroom_ratio.items()):
             headroom.add_metric(lab + [direction], r)
+        f = v.burst
+        if f is not None:
+            baseline.add_metric(lab + [f.bucket.source], f.bucket.baseline_iops)
+            if f.balance_ratio is not None:
+                balance.add_metric(lab + [f.bucket.source], f.balance_ratio)
+            if f.seconds_left is not None:
+                left.add_metric(lab + [f.bucket.source], f.seconds_left)
     if threshold is not None:
         evidence_threshold.add_metric([], threshold)
     if slow_ratio is not None:
@@ -86,4 +103,4 @@ def passive_families(s):
     if getattr(s, "passive_host_ratio", None) is not None:   # a snapshot, or a replay's views without a host
         host.add_metric([], s.passive_host_ratio)
     yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw,
-                load, host, headroom, knee_iops, knee_bw)
+                load, host, headroom, knee_iops, knee_bw, balance, left, baseline)

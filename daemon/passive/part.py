@@ -85,8 +85,11 @@ class PassiveWatch:
     It writes nothing: what it learned goes to the core to be saved (every SAVE_EVERY_WINDOWS windows, on a
     verdict, and at the stop)."""
 
-    def __init__(self, params: PassiveParams, snapshot_fn, state, post):
+    def __init__(self, params: PassiveParams, snapshot_fn, state, post, buckets: dict | None = None):
         self.params = params
+        # target -> (burst IOPS, baseline IOPS, capacity I/Os) the config gives; set on the volume the target was
+        # first probed on (the core's pins) once it has been
+        self.buckets = dict(buckets or {})
         # () -> the core's latest Snapshot, read once a window: the sampler's reading (disk_reading), the device
         # view, when our probes last ran on each device (own_probes) and the tracer's tails (sources), all of
         # one moment
@@ -105,6 +108,11 @@ class PassiveWatch:
                     self.detector.evidence.load_state(ident, st)
                 except (TypeError, ValueError, AttributeError):
                     self.detector.evidence.members.pop(ident, None)   # damaged: gathered again
+            elif metric == "burst":
+                try:
+                    self.detector.load_burst(ident, st, time.time())
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    self.detector.devices[ident].burst = None   # damaged: learned again from the next fall
         self._load_capability()
         self._start: diskstats.DiskSample | None = None
         self._lock = threading.Lock()
@@ -146,6 +154,10 @@ class PassiveWatch:
         name_of = {ident[n]: n for n in rates}
         stacks = {ident[n]: tuple(ident[m] for m in members if m in ident)
                   for n, members in stacked.items() if n in ident}
+        for target, bucket in self.buckets.items():
+            volume = (snap.pins or {}).get(target)
+            if volume is not None:
+                self.detector.set_bucket(volume, *bucket)
         observed = self.detector.observe(windows, groups, stacks)
         transitions = [(_named(t, name_of, self._pattern(name_of)), name_of.get(t.device, t.device))
                        for t in observed]
@@ -207,6 +219,7 @@ class PassiveWatch:
         out = [(ident, f"curve:{direction}:{unit}", st)
                for (ident, direction, unit), st in self.detector.curves_state().items()]
         out += [(ident, "evidence", self.detector.evidence.to_state(ident)) for ident in self.detector.evidence.members]
+        out += [(ident, "burst", st) for ident, st in self.detector.bursts_state(time.time()).items()]
         # posted to the core, which writes them while this part learns on: copies, read-only
         return tuple((ident, metric, frozen(st)) for ident, metric, st in out) + self._view_saves()
 
@@ -216,6 +229,11 @@ class PassiveWatch:
             "device": name, "slowdown_ratio": v.slowdown_ratio, "expected_await_ms": v.expected_await_ms,
             "learned_windows": v.learned_windows, "peer_ratio": v.peer_ratio, "ceiling": v.ceiling,
             "flagged": list(v.flagged), "headroom_ratio": v.headroom_ratio,
+            "burst": None if v.burst is None else {
+                "balance_ratio": v.burst.balance_ratio, "seconds_left": v.burst.seconds_left,
+                "draw_iops": v.burst.draw_iops, "baseline_iops": v.burst.bucket.baseline_iops,
+                "burst_iops": v.burst.bucket.burst_iops, "capacity_ios": v.burst.bucket.capacity_ios,
+                "source": v.burst.bucket.source},
             "knee": {direction: {"load": k.load, "unit": k.unit, "seen_up_to": k.seen_up_to, "why_none": k.why_none}
                      for direction, k in v.knee.items()},
             "tail": None if v.tail is None else {"direction": v.tail.direction, "tail_ms": v.tail.tail_ms,

@@ -202,5 +202,10 @@ def explain(detector: PassiveDetector, intervals: list[dict]) -> list[dict]:
             "knee": {d: {"load": round(k.load, 1) if k.load is not None else None, "unit": k.unit,
                          "why_none": k.why_none} for d, k in sorted(v.knee.items())},
             "headroom_ratio": {d: round(r, 2) for d, r in sorted(v.headroom_ratio.items())},
+            # the burst bucket it learned from a fall and a recovery, and its balance as the recording ends
+            "burst": None if v.burst is None else {
+                "burst_iops": round(v.burst.bucket.burst_iops), "baseline_iops": round(v.burst.bucket.baseline_iops),
+                "capacity_ios": round(v.burst.bucket.capacity_ios),
+                "balance_ratio": None if v.burst.balance_ratio is None else round(v.burst.balance_ratio, 3)},
         })
     return rows

@@ -8,16 +8,17 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
+from iowarden.daemon.passive.burst import BurstParams
 from iowarden.daemon.passive.evidence import EvidenceParams
 from iowarden.daemon.snapshot import frozen
 from iowarden.daemon.passive.tail import TailParams
 
 
 DIRECTIONS = ("read", "write")
-KINDS = ("self", "peers", "saturation", "contention")
+KINDS = ("self", "peers", "saturation", "contention", "burst")
 SUSPECT_WEIGHT = 0.125
 ALERT_OF_KIND = {"self": "DeviceSlow", "peers": "SlowMember", "saturation": "VolumeAtLimit",
-                 "contention": "VolumeContended"}
+                 "contention": "VolumeContended", "burst": "BurstCreditsLow"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class PassiveParams:
     clear_run_windows: int = 12
     knee_multiple: float = 2.0      # the knee: the load at which the learned await reaches this x the unloaded
     peak_block_windows: int = 120   # the headroom's peak: the max load of the last one or two such blocks
+    burst_horizon_seconds: float = 1800.0   # BurstCreditsLow when a bucket's credits last less at the current draw
     peer_ratio: float = 2.0
     peer_clear_ratio: float = 1.5
     peer_windows: int = 480         # two hours of 15 s windows with traffic
@@ -91,11 +93,14 @@ class PassiveParams:
     def tail(self) -> TailParams:
         return TailParams(block_windows=self.tail_block_windows, ratio=self.tail_ratio, floor_ms=self.tail_floor_ms)
 
+    def burst(self) -> BurstParams:
+        return BurstParams(horizon_seconds=self.burst_horizon_seconds, flat_windows=self.saturation_windows)
+
 
 # The [passive] keys an operator may tune (same names as the fields), each with its range in the schema.
 PASSIVE_KEYS = ("window_seconds", "self_ratio", "peer_ratio", "peer_windows", "saturation_windows", "floor_ms",
                 "evidence_allowance", "evidence_threshold", "tail_ratio", "tail_floor_ms",
-                "tail_block_seconds", "loop_peers", "knee_multiple")
+                "tail_block_seconds", "loop_peers", "knee_multiple", "burst_horizon_seconds")
 # Derived from a key: evidence_block_windows (an hour of windows). Internal: everything else, tuned on the
 # Perseus development hosts and shown leave-one-cluster-out (bench/passive_perseus.py, docs/detector.md);
 # a change moves the figures there, so they are not an operator's knob.
@@ -140,7 +145,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Transition:
-    kind: str                 # self, peers, saturation, contention
+    kind: str                 # self, peers, saturation, contention, burst
     device: str
     state: str                # raised, cleared, updated
     severity: str
@@ -174,6 +179,7 @@ class DeviceView:
     neighbours_ratio: float | None = None   # the host's other disks' median slowdown at their loads (host.py)
     knee: dict = field(default_factory=dict)        # direction -> headroom.Knee of its learned curve
     headroom_ratio: dict = field(default_factory=dict)   # direction -> the knee over the recent peak load
+    burst: object = None           # burst.Forecast: its bucket's balance and time left, where a bucket is known
 
     def __post_init__(self):
         # a view is posted in PassiveJudged and published in snapshots: its mappings read-only
@@ -203,6 +209,7 @@ class DeviceTrack:
     last_ratio: dict = field(default_factory=dict)
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None
+    burst: object = None                                  # burst.BurstTrack: its bucket, learned or configured
 
 
 def median_of(xs):

@@ -95,7 +95,7 @@ def test_prometheus_scrapes_iowarden_and_every_dashboard_query_runs(loop_xfs, tm
     # its range) return series from this scrape
     may_be_empty = ("iowarden_md_", "iowarden_alert_active", "iowarden_passive_", "iowarden_cpu_idle_state",
                     "iowarden_deviation_score", "iowarden_baseline_", "changes(iowarden_settings_drift_total",
-                    "iowarden_pm_qos_", "iowarden_device_headroom_ratio")
+                    "iowarden_pm_qos_", "iowarden_device_headroom_ratio", "iowarden_volume_burst_")
     empty = []
     for expr in _dashboard_queries():
         q = _substitute(expr)

@@ -364,8 +364,10 @@ def test_a_deep_queue_in_front_of_a_shallow_device_names_the_kernel_queue_with_d
     # device time about flat: it holds the same 128 either way. Its median, not its tail: the throttle below
     # releases them in bursts, and on a busy machine a burst missed moved the device's p99 4.8x between runs
     # (485 ms at QD128, 101 ms at QD1024) while its median stayed at 2.7-2.9 ms. The queue's tail grows by
-    # orders of magnitude.
-    assert 1 / 2 <= p50(1024, "device") / p50(128, "device") <= 2
+    # orders of magnitude. The device here is a loop device, its service time the CPU's: on the suite's busy
+    # two cores its median moved 2.02x between the two runs ten seconds apart (4.6 and 9.3 ms) while the queue's
+    # p99 went from 0.02 ms to 569 ms; flat is within 2.5x, the queue's growth is 25x and more
+    assert 1 / 2.5 <= p50(1024, "device") / p50(128, "device") <= 2.5
     assert p99(1024, "queue") >= 2 * p99(1024, "device")   # the tail is the queue's, not the device's
     assert p99(1024, "queue") >= 4 * max(p99(128, "queue"), p50(128, "device"))   # the queue grew
     assert "the time goes to the kernel's queue in front of the device" in deep, deep

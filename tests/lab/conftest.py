@@ -7,7 +7,8 @@ Disks (sparse files in the run directory, each with the identity a real one has)
   nv1       NVMe controller      -> XFS on /srv/nvme
   hp1       virtio-scsi, WWN     -> XFS on /srv/hot (hot-removed and re-added)
   ca, cb    virtio, serials      -> md2, RAID0 over two, XFS on /srv/pair   (characterize --compare
-  cc        virtio, serial       -> XFS on /srv/single                       RAID0 of two vs one disk)
+  cc        virtio, serial       -> XFS on /srv/single                       RAID0 of two vs one disk;
+                                    a QEMU burst bucket on it for BurstCreditsLow, test_lab_burst.py)
   wsd       virtio, serial       -> XFS on /srv/ws (characterize's working-set sweep, in a small memory cgroup)
 iowarden is installed from the .deb packaging/ builds and runs as its systemd service.
 """
@@ -93,6 +94,8 @@ devices = {tracer_devices}
 max_cpu_cores = 1.0
 [passive]
 window_seconds = 2.0
+# the lab's burst bucket drains in three minutes where a cloud volume's takes an hour: its horizon scaled alike
+burst_horizon_seconds = 120.0
 [scheduling]
 max_deferral_seconds = 30.0
 [detector]

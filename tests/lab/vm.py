@@ -365,6 +365,17 @@ class Guest:
         self.qmp.execute("block_set_io_throttle", id=qdev, bps=0, bps_rd=0, bps_wr=0,
                          iops=iops, iops_rd=0, iops_wr=0)
 
+    def throttle_bucket(self, disk_id: str, baseline_iops: int, burst_iops: int, burst_seconds: int) -> None:
+        """A burst bucket on a disk, as a cloud volume's: QEMU's leaky bucket lets `burst_iops` through until
+        `burst_iops` x `burst_seconds` I/Os above the baseline have gone, then `baseline_iops`; it refills at the
+        baseline rate less what the disk does."""
+        qdev = next((b["qdev"] for b in self.qmp.execute("query-block")
+                     if b.get("qdev") in (disk_id, f"/machine/peripheral/{disk_id}/virtio-backend")), None)
+        if qdev is None:
+            raise LabError(f"no block backend for {disk_id}")
+        self.qmp.execute("block_set_io_throttle", id=qdev, bps=0, bps_rd=0, bps_wr=0, iops=baseline_iops,
+                         iops_rd=0, iops_wr=0, iops_max=burst_iops, iops_max_length=burst_seconds)
+
     def unplug(self, disk_id: str, timeout: float = 60) -> None:
         self.qmp.execute("device_del", id=disk_id)
         deadline = time.monotonic() + timeout

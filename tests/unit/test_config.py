@@ -233,3 +233,17 @@ def test_every_detector_and_passive_parameter_is_a_config_key_or_plainly_interna
     assert DetectorParams.from_config(cfg.section("detector")).window == 100
     p = PassiveParams.from_config(cfg.section("passive"))
     assert (p.evidence_threshold, p.window_seconds, p.evidence_block_windows) == (9.5, 30.0, 120)
+
+
+def test_a_burst_bucket_needs_all_three_keys_and_a_baseline_below_its_burst(tmp_path):
+    base = f'[profiles.r]\nrw = "randread"\n[[targets]]\nname = "db"\npath = "{tmp_path}"\nprofiles = ["r"]\n'
+    with pytest.raises(config.ConfigError) as e:
+        config.parse(base + "burst_iops = 3000.0\nburst_baseline_iops = 300.0\n", "b.toml")
+    assert re.match(r"b\.toml:7: targets\[0\]\.burst_iops: a burst bucket needs all three", e.value.errors[0]), e.value.errors
+    with pytest.raises(config.ConfigError) as e:
+        config.parse(base + "burst_iops = 300.0\nburst_baseline_iops = 3000.0\nburst_capacity_ios = 5.4e6\n", "b.toml")
+    assert re.match(r"b\.toml:8: targets\[0\]\.burst_baseline_iops: the baseline \(3000 IOPS\) must be below",
+                    e.value.errors[0]), e.value.errors
+    ok = config.parse(base + "burst_iops = 3000.0\nburst_baseline_iops = 300.0\nburst_capacity_ios = 5.4e6\n", "b.toml")
+    assert ok.targets[0].bucket == (3000.0, 300.0, 5.4e6)
+    assert config.parse(base, "b.toml").targets[0].bucket is None

@@ -84,9 +84,14 @@ def test_a_fault_is_raised_once_while_it_lasts_and_closed_within_five_minutes_of
     first = min(t for t, _ in raised)
     slot = oncall.target.interval_seconds / len(oncall.target.profiles)
     confirm = config.parse(EXAMPLE.read_text()).section("scheduling").warmup_interval_seconds
+    # the profiles' own jittered intervals drift against each other, so two can run close together and leave
+    # up to two slots with none (seen: 130 s after the fault's start with a slot of 75 s); the first probe in
+    # the fault comes within that, and the run that raises it follows from there
+    seen = min(at for at, _, _ in oncall.sch.ran if at >= fault[0])
+    assert seen <= fault[0] + 2 * slot + TICK_S, (seen - fault[0], slot)
     # (each step of the fake clock can hold a probe back one step: the daemon's scheduler steps every second)
-    within = slot + TICK_S + (DetectorParams().extreme_run - 1) * (confirm + TICK_S) + PROBE_SECONDS
-    assert fault[0] <= first <= fault[0] + within, (first - fault[0], within, depth)
+    within = TICK_S + (DetectorParams().extreme_run - 1) * (confirm + TICK_S) + PROBE_SECONDS
+    assert fault[0] <= first <= seen + within, (first - seen, within, depth)
     # one alert per profile that moved, never raised twice while the fault lasts
     profiles = [c.profile for _, c in raised]
     assert len(profiles) == len(set(profiles)), [(round(t - fault[0]), c.profile) for t, c in raised]

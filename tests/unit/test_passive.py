@@ -129,6 +129,22 @@ def test_every_member_slowing_together_is_said_to_be_the_array_not_a_member():
     assert all(DAY + 170 <= i <= DAY + 250 for i, _ in together), [i - DAY for i, _ in together]
 
 
+def test_a_group_slow_together_clears_within_minutes_of_recovering_not_when_its_hour_has_drained():
+    """The group's finding is over when its members are back: the last clear_run_windows (3 min) all off the
+    slow mark clear it, where waiting for the hour's ring to fall under a quarter slow took 45 minutes."""
+    p = PassiveParams()
+    members = ("sda", "sdb", "sdc", "sdd")
+    end = DAY + 300
+    _, events = run(pt.peer_trace(12, DAY + 600, shift=(DAY, end, 4.0)), groups=[members])
+    raised = [i for i, t in events if t.kind == "self" and t.state == "raised"]
+    cleared = [(i, t) for i, t in events if t.kind == "self" and t.state == "cleared"]
+    assert len(raised) == len(members) and len(cleared) == len(members), [(i, t.state) for i, t in events]
+    assert all(end <= i <= end + p.clear_run_windows + 2 for i, _ in cleared), [i - end for i, _ in cleared]
+    assert all("back on its normal" in t.summary for _, t in cleared)
+    # and a relapse needs a whole hour of windows again: none raised in the 300 windows after
+    assert not [i for i in raised if i > end]
+
+
 def test_a_volume_held_flat_at_a_ceiling_with_a_queue_is_at_its_limit():
     det = PassiveDetector()
     events = []
