@@ -54,14 +54,16 @@ class BurstParams:
     levels_kept: int = 16             # the stretches kept to measure what a drain drew
 
 
-@dataclass
+@dataclass(slots=True)   # up to levels_kept per device, on every device
 class Level:
-    """A stretch of windows at one rate."""
+    """A stretch of windows at one rate. Its length is the windows' own seconds (the sampler's monotonic
+    intervals); start and end are wall time, only to say when."""
     start: float
     end: float
     windows: int
     sum_iops: float
     busy_windows: int
+    seconds: float = 0.0
     shape: tuple = ()     # the requests' direction and size: a fall is at one shape (backup reads, then
                           # compaction writes at a quarter of their IOPS, is a new job, not a bucket)
 
@@ -137,9 +139,10 @@ def _add_level(t: BurstTrack, p: BurstParams, end: float, seconds: float, iops: 
     cur = t.levels[-1] if t.levels else None
     if cur is not None and cur.shape == shape and abs(iops - cur.mean) <= p.level_tolerance * max(cur.mean, 1.0):
         cur.end, cur.windows, cur.sum_iops = end, cur.windows + 1, cur.sum_iops + iops
+        cur.seconds += seconds
         cur.busy_windows += busy
     else:
-        t.levels.append(Level(end - seconds, end, 1, iops, int(busy), shape))
+        t.levels.append(Level(end - seconds, end, 1, iops, int(busy), seconds, shape))
 
 
 def _fall(t: BurstTrack, p: BurstParams) -> bool:
@@ -161,13 +164,12 @@ def _fall(t: BurstTrack, p: BurstParams) -> bool:
         high.append(level)
     if sum(level.windows for level in high) < p.min_burst_windows:
         return False
-    burst = sum(level.mean * (level.end - level.start) for level in high) / sum(level.end - level.start
-                                                                                 for level in high)
+    burst = sum(level.mean * level.seconds for level in high) / sum(level.seconds for level in high)
     drawn = 0.0   # what the stretches above the baseline drew, back to the last one at or under it
     for level in list(t.levels)[-2::-1]:
         if level.mean <= baseline * (1 + p.level_tolerance):
             break
-        drawn += (level.mean - baseline) * (level.end - level.start)
+        drawn += (level.mean - baseline) * level.seconds
     known = t.bucket or t.candidate
     if t.bucket is not None and t.bucket.source == "configured":
         pass   # what the config says stands; the fall only anchors the balance

@@ -374,7 +374,8 @@ class PassiveDetector(GroupRules):
         if d.burst is None:
             d.burst = burst.learning()
         iops = sum(f.iops or 0.0 for f in w.flows.values())
-        busy = (w.util_percent or 0.0) >= self.p.saturation_util_percent and (w.queue_size or 0.0) >= self.p.saturation_queue
+        busy = ((w.util_percent or 0.0) >= self.p.saturation_util_percent
+                and (w.queue_size or 0.0) >= self.p.saturation_queue)
         shape = (_mostly(w.flows), _size_bucket(iops, sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024))
         out = []
         for state, summary, ev in burst.step(d.burst, self.burst_params, w.device, w.end, w.seconds, iops, busy,
