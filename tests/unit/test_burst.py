@@ -199,3 +199,14 @@ def test_replay_of_a_recorded_day_shows_the_warning_and_the_learned_bucket(tmp_p
     assert row["burst"]["baseline_iops"] == pytest.approx(300, rel=0.05), row["burst"]
     assert cli.main(["replay", "--passive", str(path), "--explain", "--window", "15"]) == 0
     assert "300 -> 2," in capsys.readouterr().out
+
+
+def test_a_fall_that_steps_down_over_a_few_windows_is_still_a_fall():
+    """On a loaded machine the rate can take three windows to fall (150, 110, 70, then 50): still one fall."""
+    p, t = burst.BurstParams(), burst.learning()
+    clock = 0.0
+    for iops, busy in [(150.0, False)] * 10 + [(110.0, True), (90.0, True), (70.0, True)] + [(50.0, True)] * 6:
+        clock += 2.0
+        burst.step(t, p, "vdj", clock, 2.0, iops, busy)
+    assert t.candidate is not None and abs(t.candidate.baseline_iops - 50) < 1, t.candidate
+    assert abs(t.candidate.burst_iops - 150) < 15   # the 110 of the step is above 1.5x the baseline: counted
