@@ -117,7 +117,11 @@ def _backup_beside(d, db: str, disk: str, neighbour: Path) -> None:
         assert alerts == [], f"paged for a neighbour's backup: {alerts}"
         # judged, not passed over: each contended probe's total was read on the disk the backup filled
         # (in the probe's one line of the log: "probe ... (contended): the busy disk delivered N IOPS ... on DISK, ...")
-        totals = [line for line in d.output().splitlines() if "(contended): the busy disk delivered" in line]
+        # the log line of the probe whose row was just read can still be on its way from the daemon's output
+        def said():
+            lines = [line for line in d.output().splitlines() if "(contended): the busy disk delivered" in line]
+            return lines if len(lines) >= len(contended) else None
+        totals = wait_for(said, timeout=30, what="each contended probe's line in the log")
         assert len(totals) >= 6 and all(f" in total on {disk}, " in line for line in totals), totals[-3:]
         assert {dev for dev, _ in contended} == {f"{disk}p1"}, contended
         # the disk itself held at a limit, the backup still running: short on the disk too, and paged. The limit
