@@ -24,7 +24,7 @@ from iowarden.daemon import config as configmod
 from iowarden.daemon.probing.discovery import targets_now
 from iowarden.daemon.core.state_schema import StateDamaged, StateUnavailable
 from iowarden.daemon.core.statedir import state_dir_problem
-from iowarden.daemon.commands.args import DefaultsShown, positive_int, positive_seconds, version_text
+from iowarden.daemon.commands.args import DefaultsShown, duration, instant, positive_int, positive_seconds, version_text
 from iowarden.daemon.commands.inspect import cmd_settings, cmd_xfs
 from iowarden.daemon.commands.replay import REPLAY_METRICS, cmd_replay
 from iowarden.daemon.commands.tables import dumps, human_bytes, print_lines as _print, table
@@ -289,7 +289,30 @@ def build_parser() -> argparse.ArgumentParser:
                     "ISO 8601)")
     rp.add_argument("--passive", metavar="FILE", help="JSON lines as `iowarden iostat --json` prints them: the "
                     "passive detector (self, peers, saturation) over them")
-    rp.add_argument("--window", type=positive_seconds, help="with --passive: seconds per window (default 15)")
+    rp.add_argument("--prometheus", metavar="URL", help="the passive detector over node_exporter's disk counters "
+                    "kept in Prometheus (or Thanos, Mimir, VictoriaMetrics: the server's base URL), host by host, "
+                    "beside node-mixin's NodeDiskIOSaturation over the same window")
+    rp.add_argument("--instance", action="append", metavar="HOST", help="with --prometheus: only this instance "
+                    "label (repeatable; default: every instance with node_disk_* series in the window)")
+    rp.add_argument("--from", dest="start", type=instant, default="now-1d", metavar="T",
+                    help="with --prometheus: the window's start: now-30d, Unix seconds or ISO 8601")
+    rp.add_argument("--to", dest="end", type=instant, default="now", metavar="T", help="with --prometheus: its end")
+    rp.add_argument("--scrape-interval", type=duration, default=15.0, metavar="DURATION",
+                    help="with --prometheus: how often the server scraped node_exporter (what a chunk of "
+                    "--max-points samples spans, and how far apart two scrapes may be before it is a gap)")
+    rp.add_argument("--timeout", type=duration, default=30.0, metavar="DURATION",
+                    help="with --prometheus: the whole time one request may take")
+    rp.add_argument("--retries", type=positive_int, default=3, help="with --prometheus: tries per request")
+    rp.add_argument("--max-points", type=positive_int, default=10_000,
+                    help="with --prometheus: samples per series in one request (halved while the server refuses)")
+    rp.add_argument("--bearer-token-file", metavar="FILE", help="with --prometheus: a token sent as "
+                    "'Authorization: Bearer' (its first line; never printed)")
+    rp.add_argument("--basic-auth-user", metavar="USER", help="with --prometheus: HTTP basic auth's user")
+    rp.add_argument("--password-file", metavar="FILE", help="with --basic-auth-user: the password (its first line)")
+    rp.add_argument("--plot", metavar="DIR", help="with --prometheus: per device named, its await against its "
+                    "peers' over the window with the alerts shaded, as DIR/INSTANCE_DEVICE.png and .svg (matplotlib)")
+    rp.add_argument("--window", type=positive_seconds, help="with --passive or --prometheus: seconds per window "
+                    "(default 15; the lines or scrapes are pooled into windows at least this long)")
     rp.add_argument("--explain", action="store_true", help="with --passive: per drive, what it was judged on: "
                     "latency over its peers' at comparable load, the stray healthy drives of the group show, hours "
                     "above the peers, the accumulated evidence against the threshold, latency over its own normal")

@@ -19,7 +19,7 @@ def available() -> bool:
     return True
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
     matplotlib.use("Agg")   # files only: no display on a server
     import matplotlib.pyplot as plt
@@ -49,13 +49,13 @@ _SWEEPS = {
 
 def write_plots(points: list[ch.Point], found: dict, out, title: str) -> list[str]:
     """One PNG (and SVG) per sweep measured, in the order of _SWEEPS."""
-    plt = _pyplot()
+    plt = pyplot()
     written = []
     for sweep, spec in _SWEEPS.items():
         pts = sorted((p for p in points if p.ok and p.sweep == sweep), key=lambda p: p.value)
         if pts:
             fig = sweep_figure(plt, pts, found, f"{title}: {sweep}", **spec)
-            written.append(_save(fig, plt, out, f"{sweep}.png"))
+            written.append(save_figure(fig, plt, out, f"{sweep}.png"))
     return written
 
 
@@ -103,8 +103,8 @@ def _legend_below(ax, lines) -> None:
 
 
 def write_compare_plot(rows, names: tuple[str, str], out, file_name: str) -> str:
-    plt = _pyplot()
-    return _save(compare_figure(plt, rows, names), plt, out, file_name, svg=False)
+    plt = pyplot()
+    return save_figure(compare_figure(plt, rows, names), plt, out, file_name, svg=False)
 
 
 def compare_figure(plt, rows, names: tuple[str, str]):
@@ -133,7 +133,7 @@ def _plain_ticks(fig) -> None:
             ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
 
 
-def _save(fig, plt, out, name: str, svg: bool = True) -> str:
+def save_figure(fig, plt, out, name: str, svg: bool = True) -> str:
     """Into an OutDir (outdir.py): each file created by the command, never through a link found there."""
     _plain_ticks(fig)
     fig.tight_layout()

@@ -66,10 +66,16 @@ def read_series_csv(path: str) -> list[tuple[float, float]]:
 
 
 def cmd_replay(args) -> int:
+    if args.passive and getattr(args, "prometheus", None):
+        raise ParseError("replay reads --passive FILE or --prometheus URL, not both")
+    if getattr(args, "prometheus", None):
+        from iowarden.daemon.commands.replay_prometheus import cmd_replay_prometheus
+        return cmd_replay_prometheus(args)
     if args.passive:
         return _replay_passive(args)
     if not args.csv:
-        raise ParseError("replay needs a CSV of probe values, or --passive FILE of `iowarden iostat --json` lines")
+        raise ParseError("replay needs a CSV of probe values, --passive FILE of `iowarden iostat --json` lines, "
+                         "or --prometheus URL of a server keeping node_exporter's disk counters")
     from iowarden.daemon.verdicts.detect import DetectorParams, replay
     series = read_series_csv(args.csv)
     params = DetectorParams(warmup_probes=args.warmup) if args.warmup else DetectorParams()

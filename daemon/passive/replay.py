@@ -110,25 +110,42 @@ class _Pool:
         return Window(device, end, self.seconds, flows, extra["aqu-sz"], extra["util"])
 
 
-def windows_of(lines: list[Line], window_seconds: float) -> list[tuple[float, list[Window]]]:
-    """Batches of windows that end together, in time order."""
-    typical = _typical_interval(lines) or window_seconds
-    pools: dict[str, _Pool] = {}
-    prev: dict[str, float] = {}
-    batches: dict[float, list[Window]] = defaultdict(list)
-    for line in sorted(lines, key=lambda x: (x.timestamp, x.device)):
-        gap = line.timestamp - prev.get(line.device, -math.inf)
-        prev[line.device] = line.timestamp
-        if gap > MAX_GAP_WINDOWS * max(window_seconds, typical):
-            pools.pop(line.device, None)   # after a gap the first line's interval is the usual one
-            seconds = typical
+class WindowPooler:
+    """Lines pooled into windows as they come, in time order (per device): a window is given out once it holds
+    at least `window_seconds`; after a gap of more than MAX_GAP_WINDOWS windows (or typical intervals) a
+    device starts afresh. A replay that reads its lines in chunks (a month of history from a server) feeds
+    them here chunk by chunk and holds no more than a window of each device."""
+
+    def __init__(self, window_seconds: float, typical_seconds: float | None = None):
+        self.window_seconds = window_seconds
+        self.typical_seconds = typical_seconds or window_seconds
+        self.pools: dict[str, _Pool] = {}
+        self.prev: dict[str, float] = {}
+
+    def add(self, line: Line) -> Window | None:
+        gap = line.timestamp - self.prev.get(line.device, -math.inf)
+        self.prev[line.device] = line.timestamp
+        if gap > MAX_GAP_WINDOWS * max(self.window_seconds, self.typical_seconds):
+            self.pools.pop(line.device, None)   # after a gap the first line's interval is the usual one
+            seconds = self.typical_seconds
         else:
             seconds = gap
-        pool = pools.setdefault(line.device, _Pool())
+        pool = self.pools.setdefault(line.device, _Pool())
         pool.add(line, seconds)
-        if pool.seconds >= window_seconds * 0.999:
-            batches[line.timestamp].append(pool.window(line.device, line.timestamp))
-            del pools[line.device]
+        if pool.seconds >= self.window_seconds * 0.999:
+            del self.pools[line.device]
+            return pool.window(line.device, line.timestamp)
+        return None
+
+
+def windows_of(lines: list[Line], window_seconds: float) -> list[tuple[float, list[Window]]]:
+    """Batches of windows that end together, in time order."""
+    pooler = WindowPooler(window_seconds, _typical_interval(lines))
+    batches: dict[float, list[Window]] = defaultdict(list)
+    for line in sorted(lines, key=lambda x: (x.timestamp, x.device)):
+        w = pooler.add(line)
+        if w is not None:
+            batches[line.timestamp].append(w)
     return sorted(batches.items())
 
 
@@ -161,20 +178,31 @@ def replay(lines: list[Line], params: PassiveParams = PassiveParams(),
            record_blocks: bool = False) -> tuple[list[dict], PassiveDetector]:
     """The alert intervals, and the detector as the replay left it (its views, its evidence; with
     record_blocks, every block of peer evidence it closed, for tuning)."""
-    detector = PassiveDetector(params, record_blocks=record_blocks)
-    groups = trace_peer_groups(lines)
-    open_: dict = {}
-    out: list[dict] = []
+    run = PassiveReplay(params, trace_peer_groups(lines), record_blocks)
     for end, batch in windows_of(lines, params.window_seconds):
-        for t in detector.observe(batch, groups):
+        run.observe(end, batch)
+    return run.intervals, run.detector
+
+
+class PassiveReplay:
+    """One host's detector over its windows, batch by batch in time order, and the alert intervals it
+    raised: {"device", "start", "end", "severity", "kind", "summary"} (end None while open)."""
+
+    def __init__(self, params: PassiveParams, groups: list[tuple[str, ...]], record_blocks: bool = False):
+        self.detector = PassiveDetector(params, record_blocks=record_blocks)
+        self.groups = groups
+        self.intervals: list[dict] = []
+        self._open: dict = {}
+
+    def observe(self, end: float, batch: list[Window]) -> None:
+        for t in self.detector.observe(batch, self.groups):
             key = (t.device, t.kind)
             if t.state == "raised":
-                open_[key] = {"device": t.device, "start": end, "end": None, "severity": t.severity,
-                              "kind": t.kind, "summary": t.summary}
-                out.append(open_[key])
-            elif t.state == "cleared" and key in open_:
-                open_.pop(key)["end"] = end
-    return out, detector
+                self._open[key] = {"device": t.device, "start": end, "end": None, "severity": t.severity,
+                                   "kind": t.kind, "summary": t.summary}
+                self.intervals.append(self._open[key])
+            elif t.state == "cleared" and key in self._open:
+                self._open.pop(key)["end"] = end
 
 
 def explain(detector: PassiveDetector, intervals: list[dict]) -> list[dict]:

@@ -16,7 +16,8 @@ from tests.integration.helpers import free_port
 
 
 class Server:
-    def __init__(self, argv: list[str], ready_url: str, log_path: str, timeout: float = 60):
+    def __init__(self, argv: list[str], ready_url: str, log_path: str, timeout: float = 60,
+                 ready_headers: dict | None = None):
         self.log = open(log_path, "w+")
         self.argv = argv
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -25,7 +26,8 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{argv[0]} exited: {self.output()[-2000:]}")
             try:
-                with urllib.request.urlopen(ready_url, timeout=2) as r:
+                with urllib.request.urlopen(urllib.request.Request(ready_url, headers=ready_headers or {}),
+                                            timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, OSError):

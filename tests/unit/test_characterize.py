@@ -138,7 +138,7 @@ def test_each_plot_is_a_real_image_of_the_expected_size_with_its_series_in_it(tm
 def test_every_plot_has_iops_on_the_left_and_a_legend_naming_its_lines():
     """On main IOPS moved between the left and right axes from one plot to the next, and no plot had a legend."""
     from iowarden.daemon.commands import characterize_plots as cp
-    plt = cp._pyplot()
+    plt = cp.pyplot()
     pts = [ch.Point("bs", b, 1000.0, 1000.0 * b, 1e-3, 2e-3, 3e-3) for b in ch.BS_STEPS]
     found = {"bs": {"bandwidth_bound_from_bytes": 16384}}
     for sweep, spec in cp._SWEEPS.items():
@@ -219,7 +219,7 @@ def test_no_line_crosses_a_legend_in_any_plot():
     """The right axis's line was drawn over the legend and crossed out its text: every legend is below the axes,
     its box clear of every axes' box (where all the lines are), in each sweep's plot and the comparison."""
     from iowarden.daemon.commands import characterize_plots as cp
-    plt = cp._pyplot()
+    plt = cp.pyplot()
     pts = [ch.Point("qd", q, 100.0 * q, 4096.0 * 100 * q, 1e-3, 2e-3 * q, 3e-3 * q) for q in (1, 2, 4, 8, 16, 32, 64)]
     figures = [cp.sweep_figure(plt, [ch.replace(p, sweep=sweep) for p in pts], {"qd": {"knee_depth": 16}}, sweep, **spec)
                for sweep, spec in cp._SWEEPS.items()]
@@ -243,7 +243,7 @@ def test_no_line_crosses_a_legend_in_any_plot():
 def test_a_step_left_out_is_drawn_as_such_and_a_knee_at_the_last_step_is_not_drawn():
     from iowarden.daemon.commands import characterize_plots as cp
     from iowarden.daemon.commands.characterize_report import findings
-    plt = cp._pyplot()
+    plt = cp.pyplot()
     pts = [ch.Point("qd", q, 100.0 * q, 0.0, 1e-3, 2e-3, 3e-3) for q in (1, 2, 4, 8)]
     pts[1] = ch.replace(pts[1], iops=10.0, suspect="out of line twice")
     found = findings(pts)
