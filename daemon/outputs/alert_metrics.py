@@ -97,7 +97,9 @@ def alert_families(s, runbook_url: str = DEFAULT_RUNBOOK_URL):
         if on_it:
             said = "; ".join(f"{r.alert} #{r.id} on this volume ({texts[r.id][1] or r.target}): {texts[r.id][3].what}"
                              for r in on_it)
-            more = cut(said + (f"; {more}" if more else ""))
+            # the page's own further causes first (who does the other I/O, and how much), the alerts riding on
+            # it after: a long rider (a ceiling and its history) cut the culprit's cgroup from a page's end
+            more = cut((f"{more}; " if more else "") + said)
         if a.id in fold_of:   # its page may have closed moments ago (pages.RIDER_GRACE_SECONDS): still not paged
             f = fold_of[a.id]
             folded.add_metric([a.alert, a.volume, a.profile, f.into_alert, str(f.into)], 1)

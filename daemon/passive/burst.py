@@ -55,6 +55,10 @@ class BurstParams:
 
 
 MAX_STEP_WINDOWS = 3   # windows between the burst rate and the baseline a fall may take
+# A burst shorter than this is a job's spurt, not a bucket's credits: the shortest bucket shown (the lab's QEMU
+# throttle group, 90 s at its burst rate) lasts longer, a cloud volume's minutes to hours. Eight seconds of an
+# application unthrottled before a blkio cap read as "a burst bucket's credits spent, after 0 min at 27,539 IOPS".
+MIN_BURST_SECONDS = 60.0
 
 
 @dataclass(slots=True)   # up to levels_kept per device, on every device
@@ -150,8 +154,8 @@ def _add_level(t: BurstTrack, p: BurstParams, end: float, seconds: float, iops: 
 
 def _fall(t: BurstTrack, p: BurstParams) -> bool:
     """A fall completed with this window: the current stretch has just become `flat_windows` long, every one
-    of them busy, straight after stretches (at least `min_burst_windows` of windows, a window's step between
-    them aside) at `fall_ratio` times its rate or more. Learns a candidate (or anchors a known bucket's balance
+    of them busy, straight after stretches (at least `min_burst_windows` of windows and MIN_BURST_SECONDS, a
+    window's step between them aside) at `fall_ratio` times its rate or more. Learns a candidate (or anchors a known bucket's balance
     at 0, and grows a learned one's capacity to what this drain drew, when more)."""
     low = t.levels[-1]
     if low.windows != p.flat_windows or low.busy_windows < low.windows or low.mean <= 0:
@@ -170,7 +174,8 @@ def _fall(t: BurstTrack, p: BurstParams) -> bool:
         if level.mean < p.fall_ratio * baseline or level.shape != low.shape:
             break
         high.append(level)
-    if sum(level.windows for level in high) < p.min_burst_windows:
+    if sum(level.windows for level in high) < p.min_burst_windows or \
+            sum(level.seconds for level in high) < MIN_BURST_SECONDS:
         return False
     burst = sum(level.mean * level.seconds for level in high) / sum(level.seconds for level in high)
     drawn = 0.0   # what the stretches above the baseline drew, back to the last one at or under it

@@ -6,7 +6,7 @@ exported it (its node_disk_* counters, scraped at the same instants) for a Prome
 same verdicts from both are the claim tested.
 
 The history: four drives of one model ("SYNTH"), one of them three times slower than the others for part of
-it; an LVM volume (dm-0) that a batch job keeps 12 deep, healthy and steady (node-mixin's NodeDiskIOSaturation
+it (or none); an LVM volume (dm-0) that a batch job keeps 12 deep, healthy and steady (node-mixin's NodeDiskIOSaturation
 fires on it, 30 minutes in); one drive re-created part way (its counters start again from zero); and a gap
 in the scrapes (nothing recorded for a few minutes).
 """
@@ -81,14 +81,15 @@ class History:
         return "\n".join(out) + "\n"
 
 
-def synthetic(seed: int, start: float, scrapes: int = 1600, scrape_seconds: float = 15.0) -> History:
-    """A host's history as in the module's docstring: the slow drive from 50 % to 85 % of it, sdb re-created
-    at 62 %, no scrapes from 69 % for 20 scrapes."""
+def synthetic(seed: int, start: float, scrapes: int = 1600, scrape_seconds: float = 15.0, slow: bool = True,
+              instance: str = "db-1:9100") -> History:
+    """A host's history as in the module's docstring: the slow drive from 50 % to 85 % of it (none with
+    slow=False), sdb re-created at 62 %, no scrapes from 69 % for 20 scrapes."""
     rng = random.Random(seed)
-    slow_from, slow_to = int(scrapes * 0.5), int(scrapes * 0.85)
+    slow_from, slow_to = (int(scrapes * 0.5), int(scrapes * 0.85)) if slow else (scrapes, scrapes)
     reset_at, gap = int(scrapes * 0.62), range(int(scrapes * 0.69), int(scrapes * 0.69) + 20)
-    h = History(start, scrape_seconds)
-    h.slow = ("sdc", start + slow_from * scrape_seconds, start + slow_to * scrape_seconds)
+    h = History(start, scrape_seconds, instance=instance)
+    h.slow = ("sdc", start + slow_from * scrape_seconds, start + slow_to * scrape_seconds) if slow else ("", 0, 0)
     totals = {d: [0] * 11 for d in (*DRIVES, "dm-0")}
     for i in range(scrapes):
         t = start + i * scrape_seconds

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import time
@@ -45,9 +46,12 @@ def backfilled(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("history")
     start = (int(time.time()) // 15) * 15 - 8 * 3600
     h = synthetic(seed=59, start=start)
+    # a second host of the fleet, healthy (its own noise, its own re-created drive and gap)
+    healthy = synthetic(seed=60, start=start, slow=False, instance="db-2:9100")
     lines = tmp / "iostat.jsonl"
     lines.write_text(h.iostat_lines())
-    (tmp / "history.om").write_text(h.openmetrics())
+    (tmp / "iostat-2.jsonl").write_text(healthy.iostat_lines())
+    (tmp / "history.om").write_text(h.openmetrics()[:-len("# EOF\n")] + healthy.openmetrics())
     tsdb = tmp / "tsdb"
     made = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(tmp / "history.om"),
                            str(tsdb)], capture_output=True, text=True, timeout=300)
@@ -70,21 +74,22 @@ def backfilled(tmp_path_factory):
         vm = servers.victoria_metrics(tmp / "vm", vm_port, str(tmp / "vm.log"))
         stack.callback(vm.stop)
         req = urllib.request.Request(f"http://127.0.0.1:{vm_port}/api/v1/import/prometheus",
-                                     data=h.prometheus_text().encode(), method="POST")
+                                     data=(h.prometheus_text() + healthy.prometheus_text()).encode(), method="POST")
         urllib.request.urlopen(req, timeout=120).read()
         urllib.request.urlopen(f"http://127.0.0.1:{vm_port}/internal/force_flush", timeout=30).read()
         # searchable about a second after the flush
         wait_for(lambda: servers.query(vm_port, "count(node_disk_info)", at=h.end)["data"]["result"], timeout=30,
                  what="the history searchable in VictoriaMetrics")
-        yield h, lines, prom_port, vm_port
+        yield h, lines, prom_port, vm_port, tmp / "iostat-2.jsonl"
 
 
 def test_the_servers_history_gives_the_verdicts_of_the_iostat_file(backfilled, tmp_path):
-    h, lines, prom_port, vm_port = backfilled
+    h, lines, prom_port, vm_port, healthy_lines = backfilled
     expected = json.loads(replay("--passive", str(lines), "--json").stdout)
     # the history's slow drive named, and only it (the deep but steady dm-0 and the re-created sdb are not)
     assert {i["device"] for i in expected} == {h.slow[0]}, expected
     assert all(h.slow[1] <= i["start"] <= h.slow[2] for i in expected), (expected, h.slow)
+    assert json.loads(replay("--passive", str(healthy_lines), "--json").stdout) == []
     secret = tmp_path / "password"
     secret.write_text(PASSWORD + "\n")
     window = ["--from", f"{h.start:.0f}", "--to", f"{h.end:.0f}", "--json"]
@@ -95,7 +100,10 @@ def test_the_servers_history_gives_the_verdicts_of_the_iostat_file(backfilled, t
         assert r.returncode == 0, (name, r.stderr[-3000:])
         assert PASSWORD not in r.stdout + r.stderr
         out = json.loads(r.stdout)
-        (host,) = out["hosts"]
+        host, other = out["hosts"]
+        # the healthy host: nothing from iowarden, as from its file; node-mixin on its deep dm-0 all the same
+        assert other["instance"] == "db-2:9100" and other["alerts"] == [], other["alerts"]
+        assert {f["device"] for f in other["node_mixin"]["firings"]} == {"dm-0"}
         assert host["instance"] == h.instance and host["devices"] == ["dm-0", "sda", "sdb", "sdc", "sdd"]
         assert host["peers"] == [["sda", "sdb", "sdc", "sdd"]], host["peers"]
         assert intervals(host["alerts"]) == intervals(expected), (name, host["alerts"], expected)
@@ -112,13 +120,15 @@ def test_the_servers_history_gives_the_verdicts_of_the_iostat_file(backfilled, t
     # the named drive's await against its peers', the alert shaded: a PNG and an SVG, nothing for the others
     assert sorted(p.name for p in plots.iterdir()) == [f"db-1_9100_{h.slow[0]}.png", f"db-1_9100_{h.slow[0]}.svg"]
     assert (plots / f"db-1_9100_{h.slow[0]}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"{h.instance}: 5 disks" in text.stdout
-    assert f"node-mixin NodeDiskIOSaturation: 1 firings on 1 disks (dm-0); iowarden: {len(expected)} alerts on " \
-           f"1 disks ({h.slow[0]})" in text.stdout, text.stdout
+    assert f"{h.instance}: 5 disks" in text.stdout and "db-2:9100: 5 disks" in text.stdout
+    # how many firings the scrape gap makes of node-mixin's one run on dm-0 is the server's rate() (one or two)
+    assert re.search(rf"node-mixin NodeDiskIOSaturation: \d+ firings on 1 disks \(dm-0\); iowarden: {len(expected)} "
+                     rf"alerts on 1 disks \({h.slow[0]}\)", text.stdout), text.stdout
+    assert re.search(rf"2 hosts: node-mixin \d+ firings, iowarden {len(expected)} alerts", text.stdout), text.stdout
 
 
 def test_a_refusal_a_wrong_url_no_server_and_no_data_each_say_what_is_wrong(backfilled, tmp_path):
-    h, _, prom_port, _ = backfilled
+    h, _, prom_port, _, _ = backfilled
     url = f"http://127.0.0.1:{prom_port}"
     window = ["--from", f"{h.start:.0f}", "--to", f"{h.end:.0f}"]
     wrong = tmp_path / "wrong"
@@ -151,7 +161,7 @@ def test_a_refusal_a_wrong_url_no_server_and_no_data_each_say_what_is_wrong(back
 
     # the server's cap of 20,000 samples a query: 10,000 scrapes of 40 series is refused, and the replay asks
     # for fewer at a time until it is not (the verdicts are those of the first test, read in more pieces)
-    r = replay("--prometheus", url, *auth, *window, "--json")
+    r = replay("--prometheus", url, *auth, *window, "--instance", h.instance, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["hosts"][0]["alerts"], r.stdout
 

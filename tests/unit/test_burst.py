@@ -202,11 +202,23 @@ def test_replay_of_a_recorded_day_shows_the_warning_and_the_learned_bucket(tmp_p
 
 
 def test_a_fall_that_steps_down_over_a_few_windows_is_still_a_fall():
-    """On a loaded machine the rate can take three windows to fall (150, 110, 70, then 50): still one fall."""
+    """On a loaded machine the rate can take three windows to fall (150, 110, 70, then 50): still one fall (after
+    70 s at the burst rate: a bucket's burst, not a job's spurt)."""
     p, t = burst.BurstParams(), burst.learning()
     clock = 0.0
-    for iops, busy in [(150.0, False)] * 10 + [(110.0, True), (90.0, True), (70.0, True)] + [(50.0, True)] * 6:
+    for iops, busy in [(150.0, False)] * 35 + [(110.0, True), (90.0, True), (70.0, True)] + [(50.0, True)] * 6:
         clock += 2.0
         burst.step(t, p, "vdj", clock, 2.0, iops, busy)
     assert t.candidate is not None and abs(t.candidate.baseline_iops - 50) < 1, t.candidate
     assert abs(t.candidate.burst_iops - 150) < 15   # the 110 of the step is above 1.5x the baseline: counted
+
+
+def test_a_spurt_of_seconds_before_a_cap_is_no_burst_bucket():
+    """An application run unthrottled for a few seconds, then held at a cap: a limit, not a bucket's credits."""
+    p, t = burst.BurstParams(), burst.learning()
+    clock = 0.0
+    for iops, busy in [(27_000.0, True)] * 6 + [(1_400.0, True)] * 10:
+        clock += 5.0
+        burst.step(t, p, "loop1", clock, 5.0, iops, busy)
+    assert t.candidate is None and t.bucket is None
+    assert burst.fall_clause(t, 1_400.0) is None

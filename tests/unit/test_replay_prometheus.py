@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -158,7 +161,8 @@ class Scripted:
 
             def do_GET(self):
                 scripted.seen.append(self.path)
-                status, ctype, body = scripted.answers.pop(0)
+                status, ctype, body, *delay = scripted.answers.pop(0)
+                time.sleep(delay[0] if delay else 0)
                 body = body.replace("{auth}", self.headers.get("Authorization", "")).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
@@ -241,3 +245,25 @@ def test_the_plots_trace_is_io_weighted_and_bounded_in_points():
     for t in range(0, 30 * 86400, 600):
         trace.add(Window("sdc", t, 15, {"read": Flow(1.0, 4.0, 1.0)}))
     assert len(trace.series("sdc")) <= MAX_POINTS
+
+
+def test_ctrl_c_prints_what_was_replayed_and_where_it_stopped(scripted, capsys):
+    """The second host's first answer is slow; Ctrl-C meanwhile: the first host's report, and the stop said."""
+    from iowarden.daemon.cli import parse_command_line
+    ok = lambda data: (200, "application/json", json.dumps({"status": "success", "data": data}))  # noqa: E731
+    samples = [{"metric": {"__name__": name, "device": "sda"}, "values": [[t, str(100 + t)] for t in (985, 1000, 1015)]}
+               for name in COUNTERS.values()]
+    s = scripted(ok(["h1:9100", "h2:9100"]), ok([{"device": "sda"}]), ok([]),
+                 ok({"resultType": "matrix", "result": samples}), ok({"resultType": "matrix", "result": []}),
+                 (*ok([]), 20))
+    args = parse_command_line(["replay", "--prometheus", s.url, "--from", "1000", "--to", "1020", "--retries", "1"])
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        code = args.func(args)
+    finally:
+        timer.cancel()
+    out = capsys.readouterr().out
+    assert code == 130, out
+    assert "h1:9100: 1 disks" in out and "interrupted: h1:9100 was replayed up to" in out, out
+    assert "the hosts after it were not read" in out
