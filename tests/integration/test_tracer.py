@@ -248,13 +248,21 @@ def test_a_daemon_keeps_its_tracer_up_beside_a_busy_disk_elsewhere_and_exports_i
                              check=True).stdout.strip()
         stack.callback(subprocess.run, ["losetup", "-d", hot], capture_output=True)
         fresh_loop_queue(os.path.basename(hot))
-        fio = subprocess.Popen(["fio", "--name=hot", f"--filename={hot}", "--readonly", "--rw=randread", "--bs=4k",
-                                "--iodepth=32", "--ioengine=libaio", "--direct=1", "--rate_iops=120000",
-                                "--runtime=600", "--time_based", "--output=/dev/null"])
+        def hot_fio(rate_iops: int, seconds: int):
+            return subprocess.Popen(["fio", "--name=hot", f"--filename={hot}", "--readonly", "--rw=randread",
+                                     "--bs=4k", "--iodepth=32", "--ioengine=libaio", "--direct=1",
+                                     f"--rate_iops={rate_iops}", f"--runtime={seconds}", "--time_based",
+                                     "--output=/dev/null"])
+        # the rate this machine lends fio now, measured over 5 s before the daemon starts; the load then runs
+        # held to it: a rate that rose later (the host less busy) would take the tracer past a budget set from
+        # this one, and pause it rightly (seen once beside the suite)
+        probe, reads_before, t0 = hot_fio(120000, 6), _reads(hot), time.monotonic()
+        time.sleep(5)
+        rate_before = (_reads(hot) - reads_before) / (time.monotonic() - t0)
+        probe.wait(timeout=60)
+        fio = hot_fio(max(1000, int(rate_before)), 600)
         stack.callback(lambda: (fio.terminate(), fio.wait(timeout=30)))
         started, reads_before = time.monotonic(), _reads(hot)
-        time.sleep(5)   # the rate this machine lends fio now, measured over 5 s before the daemon starts
-        rate_before = (_reads(hot) - reads_before) / (time.monotonic() - started)
         budget_cores = min(tracer.CONFIG["max_cpu_cores"].default, rate_before * BUDGET_PRICE_PER_IO_SECONDS)
         port = free_port()
         d = daemon_factory(config_text(outer.mountpoint, tmp_path / "state", interval=1.0, port=port,
