@@ -101,19 +101,9 @@ def main() -> None:
                 urllib.request.urlopen(req, timeout=600).read()
                 samples += text.count("\n")
                 t0 = time.monotonic()
-                batch, at = [], None
-                for line in lines or ():
-                    if batch and line.timestamp != at:
-                        reference.observe(at, batch)
-                        batch = []
-                    w = pooler.add(line)
-                    if w is not None:
-                        at = line.timestamp
-                        batch.append(w)
-                        reference_windows += 1
-                if batch:
-                    reference.observe(at, batch)
+                reference.feed(pooler, lines or [])
                 reference_s += time.monotonic() - t0
+                reference_windows += len(lines or ())
         urllib.request.urlopen(f"http://127.0.0.1:{port}/internal/force_flush", timeout=60).read()
         time.sleep(2)
         print(f"history: {args.hosts} hosts x {args.disks} drives x {args.days} days at {args.scrape:g} s scrapes, "

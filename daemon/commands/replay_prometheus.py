@@ -229,20 +229,9 @@ def replay_host(api: PrometheusAPI, instance: str, start: float, end: float, scr
             if not api.fewer_points():
                 raise
             continue
-        batch_end, batch = None, []
-        for line in deltas.lines(series):
-            host.points += 1
-            if batch and line.timestamp != batch_end:
-                host.replay.observe(batch_end, batch)
-                batch = []
-            w = pooler.add(line)
-            if w is not None:
-                batch_end = line.timestamp
-                batch.append(w)
-                if host.trace is not None:
-                    host.trace.add(w)
-        if batch:
-            host.replay.observe(batch_end, batch)
+        lines = deltas.lines(series)
+        host.points += len(lines)
+        host.replay.feed(pooler, lines, host.trace.add if host.trace is not None else None)
         host.until = chunk[1]
         progress.say(f"{instance}: {_when(chunk[1])}")
         t = chunk[1]

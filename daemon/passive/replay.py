@@ -194,6 +194,23 @@ class PassiveReplay:
         self.intervals: list[dict] = []
         self._open: dict = {}
 
+    def feed(self, pooler: WindowPooler, lines: list[Line], on_window=None) -> None:
+        """Lines in time order (a chunk of them; the next chunk after it) pooled into windows and judged in
+        batches of the windows that end together; on_window sees each window as it is made."""
+        batch_end, batch = None, []
+        for line in lines:
+            if batch and line.timestamp != batch_end:
+                self.observe(batch_end, batch)
+                batch = []
+            w = pooler.add(line)
+            if w is not None:
+                batch_end = line.timestamp
+                batch.append(w)
+                if on_window is not None:
+                    on_window(w)
+        if batch:
+            self.observe(batch_end, batch)
+
     def observe(self, end: float, batch: list[Window]) -> None:
         for t in self.detector.observe(batch, self.groups):
             key = (t.device, t.kind)
