@@ -3,8 +3,9 @@
 A loop device over an image in /dev/shm (its reads are page-cache copies: the fastest device this
 machine has) takes fio's 4k random reads. Two measurements:
 
-1. The programs: at QD32 for RUN_SECONDS, three times: without the tracer, with it timing every
-   request, and with it sampling as the daemon does (max_timed_iops = 2000). The cost is the kernel's
+1. The programs: at QD32 for RUN_SECONDS: without the tracer, with bpftrace's timing every request and
+   sampling as the daemon does (max_timed_iops = 2000), with the compiled one timing every request without and
+   with its counts per cgroup, and with the map of cgroups full (MANY_CGROUPS cgroups did I/O first). The cost is the kernel's
    own account of the tracer's BPF programs (kernel.bpf_stats_enabled: run_time_ns of every program
    bpftrace loaded, from /proc/PID/fdinfo), so other work on the machine does not blur it; the
    bpftrace process's own CPU (reading its maps once per window) is shown beside it. It leaves out
@@ -42,10 +43,10 @@ FILTER_ONLY = "\n".join(f"tracepoint:block:{tp} / args->dev == 1 / {{ @n = count
                         for tp in ("block_bio_queue", "block_rq_issue", "block_rq_complete"))
 
 
-def fio(device: str) -> float:
-    out = subprocess.run(["fio", "--name=b", f"--filename={device}", "--rw=randread", "--bs=4k", "--iodepth=32",
+def fio(device: str, wrap=lambda argv: argv) -> float:
+    out = subprocess.run(wrap(["fio", "--name=b", f"--filename={device}", "--rw=randread", "--bs=4k", "--iodepth=32",
                           "--ioengine=libaio", "--direct=1", "--runtime", str(RUN_SECONDS), "--time_based",
-                          "--output-format=json"], capture_output=True, text=True, check=True).stdout
+                          "--output-format=json"]), capture_output=True, text=True, check=True).stdout
     return json.loads(out)["jobs"][0]["read"]["iops"]
 
 
@@ -55,12 +56,12 @@ def busy_cpu_seconds() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def at_fixed_rate(device: str, iops: int) -> tuple[float, float]:
+def at_fixed_rate(device: str, iops: int, wrap=lambda argv: argv) -> tuple[float, float]:
     """(I/Os done, busy CPU seconds of the machine) for FIXED_SECONDS of reads at `iops`."""
     cpu0 = busy_cpu_seconds()
-    out = subprocess.run(["fio", "--name=b", f"--filename={device}", "--rw=randread", "--bs=4k", "--iodepth=8",
+    out = subprocess.run(wrap(["fio", "--name=b", f"--filename={device}", "--rw=randread", "--bs=4k", "--iodepth=8",
                           "--ioengine=libaio", "--direct=1", "--runtime", str(FIXED_SECONDS), "--time_based",
-                          f"--rate_iops={iops}", "--output-format=json"],
+                          f"--rate_iops={iops}", "--output-format=json"]),
                          capture_output=True, text=True, check=True).stdout
     cpu = busy_cpu_seconds() - cpu0
     return json.loads(out)["jobs"][0]["read"]["total_ios"], cpu
@@ -71,10 +72,56 @@ def with_program(text: str, fn):
     return with_process(["bpftrace", "-f", "json", "-e", text], None, '"attached_probes"', fn)
 
 
-def compiled(disks: dict[int, int]) -> list:
-    """The compiled engine's helper (probes/blockstage.py) for these disks (dev_t -> skip): argv and stdin."""
-    return [[sys.executable, "-m", "iowarden.probes.blockstage", "--interval-ms", "5000"],
+def compiled(disks: dict[int, int], max_cgroups: int = 512) -> list:
+    """The compiled engine's helper (probes/blockstage.py) for these disks (dev_t -> skip): argv and stdin.
+    max_cgroups 0: no count per cgroup; the daemon's default is 512 ([tracer] max_cgroups)."""
+    return [[sys.executable, "-m", "iowarden.probes.blockstage", "--interval-ms", "5000",
+             "--max-cgroups", str(max_cgroups)],
             json.dumps({str(dev): skip for dev, skip in disks.items()})]
+
+
+MANY_CGROUPS = 1000
+# joins the cgroup in argv[1], then execs the rest (a process of its own does the join)
+JOIN_THEN_EXEC = ("import os, sys\n"
+                  "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+                  "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+class ManyCgroups:
+    """MANY_CGROUPS blkio cgroups of the bench's own, each of which has read one block of the device once the
+    tracer runs, so its map is full (512 entries) before fio starts, from the last of them: every one of fio's
+    requests then takes the program's slow path (a lookup that misses, an insert the full map refuses, the disk's
+    "other" entry). Removed, by name, on exit."""
+
+    def __init__(self, device: str):
+        self.device = device
+        root = "/sys/fs/cgroup/blkio"
+        self.paths = [f"{root}/iowarden-bench-{os.getpid()}-{i}" for i in range(MANY_CGROUPS)]
+
+    def __enter__(self):
+        for p in self.paths:
+            os.makedirs(p, exist_ok=True)
+        return self
+
+    def fill(self, _proc=None) -> None:
+        for i, p in enumerate(self.paths):
+            subprocess.run([sys.executable, "-c", JOIN_THEN_EXEC, f"{p}/cgroup.procs", "dd", f"if={self.device}",
+                            "of=/dev/null", "bs=4k", "count=1", f"skip={i}", "iflag=direct", "status=none"],
+                           check=True)
+
+    def argv(self, argv: list[str]) -> list[str]:
+        return [sys.executable, "-c", JOIN_THEN_EXEC, f"{self.paths[-1]}/cgroup.procs", *argv]
+
+    def __exit__(self, *exc):
+        for p in self.paths:
+            for _ in range(50):
+                try:
+                    os.rmdir(p)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
 
 
 def attached_below(pid: int) -> bool:
@@ -142,17 +189,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def traced(device: str, argv: list[str], stdin_text: str | None, ready: str) -> tuple[float, float, float, int]:
-    """(fio's IOPS, the process's BPF programs' run time per I/O, its own CPU seconds, program runs)."""
+def traced(device: str, argv: list[str], stdin_text: str | None, ready: str,
+           cgroups: ManyCgroups | None = None) -> tuple[float, float, float, int]:
+    """(fio's IOPS, the process's BPF programs' run time per I/O, its own CPU seconds, program runs). cgroups: fio
+    runs from the last of them, once all have done I/O."""
     start = {}
 
     def measure():
         ns0, _ = bpf_run_time_ns(start["pid"])
         cpu0 = cpu_seconds(start["pid"])
-        iops = fio(device)
+        iops = fio(device, cgroups.argv if cgroups else lambda a: a)
         ns1, cnt = bpf_run_time_ns(start["pid"])
         return iops, (ns1 - ns0) / (iops * RUN_SECONDS), cpu_seconds(start["pid"]) - cpu0, cnt
-    return with_process(argv, stdin_text, ready, measure, on_ready=lambda proc: start.update(pid=proc.pid))
+
+    def ready_then(proc):
+        start.update(pid=proc.pid)
+        if cgroups:
+            cgroups.fill()
+    return with_process(argv, stdin_text, ready, measure, on_ready=ready_then)
 
 
 def whole_cost(loop: str, dev: int, rate: int) -> None:
@@ -160,12 +214,13 @@ def whole_cost(loop: str, dev: int, rate: int) -> None:
     print(f"\nthe whole cost at a fixed {rate:,} IOPS (4k random reads QD8, {FIXED_SECONDS} s a run, "
           f"{ROUNDS} rounds interleaved, medians; the machine's busy CPU per I/O)")
     sampled_text = blocktrace.program({dev: skip_for(AT_IOPS, 2000.0)}, 5.0)
-    floor, every = compiled({}), compiled({dev: 0})
+    floor, every, plain = compiled({}), compiled({dev: 0}), compiled({dev: 0}, max_cgroups=0)
     at = lambda: at_fixed_rate(loop, rate)  # noqa: E731
     modes = {"fio alone": at,
              "3 tracepoints, filter only": lambda: with_program(FILTER_ONLY, at),
              "bpftrace tracer, sampled": lambda: with_program(sampled_text, at),
              "compiled, no disk traced": lambda: with_process(*floor, '"attached_probes"', at),
+             "compiled, every request, no cgroup": lambda: with_process(*plain, '"attached_probes"', at),
              "compiled, every request (daemon)": lambda: with_process(*every, '"attached_probes"', at),
              "iowarden iostat --latency": lambda: with_process(
                  [sys.executable, "-m", "iowarden.daemon.cli", "iostat", "--latency", "--engine", "compiled",
@@ -211,14 +266,23 @@ def main() -> None:
                 "bpftrace, sampled (2000 timed/s)": (["bpftrace", "-f", "json", "-e",
                                                       blocktrace.program({dev: sampled}, 5.0)],
                                                      None, '"attached_probes"'),
+                "compiled, every request, no cgroup": (*compiled({dev: 0}, max_cgroups=0), '"attached_probes"'),
                 "compiled, every request timed": (*compiled({dev: 0}), '"attached_probes"'),
+                f"compiled, {MANY_CGROUPS:,} cgroups did I/O": (*compiled({dev: 0}), '"attached_probes"'),
                 "biolatency -D (libbpf-tools)": (["stdbuf", "-oL", "biolatency", "-D", "60"], None, "Tracing")}
         for label, (argv, stdin_text, ready) in runs.items():
-            iops, ns_per_io, cpu, _ = traced(loop, argv, stdin_text, ready)
+            if "cgroups did I/O" in label:
+                with ManyCgroups(loop) as many:
+                    iops, ns_per_io, cpu, _ = traced(loop, argv, stdin_text, ready, many)
+            else:
+                iops, ns_per_io, cpu, _ = traced(loop, argv, stdin_text, ready)
             # the per-I/O cost where the sampling is planned for 200k IOPS; the process's CPU is per window
             cores = ns_per_io * AT_IOPS / 1e9 + cpu / RUN_SECONDS
             print(f"{label:<34}{iops:>10.0f}{ns_per_io:>12.0f}{cpu:>16.2f}{cores:>20.4f}")
-        print("\nBPF ns/I/O: the tracer's programs' run time (kernel.bpf_stats_enabled) over fio's I/Os. With "
+        print(f"\n{MANY_CGROUPS:,} cgroups did I/O: each read one block once the tracer ran, filling its map of "
+              f"(disk, cgroup) counts (512 entries); fio then read from the last, so every request took the slow "
+              f"path (a lookup that misses, an insert the full map refuses, the disk's \"other\").")
+        print("BPF ns/I/O: the tracer's programs' run time (kernel.bpf_stats_enabled) over fio's I/Os. With "
               "sampling, the program still runs on every request (the hash decides), but maps are touched only "
               f"for the kept share ({blocktrace.SAMPLE_SCALE - skip_for(AT_IOPS, 2000.0)} in "
               f"{blocktrace.SAMPLE_SCALE} at 200k IOPS).")

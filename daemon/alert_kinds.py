@@ -13,6 +13,7 @@ SEVERITY = {
     "SlowMember": "warning",        # one member slower than its peers over hours: replace it before it fails
     "VolumeAtLimit": "warning",     # a volume held at a ceiling (a cgroup limit, a provisioned or burst rate)
     "VolumeContended": "warning",   # other work floods a healthy device: its users wait many times their usual
+    "ServiceContended": "critical",  # a service waits many times its own normal while another cgroup floods its device
     "ProbeFailing": "warning",      # the probes of a target fail: iowarden cannot judge it
     "BurstCreditsLow": "warning",   # ahead of the fault: a burst bucket's credits run out within the horizon
 }

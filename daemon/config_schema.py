@@ -233,6 +233,9 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "burst_horizon_seconds": Key("float", 1800.0, "BurstCreditsLow when a volume's burst bucket (learned, or "
                                                       "given per target) runs out of credits within this many seconds "
                                                       "at its current draw.", minimum=60.0, maximum=7 * 86400.0),
+        "service_learn_seconds": Key("float", 300.0, "With the compiled tracer's counts per cgroup: how long a "
+                                     "service's own requests are learned (its normal latency at its rate) before "
+                                     "ServiceContended judges it.", minimum=10.0, maximum=86400.0),
         "knee_multiple": Key("float", 2.0, "The knee of a device's learned latency-vs-load curve: the load at which "
                                            "its median await reaches this many times its unloaded await; the "
                                            "headroom is the knee over the recent peak load.",

@@ -11,6 +11,14 @@ two JSON lines, {"type": "map", "data": {"@lat": {"dev,dir,stage,bucket": count}
 minute it measures its programs' own run time for a second (the kernel's bpf_stats) and prints
 {"type": "cost", "data": {"run_ns": N, "runs": M}}: what the tracer's budget is judged on.
 
+Per cgroup (unless --max-cgroups 0), every interval, one line per (disk, cgroup) pair the program counts,
+{"type": "cgroup", "data": {"dev": D, "cgroup": ID, "read": [requests, bytes, ns, [[bucket, count], ...]],
+"write": [...]}} (cumulative, buckets in blocktrace's index; each disk's "other" as cgroup OTHER_CGROUP), then
+{"type": "cgroups_done", "data": {"entries": N, "capacity": M, "evicted": E}}: the set is whole, and a pair missing
+from it was freed (its counts are the reader's to keep). The program has --max-cgroups slots for pairs; when over
+EVICT_FILL of them are taken, pairs idle for EVICT_IDLE_READS intervals are freed, so that a host whose containers
+come and go keeps room for the living.
+
 Why a program of our own and not bpftrace: bpftrace 0.17 has no BTF-typed tracepoints, so it cannot read
 the times a request carries and needs three tracepoints and two start maps per request (docs/measurements.md, "The compiled engine").
 
@@ -27,7 +35,9 @@ import sys
 import time
 from pathlib import Path
 
+from . import blocktrace
 from .blocktrace import SAMPLE_SCALE
+from .common import ParseError
 
 OBJECT_NAME = "blockstage.bpf.o"
 EM_BPF = 247          # the ELF machine of a BPF object
@@ -56,6 +66,12 @@ PATH_ISSUE_MAP = 2
 STAGE_UNQUEUED = 3             # blockstage.bpf.c: device = total, queue 0, counted once
 SLOTS_PER_DISK = 8             # blockstage.bpf.c: the sums of two directions of four stages
 PATHS = {0: "none", 1: "stamped", PATH_ISSUE_MAP: "issue map"}
+CG_FIRST_BUCKET = 10 << blocktrace.SUB_BITS   # blockstage.bpf.c: a cgroup's bucket 0 is blocktrace's 80 (1 us)...
+CG_BUCKETS = 26 << blocktrace.SUB_BITS        # ...and its last 2^36 ns (69 s), times outside counted at the ends
+OTHER_CGROUP = (1 << 64) - 1                  # a disk's own slot: its cgroups the program had no slot for
+MAX_CGROUPS = 4096                            # entries of the map the loader may be asked for
+EVICT_FILL = 0.75
+EVICT_IDLE_READS = 4
 BPF_STATS_RUN_TIME = 0
 COST_EVERY_SECONDS = 60.0      # how often the programs' own run time is measured...
 COST_SAMPLE_SECONDS = 1.0      # ...and for how long: the kernel's statistics cost every BPF program on the host
@@ -91,6 +107,60 @@ def messages(lat: dict, sums: dict, dev_of_index: dict, paths: dict) -> list[dic
             {"type": "paths", "data": {str(dev): p for dev, p in paths.items()}}]
 
 
+def cgroup_messages(entries: dict, capacity: int, evicted: int) -> list[dict]:
+    """The cgroups map as the lines printed: entries {(dev, cgroup): ((requests, bytes, ns, {cg bucket: count}),
+    (the same for writes))}, buckets in the program's own index (CG_FIRST_BUCKET below blocktrace's)."""
+    out = []
+    for (dev, cgroup), dirs in sorted(entries.items()):
+        data = {"dev": dev, "cgroup": cgroup}
+        for name, (requests, nbytes, ns, buckets) in zip(blocktrace.DIRECTIONS, dirs):
+            if requests:
+                data[name] = [requests, nbytes, ns, [[b + CG_FIRST_BUCKET, c] for b, c in sorted(buckets.items()) if c]]
+        if len(data) > 2:
+            out.append({"type": "cgroup", "data": data})
+    out.append({"type": "cgroups_done", "data": {"entries": len(entries), "capacity": capacity, "evicted": evicted}})
+    return out
+
+
+def parse_cgroup(data) -> dict:
+    """One "cgroup" line's data -> {(dev, cgroup, direction): CgroupCounts}, checked (the loader's output is input
+    like any other: a ParseError names what is wrong)."""
+    try:
+        dev, cgroup = int(data["dev"]), int(data["cgroup"])
+        if not (0 < dev < 1 << 32 and 0 <= cgroup < 1 << 64):
+            raise ValueError
+        out = {}
+        for direction in blocktrace.DIRECTIONS:
+            if direction not in data:
+                continue
+            requests, nbytes, ns, buckets = data[direction]
+            if len(buckets) > CG_BUCKETS:
+                raise ValueError
+            counts = tuple(sorted((int(b), int(c)) for b, c in buckets))
+            if any(not 0 <= b < 64 * blocktrace.SUB_BUCKETS or not 0 < c < 1 << 64 for b, c in counts) \
+                    or not all(0 <= int(x) < 1 << 64 for x in (requests, nbytes, ns)):
+                raise ValueError
+            out[(dev, cgroup, direction)] = blocktrace.CgroupCounts(int(requests), int(nbytes), int(ns),
+                                                                    blocktrace.StageHistogram(counts))
+        return out
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise ParseError(f"a cgroup line that is not the loader's: {json.dumps(data)[:80]!r}") from None
+
+
+def idle_to_evict(requests_now: dict, last: dict, idle: dict, used: int, capacity: int) -> list:
+    """Which entries to delete: {key: requests} now and at the last read, {key: reads it has not moved} (updated in
+    place). Only when the map is over EVICT_FILL full, only entries idle for EVICT_IDLE_READS reads, never a
+    disk's OTHER_CGROUP entry (the program's place for what has no room)."""
+    for key, n in requests_now.items():
+        idle[key] = idle.get(key, 0) + 1 if last.get(key) == n else 0
+    for key in list(idle):
+        if key not in requests_now:
+            del idle[key]
+    if used <= EVICT_FILL * capacity:
+        return []
+    return [k for k, reads in idle.items() if reads >= EVICT_IDLE_READS and k[1] != OTHER_CGROUP]
+
+
 def fdinfo_run_stats(text: str) -> tuple[int, int]:
     """(run_time_ns, run_cnt) from a BPF program's /proc/self/fdinfo (0, 0 where the kernel does not say)."""
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -120,6 +190,27 @@ def read_disks(text: str) -> dict[int, int]:
     return out
 
 
+class _CgKey(ctypes.Structure):
+    _fields_ = [("cgroup", ctypes.c_uint64), ("dev", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
+class _CgDir(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint64), ("ns", ctypes.c_uint64),
+                ("buckets", ctypes.c_uint32 * CG_BUCKETS)]
+
+
+class _CgVal(ctypes.Structure):
+    _fields_ = [("dir", _CgDir * 2)]
+
+
+class _Options(ctypes.Structure):   # blockstage.bpf.c's `options`, the object's read-only data
+    _fields_ = [("ignore_stamp", ctypes.c_uint32), ("by_cgroup", ctypes.c_uint32), ("slots", ctypes.c_uint32)]
+
+
+class _CgState(ctypes.Structure):
+    _fields_ = [("gen", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
 class _Disk(ctypes.Structure):
     _fields_ = [("index", ctypes.c_uint32), ("skip", ctypes.c_uint32), ("path", ctypes.c_uint32),
                 ("pad", ctypes.c_uint32)]
@@ -141,7 +232,8 @@ def _libbpf():
             ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]), ("bpf_map_lookup_elem", i, [i, vp, vp]),
             ("bpf_map_get_next_key", i, [i, vp, vp]), ("libbpf_num_possible_cpus", i, []),
             ("bpf_program__fd", i, [vp]), ("bpf_enable_stats", i, [i]),
-            ("bpf_map__set_initial_value", i, [vp, vp, ctypes.c_size_t])):
+            ("bpf_map__set_initial_value", i, [vp, vp, ctypes.c_size_t]),
+            ("bpf_map_delete_elem", i, [i, vp])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     return lib
@@ -150,7 +242,8 @@ def _libbpf():
 class Loaded:
     """The object loaded, its disks filled and its two programs attached; read() the maps' contents."""
 
-    def __init__(self, path: Path, disks: dict[int, int], issue_map: bool = False):
+    def __init__(self, path: Path, disks: dict[int, int], issue_map: bool = False, max_cgroups: int = 0):
+        self.by_cgroup = False
         self.lib = lib = _libbpf()
         self.obj = lib.bpf_object__open_file(str(path).encode(), None)
         if not self.obj:
@@ -158,21 +251,28 @@ class Loaded:
         self.links, self.prog_fds = [], {}
         self.ncpu = lib.libbpf_num_possible_cpus()
         n = max(1, len(disks))
-        for name, entries in (("disks", n), ("sums", n * SLOTS_PER_DISK)):
+        # cgvals: a slot per disk (its "other"), then max_cgroups for (cgroup, disk) pairs, all free at the start
+        self.cg_capacity = n + max_cgroups
+        for name, entries in (("disks", n), ("sums", n * SLOTS_PER_DISK), ("cgvals", self.cg_capacity),
+                              ("cgslot", max(1, max_cgroups)), ("cgfree", max(1, max_cgroups))):
             lib.bpf_map__set_max_entries(self._map(name), entries)
-        if issue_map:   # the program's ignore_stamp, read-only once loaded
-            flag = ctypes.c_uint32(1)
-            if lib.bpf_map__set_initial_value(self._map(".rodata"), ctypes.byref(flag), ctypes.sizeof(flag)):
-                raise OSError(ctypes.get_errno(), "could not set the object's read-only data")
+        options = _Options(1 if issue_map else 0, 1 if max_cgroups else 0, self.cg_capacity)
+        if lib.bpf_map__set_initial_value(self._map(".rodata"), ctypes.byref(options), ctypes.sizeof(options)):
+            raise OSError(ctypes.get_errno(), "could not set the object's read-only data")
         if lib.bpf_object__load(self.obj):
             raise OSError(ctypes.get_errno(), "the kernel refused the tracer's program (libbpf's log says why)")
-        self.fd = {m: lib.bpf_map__fd(self._map(m)) for m in ("disks", "lat", "sums")}
+        self.fd = {m: lib.bpf_map__fd(self._map(m)) for m in ("disks", "lat", "sums", "cgvals", "cgslot", "cgfree",
+                                                              "cgstate")}
         self.dev_of_index = {}
+        self.by_cgroup = bool(max_cgroups)
+        self.cg_last, self.cg_idle, self.cg_evicted = {}, {}, 0
         for index, (dev, skip) in enumerate(sorted(disks.items())):
             key, value = ctypes.c_uint32(dev), _Disk(index, skip, 0, 0)
             if lib.bpf_map_update_elem(self.fd["disks"], ctypes.byref(key), ctypes.byref(value), 0):
                 raise OSError(ctypes.get_errno(), f"could not add disk {dev}")
             self.dev_of_index[index] = dev
+        for slot in range(n, self.cg_capacity if self.by_cgroup else n):
+            self._free(slot)
         self.issue_attached = issue_map
         self._attach("on_complete")
         if issue_map:
@@ -245,6 +345,61 @@ class Loaded:
             self.issue_attached = True
         return lat, sums, paths
 
+    def _free(self, slot: int) -> None:
+        value = ctypes.c_uint32(slot)
+        if self.lib.bpf_map_update_elem(self.fd["cgfree"], None, ctypes.byref(value), 0):
+            raise OSError(ctypes.get_errno(), f"could not free the cgroup slot {slot}")
+
+    def _slot_values(self, slot: int, value: _CgVal) -> tuple | None:
+        key = ctypes.c_uint32(slot)
+        if self.lib.bpf_map_lookup_elem(self.fd["cgvals"], ctypes.byref(key), ctypes.byref(value)):
+            return None
+        return tuple((sum(counts.values()), d.bytes, d.ns, counts)
+                     for d in value.dir for counts in [{b: c for b, c in enumerate(d.buckets) if c}])
+
+    def read_cgroups(self) -> dict:
+        """{(dev, cgroup): ((requests, bytes, ns, {bucket: count}) for reads, the same for writes)}: each disk's own
+        slot as OTHER_CGROUP, then every (cgroup, disk) pair's; the slots of pairs idle too long freed when nearly
+        all are taken (idle_to_evict)."""
+        lib, fd = self.lib, self.fd["cgslot"]
+        key, nxt, slot, value = _CgKey(), _CgKey(), ctypes.c_uint32(), _CgVal()
+        out, slots, first = {}, {}, True
+        for index, dev in self.dev_of_index.items():
+            got = self._slot_values(index, value)
+            if got is not None:
+                out[(dev, OTHER_CGROUP)] = got
+        while len(slots) < self.cg_capacity and lib.bpf_map_get_next_key(
+                fd, None if first else ctypes.byref(key), ctypes.byref(nxt)) == 0:
+            first = False
+            ctypes.memmove(ctypes.byref(key), ctypes.byref(nxt), ctypes.sizeof(_CgKey))
+            if lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(slot)) == 0:
+                got = self._slot_values(slot.value, value)
+                if got is not None:
+                    out[(key.dev, key.cgroup)] = got
+                    slots[(key.dev, key.cgroup)] = slot.value
+        requests = {k: v[0][0] + v[1][0] for k, v in out.items()}
+        evict = idle_to_evict(requests, self.cg_last, self.cg_idle, len(out), self.cg_capacity)
+        if evict:
+            # the pairs out of the hash first, then every CPU's cached pair made stale (cggen), then their slots
+            # zeroed and free: a CPU that counts the pair again finds no slot and takes a new one
+            for dev, cgroup in evict:
+                gone = _CgKey(cgroup, dev, 0)
+                lib.bpf_map_delete_elem(fd, ctypes.byref(gone))
+            zero, state = ctypes.c_uint32(0), _CgState()
+            if lib.bpf_map_lookup_elem(self.fd["cgstate"], ctypes.byref(zero), ctypes.byref(state)) == 0:
+                state.gen += 1
+                lib.bpf_map_update_elem(self.fd["cgstate"], ctypes.byref(zero), ctypes.byref(state), 0)
+            empty = _CgVal()
+            for pair in evict:
+                s_key = ctypes.c_uint32(slots[pair])
+                lib.bpf_map_update_elem(self.fd["cgvals"], ctypes.byref(s_key), ctypes.byref(empty), 0)
+                self._free(slots[pair])
+                self.cg_evicted += 1
+                del out[pair]
+                self.cg_idle.pop(pair, None)
+        self.cg_last = requests
+        return out
+
     def close(self) -> None:
         for link in self.links:
             self.lib.bpf_link__destroy(link)
@@ -258,14 +413,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="iowarden-blockstage")
     ap.add_argument("--object", type=Path, default=Path(__file__).parent / "bpf" / OBJECT_NAME)
     ap.add_argument("--interval-ms", type=int, default=15000)
+    ap.add_argument("--max-cgroups", type=int, default=512,
+                    help=f"entries of the per-cgroup map, one per (disk, cgroup); 0: no count per cgroup "
+                         f"(at most {MAX_CGROUPS})")
     ap.add_argument("--issue-map", action="store_true",
                     help="time every disk from the issue program's map, as a queue that does not stamp its requests "
                          "is timed (how that path is tested where every queue stamps)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     try:
+        if not 0 <= args.max_cgroups <= MAX_CGROUPS:
+            raise ValueError(f"--max-cgroups {args.max_cgroups}: out of 0..{MAX_CGROUPS}")
         disks = read_disks(sys.stdin.read(MAX_INPUT_BYTES + 1)[:MAX_INPUT_BYTES])
-        loaded = Loaded(args.object, disks, issue_map=args.issue_map)
+        loaded = Loaded(args.object, disks, issue_map=args.issue_map, max_cgroups=args.max_cgroups)
     except (OSError, ValueError) as exc:   # one line the daemon's tracer says as its reason (sources/tracer.py)
         print(f"ERROR: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}", file=sys.stderr)
         return 1
@@ -284,7 +444,10 @@ def main(argv=None) -> int:
             time.sleep(max(0.0, due - time.monotonic()))
             due += period
             lat, sums, paths = loaded.read()
-            for msg in messages(lat, sums, loaded.dev_of_index, paths):
+            out = messages(lat, sums, loaded.dev_of_index, paths)
+            if loaded.by_cgroup:
+                out += cgroup_messages(loaded.read_cgroups(), loaded.cg_capacity, loaded.cg_evicted)
+            for msg in out:
                 sys.stdout.write(json.dumps(msg, separators=(",", ":")) + "\n")
             sys.stdout.flush()
     except _Stopped:

@@ -176,6 +176,35 @@ class StageHistogram:
         return StageHistogram(tuple((i, c - before.get(i, 0)) for i, c in self.counts if c - before.get(i, 0)))
 
 
+@dataclass(frozen=True)
+class CgroupCounts:
+    """One cgroup's timed requests on one disk in one direction (the compiled engine's `cgroups` map): how many, their
+    bytes, their total time summed, and its histogram (total stage)."""
+    requests: int
+    bytes: int
+    ns: int
+    hist: StageHistogram
+
+    def plus(self, other: "CgroupCounts | None") -> "CgroupCounts":
+        if other is None:
+            return self
+        merged = dict(self.hist.counts)
+        for i, c in other.hist.counts:
+            merged[i] = merged.get(i, 0) + c
+        return CgroupCounts(self.requests + other.requests, self.bytes + other.bytes, self.ns + other.ns,
+                            StageHistogram(tuple(sorted(merged.items()))))
+
+    def minus(self, earlier: "CgroupCounts | None") -> "CgroupCounts":
+        """Added since `earlier`; fewer requests than it had means new counts (a restarted program): all new."""
+        if earlier is None or self.requests < earlier.requests:
+            return self
+        return CgroupCounts(self.requests - earlier.requests, max(0, self.bytes - earlier.bytes),
+                            max(0, self.ns - earlier.ns), self.hist.minus(earlier.hist))
+
+
+NO_COUNTS = CgroupCounts(0, 0, 0, StageHistogram(()))
+
+
 Key = tuple[int, str, str]   # (dev_t, direction, stage)
 
 

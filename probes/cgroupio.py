@@ -192,22 +192,17 @@ def own_io_v2(groups: list[Cgroup]) -> list[Cgroup]:
     return out
 
 
-def read(roots: Roots = Roots(), max_cgroups: int = MAX_CGROUPS) -> CgroupIo | None:
-    """Every cgroup of the I/O hierarchy, breadth first; None when the host has none."""
-    found = hierarchy(roots)
-    if found is None:
-        return None
-    version, mount = found
-    groups, queue, cut = [], [(mount, "/", 0)], False
+def walk(mount: str, max_cgroups: int = MAX_CGROUPS):
+    """(directory, path under the hierarchy) of every cgroup below `mount`, breadth first, at most max_cgroups of
+    them and MAX_DEPTH deep; then, last, (None, "cut") when either bound cut the walk short."""
+    queue, seen, cut = [(mount, "/", 0)], 0, False
     while queue:
         directory, path, depth = queue.pop(0)
-        if len(groups) >= max_cgroups:
+        if seen >= max_cgroups:
             cut = True
             break
-        try:
-            groups.append(read_group(version, directory, path))
-        except (ParseError, OSError):
-            continue   # one cgroup's odd file (or one removed while read) costs that cgroup only
+        seen += 1
+        yield directory, path
         if depth >= MAX_DEPTH:
             cut = True
             continue
@@ -217,9 +212,48 @@ def read(roots: Roots = Roots(), max_cgroups: int = MAX_CGROUPS) -> CgroupIo | N
         except OSError:
             continue
         queue.extend((os.path.join(directory, n), os.path.join(path, n), depth + 1) for n in subdirs)
+    if cut:
+        yield None, "cut"
+
+
+def read(roots: Roots = Roots(), max_cgroups: int = MAX_CGROUPS) -> CgroupIo | None:
+    """Every cgroup of the I/O hierarchy, breadth first; None when the host has none."""
+    found = hierarchy(roots)
+    if found is None:
+        return None
+    version, mount = found
+    groups, cut = [], False
+    for directory, path in walk(mount, max_cgroups):
+        if directory is None:
+            cut = True
+            continue
+        try:
+            groups.append(read_group(version, directory, path))
+        except (ParseError, OSError):
+            continue   # one cgroup's odd file (or one removed while read) costs that cgroup only
     if version == 2:
         groups = own_io_v2(groups)
     return CgroupIo(version, tuple(groups), cut)
+
+
+def ids(roots: Roots = Roots(), max_cgroups: int = MAX_CGROUPS) -> tuple[int | None, dict[int, str], bool]:
+    """(version, {cgroup id: path}, cut) of the I/O hierarchy. A cgroup's id, which the block layer's blkcg carries
+    (cgroup->kn->id), is its directory's inode number in that hierarchy (kernfs gives its nodes' ids as inode
+    numbers), so a walk with one stat per directory names every id; (None, {}, False) without a hierarchy."""
+    found = hierarchy(roots)
+    if found is None:
+        return None, {}, False
+    version, mount = found
+    out, cut = {}, False
+    for directory, path in walk(mount, max_cgroups):
+        if directory is None:
+            cut = True
+            continue
+        try:
+            out[os.stat(directory, follow_symlinks=False).st_ino] = path
+        except OSError:
+            continue   # removed while walked
+    return version, out, cut
 
 
 def own_cgroup(roots: Roots, version: int, pid: str = "self") -> str:

@@ -38,7 +38,7 @@ import statistics
 from collections import deque
 
 from iowarden.daemon.alert_kinds import severity_of
-from iowarden.daemon.passive import burst, contention, host
+from iowarden.daemon.passive import burst, contention, host, service
 from iowarden.daemon.passive.curve import LatencyCurve
 from iowarden.daemon.passive.evidence import PeerEvidence
 from iowarden.daemon.passive.headroom import PeakLoad, headroom_ratio, knee_of
@@ -63,6 +63,9 @@ class PassiveDetector(GroupRules):
         self.member_flagged: dict[str, tuple] = {}  # array -> (when a member was last flagged, which)
         self.neighbours_now: dict[str, float] = {}  # device -> its neighbours' median ratio, last windows
         self.contention = contention.ContentionRule(contention.ContentionParams.for_windows_of(params.window_seconds))
+        self.services = service.ServiceRule(service.ServiceParams.for_windows_of(params.window_seconds,
+                                                                                 params.service_learn_seconds))
+        self.by_service: frozenset = frozenset()    # devices whose requests the tracer counts per cgroup
         self.burst_params = params.burst()
         for (device, direction, unit), st in (curves or {}).items():
             try:
@@ -114,9 +117,16 @@ class PassiveDetector(GroupRules):
             shift = max(common.get(w.device, 0.0), host_shift.get(w.device, 0.0),
                         math.log(max(1.0, host_now.get(w.device, 1.0))))
             d = self._dev(w.device)
-            out += contention.transitions(self.contention, w, evidence[w.device], d)
+            if w.device in self.by_service:
+                # each service judged against its own normal (observe_services): a flood that hurts no one is
+                # not paged, and one that hurts a service names it and its culprit
+                out += [self._clear(w.device, d, "contention", "judged per service now")] \
+                    if "contention" in d.flagged else []
+            else:
+                out += contention.transitions(self.contention, w, evidence[w.device], d)
             # a device other work floods is slow along the flood's load, not its own: not DeviceSlow meanwhile
-            out += self._judge_self(w, evidence[w.device], shift, now) if "contention" not in d.flagged else []
+            flooded = "contention" in d.flagged or w.device in self.services.flagged
+            out += self._judge_self(w, evidence[w.device], shift, now) if not flooded else []
             out += self._judge_burst(w, d)
             out += self._judge_saturation(w, evidence[w.device])
         by_device = {w.device: w for w in windows}
@@ -136,12 +146,22 @@ class PassiveDetector(GroupRules):
                         out.append(self._clear(name, d, kind, "no traffic to judge for an hour"))
         return out
 
+    def observe_services(self, counts: dict, seconds: float, unix_time: float, words) -> list[Transition]:
+        """The tracer's counts per cgroup since the last window: {device: {(cgroup, direction): CgroupCounts}} for
+        every device it counts per cgroup (they are judged per service from now on, not by the device's rule for
+        other work). words: how a cgroup is said."""
+        self.by_service = frozenset(counts)
+        out = []
+        for device, per in sorted(counts.items()):
+            out += self.services.judge(device, per, seconds, unix_time, words)
+        return out
+
     def forget(self, device: str) -> list[Transition]:
         """A device that is gone: its open verdicts clear (its learned curves stay, for when it is back)."""
         d = self.devices.get(device)
-        out = []
+        out = self.services.forget(device)
         if d is not None:
-            out = [self._clear(device, d, kind, "the device is gone") for kind in list(d.flagged)]
+            out += [self._clear(device, d, kind, "the device is gone") for kind in list(d.flagged)]
             d.self_ring.clear(), d.self_log.clear(), d.recent_log.clear(), d.peer_log.clear(), d.peer_excess.clear()
             d.peer_recent.clear(), d.sat_ring.clear()
         self.tail.forget(device)
@@ -424,7 +444,8 @@ class PassiveDetector(GroupRules):
             t = self.tail.members.get(name)
             knees, headroom = self._headroom(d)
             out.append(DeviceView(name, dict(d.last_ratio), dict(d.last_expected), learned, peer, d.ceiling,
-                                  tuple(sorted(d.flagged)), cap, ratio, dataclasses.replace(e) if e else None,
+                                  tuple(sorted(set(d.flagged) | ({"service"} if name in self.services.flagged
+                                                                  else set()))), cap, ratio, dataclasses.replace(e) if e else None,
                                   self.evidence.p.threshold if e else None, self.p.self_ratio,
                                   dataclasses.replace(t) if t is not None and t.tail_ms is not None else None,
                                   self.neighbours_now.get(name), knees, headroom,

@@ -24,6 +24,7 @@ from iowarden.daemon.events import PassiveJudged
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE, frozen
 from iowarden.daemon.passive.detector import PassiveDetector
 from iowarden.daemon.passive.values import PassiveParams, Window
+from iowarden.daemon.sources import tracer_views
 from iowarden.daemon.sources.registry import TAILS_SOURCE
 
 log = logging.getLogger("iowarden")
@@ -95,6 +96,7 @@ class PassiveWatch:
         # one moment
         self.snapshot_fn = snapshot_fn
         self._trace_before: dict = {}         # (kernel name, direction) -> its cumulative histogram at the last step
+        self._cgroups_before: dict = {}       # (kernel name, cgroup, direction) -> its cumulative counts, the same
         self.state = state                    # read only: the saved curves at the start, characterize's capability
         self.post = post                      # a PassiveJudged event to the core
         saved = [(ident, metric, st) for ident, profile, metric, _, st in state.load_baselines()
@@ -159,6 +161,12 @@ class PassiveWatch:
             if volume is not None:
                 self.detector.set_bucket(volume, *bucket)
         observed = self.detector.observe(windows, groups, stacks)
+        trace = snap.sources.get(TAILS_SOURCE)
+        services = self._services(trace, ident)
+        if services is not None:
+            observed += self.detector.observe_services(
+                services, cur.monotonic_seconds - start.monotonic_seconds, now,
+                lambda path: tracer_views.cgroup_words(path, trace.cgroup_version, unit=True))
         transitions = [(_named(t, name_of, self._pattern(name_of)), name_of.get(t.device, t.device))
                        for t in observed]
         for gone in set(self.detector.devices) - set(name_of):
@@ -200,6 +208,22 @@ class PassiveWatch:
                     out.setdefault(name, {})[direction] = since
         self._trace_before = now
         return out
+
+    def _services(self, reading, ident: dict) -> dict | None:
+        """Per device (its identity), {(cgroup, direction): the tracer's counts since the last step} for every disk
+        it counts per cgroup; None while it counts none (off, bpftrace, [tracer] per_cgroup = false), and the first
+        step after only sets the start."""
+        if reading is None or not reading.up or not reading.cgroups:
+            self._cgroups_before = {}
+            return None
+        now = {key: total for key, (total, _) in reading.cgroups.items() if key[0] in ident}
+        out: dict = {}
+        first = not self._cgroups_before
+        for (name, cgroup, direction), total in now.items():
+            out.setdefault(ident[name], {})[(cgroup, direction)] = total.minus(self._cgroups_before.get(
+                (name, cgroup, direction)))
+        self._cgroups_before = now
+        return None if first else out
 
     def _load_capability(self) -> None:
         """What `iowarden characterize -c` measured, per identity (it may run while the daemon does)."""

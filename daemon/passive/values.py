@@ -18,7 +18,7 @@ DIRECTIONS = ("read", "write")
 KINDS = ("self", "peers", "saturation", "contention", "burst")
 SUSPECT_WEIGHT = 0.125
 ALERT_OF_KIND = {"self": "DeviceSlow", "peers": "SlowMember", "saturation": "VolumeAtLimit",
-                 "contention": "VolumeContended", "burst": "BurstCreditsLow"}
+                 "contention": "VolumeContended", "burst": "BurstCreditsLow", "service": "ServiceContended"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class PassiveParams:
     knee_multiple: float = 2.0      # the knee: the load at which the learned await reaches this x the unloaded
     peak_block_windows: int = 120   # the headroom's peak: the max load of the last one or two such blocks
     burst_horizon_seconds: float = 1800.0   # BurstCreditsLow when a bucket's credits last less at the current draw
+    service_learn_seconds: float = 300.0    # a service's own windows learned before ServiceContended judges it
     peer_ratio: float = 2.0
     peer_clear_ratio: float = 1.5
     peer_windows: int = 480         # two hours of 15 s windows with traffic
@@ -100,7 +101,7 @@ class PassiveParams:
 # The [passive] keys an operator may tune (same names as the fields), each with its range in the schema.
 PASSIVE_KEYS = ("window_seconds", "self_ratio", "peer_ratio", "peer_windows", "saturation_windows", "floor_ms",
                 "evidence_allowance", "evidence_threshold", "tail_ratio", "tail_floor_ms",
-                "tail_block_seconds", "loop_peers", "knee_multiple", "burst_horizon_seconds")
+                "tail_block_seconds", "loop_peers", "knee_multiple", "burst_horizon_seconds", "service_learn_seconds")
 # Derived from a key: evidence_block_windows (an hour of windows). Internal: everything else, tuned on the
 # Perseus development hosts and shown leave-one-cluster-out (bench/passive_perseus.py, docs/detector.md);
 # a change moves the figures there, so they are not an operator's knob.
@@ -145,7 +146,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Transition:
-    kind: str                 # self, peers, saturation, contention, burst
+    kind: str                 # self, peers, saturation, contention, burst, service
     device: str
     state: str                # raised, cleared, updated
     severity: str

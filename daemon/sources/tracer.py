@@ -14,6 +14,13 @@ Two engines print the same lines ([tracer] engine; auto, the default, picks the 
 Why not BCC: clang and kernel headers on every host at run time. The daemon works without either: the
 reading then says the tracer is off and why.
 
+Per service (the compiled engine): each timed request is also counted under the cgroup it was charged to (its bio's
+blkcg: on cgroup v2 the writer of page-cache writeback, on v1 the root for all writeback), per disk, in a map of
+[tracer] max_cgroups entries whose overflow is each disk's "other". The reader names the ids by a walk of the I/O
+hierarchy (an id is its directory's inode number), at most once a window while an id is unknown; it names
+max_cgroup_series cgroups per disk, the first to do I/O (a named one stays named while it exists, so its series
+do not come and go with its rank), and sums the rest as "other". bpftrace's engine keeps no count per cgroup.
+
 Bounds: one line of output at most MAX_LINE_BYTES; a process that prints nothing for three windows is
 killed and started again; restarts back off from 30 s to 10 min. The program samples requests on a
 disk faster than max_timed_iops (one in N by a hash of the sector) and re-plans N when a disk's rate
@@ -31,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from iowarden.probes import blockstage, blocktrace, diskstats
+from iowarden.probes import blockstage, blocktrace, cgroupio, diskstats
 from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
@@ -40,8 +47,8 @@ from iowarden.daemon.sources.tracer_plan import (cost_per_io_ns, measured_progra
                                                   skip_for, sustained_rate)
 from iowarden.daemon.sources.tracer_proc import (read_available, block_tracepoints, bpftrace_process, choose_engine,
                                                  compiled_process, missing_tracepoints, mount_tracefs, traceable_disks)
-from iowarden.daemon.sources.tracer_views import (TraceReading, add_histograms, causes, families, status_text,
-                                                   summary)
+from iowarden.daemon.sources.tracer_views import (GONE, NO_CGROUP, OTHER, TraceReading, add_histograms, causes,
+                                                   families, status_text, summary)
 
 log = logging.getLogger("iowarden")
 
@@ -84,6 +91,15 @@ CONFIG = {
                           "sampling saves anything. 0: what bench/tracer_overhead.py measured for the engine on a "
                           "2-core VM (bpftrace 400, compiled 150); set it to this host's figure from that bench.",
                           minimum=0.0, maximum=1e6),
+    "per_cgroup": Key("bool", True, "The compiled engine also counts each timed request under the cgroup it was "
+                      "charged to (a systemd service, scope or container): its latency, requests and bytes per disk. "
+                      "bench/tracer_overhead.py measures what it adds per request."),
+    "max_cgroups": Key("int", 512, "Entries of the compiled program's map of (disk, cgroup) pairs; requests of pairs "
+                       "beyond it are counted as their disk's \"other\" (entries idle for a minute are freed when it "
+                       "is three quarters full). About 1.7 kB each.", minimum=1, maximum=blockstage.MAX_CGROUPS),
+    "max_cgroup_series": Key("int", 8, "Cgroups named per disk and direction in the exported series and `status`: the "
+                             "first to do I/O, kept while they exist; the rest are summed as cgroup=\"other\".",
+                             minimum=1, maximum=64),
     "replan_seconds": Key("float", 600.0, "At most this often the program is restarted to follow a disk's rate.",
                           minimum=60.0, maximum=86400.0),
 }
@@ -121,6 +137,15 @@ class _Tracer:
     paths: dict = field(default_factory=dict)            # the compiled engine: name -> how its requests are timed
     engine: str = ""                                     # the engine chosen at the last read: "compiled" or "bpftrace"
     program_ns: float | None = None                      # the compiled program's run time per request, measured
+    cg_pending: dict = field(default_factory=dict)       # (dev, cgroup id, direction) -> counts: the set being read
+    cg_current: dict = field(default_factory=dict)       # the running process's last whole set
+    cg_base: dict = field(default_factory=dict)          # (name, path, direction) -> counts of entries gone before
+    cg_paths: dict = field(default_factory=dict)         # cgroup id -> path on the I/O hierarchy
+    cg_walked_at: float = float("-inf")
+    cg_hierarchy: int | None = None                      # 1 or 2: the cgroup version of the I/O controller
+    cg_named: dict = field(default_factory=dict)         # name -> the paths named in its series, in order
+    cg_map: dict = field(default_factory=dict)           # the loader's last word: entries, capacity, evicted
+    cg_previous: dict = field(default_factory=dict)      # the last reading's cgroup totals (for the window)
 
     def read(self) -> TraceReading:
         now = time.monotonic()
@@ -189,7 +214,8 @@ class _Tracer:
         skip_by_dev = {disks[n]: s for n, s in wanted.items()}
         try:
             if binary is None:   # the compiled engine: no tracepoint named, nothing compiled
-                self.proc = compiled_process(skip_by_dev, self.section.interval_seconds)
+                self.proc = compiled_process(skip_by_dev, self.section.interval_seconds,
+                                             max_cgroups=self.section.max_cgroups if self.section.per_cgroup else 0)
             else:
                 present = block_tracepoints(self.roots)
                 lacking = missing_tracepoints(present)
@@ -234,6 +260,8 @@ class _Tracer:
             self.base[key] = add_histograms(self.base.get(key), hist)
             self.base_sums[key] = self.base_sums.get(key, 0.0) + self.current_sums.get(key, 0.0)
         self.current, self.current_sums = {}, {}
+        self._cg_set({})   # every entry of the process gone: its counts kept in the base
+        self.cg_pending = {}
         for stream in (self.proc.stdout, self.proc.stderr):
             stream.close()
         self.proc = None
@@ -275,6 +303,9 @@ class _Tracer:
                 continue
             if line.startswith(b'{"type":"cost"'):
                 self._measured(line)
+                continue
+            if line.startswith(b'{"type":"cgroup'):
+                self._cgroup_line(line)
                 continue
             try:
                 parsed = blocktrace.parse_message(line.decode("utf-8", "replace"))
@@ -320,6 +351,82 @@ class _Tracer:
             log.info("tracer: its program runs %.0f ns per request (bpf_stats, %d requests): the budget takes "
                      "%.0f ns with the tracepoint", self.program_ns, runs, self._cost_ns())
 
+    def _cgroup_line(self, line: bytes) -> None:
+        """One (disk, cgroup) entry of the loader's map, or its word that the set is whole."""
+        try:
+            msg = json.loads(line)
+            if msg["type"] == "cgroups_done":
+                self.cg_map = {k: int(msg["data"][k]) for k in ("entries", "capacity", "evicted")}
+                self._cg_set(self.cg_pending)
+                self.cg_pending = {}
+                self.last_line_at = time.monotonic()
+            elif len(self.cg_pending) < 2 * blockstage.MAX_CGROUPS + 2 * len(self.names):
+                self.cg_pending.update((k, v) for k, v in blockstage.parse_cgroup(msg["data"]).items()
+                                       if k[0] in self.names)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("tracer: %s", exc)
+
+    def _cg_set(self, entries: dict) -> None:
+        """The process's whole set of cgroup entries now: an entry missing from it was evicted (or the process is
+        gone), and its last counts join the base under its path, or under "gone" when its cgroup no longer exists
+        (so the base holds the living and one entry per disk for the dead)."""
+        for key, counts in self.cg_current.items():
+            if key not in entries:
+                dev, cgroup, direction = key
+                path = self._cg_path(cgroup, live_only=True) or GONE
+                base_key = (self.names.get(dev, str(dev)), path, direction)
+                self.cg_base[base_key] = counts.plus(self.cg_base.get(base_key))
+        self.cg_current = entries
+
+    def _cg_path(self, cgroup: int, live_only: bool = False) -> str | None:
+        if cgroup == blockstage.OTHER_CGROUP:
+            return OTHER
+        if cgroup == 0:
+            return NO_CGROUP
+        if live_only:
+            return self.cg_paths.get(cgroup)
+        return self.cg_paths.get(cgroup, f"(cgroup id {cgroup}, removed)")
+
+    def _cg_names(self, now: float) -> None:
+        """Walk the I/O hierarchy when an id is unknown, at most once a window: ids of cgroups removed since stay
+        unknown, and are not walked for again and again."""
+        unknown = {c for (_, c, _) in self.cg_current if c not in self.cg_paths and c != blockstage.OTHER_CGROUP and c}
+        if not unknown or now - self.cg_walked_at < self.section.interval_seconds:
+            return
+        self.cg_walked_at = now
+        self.cg_hierarchy, paths, cut = cgroupio.ids(self.roots)
+        self.cg_paths = paths
+        live = set(paths.values())
+        for (name, path, direction) in [k for k in self.cg_base if k[1] not in live and k[1] != GONE]:
+            gone = (name, GONE, direction)   # the dead: one entry per disk and direction, not one each
+            self.cg_base[gone] = self.cg_base.pop((name, path, direction)).plus(self.cg_base.get(gone))
+        if cut:
+            log.warning("tracer: the cgroup hierarchy has over %d cgroups: those past them are not named",
+                        cgroupio.MAX_CGROUPS)
+
+    def _cg_totals(self) -> dict:
+        """(name, path, direction) -> counts since the daemon started: the base and the living entries, the paths
+        beyond max_cgroup_series of a disk summed as OTHER."""
+        merged: dict = dict(self.cg_base)
+        for (dev, cgroup, direction), counts in self.cg_current.items():
+            key = (self.names.get(dev, str(dev)), self._cg_path(cgroup), direction)
+            merged[key] = counts.plus(merged.get(key))
+        live = set(self.cg_paths.values())
+        for name in list(self.cg_named):   # a removed cgroup's name frees its place
+            self.cg_named[name] = [p for p in self.cg_named[name] if p in live]
+        busiest: dict = {}
+        for (name, path, _), counts in merged.items():
+            busiest[(name, path)] = busiest.get((name, path), 0) + counts.requests
+        for (name, path), _ in sorted(busiest.items(), key=lambda kv: -kv[1]):
+            named = self.cg_named.setdefault(name, [])
+            if path not in named and path in live and len(named) < self.section.max_cgroup_series:
+                named.append(path)
+        out: dict = {}
+        for (name, path, direction), counts in merged.items():
+            key = (name, path if path in self.cg_named.get(name, ()) else OTHER, direction)
+            out[key] = counts.plus(out.get(key))
+        return out
+
     def _cost_ns(self) -> float:
         return cost_per_io_ns(self.section, self.engine or "bpftrace", self.program_ns)
 
@@ -362,6 +469,10 @@ class _Tracer:
         window = {k: h.minus(self.previous_total.get(k)) for k, h in total.items()}
         self.previous_total = total
         share = {n: (blocktrace.SAMPLE_SCALE - s) / blocktrace.SAMPLE_SCALE for n, s in self.plan.items()}
+        self._cg_names(time.monotonic())
+        cg_total = self._cg_totals()
+        cg_window = {k: c.minus(self.cg_previous.get(k)) for k, c in cg_total.items()}
+        self.cg_previous = cg_total
         # up once the program is attached (its first line), not while bpftrace compiles or the kernel refuses it
         up = self.proc is not None and self.proc.poll() is None and self.heard
         starting = self.proc is not None and not up and self.proc.poll() is None
@@ -371,7 +482,9 @@ class _Tracer:
                             MappingProxyType(total), MappingProxyType(sums), MappingProxyType(window),
                             self.unknown_dropped, self.engine, self._cost_ns(),
                             "configured" if self.section.cost_per_io_ns else
-                            "measured" if self.program_ns is not None and self.engine == "compiled" else "bench")
+                            "measured" if self.program_ns is not None and self.engine == "compiled" else "bench",
+                            MappingProxyType({k: (c, cg_window[k]) for k, c in cg_total.items()}),
+                            self.cg_hierarchy, MappingProxyType(dict(self.cg_map)))
 
 
 def start(section, roots: Roots, disk_reading=None):

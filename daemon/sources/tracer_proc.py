@@ -149,14 +149,16 @@ def choose_engine(wanted: str, bpftrace_path: str, roots) -> tuple[str | None, s
 
 
 def compiled_process(skip_by_dev: dict[int, int], interval_seconds: float, issue_map: bool = False,
-                     **popen) -> subprocess.Popen:
+                     max_cgroups: int = 0, **popen) -> subprocess.Popen:
     """The compiled engine's loader (probes/blockstage.py) for these disks. They are its standard input, a file in
     memory (a pipe of 8,192 disks would block the writer). issue_map: every disk timed from the issue program's
-    map, the path of a queue that does not stamp its requests (its tests)."""
+    map, the path of a queue that does not stamp its requests (its tests). max_cgroups: the entries of its map of
+    (disk, cgroup) counts; 0 keeps none."""
     fd = _in_memory("iowarden-blockstage-disks", json.dumps({str(dev): skip for dev, skip in skip_by_dev.items()}))
     try:
         return subprocess.Popen([sys.executable, "-m", "iowarden.probes.blockstage", "--object",
                                  str(compiled_object()), "--interval-ms", str(max(100, int(interval_seconds * 1000))),
+                                 "--max-cgroups", str(max_cgroups),
                                  *(["--issue-map"] if issue_map else [])],
                                 stdin=fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=_env(PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),

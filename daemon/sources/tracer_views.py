@@ -3,7 +3,7 @@ the summary `status` shows. Pure functions of a TraceReading (sources/tracer.py 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -16,6 +16,9 @@ from iowarden.daemon.wording import human_seconds, latency_columns
 
 TRACE_BUCKETS_SECONDS = tuple(2 ** k / 1e9 for k in range(12, 36))
 MIN_TAIL_SAMPLES = 200      # timed I/Os in a window before its p99 is quoted as a cause
+OTHER = "other"                 # a disk's cgroups past [tracer] max_cgroup_series, or past the program's map
+NO_CGROUP = "(no cgroup)"       # requests the kernel charged to none (no bio: a flush's own request)
+GONE = "(removed cgroups)"      # cgroups removed since they did I/O
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class TraceReading:
     engine: str = ""                                     # compiled or bpftrace: the one chosen last
     cost_per_io_ns: float = 0.0                          # what its budget takes the engine to cost per request
     cost_source: str = ""                                # measured (bpf_stats), bench, or configured
+    # (name, cgroup path or OTHER, direction) -> (CgroupCounts since the daemon started, this window's)
+    cgroups: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    cgroup_version: int | None = None                    # the I/O controller's hierarchy: 1 (blkio) or 2
+    cgroup_map: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # entries, capacity, evicted
 
 
 def add_histograms(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | None) -> blocktrace.StageHistogram:
@@ -97,6 +104,86 @@ def families(r: TraceReading | None, snap):
     if r.engine:
         cost.add_metric([r.engine, r.cost_source], r.cost_per_io_ns / 1e9)
     yield from (up, why, hist, last, share, dropped, cost)
+    yield from cgroup_families(r, snap)
+
+
+SYSTEMD_UNIT_SUFFIXES = (".service", ".scope", ".slice", ".socket", ".mount", ".swap")
+
+
+def unit_of(path: str) -> str:
+    """The systemd unit a cgroup path is ("/system.slice/postgresql.service" -> postgresql.service), or "" where its
+    last part is not a unit's name (a container runtime's own cgroup, the root)."""
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    return last if last.endswith(SYSTEMD_UNIT_SUFFIXES) else ""
+
+
+def cgroup_words(path: str, version: int | None, unit: bool = False) -> str:
+    """A cgroup as `status` and a page say it (unit: by its systemd unit's name where it is one). On cgroup v1 dirty
+    pages have no owner: writeback is charged to whoever does it, so the root is charged with all the kernel's
+    flusher writes (an fsync's writes are its caller's), and its requests are not its own processes' alone."""
+    if path == "/" and version == 1:
+        return "/ (the root; on cgroup v1 also the page-cache writeback the kernel's flusher does for every cgroup)"
+    if path == "/":
+        return "/ (the root)"
+    if path == OTHER:
+        return "other cgroups (past [tracer] max_cgroup_series)"
+    return (unit_of(path) or path) if unit else path
+
+
+def cgroup_families(r: TraceReading, snap):
+    """Per disk, direction and cgroup (the named ones and "other"): the latency histogram of its timed requests,
+    their count and bytes, and its share of the disk's in the last window."""
+    labels = ["device", "volume", "direction", "cgroup", "unit"]
+    hist = HistogramMetricFamily("iowarden_cgroup_io_latency_seconds", "Latency (total: submission to completion) "
+                                 "of the timed requests each cgroup was charged for, per disk and direction, since "
+                                 "the daemon started ([tracer] max_cgroup_series named per disk, the rest "
+                                 "cgroup=\"other\")", labels=labels)
+    requests = CounterMetricFamily("iowarden_cgroup_io_requests", "Timed requests each cgroup was charged for (of "
+                                   "iowarden_io_latency_timed_ratio of the disk's requests)", labels=labels)
+    nbytes = CounterMetricFamily("iowarden_cgroup_io_bytes", "Bytes of the timed requests each cgroup was charged for",
+                                 labels=labels)
+    share = GaugeMetricFamily("iowarden_cgroup_io_share_ratio", "Each cgroup's share of its disk's timed requests "
+                              "and bytes in the last window", labels=labels + ["of"])
+    window_all: dict = {}
+    for (name, _, direction), (_, w) in r.cgroups.items():
+        a = window_all.setdefault((name, direction), [0, 0])
+        a[0], a[1] = a[0] + w.requests, a[1] + w.bytes
+    for (name, path, direction), (total, w) in sorted(r.cgroups.items()):
+        lv = [name, identity_of(name, snap.devices), direction, path, unit_of(path)]
+        hist.add_metric(lv, octave_buckets(total.hist), total.ns / 1e9)
+        requests.add_metric(lv, total.requests)
+        nbytes.add_metric(lv, total.bytes)
+        all_requests, all_bytes = window_all[(name, direction)]
+        if all_requests:
+            share.add_metric(lv + ["requests"], w.requests / all_requests)
+        if all_bytes:
+            share.add_metric(lv + ["bytes"], w.bytes / all_bytes)
+    entries = GaugeMetricFamily("iowarden_tracer_cgroup_map_entries", "The compiled program's map of (disk, cgroup) "
+                                "counts: entries used and its capacity ([tracer] max_cgroups and one \"other\" per "
+                                "disk); when full, a new cgroup's requests count as its disk's other", labels=["kind"])
+    evicted = CounterMetricFamily("iowarden_tracer_cgroup_map_evicted", "Entries of idle cgroups freed from the "
+                                  "program's map to make room (their counts are kept)")
+    if r.cgroup_map:
+        entries.add_metric(["used"], r.cgroup_map.get("entries", 0))
+        entries.add_metric(["capacity"], r.cgroup_map.get("capacity", 0))
+        evicted.add_metric([], r.cgroup_map.get("evicted", 0))
+    yield from (hist, requests, nbytes, share, entries, evicted)
+
+
+def cgroup_rows(r: TraceReading) -> list[dict]:
+    """Per disk and direction, each cgroup's last window: its share of the disk's timed requests and its p50/p99,
+    busiest first (what `status` and a page say of who is hurt and who does the I/O)."""
+    totals: dict = {}
+    for (name, _, direction), (_, w) in r.cgroups.items():
+        totals[(name, direction)] = totals.get((name, direction), 0) + w.requests
+    rows = []
+    for (name, path, direction), (_, w) in r.cgroups.items():
+        if not w.requests:
+            continue
+        rows.append({"device": name, "direction": direction, "cgroup": path, "unit": unit_of(path),
+                     "requests": w.requests, "bytes": w.bytes, "share": w.requests / totals[(name, direction)],
+                     "p50_seconds": w.hist.quantile_seconds(0.5), "p99_seconds": w.hist.quantile_seconds(0.99)})
+    return sorted(rows, key=lambda x: (x["device"], x["direction"], -x["requests"]))
 
 
 # ---- causes ------------------------------------------------------------------------------------
@@ -142,7 +229,7 @@ def summary(r: TraceReading) -> dict:
                      "in_device_p99": min(1.0, dev99 / p99) if p99 and dev99 is not None else None,
                      "sampled_share": r.sampled_share.get(disk)})
     return {"up": r.up, "reason": r.reason, "window_seconds": r.window_seconds, "unix_time": r.unix_time,
-            "rows": rows}
+            "rows": rows, "cgroup_rows": cgroup_rows(r), "cgroup_version": r.cgroup_version}
 
 
 def status_text(t: dict, table) -> str:
@@ -156,8 +243,17 @@ def status_text(t: dict, table) -> str:
         return f"where the time goes: no request timed in the last {t['window_seconds']:.0f} s, as of {as_of}"
     headers, cells = latency_columns({k: [r.get(f"{k}_seconds") for r in rows] for k in ("p50", "p99", "p999")})
     headers = [h.replace("p999", "p99.9") for h in headers]
-    return (f"where the time goes (real I/O, the last {t['window_seconds']:.0f} s, as of {as_of}):\n" +
+    text = (f"where the time goes (real I/O, the last {t['window_seconds']:.0f} s, as of {as_of}):\n" +
             table(["device", "direction", "timed", *headers, "p99 in device"],
                   [[printable(r["device"]), r["direction"], r["timed"], *lat,
                     f"{r['in_device_p99']:.0%}" if r.get("in_device_p99") is not None else "-"]
                    for r, lat in zip(rows, cells)]))
+    cg = [r for r in t.get("cgroup_rows", ()) if r.get("requests")]
+    if cg:
+        headers, cells = latency_columns({k: [r.get(f"{k}_seconds") for r in cg] for k in ("p50", "p99")})
+        text += ("\nwho is charged for it (per cgroup, the same window):\n" +
+                 table(["device", "direction", "cgroup", "share", "timed", *headers],
+                       [[printable(r["device"]), r["direction"],
+                         printable(cgroup_words(r["cgroup"], t.get("cgroup_version"))), f"{r['share']:.0%}",
+                         r["requests"], *lat] for r, lat in zip(cg, cells)]))
+    return text

@@ -22,8 +22,8 @@ MAX_TEXT_CHARS = 400       # per label value: Prometheus has no limit, Alertmana
 MAX_MOVED = 4              # metrics named in `what`; the rest are counted
 NO_CAUSE = "no cause found in settings, contention, cgroup limits, md state, fragmentation or drive health"
 RUNBOOK_ANCHORS = {a: "iowarden" + a.lower() for a in (
-    "VolumeDegraded", "DeviceSlow", "SlowMember", "VolumeAtLimit", "VolumeContended", "ProbeFailing",
-    "BurstCreditsLow")}
+    "VolumeDegraded", "DeviceSlow", "SlowMember", "VolumeAtLimit", "VolumeContended", "ServiceContended",
+    "ProbeFailing", "BurstCreditsLow")}
 
 
 @dataclass(frozen=True)

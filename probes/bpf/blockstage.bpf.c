@@ -12,6 +12,15 @@
  * Per I/O on a stamped disk: one lookup of the disk, one per-CPU histogram count and one per-CPU sum when the
  * request spent no time in the queue (STAGE_UNQUEUED), three of each when it did.
  * Disks not in `disks` (filled by the loader) cost one lookup. Counts are cumulative, read by the loader.
+ *
+ * Per service: each timed request's total time is also counted under the cgroup it was charged to (the blkcg of
+ * its bio, which for page-cache writeback on cgroup v2 is the cgroup that dirtied the pages), per disk, in a slot
+ * of `cgvals` (shared by the CPUs: three atomic adds). Which slot a (cgroup, disk) has is in `cgslot`, a hash the
+ * program looks in only when the request is not of the pair this CPU counted last (`cglast`): a hash lookup costs
+ * some 50 ns a request, the array's none. Slots are bounded ([tracer] max_cgroups); once all are taken a new pair
+ * counts in its disk's own slot (slot = the disk's index: its "other"), so the cost and memory are the same with
+ * five cgroups or five thousand. The loader frees the slots of idle pairs (`cgfree`) and bumps `cggen`, which
+ * every CPU's cached pair must match.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -27,11 +36,20 @@
 #define PATH_ISSUE_MAP 2        /* the issue program's map */
 #define STAGE_UNQUEUED 3        /* device = total, queue 0: one count where three would be */
 #define SLOTS_PER_DISK 8        /* sums: two directions of four stages (the three and STAGE_UNQUEUED) */
+#define CG_FIRST_OCTAVE 10      /* a cgroup's histogram: eighth-octaves of nanoseconds from 2^10 (1 us)... */
+#define CG_BUCKETS (26 << SUB_BITS)     /* ...to 2^36 (69 s); a time outside is counted in the end bucket */
 
-/* Set by the loader before the load (--issue-map): every disk timed from the issue program's map, as a queue that
- * does not stamp its requests would be; how that path is tested on a kernel whose queues all stamp. Read-only
- * data: the verifier drops the branch it rules out, so the usual path pays nothing for it. */
-const volatile __u32 ignore_stamp = 0;
+/* Set by the loader before the load, read-only once loaded: the verifier drops the branches they rule out, so
+ * the usual path pays nothing for them. The object's only read-only data: the loader writes it whole. */
+const volatile struct options {
+	/* --issue-map: every disk timed from the issue program's map, as a queue that does not stamp its requests
+	 * would be; how that path is tested on a kernel whose queues all stamp */
+	__u32 ignore_stamp;
+	/* 0: no count per cgroup ([tracer] per_cgroup = false; the bench's "without cgroups") */
+	__u32 by_cgroup;
+	/* cgvals' slots: the disks' own (their other), then one per (cgroup, disk) pair */
+	__u32 slots;
+} options = {.ignore_stamp = 0, .by_cgroup = 1, .slots = 1024};
 
 struct disk {
 	__u32 index;            /* the disk's place in `sums` (loader-assigned, < max_disks) */
@@ -67,6 +85,70 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } sums SEC(".maps");
+
+struct cgkey {
+	__u64 cgroup;           /* the cgroup's id (its directory's inode number on the blkio or unified hierarchy);
+	                         * 0: a request with no cgroup (no bio, or the kernel keeps none) */
+	__u32 dev;
+	__u32 pad;
+};
+
+struct cgdir {
+	__u64 bytes;
+	__u64 ns;               /* total time, summed */
+	__u32 buckets[CG_BUCKETS];
+};
+
+struct cgval {
+	struct cgdir dir[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);          /* set by the loader: a slot per disk (its other), then [tracer] max_cgroups */
+	__type(key, __u32);
+	__type(value, struct cgval);
+} cgvals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);          /* set by the loader: [tracer] max_cgroups */
+	__type(key, struct cgkey);
+	__type(value, __u32);               /* its slot in cgvals */
+} cgslot SEC(".maps");
+
+struct cglast {
+	struct cgkey key;
+	__u32 slot;
+	__u32 gen;              /* cgstate.gen when cached: a slot freed since is not used, nor a "no room" kept */
+	__u32 valid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cglast);
+} cglast SEC(".maps");
+
+struct cgstate {
+	__u32 gen;              /* bumped by the loader each time it frees slots */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cgstate);
+} cgstate SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 1024);          /* set by the loader: [tracer] max_cgroups */
+	__type(value, __u32);               /* free slots: all but the disks' at the start, then those the loader freed */
+} cgfree SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -130,6 +212,82 @@ static __always_inline __u32 dev_of(struct request *rq)
 	return ((__u32)BPF_CORE_READ(disk, major) << 20) | (__u32)BPF_CORE_READ(disk, first_minor);
 }
 
+/* the cgroup a request was charged to: its first bio's blkcg (every bio of a request is of one blkcg). Typed
+ * pointers (tp_btf) read directly: five loads, no helper call (BPF_CORE_READ's five probe reads cost some 150 ns) */
+static __always_inline __u64 cgroup_of(struct request *rq)
+{
+	struct bio *bio = rq->bio;
+	struct blkcg_gq *blkg;
+	struct blkcg *blkcg;
+	struct cgroup *cg;
+
+	if (!bio || !bpf_core_field_exists(bio->bi_blkg))
+		return 0;
+	blkg = bio->bi_blkg;
+	if (!blkg)
+		return 0;
+	blkcg = blkg->blkcg;
+	if (!blkcg)
+		return 0;
+	cg = blkcg->css.cgroup;
+	if (!cg || !cg->kn)
+		return 0;
+	return cg->kn->id;
+}
+
+/* the slot of the request's (cgroup, disk): this CPU's last if it is the same pair, else the hash's, else a free one,
+ * else the disk's own (its other) */
+static __always_inline __u32 slot_of(__u64 cgroup, __u32 dev, __u32 disk_index)
+{
+	struct cgkey k = {.cgroup = cgroup, .dev = dev};
+	__u32 zero = 0, slot, *found;
+	struct cglast *last = bpf_map_lookup_elem(&cglast, &zero);
+	struct cgstate *st = bpf_map_lookup_elem(&cgstate, &zero);
+
+	if (!last || !st)
+		return disk_index;
+	if (last->valid && last->key.cgroup == cgroup && last->key.dev == dev && last->gen == st->gen)
+		return last->slot;
+	found = bpf_map_lookup_elem(&cgslot, &k);
+	if (found) {
+		slot = *found;
+	} else {
+		if (bpf_map_pop_elem(&cgfree, &slot) != 0 || slot >= options.slots)
+			slot = disk_index;  /* no room: the disk's own, until the loader frees slots (and bumps gen) */
+		else if (bpf_map_update_elem(&cgslot, &k, &slot, BPF_NOEXIST) != 0) {
+			/* another CPU made the pair first: its slot is used, this one goes back */
+			bpf_map_push_elem(&cgfree, &slot, 0);
+			found = bpf_map_lookup_elem(&cgslot, &k);
+			if (!found)
+				return disk_index;
+			slot = *found;
+		}
+	}
+	last->key = k;
+	last->slot = slot;
+	last->gen = st->gen;
+	last->valid = 1;
+	return slot;
+}
+
+static __always_inline void count_cgroup(struct request *rq, __u32 dev, __u32 disk_index, __u8 dir, __u64 ns,
+					 __u32 nr_bytes)
+{
+	__u32 slot = slot_of(cgroup_of(rq), dev, disk_index), b = bucket_of(ns);
+	struct cgval *v = bpf_map_lookup_elem(&cgvals, &slot);
+
+	if (!v)
+		return;
+	b = b < (CG_FIRST_OCTAVE << SUB_BITS) ? 0 : b - (CG_FIRST_OCTAVE << SUB_BITS);
+	if (b >= CG_BUCKETS)
+		b = CG_BUCKETS - 1;
+	dir &= 1;
+	/* three adds: the request count is the buckets' sum (the loader adds them up) */
+	__sync_fetch_and_add(&v->dir[dir].bytes, nr_bytes);
+	__sync_fetch_and_add(&v->dir[dir].ns, ns);
+	__sync_fetch_and_add(&v->dir[dir].buckets[b], 1);
+}
+
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(on_issue, struct request *rq)
 {
@@ -137,7 +295,7 @@ int BPF_PROG(on_issue, struct request *rq)
 	struct disk *d = bpf_map_lookup_elem(&disks, &dev);
 	__u64 key = (__u64)rq, now;
 
-	if (!d || (d->path == PATH_STAMPED && !ignore_stamp))
+	if (!d || (d->path == PATH_STAMPED && !options.ignore_stamp))
 		return 0;
 	now = bpf_ktime_get_ns();
 	bpf_map_update_elem(&issued, &key, &now, BPF_ANY);
@@ -163,7 +321,7 @@ int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
 	dir = op == OP_WRITE;
 	now = bpf_ktime_get_ns();
 	alloc = rq->start_time_ns;
-	issue = ignore_stamp ? 0 : rq->io_start_time_ns;
+	issue = options.ignore_stamp ? 0 : rq->io_start_time_ns;
 	if (issue) {
 		if (d->path != PATH_STAMPED)
 			d->path = PATH_STAMPED;
@@ -181,6 +339,8 @@ int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
 	}
 	if (issue > now)
 		return 0;
+	if (options.by_cgroup)
+		count_cgroup(rq, dev, d->index, dir, alloc && alloc <= issue ? now - alloc : now - issue, nr_bytes);
 	if (alloc == issue) {
 		/* no time in the queue (most requests: allocated and issued in one plug, whose time the kernel
 		 * reads once): one count for the three stages, which the loader spreads (STAGE_UNQUEUED) */

@@ -27,12 +27,13 @@ SIZE = (200 << 20) + 12288
 
 
 @contextmanager
-def weak_disks(where: Path, names=("healthy.img", "slow.weak"), server_nice: int = 0):
+def weak_disks(where: Path, names=("healthy.img", "slow.weak"), server_nice: int = 0, args: tuple = ()):
     """Loop devices over the FUSE images `names` (.weak: with a weak region), in that order; the loops, the
-    mount and the server go on exit. server_nice: the server's session's nice (session_nice)."""
+    mount and the server go on exit. server_nice: the server's session's nice (session_nice); args: the server's
+    further options (weakfuse.py)."""
     mnt = where / "weakfuse"
     mnt.mkdir()
-    server = subprocess.Popen([sys.executable, str(WEAKFUSE), str(mnt), str(SIZE), *names],
+    server = subprocess.Popen([sys.executable, str(WEAKFUSE), str(mnt), str(SIZE), *names, *args],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     session_nice(server.pid, server_nice)
     loops = []

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from iowarden.daemon.sources import tracer, tracer_views
+from iowarden.probes import cgroupio
 from iowarden.probes.common import Roots
 from tests.conftest import LoopXfs, fresh_loop_queue
 from tests.integration.helpers import blkio_cap, config_text, free_port, wait_for
@@ -206,6 +207,19 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
                  if line.startswith(f'iowarden_io_latency_seconds_count{{device="{outer.name}",direction="read",stage="total"'))
     assert count > 0   # the daemon's own probes, timed in the block layer
     assert f'iowarden_io_latency_timed_ratio{{device="{outer.name}"}} 1.0' in text
+    # and per cgroup: the daemon's probes are charged to the cgroup it runs in, and named with it
+    own = cgroupio.own_cgroup(Roots(), 1, str(d.proc.pid))
+    seen = [""]
+
+    def charged():
+        seen[0] = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return any(x.startswith("iowarden_cgroup_io_requests_total{") and f'device="{outer.name}"' in x and
+                   f'cgroup="{own}"' in x and float(x.rsplit(" ", 1)[1]) > 0 for x in seen[0].splitlines())
+    try:
+        wait_for(charged, timeout=60, what=f"the daemon's own cgroup ({own}) on /metrics")
+    except AssertionError:
+        print("\n".join(x for x in seen[0].splitlines() if "cgroup" in x))
+        raise
 
     def status():   # `status` (its own process, reading the database) shows the tail of the last window
         out = subprocess.run([sys.executable, "-m", "iowarden.daemon.cli", "status", "-c", str(d.cfg)],
@@ -214,7 +228,8 @@ def test_the_daemon_exports_the_tracers_histograms_and_stops_it_with_itself(stac
         rows = [line.split() for line in out.stdout.splitlines() if line.startswith(outer.name + " ")]
         said[:] = [out.stdout[-1500:]]
         return out.stdout if "where the time goes (real I/O" in out.stdout and \
-            any(r[1] == "read" and int(r[2]) > 0 and r[-1].endswith("%") for r in rows) else None
+            any(r[1] == "read" and int(r[2]) > 0 and r[-1].endswith("%") for r in rows) and \
+            "who is charged for it (per cgroup" in out.stdout else None
     said = [""]
     try:
         wait_for(status, timeout=60, what="the tracer's tail in `iowarden status`")

@@ -6,7 +6,7 @@ A loop device over an image here is a request-based disk (the tracer times it) w
 its block layer, where dm-delay on a few sectors in the lab guest would put it above the member disk's
 (a dm device is bio-based: its delay is over before its members see the bio).
 
-Run: python weakfuse.py MOUNTPOINT SIZE_BYTES NAME[.weak] ... [--service-ms X --every N --delay-ms D]
+Run: python weakfuse.py MOUNTPOINT SIZE_BYTES NAME[.weak] ... [--service-ms X --every N --delay-ms D] [--serial]
 (foreground; unmount with `umount MOUNTPOINT` or a signal)
 """
 from __future__ import annotations
@@ -30,8 +30,10 @@ BLOCK = 4096
 class WeakImages(Operations):
     use_ns = True   # times in nanoseconds (mfusepy's current API)
 
-    def __init__(self, names: list[str], size: int, service_ms: float, every: int, delay_ms: float):
+    def __init__(self, names: list[str], size: int, service_ms: float, every: int, delay_ms: float,
+                 serial: bool = False):
         self.names, self.size = {"/" + n for n in names}, size
+        self.serial = threading.Lock() if serial else None
         self.service, self.every, self.delay = service_ms / 1000, every, delay_ms / 1000
         self.lock = threading.Lock()
         self.delayed = 0
@@ -63,7 +65,11 @@ class WeakImages(Operations):
                 pause += self.delay
                 with self.lock:
                     self.delayed += 1
-        time.sleep(pause)
+        if self.serial is not None:   # one read at a time, as a disk with one head serves them
+            with self.serial:
+                time.sleep(pause)
+        else:
+            time.sleep(pause)
         return bytes(max(0, min(size, self.size - offset)))
 
     def write(self, path, data, offset, fi):
@@ -81,8 +87,10 @@ def main() -> None:
     ap.add_argument("--service-ms", type=float, default=2.0)
     ap.add_argument("--every", type=int, default=500)
     ap.add_argument("--delay-ms", type=float, default=100.0)
+    ap.add_argument("--serial", action="store_true", help="serve the reads one at a time: requests queue behind "
+                                                          "each other, whoever sent them")
     a = ap.parse_args()
-    FUSE(WeakImages(a.names, a.size, a.service_ms, a.every, a.delay_ms), a.mountpoint, foreground=True,
+    FUSE(WeakImages(a.names, a.size, a.service_ms, a.every, a.delay_ms, a.serial), a.mountpoint, foreground=True,
          raw_fi=True, ro=True, nothreads=False, allow_other=True)
 
 
