@@ -279,9 +279,9 @@ def main() -> None:
             # the per-I/O cost where the sampling is planned for 200k IOPS; the process's CPU is per window
             cores = ns_per_io * AT_IOPS / 1e9 + cpu / RUN_SECONDS
             print(f"{label:<34}{iops:>10.0f}{ns_per_io:>12.0f}{cpu:>16.2f}{cores:>20.4f}")
-        print(f"\n{MANY_CGROUPS:,} cgroups did I/O: each read one block once the tracer ran, filling its map of "
-              f"(disk, cgroup) counts (512 entries); fio then read from the last, so every request took the slow "
-              f"path (a lookup that misses, an insert the full map refuses, the disk's \"other\").")
+        print(f"\n{MANY_CGROUPS:,} cgroups did I/O: each read one block once the tracer ran, taking all of its "
+              f"slots for (disk, cgroup) pairs (512); fio then read from the last, a pair with no slot, counted in "
+              f"the disk's own (\"other\").")
         print("BPF ns/I/O: the tracer's programs' run time (kernel.bpf_stats_enabled) over fio's I/Os. With "
               "sampling, the program still runs on every request (the hash decides), but maps are touched only "
               f"for the kept share ({blocktrace.SAMPLE_SCALE - skip_for(AT_IOPS, 2000.0)} in "

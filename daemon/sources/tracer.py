@@ -146,6 +146,8 @@ class _Tracer:
     cg_named: dict = field(default_factory=dict)         # name -> the paths named in its series, in order
     cg_map: dict = field(default_factory=dict)           # the loader's last word: entries, capacity, evicted
     cg_previous: dict = field(default_factory=dict)      # the last reading's cgroup totals (for the window)
+    cg_walk_cut: bool = False                            # the last walk of the hierarchy met its bound
+    cg_bounds: dict = field(default_factory=dict)        # what the bounds left out: folded, unnamed, walk_cut
 
     def read(self) -> TraceReading:
         now = time.monotonic()
@@ -395,7 +397,7 @@ class _Tracer:
             return
         self.cg_walked_at = now
         self.cg_hierarchy, paths, cut = cgroupio.ids(self.roots)
-        self.cg_paths = paths
+        self.cg_paths, self.cg_walk_cut = paths, cut
         live = set(paths.values())
         for (name, path, direction) in [k for k in self.cg_base if k[1] not in live and k[1] != GONE]:
             gone = (name, GONE, direction)   # the dead: one entry per disk and direction, not one each
@@ -422,9 +424,16 @@ class _Tracer:
             if path not in named and path in live and len(named) < self.section.max_cgroup_series:
                 named.append(path)
         out: dict = {}
+        folded = set()
         for (name, path, direction), counts in merged.items():
-            key = (name, path if path in self.cg_named.get(name, ()) else OTHER, direction)
+            named = path in self.cg_named.get(name, ())
+            if not named and path in live:
+                folded.add((name, path))
+            key = (name, path if named else OTHER, direction)
             out[key] = counts.plus(out.get(key))
+        self.cg_bounds = {"folded": len(folded), "walk_cut": int(self.cg_walk_cut),
+                          "unnamed": len({c for (_, c, _) in self.cg_current
+                                          if c not in self.cg_paths and c not in (0, blockstage.OTHER_CGROUP)})}
         return out
 
     def _cost_ns(self) -> float:
@@ -484,7 +493,7 @@ class _Tracer:
                             "configured" if self.section.cost_per_io_ns else
                             "measured" if self.program_ns is not None and self.engine == "compiled" else "bench",
                             MappingProxyType({k: (c, cg_window[k]) for k, c in cg_total.items()}),
-                            self.cg_hierarchy, MappingProxyType(dict(self.cg_map)))
+                            self.cg_hierarchy, MappingProxyType({**self.cg_map, **self.cg_bounds}))
 
 
 def start(section, roots: Roots, disk_reading=None):

@@ -38,7 +38,9 @@ class TraceReading:
     # (name, cgroup path or OTHER, direction) -> (CgroupCounts since the daemon started, this window's)
     cgroups: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     cgroup_version: int | None = None                    # the I/O controller's hierarchy: 1 (blkio) or 2
-    cgroup_map: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # entries, capacity, evicted
+    # the program's map (entries, capacity, evicted) and what the reader's bounds left out: cgroups folded into
+    # "other" past max_cgroup_series, ids no walk named (unnamed), a walk cut at its bound (walk_cut)
+    cgroup_map: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
 
 def add_histograms(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | None) -> blocktrace.StageHistogram:
@@ -163,11 +165,17 @@ def cgroup_families(r: TraceReading, snap):
                                 "disk); when full, a new cgroup's requests count as its disk's other", labels=["kind"])
     evicted = CounterMetricFamily("iowarden_tracer_cgroup_map_evicted", "Entries of idle cgroups freed from the "
                                   "program's map to make room (their counts are kept)")
+    left = GaugeMetricFamily("iowarden_tracer_cgroups_left_out", "Cgroups the bounds leave out of the series per "
+                             "cgroup: folded (summed as cgroup=\"other\" past [tracer] max_cgroup_series on a "
+                             "disk), unnamed (ids no walk of the cgroup hierarchy named: removed, or past its bound), "
+                             "walk_cut (1: the last walk stopped at its bound)", labels=["why"])
     if r.cgroup_map:
         entries.add_metric(["used"], r.cgroup_map.get("entries", 0))
         entries.add_metric(["capacity"], r.cgroup_map.get("capacity", 0))
         evicted.add_metric([], r.cgroup_map.get("evicted", 0))
-    yield from (hist, requests, nbytes, share, entries, evicted)
+        for why in ("folded", "unnamed", "walk_cut"):
+            left.add_metric([why], r.cgroup_map.get(why, 0))
+    yield from (hist, requests, nbytes, share, entries, evicted, left)
 
 
 def cgroup_rows(r: TraceReading) -> list[dict]:

@@ -136,6 +136,8 @@ def test_the_reader_names_the_busiest_cgroups_up_to_its_bound_keeps_the_evicted_
         assert {s.labels["cgroup"] for s in buckets} == {"/a.service", "/b.scope", "other"}
         share = {(s.labels["cgroup"], s.labels["of"]): s.value for s in fams["iowarden_cgroup_io_share_ratio"].samples}
         assert share[("/a.service", "requests")] == pytest.approx(100 / 172)
+        left = {s.labels["why"]: s.value for s in fams["iowarden_tracer_cgroups_left_out"].samples}
+        assert left == {"folded": 2, "unnamed": 0, "walk_cut": 0}   # c and d, past the two series allowed
 
         # (e first: kernfs never gives a removed cgroup's id again, a test's filesystem may)
         (tmp_path / "sys" / "fs" / "cgroup" / "blkio" / "e").mkdir()
