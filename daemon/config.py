@@ -56,6 +56,7 @@ class Target:
     # found mounted at. A probe refuses when the path is on another one (unmounted since).
     found_on_dev: int | None = None
     bucket: tuple[float, float, float] | None = None   # (burst IOPS, baseline IOPS, capacity I/Os) when configured
+    volume_class: str = ""   # the volume's fleet class as the config says it (`class`); "": derived
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class DiscoveryRule:
     fstypes: tuple[str, ...]
     profiles: tuple[str, ...]
     interval_seconds: float
+    volume_class: str = ""   # the fleet class of the volumes it finds (`class`); "": derived
 
 
 @dataclass(frozen=True)
@@ -302,7 +304,7 @@ def parse(text: str, source: str = "<config>") -> Config:
                                                                  f"the burst rate ({bucket[0]:g} IOPS)"))
         if len(v) == len(TARGET_KEYS):
             targets.append(Target(v["name"], v["path"], tuple(v["profiles"]), v["interval_seconds"],
-                                  bucket=bucket if all(bucket) else None))
+                                  bucket=bucket if all(bucket) else None, volume_class=v["class"]))
     rules: list[DiscoveryRule] = []
     for path, v in entries("discover", DISCOVER_KEYS):
         for pattern in v.get("mountpoints", []):
@@ -312,7 +314,7 @@ def parse(text: str, source: str = "<config>") -> Config:
             errors.append(where(path + ("mountpoints",), "must name at least one pattern"))
         if len(v) == len(DISCOVER_KEYS):
             rules.append(DiscoveryRule(v["name"], tuple(v["mountpoints"]), tuple(v["fstypes"]),
-                                       tuple(v["profiles"]), v["interval_seconds"]))
+                                       tuple(v["profiles"]), v["interval_seconds"], v["class"]))
 
     if errors:
         raise ConfigError(errors)

@@ -287,6 +287,9 @@ TARGET_KEYS: dict[str, Key] = {
                                minimum=0.0, maximum=1e9),
     "burst_capacity_ios": Key("float", 0.0, "the I/Os above the baseline a full bucket lets through (gp2: 5.4 "
                                             "million)", minimum=0.0, maximum=1e15),
+    "class": Key("str", "", "the volume's class across the fleet (what the fleet rules compare it with on other "
+                            "hosts, iowarden_volume_class_info); empty: derived from its model, firmware and size or "
+                            "its layout (docs/fleet.md)"),
 }
 
 
@@ -296,4 +299,5 @@ DISCOVER_KEYS: dict[str, Key] = {
     "fstypes": Key("strlist", ["xfs", "ext4"], "filesystem types the rule accepts"),
     "profiles": Key("strlist", None, "profile names to run", required=True),
     "interval_seconds": Key("float", 300.0, "how often each profile runs", minimum=1.0, maximum=30 * 86400.0),
+    "class": Key("str", "", "the fleet class of the volumes it finds (see [[targets]] class)"),
 }

@@ -111,6 +111,7 @@ class Snapshot:
     sources: Mapping = field(default_factory=_empty)          # registered source -> its last reading
     probe_latency: Mapping = field(default_factory=_empty)    # (target, profile, direction) -> latency.LatencyTotal
     pins: Mapping = field(default_factory=_empty)             # target -> the volume it was first probed on
+    classes: Mapping = field(default_factory=_empty)          # volume -> its fleet class as configured (`class`)
     own_probes: Mapping = field(default_factory=_empty)       # device -> when a probe last ran on it (monotonic, inf: now)
     folds: Mapping = field(default_factory=_empty)            # alert id -> verdicts.pages.Fold: said on another's page
     told: tuple = ()                                          # the last Told, oldest first (core.TOLD_KEPT)

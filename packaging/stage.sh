@@ -65,6 +65,10 @@ install -D -m 0640 "$src/config.example.toml" "$dest/etc/iowarden/config.toml"
 install -D -m 0644 "$src/packaging/prometheus/iowarden.rules.yml" "$dest/usr/share/iowarden/prometheus/iowarden.rules.yml"
 install -D -m 0644 "$src/packaging/prometheus/tests/iowarden.rules.test.yml" \
     "$dest/usr/share/iowarden/prometheus/tests/iowarden.rules.test.yml"
+install -D -m 0644 "$src/packaging/prometheus/iowarden.fleet.rules.yml" \
+    "$dest/usr/share/iowarden/prometheus/iowarden.fleet.rules.yml"
+install -D -m 0644 "$src/packaging/prometheus/tests/iowarden.fleet.rules.test.yml" \
+    "$dest/usr/share/iowarden/prometheus/tests/iowarden.fleet.rules.test.yml"
 install -D -m 0644 "$src/packaging/grafana/iowarden-dashboard.json" "$dest/usr/share/iowarden/grafana/iowarden-dashboard.json"
 install -D -m 0644 "$src/README.md" "$dest/usr/share/doc/iowarden/README.md"
 install -D -m 0644 "$src/docs/measurements.md" "$dest/usr/share/doc/iowarden/measurements.md"

@@ -67,7 +67,7 @@ STAGE_UNQUEUED = 3             # blockstage.bpf.c: device = total, queue 0, coun
 SLOTS_PER_DISK = 8             # blockstage.bpf.c: the sums of two directions of four stages
 PATHS = {0: "none", 1: "stamped", PATH_ISSUE_MAP: "issue map"}
 CG_FIRST_BUCKET = 10 << blocktrace.SUB_BITS   # blockstage.bpf.c: a cgroup's bucket 0 is blocktrace's 80 (1 us)...
-CG_BUCKETS = 26 << blocktrace.SUB_BITS        # ...and its last 2^36 ns (69 s), times outside counted at the ends
+CG_BUCKETS = 32 << blocktrace.SUB_BITS        # ...and its last 2^42 ns (73 min), times outside counted at the ends
 OTHER_CGROUP = (1 << 64) - 1                  # a disk's own slot: its cgroups the program had no slot for
 MAX_CGROUPS = 4096                            # entries of the map the loader may be asked for
 EVICT_FILL = 0.75

@@ -222,7 +222,9 @@ class Core:
             discovery_over_limit=k.discovery_over_limit,
             influx=k.influx, state=frozen(self.state.stats()), passive=k.passive_views,
             sources=frozen(k.sources), passive_host_ratio=k.passive_host_ratio, told=tuple(self._told),
-            probe_latency=frozen(k.latency_totals), pins=frozen(self.health.pins), own_probes=frozen(k.own_probes()))
+            probe_latency=frozen(k.latency_totals), pins=frozen(self.health.pins), own_probes=frozen(k.own_probes()),
+            classes=frozen({self.health.pins[t.name]: t.volume_class for t in k.targets
+                            if t.volume_class and t.name in self.health.pins}))
         self.published = (self.published[0] + 1, self.clock())
 
     # -- the handlers: one per event type ---------------------------------------------------------

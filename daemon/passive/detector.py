@@ -45,8 +45,9 @@ from iowarden.daemon.passive.headroom import PeakLoad, headroom_ratio, knee_of
 from iowarden.daemon.passive.tail import TailEvidence
 
 from iowarden.daemon.passive.groups import GroupRules
-from iowarden.daemon.passive.values import (ALERT_OF_KIND, SUSPECT_WEIGHT, DeviceView, PairRing, PassiveParams,
-                                            RollingMedian, Transition, Window, DeviceTrack, median_of, self_summary)
+from iowarden.daemon.passive.values import (ALERT_OF_KIND, FLEET_SECONDS, SUSPECT_WEIGHT, DeviceView, PairRing,
+                                            PassiveParams, RollingMedian, Transition, Window, DeviceTrack, median_of,
+                                            self_summary)
 
 
 class PassiveDetector(GroupRules):
@@ -84,7 +85,9 @@ class PassiveDetector(GroupRules):
                                                    peer_excess=RollingMedian(self.p.peer_windows),
                                                    peer_recent=PairRing(max(self.p.severe_windows,
                                                                             self.p.severe_group_windows)),
-                                                   sat_ring=deque(maxlen=self.p.saturation_windows))
+                                                   sat_ring=deque(maxlen=self.p.saturation_windows),
+                                                   fleet_ring=deque(maxlen=max(1, round(FLEET_SECONDS /
+                                                                                        self.p.window_seconds))))
         return d
 
     # -- feeding ----------------------------------------------------------------------------
@@ -152,8 +155,9 @@ class PassiveDetector(GroupRules):
         other work). words: how a cgroup is said."""
         self.by_service = frozenset(counts)
         out = []
-        for device, per in sorted(counts.items()):
-            out += self.services.judge(device, per, seconds, unix_time, words)
+        # a device raised but no longer counted (the tracer paused or gone) is judged idle: it clears in time
+        for device in sorted(set(counts) | set(self.services.flagged)):
+            out += self.services.judge(device, counts.get(device, {}), seconds, unix_time, words)
         return out
 
     def forget(self, device: str) -> list[Transition]:
@@ -218,6 +222,8 @@ class PassiveDetector(GroupRules):
                 curve.learn(load, f.await_ms, weight)
         if not judged:
             return []
+        if d.window_ratio:
+            d.fleet_ring.append(math.log(d.window_ratio))
         d.self_ring.append(any(r / common_ratio >= self.p.self_ratio for _, _, r, _, _ in slow_dirs.values()))
         if worst_log > -math.inf:
             d.self_log.add(worst_log)
@@ -449,7 +455,8 @@ class PassiveDetector(GroupRules):
                                   self.evidence.p.threshold if e else None, self.p.self_ratio,
                                   dataclasses.replace(t) if t is not None and t.tail_ms is not None else None,
                                   self.neighbours_now.get(name), knees, headroom,
-                                  d.burst.forecast if d.burst is not None else None))
+                                  d.burst.forecast if d.burst is not None else None,
+                                  math.exp(median_of(list(d.fleet_ring))) if d.fleet_ring else None))
         return tuple(out)
 
     def _headroom(self, d: DeviceTrack) -> tuple[dict, dict]:

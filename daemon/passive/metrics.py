@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 
+from iowarden.daemon.passive.classes import volume_class
 from iowarden.daemon.passive.values import KINDS
 
 
@@ -54,8 +55,21 @@ def passive_families(s):
     baseline = GaugeMetricFamily("iowarden_volume_burst_baseline_iops", "The rate the volume falls to when its burst "
                                  "credits are spent (the bucket's baseline, learned or configured)",
                                  labels=labels + ["bucket"])
+    klass = GaugeMetricFamily("iowarden_volume_class_info", "The volume's class across the fleet (value 1): what the "
+                              "fleet rules compare it with on other hosts; source: config (a target's or discover "
+                              "rule's `class`), model (model, firmware, size), layout (md or dm over members), size",
+                              labels=labels + ["class", "source"])
+    fleet = GaugeMetricFamily("iowarden_fleet_slowdown_ratio", "The median over the last five minutes of judged "
+                              "windows of the volume's latency over its own normal at the load it carried (1 = "
+                              "normal): comparable across hosts under different loads, for the fleet rules",
+                              labels=labels)
+    configured = getattr(s, "classes", None) or {}
+    devices = getattr(s, "devices", None) or {}
     threshold = slow_ratio = None
     for name, ident, v in s.passive:
+        klass.add_metric([name, ident, *volume_class(name, devices, configured.get(ident))], 1)
+        if v.fleet_ratio is not None:
+            fleet.add_metric([name, ident], v.fleet_ratio)
         slow_ratio = v.self_ratio if v.self_ratio is not None else slow_ratio
         if v.evidence is not None:
             evidence.add_metric([name, ident], v.evidence.score)
@@ -103,4 +117,4 @@ def passive_families(s):
     if getattr(s, "passive_host_ratio", None) is not None:   # a snapshot, or a replay's views without a host
         host.add_metric([], s.passive_host_ratio)
     yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw,
-                load, host, headroom, knee_iops, knee_bw, balance, left, baseline)
+                load, host, headroom, knee_iops, knee_bw, balance, left, baseline, klass, fleet)

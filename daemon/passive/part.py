@@ -163,10 +163,10 @@ class PassiveWatch:
         observed = self.detector.observe(windows, groups, stacks)
         trace = snap.sources.get(TAILS_SOURCE)
         services = self._services(trace, ident)
-        if services is not None:
-            observed += self.detector.observe_services(
-                services, cur.monotonic_seconds - start.monotonic_seconds, now,
-                lambda path: tracer_views.cgroup_words(path, trace.cgroup_version, unit=True))
+        # without counts per cgroup (none yet, the tracer off or paused) every device is the device rule's again
+        observed += self.detector.observe_services(
+            services or {}, cur.monotonic_seconds - start.monotonic_seconds, now,
+            lambda path: tracer_views.cgroup_words(path, trace.cgroup_version if trace else None, unit=True))
         transitions = [(_named(t, name_of, self._pattern(name_of)), name_of.get(t.device, t.device))
                        for t in observed]
         for gone in set(self.detector.devices) - set(name_of):

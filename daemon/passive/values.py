@@ -161,6 +161,12 @@ class Transition:
         return ALERT_OF_KIND[self.kind]
 
 
+# The fleet's signal per volume (iowarden_fleet_slowdown_ratio): the median of the last five minutes' windows of
+# latency over the volume's own normal at its load, so a rule evaluated every minute across hosts under different
+# loads compares like with like, and one odd window is not a deviation.
+FLEET_SECONDS = 300.0
+
+
 @dataclass(frozen=True)
 class DeviceView:
     """The passive verdict of one device, for /metrics and `status`."""
@@ -181,6 +187,7 @@ class DeviceView:
     knee: dict = field(default_factory=dict)        # direction -> headroom.Knee of its learned curve
     headroom_ratio: dict = field(default_factory=dict)   # direction -> the knee over the recent peak load
     burst: object = None           # burst.Forecast: its bucket's balance and time left, where a bucket is known
+    fleet_ratio: float | None = None   # the median of the last FLEET_SECONDS' window ratios: the fleet's signal
 
     def __post_init__(self):
         # a view is posted in PassiveJudged and published in snapshots: its mappings read-only
@@ -211,6 +218,7 @@ class DeviceTrack:
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None
     burst: object = None                                  # burst.BurstTrack: its bucket, learned or configured
+    fleet_ring: deque = field(default_factory=deque)      # log of each judged window's worst ratio, FLEET_SECONDS
 
 
 def median_of(xs):

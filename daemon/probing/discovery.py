@@ -41,7 +41,7 @@ def match(rules: tuple[DiscoveryRule, ...], mounts: list[tuple[str, str, str, bo
         st_dev = dev_of(mountpoint)
         if st_dev is not None:
             found.append(Target(f"{rule.name}:{mountpoint}", mountpoint, rule.profiles, rule.interval_seconds,
-                                found_on_dev=st_dev))
+                                found_on_dev=st_dev, volume_class=rule.volume_class))
             taken.add(mountpoint)
     return found
 

@@ -37,7 +37,7 @@
 #define STAGE_UNQUEUED 3        /* device = total, queue 0: one count where three would be */
 #define SLOTS_PER_DISK 8        /* sums: two directions of four stages (the three and STAGE_UNQUEUED) */
 #define CG_FIRST_OCTAVE 10      /* a cgroup's histogram: eighth-octaves of nanoseconds from 2^10 (1 us)... */
-#define CG_BUCKETS (26 << SUB_BITS)     /* ...to 2^36 (69 s); a time outside is counted in the end bucket */
+#define CG_BUCKETS (32 << SUB_BITS)     /* ...to 2^42 (73 min), a power of two; a time outside: an end bucket */
 
 /* Set by the loader before the load, read-only once loaded: the verifier drops the branches they rule out, so
  * the usual path pays nothing for them. The object's only read-only data: the loader writes it whole. */
@@ -281,6 +281,10 @@ static __always_inline void count_cgroup(struct request *rq, __u32 dev, __u32 di
 	b = b < (CG_FIRST_OCTAVE << SUB_BITS) ? 0 : b - (CG_FIRST_OCTAVE << SUB_BITS);
 	if (b >= CG_BUCKETS)
 		b = CG_BUCKETS - 1;
+	/* the bound again as a mask the compiler must keep (barrier_var): 6.1's verifier lost the two above in the
+	 * compiled code (an offset of unknown sign, "misaligned access") and refused the program */
+	barrier_var(b);
+	b &= CG_BUCKETS - 1;
 	dir &= 1;
 	/* three adds: the request count is the buckets' sum (the loader adds them up) */
 	__sync_fetch_and_add(&v->dir[dir].bytes, nr_bytes);

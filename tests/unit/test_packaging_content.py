@@ -21,6 +21,27 @@ def test_rules_unit_tests():
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
 
 
+def test_the_fleet_rules_pass_promtool_and_their_unit_tests_and_each_alert_has_its_runbook_section():
+    """The fleet's own file (a rule group of its own: a fleet's engine loads it, a host's Prometheus need not)."""
+    import re
+    import yaml
+    r = subprocess.run(["promtool", "check", "rules", str(PROM / "iowarden.fleet.rules.yml")], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run(["promtool", "test", "rules", "iowarden.fleet.rules.test.yml"], cwd=PROM / "tests",
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    rules = yaml.safe_load((PROM / "iowarden.fleet.rules.yml").read_text())
+    tests = (PROM / "tests" / "iowarden.fleet.rules.test.yml").read_text()
+    anchors = {h.strip().lower() for h in re.findall(r"^## (.+)$", (ROOT / "docs" / "runbook.md").read_text(), re.M)}
+    alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    assert {a["alert"] for a in alerts} == {"IowardenFleetOutlier", "IowardenFleetClassShift"}
+    for a in alerts:
+        assert f"alertname: {a['alert']}" in tests, f"{a['alert']} has no promtool unit test"
+        assert a["annotations"]["runbook_url"].endswith("#" + a["alert"].lower())
+        assert a["alert"].lower() in anchors, f"docs/runbook.md has no section {a['alert']}"
+
+
 def test_every_alert_has_a_unit_test_and_annotations():
     import yaml
     rules = yaml.safe_load((PROM / "iowarden.rules.yml").read_text())

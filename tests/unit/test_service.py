@@ -116,3 +116,20 @@ def test_the_rules_minutes_are_the_same_in_windows_of_any_length():
         p = ServiceParams.for_windows_of(seconds)
         assert abs(p.windows * seconds - 120) <= max(seconds, 4 * seconds - 120)
         assert abs(p.learn_windows * seconds - 300) <= max(seconds, 4 * seconds - 300)
+
+
+def test_a_raised_service_alert_clears_when_the_counts_per_cgroup_stop_and_the_device_rule_takes_over_again():
+    rng, det = random.Random(9), PassiveDetector()
+    raised = cleared = None
+    for i in range(LEARN + 20 + 20):
+        w, per = _step(i, rng, **({"flood": True, "db_slow": 20.0} if i >= LEARN else {}))
+        det.observe([w], [])
+        counted = i < LEARN + 20   # then the tracer stops counting per cgroup
+        for t in det.observe_services(per if counted else {}, pt.WINDOW_SECONDS, w.end, lambda p: p):
+            if t.state == "raised":
+                raised = i - LEARN
+            else:
+                cleared = i - LEARN
+    assert raised is not None and raised <= 8
+    assert cleared is not None and 20 <= cleared <= 20 + 8 + 1, cleared   # a ring of windows without its requests
+    assert det.by_service == frozenset()
