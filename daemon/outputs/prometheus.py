@@ -67,7 +67,7 @@ SECTION_INPUTS = {
     "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
     "settings": ("devices", "drift_total", "drift_last_at", "drift_last_change", "power"),
     "xfs": ("xfs", "devices"),
-    "passive": ("passive", "passive_host_ratio"),
+    "passive": ("passive", "passive_host_ratio", "devices", "classes"),
     # a registered source's section (sources/registry.py) reads its own reading and the device view
     **{spec.name: ("sources", "devices") for spec in SOURCES},
 }
