@@ -18,8 +18,8 @@ Per service (the compiled engine): each timed request is also counted under the 
 blkcg: on cgroup v2 the writer of page-cache writeback, on v1 the root for all writeback), per disk, in a map of
 [tracer] max_cgroups entries whose overflow is each disk's "other". The reader names the ids by a walk of the I/O
 hierarchy (an id is its directory's inode number), at most once a window while an id is unknown; it names
-max_cgroup_series cgroups per disk, the first to do I/O (a named one stays named while it exists, so its series
-do not come and go with its rank), and sums the rest as "other". bpftrace's engine keeps no count per cgroup.
+max_cgroup_series cgroups per disk, the busiest when first seen (a named one stays named while it exists, so its
+series do not come and go with its rank), and sums the rest as "other". bpftrace's engine keeps no count per cgroup.
 
 Bounds: one line of output at most MAX_LINE_BYTES; a process that prints nothing for three windows is
 killed and started again; restarts back off from 30 s to 10 min. The program samples requests on a
@@ -96,9 +96,9 @@ CONFIG = {
                       "bench/tracer_overhead.py measures what it adds per request."),
     "max_cgroups": Key("int", 512, "Entries of the compiled program's map of (disk, cgroup) pairs; requests of pairs "
                        "beyond it are counted as their disk's \"other\" (entries idle for a minute are freed when it "
-                       "is three quarters full). About 1.7 kB each.", minimum=1, maximum=blockstage.MAX_CGROUPS),
-    "max_cgroup_series": Key("int", 8, "Cgroups named per disk and direction in the exported series and `status`: the "
-                             "first to do I/O, kept while they exist; the rest are summed as cgroup=\"other\".",
+                       "is three quarters full). About 2 kB each.", minimum=1, maximum=blockstage.MAX_CGROUPS),
+    "max_cgroup_series": Key("int", 8, "Cgroups named per disk in the exported series and `status`: the busiest when "
+                             "first seen, kept while they exist; the rest are summed as cgroup=\"other\".",
                              minimum=1, maximum=64),
     "replan_seconds": Key("float", 600.0, "At most this often the program is restarted to follow a disk's rate.",
                           minimum=60.0, maximum=86400.0),

@@ -214,8 +214,9 @@ def test_an_offset_past_the_probe_file_is_refused_and_the_file_is_not_laid_out_a
 
 def test_sigstop_during_a_probe_keeps_the_probe_that_finished(shared_loop_xfs, tmp_path, daemon_factory):
     state = tmp_path / "state"
+    # a margin of 3 s: on the loaded machine fio's own 2 s run took over 3 s (a real timeout, not the stop's)
     text = (config_text(shared_loop_xfs.mountpoint, state, runtime=2.0, interval=2.0)
-            .replace("timeout_margin_seconds = 5.0", "timeout_margin_seconds = 1.0"))
+            .replace("timeout_margin_seconds = 5.0", "timeout_margin_seconds = 3.0"))
     d = daemon_factory(text)
     d.wait_message("READY=1")
     daemon = psutil.Process(d.proc.pid)
@@ -225,7 +226,7 @@ def test_sigstop_during_a_probe_keeps_the_probe_that_finished(shared_loop_xfs, t
     wait_for(fio_running, timeout=30, what="the probe's fio")
     os.kill(d.proc.pid, signal.SIGSTOP)
     try:
-        time.sleep(6.0)   # fio (2 s) ends meanwhile; the timeout (2 s + 1 s) passes on the clock
+        time.sleep(9.0)   # fio (2 s) ends meanwhile; the timeout (2 s + 3 s) passes on the clock
     finally:
         os.kill(d.proc.pid, signal.SIGCONT)
     db = str(state / "state.db")
