@@ -88,6 +88,9 @@ class ServiceRule:
     def __init__(self, p: ServiceParams = ServiceParams()):
         self.p = p
         self.services: dict[tuple, _Service] = {}      # (device, cgroup, direction)
+        # device -> its keys in `services`: a window of one device touches its own services only (a host of a
+        # thousand disks judges a thousand devices a window)
+        self.of_device: dict[str, set] = {}
         self.flagged: dict[str, dict] = {}             # device -> the figures it was raised with
         self.step = 0
 
@@ -107,6 +110,7 @@ class ServiceRule:
             s = self.services.get(key)
             if s is None:
                 s = self.services[key] = _Service(ring=deque(maxlen=p.windows))
+                self.of_device.setdefault(device, set()).add(key)
             s.last_seen, s.idle = self.step, 0
             mean_ms = c.ns / c.requests / 1e6
             p99 = c.hist.quantile_seconds(0.99)
@@ -138,8 +142,9 @@ class ServiceRule:
                     b.log_mean_ms = _mix(b.log_mean_ms, math.log(max(mean_ms, 1e-4)), weight)
                     b.log_p99_ms = _mix(b.log_p99_ms, math.log(max(p99_ms, 1e-4)), weight)
                     b.learned += 1
-        for key, s in self.services.items():   # the device's services that did nothing this window
-            if key[0] == device and s.last_seen != self.step:
+        for key in self.of_device.get(device, ()):   # the device's services that did nothing this window
+            s = self.services[key]
+            if s.last_seen != self.step:
                 s.idle += 1
         self._bound()
         return self._transitions(device, worst)
@@ -174,8 +179,9 @@ class ServiceRule:
         """Raised while a service of the device has most of its last windows a victim's; cleared when none has
         more than a few (or has been idle a whole ring)."""
         p, raised, undecided = self.p, False, False
-        for (dev, _, _), s in self.services.items():
-            if dev != device or s.idle >= p.windows:
+        for key in self.of_device.get(device, ()):
+            s = self.services[key]
+            if s.idle >= p.windows:
                 continue
             if len(s.ring) >= p.windows:
                 share = sum(s.ring) / len(s.ring)
@@ -194,15 +200,14 @@ class ServiceRule:
             return [Transition("service", device, "raised", severity, summary(device, worst), worst)]
         if state is False and device in self.flagged:
             ev = self.flagged.pop(device)
-            for (dev, _, _), s in self.services.items():
-                if dev == device:
-                    s.slow_since = None
+            for key in self.of_device.get(device, ()):
+                self.services[key].slow_since = None
             return [Transition("service", device, "cleared", severity,
                                f"{device}: {ev['victim_words']}'s {ev['direction']}s wait about their normal again", ev)]
         if state is False:
-            for (dev, _, _), s in self.services.items():
-                if dev == device and not any(s.ring):
-                    s.slow_since = None
+            for key in self.of_device.get(device, ()):
+                if not any(self.services[key].ring):
+                    self.services[key].slow_since = None
         return []
 
     def _bound(self) -> None:
@@ -210,10 +215,11 @@ class ServiceRule:
         if over > 0:
             for key in sorted(self.services, key=lambda k: self.services[k].last_seen)[:over]:
                 del self.services[key]
+                self.of_device[key[0]].discard(key)
 
     def forget(self, device: str) -> list[Transition]:
         """A device gone: its services forgotten, its alert cleared."""
-        for key in [k for k in self.services if k[0] == device]:
+        for key in self.of_device.pop(device, set()):
             del self.services[key]
         if device in self.flagged:
             ev = self.flagged.pop(device)
