@@ -38,24 +38,28 @@ def cmd_latency(args) -> int:
     interval = args.interval or 5.0
     count = args.count or 1
     names = {dev: name for name, dev in disks.items()}
-    if binary is None:   # the compiled engine: one program at completion, loaded in a second
-        proc = compiled_process({dev: 0 for dev in disks.values()}, interval, text=True)
-    else:
+    present = None
+    if binary is not None:
         present = block_tracepoints(roots)
         if missing_tracepoints(present):
             raise SystemExit(f"iowarden iostat --latency: {missing_tracepoints(present)}")
-        proc = bpftrace_process(binary, blocktrace.program({dev: 0 for dev in disks.values()}, interval, present),
-                                text=True)
     previous: dict = {}
     deadline = time.monotonic() + COMPILE_SECONDS + interval * (count + 1)
-    # a bpftrace that prints nothing (stuck compiling) is killed, which ends the loop below
     # SIGTERM (timeout(1), systemd-run, a bench) ends it as Ctrl-C does, through the `finally` below: its tracer
-    # process is in a session of its own and would otherwise run on, attached, until its next write failed
+    # process is in a session of its own and would otherwise run on, attached, until its next write failed. Set
+    # before the tracer starts: a SIGTERM the moment it has would otherwise kill this process and leave it behind
     signal.signal(signal.SIGTERM, _terminated)
-    watchdog = threading.Timer(deadline - time.monotonic(), lambda: _kill(proc))
-    watchdog.daemon = True
-    watchdog.start()
+    proc = watchdog = None
     try:
+        if binary is None:   # the compiled engine: one program at completion, loaded in a second
+            proc = compiled_process({dev: 0 for dev in disks.values()}, interval, text=True)
+        else:
+            proc = bpftrace_process(binary, blocktrace.program({dev: 0 for dev in disks.values()}, interval,
+                                                               present), text=True)
+        # a bpftrace that prints nothing (stuck compiling) is killed, which ends the loop below
+        watchdog = threading.Timer(deadline - time.monotonic(), lambda: _kill(proc))
+        watchdog.daemon = True
+        watchdog.start()
         if not args.json:
             print(f"tracing {', '.join(sorted(disks))} every {interval:g} s ... Ctrl-C to stop", file=sys.stderr)
         counts = None
@@ -84,8 +88,10 @@ def cmd_latency(args) -> int:
                          f"{proc.wait()}: "
                          f"{(lines[-1] if lines else err.strip()[-300:]) or 'no message'}")
     finally:
-        watchdog.cancel()
-        _kill(proc)
+        if watchdog is not None:
+            watchdog.cancel()
+        if proc is not None:
+            _kill(proc)
 
 
 def _terminated(*_) -> None:

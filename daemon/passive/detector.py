@@ -456,7 +456,8 @@ class PassiveDetector(GroupRules):
                                   dataclasses.replace(t) if t is not None and t.tail_ms is not None else None,
                                   self.neighbours_now.get(name), knees, headroom,
                                   d.burst.forecast if d.burst is not None else None,
-                                  math.exp(median_of(list(d.fleet_ring))) if d.fleet_ring else None))
+                                  math.exp(median_of(list(d.fleet_ring))) if d.fleet_ring else None,
+                                  self.services.views(name)))
         return tuple(out)
 
     def _headroom(self, d: DeviceTrack) -> tuple[dict, dict]:

@@ -63,6 +63,10 @@ def passive_families(s):
                               "windows of the volume's latency over its own normal at the load it carried (1 = "
                               "normal): comparable across hosts under different loads, for the fleet rules",
                               labels=labels)
+    service = GaugeMetricFamily("iowarden_service_normal_latency_seconds", "With the tracer counting per cgroup: "
+                                "the latency a service's own requests usually see at its recent rate, once learned "
+                                "([passive] service_learn_seconds); what IowardenServiceContended compares it with "
+                                "(stat: mean or p99)", labels=labels + ["cgroup", "direction", "stat"])
     configured = getattr(s, "classes", None) or {}
     devices = getattr(s, "devices", None) or {}
     threshold = slow_ratio = None
@@ -70,6 +74,9 @@ def passive_families(s):
         klass.add_metric([name, ident, *volume_class(name, devices, configured.get(ident))], 1)
         if v.fleet_ratio is not None:
             fleet.add_metric([name, ident], v.fleet_ratio)
+        for sv in v.services:
+            service.add_metric([name, ident, sv.cgroup, sv.direction, "mean"], sv.usual_mean_ms / 1e3)
+            service.add_metric([name, ident, sv.cgroup, sv.direction, "p99"], sv.usual_p99_ms / 1e3)
         slow_ratio = v.self_ratio if v.self_ratio is not None else slow_ratio
         if v.evidence is not None:
             evidence.add_metric([name, ident], v.evidence.score)
@@ -117,4 +124,4 @@ def passive_families(s):
     if getattr(s, "passive_host_ratio", None) is not None:   # a snapshot, or a replay's views without a host
         host.add_metric([], s.passive_host_ratio)
     yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw,
-                load, host, headroom, knee_iops, knee_bw, balance, left, baseline, klass, fleet)
+                load, host, headroom, knee_iops, knee_bw, balance, left, baseline, klass, fleet, service)

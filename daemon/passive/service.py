@@ -7,7 +7,8 @@ cgroup (sources/tracer.py) this rule judges each service, a cgroup with timed re
 against the latency its own requests usually see at its own rate, and names as culprit the other cgroup doing
 most of the device's requests or bytes meanwhile.
 
-A window is a victim's when the service did at least `min_requests` timed requests in a direction, their mean
+A window is a victim's when the service did at least `min_requests` timed requests in a direction (or a few that
+took most of the window: a service blocked on its reads), their mean
 latency is at least `ratio` times its usual and above `floor_ms`, and one other cgroup did at least
 `culprit_share` of the device's requests or bytes. Most of the last `windows` judged windows of a service raise
 its device (one alert per device, naming its worst victim); few clear it, as do `windows` windows in a row
@@ -36,6 +37,10 @@ NOT_A_SERVICE = ("other", "(no cgroup)", "(removed cgroups)")   # the tracer's s
 class ServiceParams:
     ratio: float = 8.0           # a service's mean latency over its usual: what its users feel
     min_requests: int = 20       # its timed requests in a window before the window is evidence
+    # ... or fewer, while its requests took most of the window: a service reading one at a time that a flood holds
+    # to a few requests a window is the worst hurt, not the least evidence
+    blocked_fraction: float = 0.5
+    min_blocked_requests: int = 3
     floor_ms: float = 0.05       # a mean below this is never a victim's (flash at its best)
     culprit_share: float = 0.5   # one other cgroup's share of the device's requests or bytes
     windows: int = 8             # two minutes of 15 s windows
@@ -53,6 +58,16 @@ class ServiceParams:
                    memory_windows=max(4.0, 21600 / seconds))
 
 
+@dataclass(frozen=True)
+class ServiceView:
+    """A learned service's normal, for /metrics: the usual latency of its requests at its recent rate."""
+    cgroup: str
+    direction: str
+    usual_mean_ms: float
+    usual_p99_ms: float
+    learned_windows: int
+
+
 @dataclass
 class _Usual:
     log_mean_ms: float
@@ -67,6 +82,7 @@ class _Service:
     idle: int = 0                                   # windows in a row without its requests
     slow_since: float | None = None                 # unix time of the first victim's window of this run
     last_seen: int = 0
+    octave: int = 0                                 # of its request rate, its last window with requests
 
 
 def _mix(old: float, new: float, weight: float) -> float:
@@ -104,7 +120,7 @@ class ServiceRule:
         total_bytes = sum(c.bytes for c in counts.values())
         worst = None
         for (cgroup, direction), c in counts.items():
-            if cgroup in NOT_A_SERVICE or c.requests < p.min_requests:
+            if cgroup in NOT_A_SERVICE or not self._evidence(c, seconds):
                 continue
             key = (device, cgroup, direction)
             s = self.services.get(key)
@@ -115,7 +131,7 @@ class ServiceRule:
             mean_ms = c.ns / c.requests / 1e6
             p99 = c.hist.quantile_seconds(0.99)
             p99_ms = p99 * 1e3 if p99 else mean_ms
-            octave = _octave(c.requests / max(seconds, 1e-3))
+            octave = s.octave = _octave(c.requests / max(seconds, 1e-3))
             usual = _nearest(s.bins, octave, p.learn_windows)
             victim = culprit = None
             if usual is not None:
@@ -148,6 +164,22 @@ class ServiceRule:
                 s.idle += 1
         self._bound()
         return self._transitions(device, worst)
+
+    def _evidence(self, c, seconds: float) -> bool:
+        p = self.p
+        return c.requests >= p.min_requests or (
+            c.requests >= p.min_blocked_requests and c.ns / 1e9 >= p.blocked_fraction * seconds)
+
+    def views(self, device: str) -> tuple[ServiceView, ...]:
+        """The device's services whose normal is learned (at the octave nearest their last rate), by cgroup."""
+        out = []
+        for key in sorted(self.of_device.get(device, ())):
+            s = self.services[key]
+            usual = _nearest(s.bins, s.octave, self.p.learn_windows)
+            if usual is not None:
+                out.append(ServiceView(key[1], key[2], math.exp(usual.log_mean_ms), math.exp(usual.log_p99_ms),
+                                       usual.learned))
+        return tuple(out)
 
     def _culprit(self, counts: dict, victim: str, total_requests: int, total_bytes: int) -> dict | None:
         """The other cgroup doing most of the device's requests or bytes in the window, if it does at least

@@ -188,6 +188,7 @@ class DeviceView:
     headroom_ratio: dict = field(default_factory=dict)   # direction -> the knee over the recent peak load
     burst: object = None           # burst.Forecast: its bucket's balance and time left, where a bucket is known
     fleet_ratio: float | None = None   # the median of the last FLEET_SECONDS' window ratios: the fleet's signal
+    services: tuple = ()           # service.ServiceView: each learned service's normal on this device
 
     def __post_init__(self):
         # a view is posted in PassiveJudged and published in snapshots: its mappings read-only

@@ -133,3 +133,37 @@ def test_a_raised_service_alert_clears_when_the_counts_per_cgroup_stop_and_the_d
     assert raised is not None and raised <= 8
     assert cleared is not None and 20 <= cleared <= 20 + 8 + 1, cleared   # a ring of windows without its requests
     assert det.by_service == frozenset()
+
+
+def _blocked_run(flood_requests: int, flood_mean_ms: float, learn: int = 24, flood: int = 12):
+    """A service reading one at a time, 200 reads a 15 s window at 0.5 ms; then a flood from the batch job while
+    the service does `flood_requests` a window at `flood_mean_ms` each. Returns (window, state) of its transitions."""
+    rule, rng, out = ServiceRule(ServiceParams(learn_windows=20)), random.Random(3), []
+    for i in range(learn + flood + 12):
+        during = learn <= i < learn + flood
+        per = {(DB, "read"): _counts(flood_requests, flood_mean_ms, 4096, rng) if during
+               else _counts(200, 0.5, 4096, rng)}
+        if during:
+            per[(BATCH, "read")] = _counts(3000, 20.0, 1 << 20, rng)
+        out += [(i - learn, t.state) for t in rule.judge("vdb", per, 15.0, 1.7e9 + 15 * i)]
+    return out
+
+
+def test_a_service_a_flood_holds_to_a_few_reads_a_window_is_paged_not_left_out_as_too_few():
+    # 5 reads a window at 2.5 s each: under min_requests, but they took the whole window: the worst hurt
+    got = _blocked_run(5, 2500.0)
+    assert [s for _, s in got] == ["raised", "cleared"], got
+    assert got[0][0] <= 8, got
+    # 5 reads a window at 5 ms (25 ms of a 15 s window): a service that reads little, not one blocked on its disk
+    assert _blocked_run(5, 5.0) == []
+
+
+def test_a_services_normal_is_shown_once_learned_at_its_recent_rate():
+    rule, rng = ServiceRule(ServiceParams(learn_windows=4)), random.Random(2)
+    for i in range(4):
+        assert rule.views("vdb") == ()   # not learned yet: no normal to show
+        rule.judge("vdb", {(DB, "read"): _counts(200, 0.5, 4096, rng)}, 15.0, 1.7e9 + 15 * i)
+    (v,) = rule.views("vdb")
+    assert (v.cgroup, v.direction, v.learned_windows) == (DB, "read", 4)
+    assert 0.4 < v.usual_mean_ms < 0.6 and v.usual_p99_ms >= v.usual_mean_ms, v
+    assert rule.views("vdc") == ()
