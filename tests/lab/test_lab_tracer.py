@@ -179,3 +179,61 @@ def test_the_daemon_runs_the_tracer_under_its_systemd_unit(lab):
     said = [x for x in lab.journal(since=load_began).splitlines()
             if "tracer:" in x and any(w in x for w in ("stopped", "started", "trying again", "paused"))]
     assert said == [] and _tracer_pids(g) == pids, (said, pids, _tracer_pids(g))
+
+
+WRITEBACK_MIB = 64
+
+
+def test_buffered_writes_on_cgroup_v2_are_charged_to_the_unit_that_dirtied_the_pages(lab):
+    """On cgroup v2 with the io and memory controllers on (the guest's systemd boots the unified hierarchy), the
+    kernel charges page-cache writeback to the cgroup that dirtied the pages: 64 MiB a unit wrote buffered, then
+    written back by a `sync` from another cgroup (the guest agent's), are counted under that unit, not under the
+    root's (the flusher's, on cgroup v1) nor the syncer's."""
+    g = lab.guest
+    hierarchy = g.run(["stat", "-fc", "%T", "/sys/fs/cgroup"]).strip()
+    assert hierarchy == "cgroup2fs", f"the guest's cgroup hierarchy is {hierarchy}, not the unified one"
+    assert "io" in g.run(["cat", "/sys/fs/cgroup/cgroup.controllers"]).split()
+    nv = lab.dev("nvme-QEMU_NVMe_Ctrl_LABNVME1")
+    lab.configure({"nvme": 3600.0}, traced=(nv,))   # its probe once an hour: not the subject
+    unit, done = "lab-writeback", "/root/lab-writeback.done"
+    path = f"/system.slice/{unit}.service"
+
+    def written(text: str) -> dict[str, float]:
+        """Bytes of writes on the NVMe disk the daemon counted, per cgroup."""
+        return {labels["cgroup"]: v for labels, v in samples(text, "iowarden_cgroup_io_bytes_total", device=nv,
+                                                             direction="write")}
+    wait_for(lambda: value(lab.metrics(), "iowarden_tracer_up") == 1 or time.sleep(5), timeout=600,
+             what="the daemon's tracer up")
+    time.sleep(20)   # the daemon's first probe (its writes are its own unit's) and the tracer's first windows
+    before = written(lab.metrics())
+    g.run(["rm", "-f", done])
+    # the unit lives on after its writes: a cgroup removed before its pages are written back is named by no walk
+    g.run(["systemd-run", f"--unit={unit}", "-p", "IOAccounting=yes", "-p", "MemoryAccounting=yes", "sh", "-c",
+           f"dd if=/dev/zero of=/srv/nvme/writeback.dat bs=1M count={WRITEBACK_MIB} status=none && touch {done} "
+           f"&& exec sleep 900"])
+    try:
+        wait_for(lambda: g.run(["sh", "-c", f"test -e {done} && echo yes || true"]).strip() == "yes", timeout=300,
+                 what="the unit's buffered writes")
+        g.run(["sync"], timeout=300)
+        want = 0.9 * WRITEBACK_MIB * (1 << 20)
+
+        def charged():
+            now = written(lab.metrics())
+            delta = {c: v - before.get(c, 0.0) for c, v in now.items()}
+            if delta.get(path, 0.0) >= want:
+                return delta
+            time.sleep(5)
+            return None
+        try:
+            delta = wait_for(charged, timeout=300, what=f"{WRITEBACK_MIB} MiB of writeback counted under {path}")
+        except AssertionError:
+            raise AssertionError(f"written since the unit began, per cgroup: "
+                                 f"{ {c: v - before.get(c, 0.0) for c, v in written(lab.metrics()).items()} }") \
+                from None
+        print("bytes written on the NVMe disk per cgroup:", {c: round(v) for c, v in delta.items() if v})
+        # the root (the flusher's, were it v1) and the syncer (the guest agent) charged for a small part at most
+        others = sum(v for c, v in delta.items() if c != path and c != "/system.slice/iowarden.service")
+        assert others < 0.1 * delta[path], delta
+    finally:
+        g.run(["systemctl", "stop", unit], check=False)
+        g.run(["rm", "-f", "/srv/nvme/writeback.dat", done], check=False)

@@ -1,0 +1,319 @@
+"""The shipped fleet rules on the real fail-slow traces, every drive a one-volume host of its cluster's class,
+evaluated by a real vmalert over the history in a real VictoriaMetrics.
+
+    .venv/bin/python bench/fleet_perseus.py [--data ../shared/data/perseus-dev] [--keep DIR]
+
+DATA is the data set's own layout: `cluster_X/host_N/DAY.csv` with `slow_drive_info.csv` beside the clusters
+(the public repository's, unpacked), or a directory holding that layout as `*.tar.xz` with the labels file beside
+it (the development sample). The same command runs on any part of the data set.
+
+Each drive alone is a host with one volume: no peers on its host, so the passive detector (the daemon's own,
+through daemon.passive.replay) judges it by its own normal only, and exports what a daemon exports for the fleet:
+iowarden_fleet_slowdown_ratio (its latency over its own normal at its load, the median of five minutes), one
+sample a minute, and iowarden_volume_class_info with its cluster as its class. Those series go into a
+victoria-metrics of this run's (/api/v1/import), and `vmalert -replay` evaluates
+packaging/prometheus/iowarden.fleet.rules.yml over them (its expressions as shipped; the alerts' annotations
+left out, as vmalert's replay cannot evaluate their `query` templates), writing its recordings and ALERTS back. The trace's days
+are three-hour evenings far apart: each cluster's days are laid one after another, five hours apart, from one
+start (the same for every cluster: a class's volumes are only ever compared with each other), so the replay walks
+days of data rather than months of gaps; two hours between days leave no day's hour-long evidence in the next.
+
+Printed, per cluster and in all: drives, slow drives (the data set's labels), drives with an IowardenFleetOutlier,
+precision and recall at the drive level, the hours of each slow drive's trace before its first fleet alert (median
+and worst), and each IowardenFleetClassShift with the outliers raised in its class while it fired (a class that
+moved together must be one page, not one a drive). The thresholds in the rule file were not chosen on this data:
+every figure here is held out.
+"""
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._support import free_port  # noqa: E402
+
+from iowarden.daemon.passive.replay import Line, PassiveReplay, windows_of  # noqa: E402
+from iowarden.daemon.passive.values import PassiveParams  # noqa: E402
+
+RULES = Path(__file__).resolve().parents[1] / "packaging" / "prometheus" / "iowarden.fleet.rules.yml"
+ROW_SECONDS = 15.0                # the data set's rows: one a drive every 15 s
+DAY_SLOT_SECONDS = 5 * 3600       # a three-hour evening and two hours with nothing
+BASE = 1_700_000_000              # where every cluster's first day is laid (2023-11-14, UTC)
+
+
+def _csv_rows(text) -> list[tuple[int, str, float | None, float | None]]:
+    out = []
+    for r in csv.DictReader(text):
+        tput = None if r["throughput"] in ("NA", "") else float(r["throughput"])
+        lat = None if r["latency"] in ("NA", "") else float(r["latency"])
+        out.append((int(r["ts"]), r["disk_id"], tput, lat))
+    return out
+
+
+def read_data(root: Path) -> tuple[dict, set]:
+    """({(cluster, host, disk): [(ts, throughput B/s, latency us)]}, {(cluster, host, disk) labelled slow})."""
+    drives: dict = defaultdict(list)
+
+    def add(parts: tuple[str, ...], rows) -> None:
+        cluster, host = parts[-3], parts[-2]
+        for ts, disk, tput, lat in rows:
+            drives[(cluster, host, disk)].append((ts, tput, lat))
+
+    archives = sorted(root.glob("*.tar.xz"))
+    if archives:
+        for archive in archives:
+            with tarfile.open(archive) as tar:
+                for member in tar:
+                    parts = Path(member.name).parts
+                    if member.isfile() and member.name.endswith(".csv") and len(parts) >= 3:
+                        add(parts, _csv_rows(io.TextIOWrapper(tar.extractfile(member), encoding="utf-8")))
+    else:
+        for path in sorted(root.glob("cluster_*/host_*/*.csv")):
+            with open(path, encoding="utf-8") as f:
+                add(path.parts, _csv_rows(f))
+    if not drives:
+        raise SystemExit(f"{root}: no cluster_X/host_N/DAY.csv here, nor a .tar.xz holding them")
+    slow = set()
+    with open(root / "slow_drive_info.csv", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            slow.add((r["cluster"], r["host_name"], r["disk_id"]))
+    return {k: sorted(v) for k, v in drives.items()}, slow
+
+
+class DayLayout:
+    """A cluster's trace days laid one after another from BASE, DAY_SLOT_SECONDS apart, and back."""
+
+    def __init__(self, timestamps: list[int]):
+        by_day: dict = defaultdict(list)
+        for ts in timestamps:
+            by_day[time.strftime("%Y-%m-%d", time.gmtime(ts))].append(ts)
+        self.starts = [min(v) for _, v in sorted(by_day.items())]
+        longest = max(max(v) - min(v) for v in by_day.values())
+        if longest >= DAY_SLOT_SECONDS - 3600:
+            raise SystemExit(f"a trace day spans {longest / 3600:.1f} h: more than the layout's {DAY_SLOT_SECONDS} s "
+                             "slot leaves an hour between days")
+        self._index = {d: i for i, d in enumerate(sorted(by_day))}
+
+    def laid(self, ts: float) -> float:
+        i = self._index[time.strftime("%Y-%m-%d", time.gmtime(ts))]
+        return BASE + i * DAY_SLOT_SECONDS + (ts - self.starts[i])
+
+    def original(self, t: float) -> float:
+        i = int((t - BASE) // DAY_SLOT_SECONDS)
+        i = max(0, min(i, len(self.starts) - 1))
+        return self.starts[i] + (t - BASE - i * DAY_SLOT_SECONDS)
+
+    def end(self) -> float:
+        return BASE + len(self.starts) * DAY_SLOT_SECONDS
+
+
+def fleet_ratios(rows, params: PassiveParams) -> list[tuple[float, float]]:
+    """The drive alone through the passive detector: (unix time, iowarden_fleet_slowdown_ratio), a minute apart,
+    as a scrape a minute would see them."""
+    lines = [Line(float(ts), "d", None, {k: v for k, v in (("rkB/s", None if tput is None else tput / 1024),
+                                                          ("r_await", None if lat is None else lat / 1000))
+                                        if v is not None})
+             for ts, tput, lat in rows]
+    run = PassiveReplay(params, [])
+    out, minute = [], None
+    for end, batch in windows_of(lines, params.window_seconds):
+        run.observe(end, batch)
+        m = int(end // 60)
+        if m == minute:
+            continue
+        minute = m
+        d = run.detector.devices.get("d")
+        if d is not None and d.fleet_ring:
+            out.append((end, math.exp(statistics.median(d.fleet_ring))))
+    return out
+
+
+class Victoria:
+    def __init__(self, where: Path):
+        self.port = free_port()
+        self.log = open(where / "victoria-metrics.log", "w")
+        self.proc = subprocess.Popen(["victoria-metrics", f"-storageDataPath={where / 'vm-data'}",
+                                      f"-httpListenAddr=127.0.0.1:{self.port}", "-retentionPeriod=100y",
+                                      "-search.disableCache"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise SystemExit("victoria-metrics not ready in 60 s")
+
+    def import_lines(self, lines: list[str]) -> None:
+        req = urllib.request.Request(self.url + "/api/v1/import", data="\n".join(lines).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=300) as r:
+            r.read()
+
+    def flush(self) -> None:
+        with urllib.request.urlopen(self.url + "/internal/force_flush", timeout=60) as r:
+            r.read()
+
+    def export(self, match: str) -> list[dict]:
+        url = self.url + "/api/v1/export?" + urllib.parse.urlencode({"match[]": match})
+        with urllib.request.urlopen(url, timeout=300) as r:
+            return [json.loads(x) for x in r.read().decode().splitlines() if x.strip()]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def replayable(rules: Path, out: Path) -> Path:
+    """The rule file with its alerts' annotations left out: vmalert's replay refuses the `query` template they use
+    for their figures ("not supported in replay mode") and stops. Every expression, `for` and label is the file's."""
+    doc = yaml.safe_load(rules.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _firsts(series: list[dict], key) -> dict:
+    """The first firing time (unix s) of each alert series, by key(labels)."""
+    out: dict = {}
+    for s in series:
+        on = [t / 1000 for t, v in zip(s["timestamps"], s["values"]) if v]
+        if on:
+            k = key(s["metric"])
+            out[k] = min(out.get(k, math.inf), min(on))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "perseus-dev"))
+    ap.add_argument("--keep", help="keep the run's files (the database, vmalert's log) here")
+    a = ap.parse_args()
+    for tool in ("victoria-metrics", "vmalert"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"needs {tool} (apt-get install victoria-metrics)")
+    t0 = time.monotonic()
+    drives, slow = read_data(Path(a.data))
+    clusters = sorted({c for c, _, _ in drives})
+    layouts = {c: DayLayout([ts for (cc, _, _), rows in drives.items() if cc == c for ts, _, _ in rows])
+               for c in clusters}
+    print(f"{len(drives)} drives ({len(slow & set(drives))} labelled slow) in {len(clusters)} clusters, "
+          f"read in {time.monotonic() - t0:.0f} s")
+    where = Path(a.keep or tempfile.mkdtemp(prefix="iowarden-fleet-perseus-"))
+    where.mkdir(parents=True, exist_ok=True)
+    vm = Victoria(where)
+    try:
+        t1 = time.monotonic()
+        params = PassiveParams()
+        samples = 0
+        for (cluster, host, disk), rows in sorted(drives.items()):
+            ratios = fleet_ratios(rows, params)
+            if not ratios:
+                continue
+            lay = layouts[cluster]
+            stamps = [int(lay.laid(t) * 1000) for t, _ in ratios]
+            own = {"instance": f"{cluster}/{host}", "job": "iowarden", "device": disk,
+                   "volume": f"{cluster}/{host}/{disk}"}
+            vm.import_lines([
+                json.dumps({"metric": {"__name__": "iowarden_fleet_slowdown_ratio", **own},
+                            "values": [round(r, 4) for _, r in ratios], "timestamps": stamps}),
+                json.dumps({"metric": {"__name__": "iowarden_volume_class_info", **own, "class": cluster,
+                                       "source": "config"}, "values": [1] * len(stamps), "timestamps": stamps})])
+            samples += 2 * len(stamps)
+        vm.flush()
+        print(f"the passive detector over every drive alone, and {samples:,} samples imported, in "
+              f"{time.monotonic() - t1:.0f} s")
+        t2 = time.monotonic()
+        end = max(lay.end() for lay in layouts.values())
+        # each rule over the whole range in turn, its results written back before the next reads them (the
+        # delay: VictoriaMetrics makes what it takes searchable within a second); a step of the group's interval
+        # (vmalert's queries otherwise ask for one point in five minutes: the evidence would count a fifth)
+        replay = subprocess.run(["vmalert", f"-rule={replayable(RULES, where / 'fleet.rules.yml')}",
+                                 f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
+                                 f"-replay.timeFrom={_iso(BASE)}", f"-replay.timeTo={_iso(end)}",
+                                 "-replay.rulesDelay=3s", "-datasource.queryStep=1m", "-loggerOutput=stdout"],
+                                capture_output=True, text=True, timeout=7200)
+        (where / "vmalert.log").write_text(replay.stdout + replay.stderr)
+        if replay.returncode != 0:
+            raise SystemExit(f"vmalert -replay exited {replay.returncode}: {(replay.stdout + replay.stderr)[-2000:]}")
+        vm.flush()
+        print(f"vmalert -replay over {(end - BASE) / 3600:.0f} h of laid days in {time.monotonic() - t2:.0f} s")
+        outliers = _firsts(vm.export('ALERTS{alertname="IowardenFleetOutlier",alertstate="firing"}'),
+                           lambda m: (m["class"], m["instance"].split("/", 1)[1], m["device"]))
+        shifts = vm.export('ALERTS{alertname="IowardenFleetClassShift",alertstate="firing"}')
+        out_series = vm.export('ALERTS{alertname="IowardenFleetOutlier",alertstate="firing"}')
+    finally:
+        vm.stop()
+        if not a.keep:
+            shutil.rmtree(where, ignore_errors=True)
+
+    def hours_before(drive, t_laid: float) -> float:
+        t = layouts[drive[0]].original(t_laid)
+        return sum(1 for ts, _, _ in drives[drive] if ts <= t) * ROW_SECONDS / 3600
+
+    print(f"\n{'cluster':<10} {'drives':>6} {'slow':>5} {'named':>6} {'right':>6} {'wrong':>6} {'missed':>7} "
+          f"{'precision':>9} {'recall':>7}  hours to the first fleet alert (median, worst)")
+    for cluster in clusters + ["all"]:
+        mine = {d for d in drives if cluster in ("all", d[0])}
+        bad = slow & mine
+        named = {d for d in outliers if d in mine}
+        right, wrong, missed = named & bad, named - bad, bad - named
+        precision = len(right) / len(named) if named else float("nan")
+        recall = len(right) / len(bad) if bad else float("nan")
+        hours = sorted(hours_before(d, outliers[d]) for d in right)
+        when = f"{statistics.median(hours):.1f}, {hours[-1]:.1f}" if hours else "-"
+        print(f"{cluster:<10} {len(mine):>6} {len(bad):>5} {len(named):>6} {len(right):>6} {len(wrong):>6} "
+              f"{len(missed):>7} {precision:>9.2f} {recall:>7.2f}  {when}")
+    for d in sorted(outliers):
+        tag = "slow" if d in slow else "HEALTHY"
+        print(f"  named {'/'.join(d)} ({tag}) after {hours_before(d, outliers[d]):.1f} h of its trace")
+    for d in sorted(slow & set(drives) - set(outliers)):
+        print(f"  missed {'/'.join(d)}")
+    for s in shifts:
+        on = [t / 1000 for t, v in zip(s["timestamps"], s["values"]) if v]
+        cls = s["metric"].get("class")
+        if not on:
+            continue
+        lo, hi = min(on), max(on)
+        during = {(m["metric"]["instance"], m["metric"]["device"]) for m in out_series
+                  if m["metric"].get("class") == cls and any(lo <= t / 1000 <= hi for t in m["timestamps"])}
+        print(f"  IowardenFleetClassShift {cls}: {len(on)} minutes firing, from "
+              f"{_iso(layouts[cls].original(lo))}; {len(during)} outliers of that class while it fired")
+    if not shifts:
+        print("  no IowardenFleetClassShift")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
