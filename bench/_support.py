@@ -1,7 +1,8 @@
-"""What the benchmarks beside node_exporter share: a free port, the exporter, loop devices they make."""
+"""What the benchmarks share: a free port, node_exporter, loop devices they make, the servers they stop."""
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -16,6 +17,17 @@ def unit_environment() -> dict:
     with open(UNIT) as f:
         pairs = [line.split("=", 1)[1].strip() for line in f if line.startswith("Environment=")]
     return {**os.environ, **dict(p.split("=", 1) for p in pairs)}
+
+
+def stop_session(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """A server the bench started in a session of its own (start_new_session): SIGTERM to its group, then SIGKILL."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def free_port() -> int:

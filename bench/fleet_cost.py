@@ -21,10 +21,8 @@ No root; the servers are this run's, stopped by pid.
 import argparse
 import json
 import math
-import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._support import free_port  # noqa: E402
+from bench._support import free_port, stop_session  # noqa: E402
 
 RULES = Path(__file__).resolve().parents[1] / "packaging" / "prometheus"
 FLEET_RULES, HOST_RULES = RULES / "iowarden.fleet.rules.yml", RULES / "iowarden.rules.yml"
@@ -181,13 +179,7 @@ class Prometheus:
         return 0
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_session(self.proc)
 
 
 def _metric(text: str, name: str, **labels) -> list[tuple[dict, float]]:

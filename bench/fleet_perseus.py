@@ -29,9 +29,7 @@ import csv
 import io
 import json
 import math
-import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -46,7 +44,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._support import free_port  # noqa: E402
+from bench._support import free_port, stop_session  # noqa: E402
 
 from iowarden.daemon.passive.replay import Line, PassiveReplay, windows_of  # noqa: E402
 from iowarden.daemon.passive.values import PassiveParams  # noqa: E402
@@ -180,13 +178,7 @@ class Victoria:
             return [json.loads(x) for x in r.read().decode().splitlines() if x.strip()]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_session(self.proc)
 
 
 def replayable(rules: Path, out: Path) -> Path:
