@@ -10,7 +10,9 @@ cgroup v1 blkio (Documentation/admin-guide/cgroup-v1/blkio-controller.rst), per 
   blkio.throttle.io_service_bytes   8:16 Read 1459200 / 8:16 Write 314773504 / ... / Total N
   blkio.throttle.io_serviced        the same, in I/Os
   blkio.throttle.{read,write}_{bps,iops}_device   8:16 2097152
-These count the cgroup's own tasks only (not its children), whether or not a limit is set.
+These count the cgroup's own tasks only (not its children), and only on a device some cgroup has set a
+throttle rule on (recent kernels set blk-throttle up on a queue at its first rule; seen on 6.18: nothing
+before, every cgroup's I/O after, even once the rule is removed).
 
 Under systemd each service, scope and slice is a cgroup (system.slice/backup.service), so a cgroup's
 path names who did the I/O. A pure parse per file beside a thin reader that takes the root paths; the
