@@ -3,7 +3,8 @@
     .venv/bin/python bench/fleet_cost.py [--volumes 10000] [--class-size 100] [--history-minutes 65]
 
 A fleet of one-volume hosts, `class-size` volumes a class, each exporting what a daemon exports for the fleet
-(iowarden_fleet_slowdown_ratio, iowarden_volume_class_info, iowarden_probe_iops of one profile and direction);
+(iowarden_fleet_slowdown_ratio, iowarden_volume_class_info, iowarden_probe_iops of one profile and direction,
+iowarden_fleet_normal_latency_seconds in three octaves of load);
 one volume in a hundred runs three times its normal, the rest about theirs. The last `history-minutes` of those
 series, and of the per-volume recordings the rules' hour-long evidence reads back (iowarden:fleet_slowdown:spreads
 and the probes' spreads, as the rules record them), are written as OpenMetrics and turned into blocks with
@@ -40,6 +41,7 @@ RULES = Path(__file__).resolve().parents[1] / "packaging" / "prometheus"
 FLEET_RULES, HOST_RULES = RULES / "iowarden.fleet.rules.yml", RULES / "iowarden.rules.yml"
 SLOW_EVERY = 100          # one volume in this many is three times its normal
 PROBE_IOPS = 3000.0
+NORMAL_OCTAVES = (8, 9, 10)   # the three octaves of load a volume exports its own normal in (the daemon's most)
 
 
 class Fleet:
@@ -59,6 +61,12 @@ class Fleet:
     def iops(self, i: int) -> float:
         base = PROBE_IOPS / (3.0 if i in self.slow else 1.0)
         return base * math.exp(self.rng.gauss(0.0, 0.05))
+
+    def normal_seconds(self, i: int, octave: int) -> float:
+        """Its own normal in an octave of load: the class's (a millisecond an octave up from 0.5 ms), three
+        times that for a slow volume, a few per cent apart otherwise."""
+        base = 0.0005 * 2 ** (octave - NORMAL_OCTAVES[0]) * (3.0 if i in self.slow else 1.0)
+        return base * math.exp(self.rng.gauss(0.0, 0.03))
 
 
 def _labels(d: dict) -> str:
@@ -82,6 +90,7 @@ def history(fleet: Fleet, path: Path, start: float, minutes: int) -> int:
             # the recordings the hour-long evidence reads back: here as the rules would have recorded them
             ("iowarden:fleet_slowdown:spreads", lambda i, v: (v, math.log(fleet.ratio(i)) / 0.15)),
             ("iowarden:fleet_probe:spreads", lambda i, v: (v, -math.log(fleet.iops(i) / PROBE_IOPS) / 0.15)),
+            ("iowarden:fleet_normal:spreads", lambda i, v: (v, (math.log(3.0) if i in fleet.slow else 0.0) / 0.05)),
         ]
         for name, value in families:
             f.write(f"# TYPE {name} gauge\n")
@@ -89,6 +98,14 @@ def history(fleet: Fleet, path: Path, start: float, minutes: int) -> int:
                 for m in range(minutes):
                     labels, x = value(i, v)
                     f.write(f"{name}{{{_labels(labels)}}} {x:.6g} {start + 60 * m:.0f}\n")
+                    n += 1
+        name = "iowarden_fleet_normal_latency_seconds"
+        f.write(f"# TYPE {name} gauge\n")
+        for i, v in enumerate(fleet.volumes):
+            for octave in NORMAL_OCTAVES:
+                labels = _labels({**_own(v), "direction": "read", "load_unit": "iops", "load_octave": str(octave)})
+                for m in range(minutes):
+                    f.write(f"{name}{{{labels}}} {fleet.normal_seconds(i, octave):.6g} {start + 60 * m:.0f}\n")
                     n += 1
         f.write("# EOF\n")
     return n
@@ -101,6 +118,9 @@ def live_text(fleet: Fleet) -> bytes:
         out.append(f"iowarden_fleet_slowdown_ratio{{{own}}} {fleet.ratio(i):.6g}")
         out.append(f'iowarden_volume_class_info{{{own},class="{v["class"]}",source="config"}} 1')
         out.append(f'iowarden_probe_iops{{{own},target="db",profile="rr",direction="read"}} {fleet.iops(i):.6g}')
+        for octave in NORMAL_OCTAVES:
+            out.append(f'iowarden_fleet_normal_latency_seconds{{{own},direction="read",load_unit="iops",'
+                       f'load_octave="{octave}"}} {fleet.normal_seconds(i, octave):.6g}')
     return ("\n".join(out) + "\n").encode()
 
 
@@ -247,7 +267,7 @@ def main() -> None:
             firing = ruled.alerts_firing()
             recorded = ruled.query('count({__name__=~"iowarden:fleet.*"})')
             exported = ruled.query('count({__name__=~"iowarden_fleet_slowdown_ratio|iowarden_volume_class_info'
-                                   '|iowarden_probe_iops"})')
+                                   '|iowarden_probe_iops|iowarden_fleet_normal_latency_seconds"})')
             heap_rules = _metric(ruled.own_metrics(), "go_memstats_heap_inuse_bytes")
             rss_rules = ruled.rss_bytes()
         finally:

@@ -9,8 +9,9 @@ it (the development sample). The same command runs on any part of the data set.
 
 Each drive alone is a host with one volume: no peers on its host, so the passive detector (the daemon's own,
 through daemon.passive.replay) judges it by its own normal only, and exports what a daemon exports for the fleet:
-iowarden_fleet_slowdown_ratio (its latency over its own normal at its load, the median of five minutes), one
-sample a minute, and iowarden_volume_class_info with its cluster as its class. Those series go into a
+iowarden_fleet_slowdown_ratio (its latency over its own normal at its load, the median of five minutes) and
+iowarden_fleet_normal_latency_seconds (its own normal by octave of load, once learned), one sample a minute, and
+iowarden_volume_class_info with its cluster as its class. Those series go into a
 victoria-metrics of this run's (/api/v1/import), and `vmalert -replay` evaluates
 packaging/prometheus/iowarden.fleet.rules.yml over them (its expressions as shipped; the alerts' annotations
 left out, as vmalert's replay cannot evaluate their `query` templates), writing its recordings and ALERTS back. The trace's days
@@ -38,7 +39,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections import defaultdict
+from collections import defaultdict, deque
 from pathlib import Path
 
 import yaml
@@ -121,9 +122,10 @@ class DayLayout:
         return BASE + len(self.starts) * DAY_SLOT_SECONDS
 
 
-def fleet_ratios(rows, params: PassiveParams) -> list[tuple[float, float]]:
-    """The drive alone through the passive detector: (unix time, iowarden_fleet_slowdown_ratio), a minute apart,
-    as a scrape a minute would see them."""
+def fleet_signals(rows, params: PassiveParams) -> list[tuple[float, float, tuple]]:
+    """The drive alone through the passive detector, as a scrape a minute would see it: (unix time,
+    iowarden_fleet_slowdown_ratio, its iowarden_fleet_normal_latency_seconds as FleetNormal values), a minute
+    apart."""
     lines = [Line(float(ts), "d", None, {k: v for k, v in (("rkB/s", None if tput is None else tput / 1024),
                                                           ("r_await", None if lat is None else lat / 1000))
                                         if v is not None})
@@ -138,7 +140,7 @@ def fleet_ratios(rows, params: PassiveParams) -> list[tuple[float, float]]:
         minute = m
         d = run.detector.devices.get("d")
         if d is not None and d.fleet_ring:
-            out.append((end, math.exp(statistics.median(d.fleet_ring))))
+            out.append((end, math.exp(statistics.median(d.fleet_ring)), run.detector.fleet_normal("d")))
     return out
 
 
@@ -230,31 +232,45 @@ def main() -> int:
         params = PassiveParams()
         samples = 0
         for (cluster, host, disk), rows in sorted(drives.items()):
-            ratios = fleet_ratios(rows, params)
-            if not ratios:
+            signals = fleet_signals(rows, params)
+            if not signals:
                 continue
             lay = layouts[cluster]
-            stamps = [int(lay.laid(t) * 1000) for t, _ in ratios]
+            stamps = [int(lay.laid(t) * 1000) for t, _, _ in signals]
             own = {"instance": f"{cluster}/{host}", "job": "iowarden", "device": disk,
                    "volume": f"{cluster}/{host}/{disk}"}
-            vm.import_lines([
-                json.dumps({"metric": {"__name__": "iowarden_fleet_slowdown_ratio", **own},
-                            "values": [round(r, 4) for _, r in ratios], "timestamps": stamps}),
-                json.dumps({"metric": {"__name__": "iowarden_volume_class_info", **own, "class": cluster,
-                                       "source": "config"}, "values": [1] * len(stamps), "timestamps": stamps})])
-            samples += 2 * len(stamps)
+            normals: dict = defaultdict(lambda: ([], []))
+            for stamp, (_, _, levels) in zip(stamps, signals):
+                for f in levels:
+                    values, times = normals[(f.direction, f.load_unit, str(f.octave))]
+                    values.append(round(f.median_ms / 1e3, 7))
+                    times.append(stamp)
+            lines = [json.dumps({"metric": {"__name__": "iowarden_fleet_slowdown_ratio", **own},
+                                 "values": [round(r, 4) for _, r, _ in signals], "timestamps": stamps}),
+                     json.dumps({"metric": {"__name__": "iowarden_volume_class_info", **own, "class": cluster,
+                                            "source": "config"}, "values": [1] * len(stamps), "timestamps": stamps})]
+            lines += [json.dumps({"metric": {"__name__": "iowarden_fleet_normal_latency_seconds", **own,
+                                             "direction": direction, "load_unit": unit, "load_octave": octave},
+                                  "values": values, "timestamps": times})
+                      for (direction, unit, octave), (values, times) in sorted(normals.items())]
+            vm.import_lines(lines)
+            samples += 2 * len(stamps) + sum(len(v) for v, _ in normals.values())
         vm.flush()
         print(f"the passive detector over every drive alone, and {samples:,} samples imported, in "
               f"{time.monotonic() - t1:.0f} s")
         t2 = time.monotonic()
         end = max(lay.end() for lay in layouts.values())
-        # each rule over the whole range in turn, its results written back before the next reads them (the
-        # delay: VictoriaMetrics makes what it takes searchable within a second); a step of the group's interval
-        # (vmalert's queries otherwise ask for one point in five minutes: the evidence would count a fifth)
+        # each rule over the whole range in turn, its results written back before the next reads them: vmalert's
+        # remote write sends what it holds every flush interval, and VictoriaMetrics makes what it takes
+        # searchable within a second, so the delay between rules is both and more (a delay shorter than the flush
+        # interval left a chained rule reading its input before it had all arrived: one run's figures were not
+        # the next's); a step of the group's interval (vmalert's queries otherwise ask for one point in five
+        # minutes: the evidence would count a fifth)
         replay = subprocess.run(["vmalert", f"-rule={replayable(RULES, where / 'fleet.rules.yml')}",
                                  f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
                                  f"-replay.timeFrom={_iso(BASE)}", f"-replay.timeTo={_iso(end)}",
-                                 "-replay.rulesDelay=3s", "-datasource.queryStep=1m", "-loggerOutput=stdout"],
+                                 "-remoteWrite.flushInterval=1s", "-replay.rulesDelay=5s",
+                                 "-datasource.queryStep=1m", "-loggerOutput=stdout"],
                                 capture_output=True, text=True, timeout=7200)
         (where / "vmalert.log").write_text(replay.stdout + replay.stderr)
         if replay.returncode != 0:
@@ -265,6 +281,7 @@ def main() -> int:
                            lambda m: (m["class"], m["instance"].split("/", 1)[1], m["device"]))
         shifts = vm.export('ALERTS{alertname="IowardenFleetClassShift",alertstate="firing"}')
         out_series = vm.export('ALERTS{alertname="IowardenFleetOutlier",alertstate="firing"}')
+        distances = {signal: vm.export(f"iowarden:fleet_{signal}:spreads") for signal in ("slowdown", "normal")}
     finally:
         vm.stop()
         if not a.keep:
@@ -304,7 +321,79 @@ def main() -> int:
               f"{_iso(layouts[cls].original(lo))}; {len(during)} outliers of that class while it fired")
     if not shifts:
         print("  no IowardenFleetClassShift")
+    nested(drives, slow, clusters, distances, hours_before)
     return 0
+
+
+EVIDENCE_MINUTES, EVIDENCE_SHARE = 60, 0.75      # the rule file's: 45 of the last 60 minutes, and now
+THRESHOLD_GRID = (2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def first_out(series: dict, k: float) -> float | None:
+    """The first minute (unix s) a volume's distance in spreads is past k now and in three quarters of the last
+    hour's minutes (a minute with no value counts as not out), as the rule file's evidence; None: never."""
+    recent: deque = deque()
+    for t in sorted(series):
+        now = series[t] > k
+        recent.append((t, now))
+        while recent[0][0] <= t - EVIDENCE_MINUTES * 60:
+            recent.popleft()
+        if now and sum(1 for _, out in recent if out) >= EVIDENCE_SHARE * EVIDENCE_MINUTES:
+            return t
+    return None
+
+
+def nested(drives, slow, clusters, distances, hours_before) -> None:
+    """The threshold in spreads chosen by leaving one cluster out: on the other clusters, the smallest on a grid at
+    which no healthy drive is named (by either signal, each with the rule file's evidence); then judged on the
+    cluster left out, which had no say. The rule file ships 4 for both, chosen before this data was seen."""
+    by_drive: dict = {}
+    for signal, series in distances.items():
+        for s in series:
+            m = s["metric"]
+            key = (m["class"], m["instance"].split("/", 1)[1], m["device"])
+            by_drive.setdefault(signal, {}).setdefault(key, {}).update(
+                {t / 1000: v for t, v in zip(s["timestamps"], s["values"])})
+
+    def named_at(k: float, signals=("slowdown", "normal")) -> dict:
+        out = {}
+        for signal in signals:
+            for d, series in by_drive.get(signal, {}).items():
+                t = first_out(series, k)
+                if t is not None:
+                    out[d] = min(out.get(d, math.inf), t)
+        return out
+
+    table = {k: named_at(k) for k in THRESHOLD_GRID}
+    print("\nthe threshold by leaving one cluster out (both signals, the rule file's evidence; chosen: the smallest "
+          "on the grid naming no healthy drive of the other clusters)")
+    print(f"{'held out':<10} {'chosen':>6} {'named':>6} {'right':>6} {'wrong':>6} {'missed':>7} {'precision':>9} "
+          f"{'recall':>7}  hours to the first alert (median)   at the shipped 4: right, wrong")
+    total = [0, 0, 0]
+    for held in clusters:
+        train = {d for d in drives if d[0] != held}
+        chosen = next((k for k in THRESHOLD_GRID if not {d for d in table[k] if d in train} - slow),
+                      THRESHOLD_GRID[-1])
+        mine = {d for d in drives if d[0] == held}
+        named = {d for d in table[chosen] if d in mine}
+        bad = slow & mine
+        right, wrong = named & bad, named - bad
+        total = [total[0] + len(right), total[1] + len(wrong), total[2] + len(bad)]
+        hours = sorted(hours_before(d, table[chosen][d]) for d in right)
+        shipped = {d for d in table[4.0] if d in mine}
+        print(f"{held:<10} {chosen:>6.0f} {len(named):>6} {len(right):>6} {len(wrong):>6} {len(bad - named):>7} "
+              f"{len(right) / len(named) if named else float('nan'):>9.2f} "
+              f"{len(right) / len(bad) if bad else float('nan'):>7.2f}  "
+              f"{statistics.median(hours) if hours else float('nan'):>6.1f}{'':>31}{len(shipped & bad)}, "
+              f"{len(shipped - bad)}")
+    right, wrong, bad = total
+    print(f"{'held out, all':<17} {right + wrong:>6} {right:>6} {wrong:>6} {bad - right:>7} "
+          f"{right / (right + wrong) if right + wrong else float('nan'):>9.2f} {right / bad:>7.2f}")
+    for k in THRESHOLD_GRID:
+        per = {c: (len({d for d in table[k] if d[0] == c} & slow), len({d for d in table[k] if d[0] == c} - slow))
+               for c in clusters}
+        print(f"  at {k:>4.0f} spreads, (right, wrong) per cluster: " + ", ".join(f"{c} {r}, {w}" for c, (r, w)
+                                                                             in per.items()))
 
 
 if __name__ == "__main__":

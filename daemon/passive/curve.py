@@ -55,6 +55,7 @@ class LatencyCurve:
     totals: dict[int, float] = field(default_factory=dict)       # load bin -> its weight, kept beside it
     _normals: dict = field(default_factory=dict, repr=False)       # load bin -> Normal, until it learns again
     _medians: dict = field(default_factory=dict, repr=False)       # load bin -> median_along's median, likewise
+    _octaves: dict = field(default_factory=dict, repr=False)       # load octave -> (median, windows), likewise
 
     def __post_init__(self):
         self.totals = {b: sum(h.values()) for b, h in self.bins.items()}
@@ -67,6 +68,7 @@ class LatencyCurve:
         self.totals[lb] = self.totals.get(lb, 0.0) + weight
         self._normals.pop(lb, None)
         self._medians.pop(lb, None)
+        self._octaves.pop(lb // BINS_PER_OCTAVE, None)
         if self.totals[lb] > self.cap:
             for k in list(hist):
                 hist[k] /= 2
@@ -114,6 +116,25 @@ class LatencyCurve:
         if m is None:
             m = self._medians[b] = median_between_buckets(self.bins[b])
         return m
+
+    def octave_medians(self, min_windows: int, most: int) -> dict[int, tuple[float, int]]:
+        """The median latency of each whole octave of load (2^k to 2^(k+1)) it has learned at least min_windows
+        windows in, the `most` most learned: {k: (median ms, windows)}. A level to compare with other devices
+        of its class at the same loads (the fleet's): a device slow from its first day has learned a slow normal,
+        and only its peers say so. Whole octaves, not the bins, so that few series are enough."""
+        out = {}
+        for k in {b // BINS_PER_OCTAVE for b in self.totals}:
+            got = self._octaves.get(k)
+            if got is None:
+                merged: dict[int, float] = {}
+                for b in range(k * BINS_PER_OCTAVE, (k + 1) * BINS_PER_OCTAVE):
+                    for bucket, w in self.bins.get(b, {}).items():
+                        merged[bucket] = merged.get(bucket, 0.0) + w
+                windows = round(sum(merged.values()))
+                got = self._octaves[k] = (median_between_buckets(merged) if merged else 0.0, windows)
+            if got[1] >= min_windows:
+                out[k] = got
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1][1], kv[0]))[:most])
 
     def lowest_load_normal(self, min_windows: int) -> Normal | None:
         """The device's latency at the lightest load it has learned: what a request costs without a queue."""

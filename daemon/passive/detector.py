@@ -45,8 +45,8 @@ from iowarden.daemon.passive.headroom import PeakLoad, headroom_ratio, knee_of
 from iowarden.daemon.passive.tail import TailEvidence
 
 from iowarden.daemon.passive.groups import GroupRules
-from iowarden.daemon.passive.values import (ALERT_OF_KIND, FLEET_SECONDS, SUSPECT_WEIGHT, DeviceView, PairRing,
-                                            PassiveParams, RollingMedian, Transition, Window, DeviceTrack, median_of,
+from iowarden.daemon.passive.values import (ALERT_OF_KIND, FLEET_NORMAL_MIN_SECONDS, FLEET_OCTAVES, FLEET_SECONDS,
+                                            SUSPECT_WEIGHT, DeviceView, FleetNormal, PairRing, PassiveParams, RollingMedian, Transition, Window, DeviceTrack, median_of,
                                             self_summary)
 
 
@@ -457,7 +457,24 @@ class PassiveDetector(GroupRules):
                                   self.neighbours_now.get(name), knees, headroom,
                                   d.burst.forecast if d.burst is not None else None,
                                   math.exp(median_of(list(d.fleet_ring))) if d.fleet_ring else None,
-                                  self.services.views(name)))
+                                  self.services.views(name), self._fleet_normal(d)))
+        return tuple(out)
+
+    def fleet_normal(self, name: str) -> tuple[FleetNormal, ...]:
+        """One device's fleet level (its view's fleet_normal) without the rest of its view."""
+        d = self.devices.get(name)
+        return self._fleet_normal(d) if d is not None else ()
+
+    def _fleet_normal(self, d: DeviceTrack) -> tuple[FleetNormal, ...]:
+        """Each direction's own normal by octave of load, from its busier curve (by IOPS or by bytes)."""
+        out, done = [], set()
+        min_windows = max(1, round(FLEET_NORMAL_MIN_SECONDS / self.p.window_seconds))
+        for (direction, unit), c in sorted(d.curves.items(), key=lambda kv: -kv[1].windows()):
+            if direction in done:
+                continue
+            done.add(direction)
+            out += [FleetNormal(direction, unit, k, median_ms, windows)
+                    for k, (median_ms, windows) in c.octave_medians(min_windows, FLEET_OCTAVES).items()]
         return tuple(out)
 
     def _headroom(self, d: DeviceTrack) -> tuple[dict, dict]:

@@ -63,6 +63,11 @@ def passive_families(s):
                               "windows of the volume's latency over its own normal at the load it carried (1 = "
                               "normal): comparable across hosts under different loads, for the fleet rules",
                               labels=labels)
+    normal = GaugeMetricFamily("iowarden_fleet_normal_latency_seconds", "The volume's own normal: the median "
+                               "latency it learned in one octave of its load (2^load_octave to 2^(load_octave+1), "
+                               "load_unit iops, or kib for KiB/s), for the octaves it carries most, once learned "
+                               "(20 minutes of windows): the fleet rules compare it with its class's at the same "
+                               "load", labels=labels + ["direction", "load_unit", "load_octave"])
     service = GaugeMetricFamily("iowarden_service_normal_latency_seconds", "With the tracer counting per cgroup: "
                                 "the latency a service's own requests usually see at its recent rate, once learned "
                                 "([passive] service_learn_seconds); what IowardenServiceContended compares it with "
@@ -74,6 +79,8 @@ def passive_families(s):
         klass.add_metric([name, ident, *volume_class(name, devices, configured.get(ident))], 1)
         if v.fleet_ratio is not None:
             fleet.add_metric([name, ident], v.fleet_ratio)
+        for fn in v.fleet_normal:
+            normal.add_metric([name, ident, fn.direction, fn.load_unit, str(fn.octave)], fn.median_ms / 1e3)
         for sv in v.services:
             service.add_metric([name, ident, sv.cgroup, sv.direction, "mean"], sv.usual_mean_ms / 1e3)
             service.add_metric([name, ident, sv.cgroup, sv.direction, "p99"], sv.usual_p99_ms / 1e3)
@@ -124,4 +131,4 @@ def passive_families(s):
     if getattr(s, "passive_host_ratio", None) is not None:   # a snapshot, or a replay's views without a host
         host.add_metric([], s.passive_host_ratio)
     yield from (ratio, expected, learned, peer, tail, evidence, evidence_threshold, slow_at, state, cap_iops, cap_bw,
-                load, host, headroom, knee_iops, knee_bw, balance, left, baseline, klass, fleet, service)
+                load, host, headroom, knee_iops, knee_bw, balance, left, baseline, klass, fleet, normal, service)

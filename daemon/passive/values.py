@@ -165,6 +165,22 @@ class Transition:
 # latency over the volume's own normal at its load, so a rule evaluated every minute across hosts under different
 # loads compares like with like, and one odd window is not a deviation.
 FLEET_SECONDS = 300.0
+# The fleet's second signal per volume (iowarden_fleet_normal_latency_seconds): its own normal, the median latency
+# it learned in each of the octaves of load it carries most, once an octave holds FLEET_NORMAL_MIN_SECONDS of
+# windows: its class's volumes at the same loads say whether that normal is slow (a volume slow from its first day
+# is normal to itself). A few octaves (the most learned) keep it to a few series a volume.
+FLEET_OCTAVES = 3
+FLEET_NORMAL_MIN_SECONDS = 1200.0
+
+
+@dataclass(frozen=True)
+class FleetNormal:
+    """A device's learned median latency over one octave of its load (2^octave to 2^(octave+1) load_unit)."""
+    direction: str
+    load_unit: str        # "iops", or "kib" (KiB/s) where the I/O count is not known
+    octave: int
+    median_ms: float
+    windows: int
 
 
 @dataclass(frozen=True)
@@ -189,6 +205,7 @@ class DeviceView:
     burst: object = None           # burst.Forecast: its bucket's balance and time left, where a bucket is known
     fleet_ratio: float | None = None   # the median of the last FLEET_SECONDS' window ratios: the fleet's signal
     services: tuple = ()           # service.ServiceView: each learned service's normal on this device
+    fleet_normal: tuple = ()       # FleetNormal: its own normal in the octaves of load it carries most
 
     def __post_init__(self):
         # a view is posted in PassiveJudged and published in snapshots: its mappings read-only

@@ -97,13 +97,9 @@ def test_iostat_agrees_with_sysstat(shared_loop_xfs, tmp_path):
         put(files["uptime"], f"{uptime_at + k * interval:.2f} 0.00\n")
     write(0, Path.write_text)
     # both print a report right after each read (sysstat flushes each one): once both have printed the report of
-    # counters k, counters k+1 are written, a whole interval before either reads again
-    ours = subprocess.Popen(_with_files({"/proc/diskstats": files["diskstats"]},
-                                        IOWARDEN + ["iostat", "--json", "-d", fs.name, str(interval), str(count + 1)]),
-                            stdout=subprocess.PIPE, text=True)
-    ref = subprocess.Popen(_with_files({f"/sys/block/{fs.name}/stat": files["stat"], "/proc/uptime": files["uptime"]},
-                                       ["iostat", "-x", "-o", "JSON", "-d", fs.name, str(interval), str(count + 1)]),
-                           stdout=subprocess.PIPE, text=True)
+    # counters k, counters k+1 are written, a whole interval before either reads again. sysstat starts once ours
+    # has printed its first report (Python takes a second or more to start on a loaded machine; a C program
+    # milliseconds), so that the two read within milliseconds of each other every interval
     reports = {"ours": queue.Queue(), "ref": queue.Queue()}
     our_lines, ref_lines = [], []
 
@@ -112,18 +108,27 @@ def test_iostat_agrees_with_sysstat(shared_loop_xfs, tmp_path):
             keep.append(line)
             if is_report(line):
                 reports[key].put(line)
-    threads = [threading.Thread(target=follow, args=(ours, "ours", lambda line: line.startswith("{"), our_lines)),
-               threading.Thread(target=follow, args=(ref, "ref", lambda line: "disk_device" in line, ref_lines))]
+    procs, threads = [], []
+
+    def start(key, argv, files_of, is_report, keep):
+        procs.append(subprocess.Popen(_with_files(files_of, argv), stdout=subprocess.PIPE, text=True))
+        threads.append(threading.Thread(target=follow, args=(procs[-1], key, is_report, keep)))
+        threads[-1].start()
     try:
-        for t in threads:
-            t.start()
+        start("ours", IOWARDEN + ["iostat", "--json", "-d", fs.name, str(interval), str(count + 1)],
+              {"/proc/diskstats": files["diskstats"]}, lambda line: line.startswith("{"), our_lines)
+        first = reports["ours"].get(timeout=120)
+        start("ref", ["iostat", "-x", "-o", "JSON", "-d", fs.name, str(interval), str(count + 1)],
+              {f"/sys/block/{fs.name}/stat": files["stat"], "/proc/uptime": files["uptime"]},
+              lambda line: "disk_device" in line, ref_lines)
+        reports["ours"].put(first)
         for k in range(1, count + 1):
             for key in reports:
                 reports[key].get(timeout=60)   # the report of counters k-1
             write(k, _overwrite)
-        assert ref.wait(timeout=60) == 0 and ours.wait(timeout=60) == 0
+        assert all(proc.wait(timeout=60) == 0 for proc in procs)
     finally:
-        for proc in (ours, ref):
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

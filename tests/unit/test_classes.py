@@ -73,3 +73,39 @@ def test_the_fleet_signal_is_five_minutes_of_a_volumes_latency_over_its_own_norm
     snap.classes = {name: "gp3-500"}
     info = {f.name: f for f in passive_families(snap)}["iowarden_volume_class_info"].samples[0].labels
     assert (info["class"], info["source"]) == ("gp3-500", "config")
+
+
+def test_the_fleet_level_is_a_volumes_own_normal_by_octave_of_load_the_same_for_twins_and_higher_for_a_slow_one():
+    """iowarden_fleet_normal_latency_seconds: two volumes of one class under the same traffic learn the same normal
+    in each octave of load, one slow from its first day learns it that many times higher (its own ratio says 1:
+    only its class can tell); no octave before 20 minutes of it, at most three a direction."""
+    import types
+    from iowarden.daemon.passive.detector import PassiveDetector
+    from iowarden.daemon.passive.metrics import passive_families
+    from iowarden.daemon.passive.values import FLEET_OCTAVES
+    from tests import passive_traces as pt
+    levels = {}
+    for name, factor in (("sda", 1.0), ("sdb", 1.0), ("sdc", 2.0)):
+        det = PassiveDetector()
+        trace = list(pt.device_trace(11 if name != "sdb" else 12, pt.DAY_WINDOWS // 4, slow_from=0, factor=factor,
+                                     device=name))
+        for i, w in enumerate(trace):
+            det.observe([w], [])
+            if i == 60:   # a quarter of an hour: nothing learned enough to stand for the volume
+                assert det.views()[0].fleet_normal == ()
+        view = det.views()[0]
+        assert 1 <= len(view.fleet_normal) <= FLEET_OCTAVES and {f.direction for f in view.fleet_normal} == {"read"}
+        levels[name] = {f.octave: f.median_ms for f in view.fleet_normal}
+        if factor != 1.0:
+            assert 0.8 <= view.fleet_ratio <= 1.25, view.fleet_ratio   # normal to itself
+            snap = types.SimpleNamespace(passive=((name, name, view),), devices={name: _disk(name)}, classes={},
+                                         passive_host_ratio=None)
+            fam = {f.name: f for f in passive_families(snap)}["iowarden_fleet_normal_latency_seconds"]
+            assert {(s.labels["direction"], s.labels["load_unit"], int(s.labels["load_octave"]), s.value)
+                    for s in fam.samples} == {("read", f.load_unit, f.octave, f.median_ms / 1e3)
+                                              for f in view.fleet_normal}
+    shared = set(levels["sda"]) & set(levels["sdb"]) & set(levels["sdc"])
+    assert shared, levels
+    for k in shared:
+        assert 0.85 <= levels["sdb"][k] / levels["sda"][k] <= 1.15, (k, levels)
+        assert 1.7 <= levels["sdc"][k] / levels["sda"][k] <= 2.3, (k, levels)
