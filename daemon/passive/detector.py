@@ -46,7 +46,8 @@ from iowarden.daemon.passive.tail import TailEvidence
 
 from iowarden.daemon.passive.groups import GroupRules
 from iowarden.daemon.passive.values import (ALERT_OF_KIND, FLEET_NORMAL_MIN_SECONDS, FLEET_OCTAVES, FLEET_SECONDS,
-                                            SUSPECT_WEIGHT, DeviceView, FleetNormal, PairRing, PassiveParams, RollingMedian, Transition, Window, DeviceTrack, median_of,
+                                            SUSPECT_WEIGHT, DeviceTrack, DeviceView, FleetNormal, PairRing,
+                                            PassiveParams, RollingMedian, Transition, Window, median_of,
                                             self_summary)
 
 
