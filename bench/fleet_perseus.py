@@ -262,10 +262,10 @@ def main() -> int:
         end = max(lay.end() for lay in layouts.values())
         # each rule over the whole range in turn, its results written back before the next reads them: vmalert's
         # remote write sends what it holds every flush interval, and VictoriaMetrics makes what it takes
-        # searchable within a second, so the delay between rules is both and more (a delay shorter than the flush
-        # interval left a chained rule reading its input before it had all arrived: one run's figures were not
-        # the next's); a step of the group's interval (vmalert's queries otherwise ask for one point in five
-        # minutes: the evidence would count a fifth)
+        # searchable within a second, so the delay between rules is both and more (with a delay shorter than the
+        # flush interval a chained rule reads its input before all of it has arrived, and the same data gives
+        # different figures); a step of the group's interval (vmalert's queries otherwise ask for one point in
+        # five minutes: the evidence would count a fifth)
         replay = subprocess.run(["vmalert", f"-rule={replayable(RULES, where / 'fleet.rules.yml')}",
                                  f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
                                  f"-replay.timeFrom={_iso(BASE)}", f"-replay.timeTo={_iso(end)}",
