@@ -110,6 +110,12 @@ class PassiveWatch:
                     self.detector.evidence.load_state(ident, st)
                 except (TypeError, ValueError, AttributeError):
                     self.detector.evidence.members.pop(ident, None)   # damaged: gathered again
+            elif metric == "services":   # each service's normal on the device
+                try:
+                    self.detector.services.load_state(ident, st)
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    log.warning("the saved normals of the services on %s are damaged and are learned again (some "
+                                "five minutes): %s", ident, e)
             elif metric == "burst":
                 try:
                     self.detector.load_burst(ident, st, time.time())
@@ -244,6 +250,8 @@ class PassiveWatch:
                for (ident, direction, unit), st in self.detector.curves_state().items()]
         out += [(ident, "evidence", self.detector.evidence.to_state(ident)) for ident in self.detector.evidence.members]
         out += [(ident, "burst", st) for ident, st in self.detector.bursts_state(time.time()).items()]
+        out += [(ident, "services", st) for ident in sorted(self.detector.services.of_device)
+                if (st := self.detector.services.to_state(ident)) is not None]
         # posted to the core, which writes them while this part learns on: copies, read-only
         return tuple((ident, metric, frozen(st)) for ident, metric, st in out) + self._view_saves()
 

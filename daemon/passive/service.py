@@ -31,6 +31,13 @@ from iowarden.daemon.passive.values import ALERT_OF_KIND, Transition
 from iowarden.daemon.wording import human_seconds
 
 NOT_A_SERVICE = ("other", "(no cgroup)", "(removed cgroups)")   # the tracer's sums of many: no one's latency
+# what a saved normal may hold (the state database is read back as input): a cgroup's path as the kernel bounds it,
+# octaves of a request rate from a request in 17 minutes to 2^40 a second, a mean from 2 ns to 134 hours (e^20 ms)
+MAX_SAVED_PATH = 4096
+MAX_SAVED_OCTAVES = 64
+OCTAVE_RANGE = (-10, 40)
+MAX_LOG_MS = 20.0
+MAX_LEARNED = 10 ** 9
 
 
 @dataclass(frozen=True)
@@ -248,6 +255,45 @@ class ServiceRule:
             for key in sorted(self.services, key=lambda k: self.services[k].last_seen)[:over]:
                 del self.services[key]
                 self.of_device[key[0]].discard(key)
+
+    def to_state(self, device: str) -> dict | None:
+        """The device's learned normals, JSON-able, for the state database (not its windows in flight: a restart
+        judges afresh). Kept so that a daemon restarted while a flood is under way judges the flood against the
+        service's normal instead of learning the flood as its normal."""
+        out = []
+        for key in sorted(self.of_device.get(device, ())):
+            s = self.services[key]
+            if s.bins:
+                out.append({"cgroup": key[1], "direction": key[2],
+                            "bins": [[o, u.log_mean_ms, u.log_p99_ms, u.learned] for o, u in sorted(s.bins.items())]})
+        return {"services": out} if out else None
+
+    def load_state(self, device: str, st: dict) -> int:
+        """A device's services as to_state saved them; returns how many were loaded. Raises ValueError on a
+        damaged or out-of-range entry, having loaded nothing of the device (the caller: learned again)."""
+        loaded: dict[tuple, _Service] = {}
+        entries = st["services"]
+        if not isinstance(entries, list) or len(entries) > self.p.max_services:
+            raise ValueError(f"{device}: saved services: not a list of at most {self.p.max_services}")
+        for e in entries:
+            cgroup, direction, bins = e["cgroup"], e["direction"], e["bins"]
+            if not (isinstance(cgroup, str) and 0 < len(cgroup) <= MAX_SAVED_PATH and isinstance(direction, str)
+                    and len(direction) <= 16 and isinstance(bins, list) and 0 < len(bins) <= MAX_SAVED_OCTAVES):
+                raise ValueError(f"{device}: a saved service is damaged")
+            usual = {}
+            for octave, log_mean, log_p99, learned in bins:
+                if not (isinstance(octave, int) and OCTAVE_RANGE[0] <= octave <= OCTAVE_RANGE[1]
+                        and all(isinstance(v, (int, float)) and math.isfinite(v) and abs(v) <= MAX_LOG_MS
+                                for v in (log_mean, log_p99))
+                        and isinstance(learned, int) and 1 <= learned <= MAX_LEARNED):
+                    raise ValueError(f"{device}: {cgroup}'s saved normal is out of range")
+                usual[octave] = _Usual(float(log_mean), float(log_p99), learned)
+            loaded[(device, cgroup, direction)] = _Service(bins=usual, ring=deque(maxlen=self.p.windows))
+        for key, svc in loaded.items():
+            self.services[key] = svc
+            self.of_device.setdefault(device, set()).add(key)
+        self._bound()
+        return len(loaded)
 
     def forget(self, device: str) -> list[Transition]:
         """A device gone: its services forgotten, its alert cleared."""

@@ -167,3 +167,92 @@ def test_a_services_normal_is_shown_once_learned_at_its_recent_rate():
     assert (v.cgroup, v.direction, v.learned_windows) == (DB, "read", 4)
     assert 0.4 < v.usual_mean_ms < 0.6 and v.usual_p99_ms >= v.usual_mean_ms, v
     assert rule.views("vdc") == ()
+
+
+def _restarted_mid_flood(saved_state: bool):
+    """The database learns its normal for two hours; the daemon stops and starts again two windows into a flood,
+    with its services saved (to_state through JSON, as the state database keeps them) or not. Returns the new
+    detector's service transitions (window since the restart, state)."""
+    import json
+    rng, before = random.Random(7), PassiveDetector()
+    for i in range(LEARN + 2):
+        w, per = _step(i, rng, **({"flood": True, "db_slow": 20.0} if i >= LEARN else {}))
+        before.observe([w], [])
+        before.observe_services(per, pt.WINDOW_SECONDS, w.end, lambda p: p)
+    after = PassiveDetector()
+    if saved_state:
+        st = json.loads(json.dumps(before.services.to_state("vdb")))
+        assert after.services.load_state("vdb", st) == 2   # the database and the flood two windows in
+    out = []
+    for i in range(LEARN + 2, LEARN + FLOOD):
+        w, per = _step(i, rng, flood=True, db_slow=20.0)
+        after.observe([w], [])
+        out += [(i - LEARN - 2, t.state) for t in after.observe_services(per, pt.WINDOW_SECONDS, w.end,
+                                                                         lambda p: p)]
+    return out
+
+
+def test_a_daemon_restarted_during_a_flood_judges_it_against_the_services_saved_normal():
+    got = _restarted_mid_flood(saved_state=True)
+    assert [s for _, s in got] == ["raised"] and got[0][0] <= 8, got
+    # without the saved normal the flood's first five minutes become the service's normal: no page at all
+    assert _restarted_mid_flood(saved_state=False) == []
+
+
+def test_a_damaged_or_out_of_range_saved_service_is_refused_whole_and_learned_again():
+    rule, rng = ServiceRule(ServiceParams(learn_windows=4)), random.Random(4)
+    for i in range(6):
+        rule.judge("vdb", {(DB, "read"): _counts(200, 0.5, 4096, rng),
+                           (BATCH, "write"): _counts(100, 1.0, 4096, rng)}, 15.0, 1.7e9 + 15 * i)
+    good = rule.to_state("vdb")
+    assert [e["cgroup"] for e in good["services"]] == [BATCH, DB]
+    assert rule.to_state("vdc") is None
+    bad_cases = [
+        {"services": "x"},
+        {"services": [{"cgroup": DB, "direction": "read", "bins": [[0, float("nan"), 0.0, 3]]}]},
+        {"services": [{"cgroup": DB, "direction": "read", "bins": [[0, 0.0, 0.0, 0]]}]},        # never learned
+        {"services": [{"cgroup": DB, "direction": "read", "bins": [[99, 0.0, 0.0, 3]]}]},       # no such rate
+        {"services": [{"cgroup": DB, "direction": "read", "bins": [[0, 1e6, 0.0, 3]]}]},        # e^1e6 ms
+        {"services": [{"cgroup": "x" * 5000, "direction": "read", "bins": [[0, 0.0, 0.0, 3]]}]},
+        {"services": [good["services"][0], {"cgroup": DB, "direction": "read", "bins": []}]},    # one bad: none
+    ]
+    for bad in bad_cases:
+        fresh = ServiceRule(ServiceParams(learn_windows=4))
+        try:
+            fresh.load_state("vdb", bad)
+        except (ValueError, TypeError, KeyError):
+            pass
+        else:
+            raise AssertionError(f"loaded {bad}")
+        assert fresh.services == {} and fresh.to_state("vdb") is None, bad
+    fresh = ServiceRule(ServiceParams(learn_windows=4))
+    assert fresh.load_state("vdb", good) == 2 and fresh.to_state("vdb") == good
+    assert [v.cgroup for v in fresh.views("vdb")] == [BATCH, DB]
+
+
+def test_the_services_normals_go_through_the_state_database_to_the_next_start(tmp_path):
+    from iowarden.daemon.core.core import Core
+    from iowarden.daemon.core.effects import health_from
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.passive.values import PassiveParams
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    from tests.unit.test_passive import FakeSampler, published
+
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, health_from(st, DetectorParams()), "test")
+    sampler = FakeSampler()
+    part = PassiveWatch(PassiveParams(window_seconds=15), published(lambda: sampler.reading), st,
+                        lambda e: core.run_batch([e]))
+    rng = random.Random(6)
+    for i in range(30):
+        part.detector.services.judge("kernel:sdz", {(DB, "read"): _counts(200, 0.5, 4096, rng)}, 15.0,
+                                     1.7e9 + 15 * i)
+    learned = part.detector.services.to_state("kernel:sdz")
+    core.run_batch([part.final_event()])
+    again = PassiveWatch(PassiveParams(window_seconds=15), published(lambda: sampler.reading), st,
+                         lambda e: core.run_batch([e]))
+    assert again.detector.services.to_state("kernel:sdz") == learned
+    (v,) = again.detector.services.views("kernel:sdz")
+    assert v.cgroup == DB and v.learned_windows == 30
+    st.close()
