@@ -32,7 +32,8 @@ from iowarden.daemon.wording import human_seconds
 
 NOT_A_SERVICE = ("other", "(no cgroup)", "(removed cgroups)")   # the tracer's sums of many: no one's latency
 # what a saved normal may hold (the state database is read back as input): a cgroup's path as the kernel bounds it,
-# octaves of a request rate from a request in 17 minutes to 2^40 a second, a mean from 2 ns to 134 hours (e^20 ms)
+# octaves of a request rate from a request in 17 minutes to 2^40 a second, a mean or p99 within e^-20 to e^20 ms (the
+# rule keeps none under 0.1 µs, e^-9.2 ms; e^20 ms is 134 hours)
 MAX_SAVED_PATH = 4096
 MAX_SAVED_OCTAVES = 64
 OCTAVE_RANGE = (-10, 40)
