@@ -170,7 +170,7 @@ def with_process(argv: list[str], stdin_text: str | None, ready: str | None, fn,
         proc.terminate()
         try:
             proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:   # bpftrace has hung detaching its probes once in a few hundred runs
+        except subprocess.TimeoutExpired:   # a bpftrace that hangs detaching its probes must not stop the bench
             proc.kill()
             proc.wait(timeout=30)
 
