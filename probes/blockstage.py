@@ -9,7 +9,7 @@ two JSON lines, {"type": "map", "data": {"@lat": {"dev,dir,stage,bucket": count}
 (nanoseconds summed), then {"type": "paths", "data": {"dev_t": path}}: how each disk's requests are timed
 (1: from the issue time the request carries, 2: from the issue program's map, 0: no request yet). Once a
 minute it measures its programs' own run time for a second (the kernel's bpf_stats) and prints
-{"type": "cost", "data": {"run_ns": N, "runs": M}}: what the tracer's budget is judged on.
+{"type": "cost", "data": {"run_ns": N, "runs": M, "seconds": S}}: what the tracer's budget is judged on.
 
 Per cgroup (unless --max-cgroups 0), every interval, one line per (disk, cgroup) pair the program counts,
 {"type": "cgroup", "data": {"dev": D, "cgroup": ID, "read": [requests, bytes, ns, [[bucket, count], ...]],
@@ -167,13 +167,14 @@ def fdinfo_run_stats(text: str) -> tuple[int, int]:
     return int(fields.get("run_time_ns", "0").strip() or 0), int(fields.get("run_cnt", "0").strip() or 0)
 
 
-def cost_message(before: dict, after: dict) -> dict:
-    """The programs' run time over a measurement: {program: (run_time_ns, run_cnt)} before and after -> a line
-    saying the nanoseconds all programs ran and the requests completed (the completion program's runs), which the
-    tracer divides into its cost per request (sources/tracer.py)."""
+def cost_message(before: dict, after: dict, seconds: float) -> dict:
+    """The programs' run time over a measurement of `seconds`: {program: (run_time_ns, run_cnt)} before and after
+    -> a line saying the nanoseconds all programs ran and the requests completed (the completion program's runs),
+    which the tracer divides into its cost per request, and the seconds, which say at what rate it was measured
+    (sources/tracer_plan.py)."""
     run_ns = sum(after[p][0] - before.get(p, (0, 0))[0] for p in after)
     runs = after.get("on_complete", (0, 0))[1] - before.get("on_complete", (0, 0))[1]
-    return {"type": "cost", "data": {"run_ns": max(0, run_ns), "runs": max(0, runs)}}
+    return {"type": "cost", "data": {"run_ns": max(0, run_ns), "runs": max(0, runs), "seconds": round(seconds, 3)}}
 
 
 def read_disks(text: str) -> dict[int, int]:
@@ -301,9 +302,10 @@ class Loaded:
         if fd < 0:
             return None
         try:
-            before = self.run_stats()
+            before, start = self.run_stats(), time.monotonic()
             time.sleep(seconds)
-            return cost_message(before, self.run_stats())
+            after = self.run_stats()
+            return cost_message(before, after, time.monotonic() - start)
         finally:
             os.close(fd)
 

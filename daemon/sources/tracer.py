@@ -26,7 +26,8 @@ killed and started again; restarts back off from 30 s to 10 min. The program sam
 disk faster than max_timed_iops (one in N by a hash of the sector) and re-plans N when a disk's rate
 moves by a factor of four, at most every replan_seconds. Sampling bounds the programs' own time, not the
 tracepoints' (some 300-400 ns per request here, timed or not): above max_cpu_cores' worth of the host's
-I/O rate over the last minute the tracer pauses (over_budget, sustained_rate).
+I/O rate over the last minute the tracer pauses (over_budget, sustained_rate), judged for the compiled engine
+on its program's time measured near that rate (figure_is_stale).
 """
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ from iowarden.probes.common import Roots
 
 from iowarden.daemon.config_schema import Key
 from iowarden.daemon.sources.spec import SourceSpec, stoppable
-from iowarden.daemon.sources.tracer_plan import (cost_per_io_ns, measured_program_ns, needs_replan, over_budget,
-                                                  skip_for, sustained_rate)
+from iowarden.daemon.sources.tracer_plan import (cost_per_io_ns, figure_is_stale, measured_cost, needs_replan,
+                                                  over_budget, skip_for, sustained_rate)
 from iowarden.daemon.sources.tracer_proc import (read_available, block_tracepoints, bpftrace_process, choose_engine,
                                                  compiled_process, missing_tracepoints, mount_tracefs, traceable_disks)
 from iowarden.daemon.sources.tracer_views import (GONE, NO_CGROUP, OTHER, TraceReading, add_histograms, causes,
@@ -136,7 +137,8 @@ class _Tracer:
     last_reading: object = None                          # the sampler's sample the rates were last taken from
     paths: dict = field(default_factory=dict)            # the compiled engine: name -> how its requests are timed
     engine: str = ""                                     # the engine chosen at the last read: "compiled" or "bpftrace"
-    program_ns: float | None = None                      # the compiled program's run time per request, measured
+    program_cost: object = None                          # the compiled program's last tracer_plan.ProgramCost
+    stale_since: float | None = None                     # since when that figure was measured at too low a rate
     cg_pending: dict = field(default_factory=dict)       # (dev, cgroup id, direction) -> counts: the set being read
     cg_current: dict = field(default_factory=dict)       # the running process's last whole set
     cg_base: dict = field(default_factory=dict)          # (name, path, direction) -> counts of entries gone before
@@ -192,7 +194,10 @@ class _Tracer:
             self.host_rates = [r for r in self.host_rates if r[0] > now - RATE_AVERAGE_SECONDS]
             self.host_rates.append((now, rate_now, self.last_interval))
         host_iops = sustained_rate(self.host_rates, now, RATE_AVERAGE_SECONDS)
-        if over_budget(host_iops, self.paused, self.section, self.engine, self.program_ns):
+        stale = self.proc is not None and figure_is_stale(self.program_cost, host_iops)
+        self.stale_since = (self.stale_since if self.stale_since is not None else now) if stale else None
+        if over_budget(host_iops, self.paused, self.section, self.engine, self.program_cost,
+                       now - self.stale_since if stale else 0.0):
             if not self.paused:
                 self._stop("over its CPU budget")
                 self.paused, self.next_start_at = True, now + PAUSE_MIN_SECONDS
@@ -346,12 +351,18 @@ class _Tracer:
         try:
             data = json.loads(line)["data"]
             run_ns, runs = int(data["run_ns"]), int(data["runs"])
-        except (ValueError, KeyError, TypeError):
+            seconds = float(data.get("seconds", blockstage.COST_SAMPLE_SECONDS))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return
-        before, self.program_ns = self.program_ns, measured_program_ns(run_ns, runs, self.program_ns)
-        if self.program_ns is not None and (before is None or abs(self.program_ns - before) > 0.25 * before):
-            log.info("tracer: its program runs %.0f ns per request (bpf_stats, %d requests): the budget takes "
-                     "%.0f ns with the tracepoint", self.program_ns, runs, self._cost_ns())
+        if not 0 < seconds <= blockstage.COST_EVERY_SECONDS:
+            return
+        before = self.program_cost
+        self.program_cost = measured_cost(run_ns, runs, seconds, before)
+        cost = self.program_cost
+        if cost is not None and cost is not before and (
+                before is None or abs(cost.ns_per_request - before.ns_per_request) > 0.25 * before.ns_per_request):
+            log.info("tracer: its program runs %.0f ns per request (bpf_stats, %d requests in %.1f s): the budget "
+                     "takes %.0f ns with the tracepoint", cost.ns_per_request, runs, seconds, self._cost_ns())
 
     def _cgroup_line(self, line: bytes) -> None:
         """One (disk, cgroup) entry of the loader's map, or its word that the set is whole."""
@@ -437,7 +448,7 @@ class _Tracer:
         return out
 
     def _cost_ns(self) -> float:
-        return cost_per_io_ns(self.section, self.engine or "bpftrace", self.program_ns)
+        return cost_per_io_ns(self.section, self.engine or "bpftrace", self.program_cost)
 
     def _iops(self) -> dict[str, float]:
         if self.disk_reading is not None:
@@ -491,7 +502,7 @@ class _Tracer:
                             MappingProxyType(total), MappingProxyType(sums), MappingProxyType(window),
                             self.unknown_dropped, self.engine, self._cost_ns(),
                             "configured" if self.section.cost_per_io_ns else
-                            "measured" if self.program_ns is not None and self.engine == "compiled" else "bench",
+                            "measured" if self.program_cost is not None and self.engine == "compiled" else "bench",
                             MappingProxyType({k: (c, cg_window[k]) for k, c in cg_total.items()}),
                             self.cg_hierarchy, MappingProxyType({**self.cg_map, **self.cg_bounds}))
 

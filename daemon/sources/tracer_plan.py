@@ -3,6 +3,7 @@ program must be re-planned. The reader (sources/tracer.py) applies it."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from iowarden.probes import blocktrace
 
@@ -29,32 +30,56 @@ ATTACH_COST_NS = {"compiled": 40.0}
 # runs from cold caches, 570 ns a request at 2,300/s here against 99 at 300,000/s (bench), and the budget binds
 # only at hundreds of thousands a second. A figure from an idle minute would pause the tracer at the next burst.
 MIN_MEASURED_RUNS = 10_000
+# For the same reason a figure measured at under a half of the rate being judged overstates the cost at that
+# rate (a soak's host going from 11,000 to 112,000 I/O a second was judged at 777 ns a request, its program's
+# time at 11,000/s, and paused; at 76,000/s it had run 164). The loader measures once a minute, so the tracer
+# waits for a measurement at the new rate for at most this long before the older figure decides.
+REMEASURE_WAIT_SECONDS = 150.0
 
 
-def measured_program_ns(run_ns: int, runs: int, previous: float | None) -> float | None:
-    """The program's run time per request from one measurement (blockstage.cost_message), or the last one's
-    where this saw too few requests (a quiet host: MIN_MEASURED_RUNS)."""
-    return run_ns / runs if runs >= MIN_MEASURED_RUNS else previous
+@dataclass(frozen=True)
+class ProgramCost:
+    """One measurement of the compiled program's own run time (blockstage.cost_message)."""
+    ns_per_request: float
+    requests_per_second: float   # the host's completions a second while it was measured
 
 
-def cost_per_io_ns(section, engine: str = "bpftrace", program_ns: float | None = None) -> float:
+def measured_cost(run_ns: int, runs: int, seconds: float, previous: ProgramCost | None) -> ProgramCost | None:
+    """The program's run time per request from one measurement, or the last one's where this saw too few requests
+    (a quiet host: MIN_MEASURED_RUNS)."""
+    if runs < MIN_MEASURED_RUNS or not seconds > 0:
+        return previous
+    return ProgramCost(run_ns / runs, runs / seconds)
+
+
+def figure_is_stale(cost: ProgramCost | None, host_iops: float) -> bool:
+    """The figure at hand was measured at under half the rate now judged, so it overstates the cost at this rate."""
+    return cost is not None and 2 * cost.requests_per_second < host_iops
+
+
+def cost_per_io_ns(section, engine: str = "bpftrace", cost: ProgramCost | None = None) -> float:
     """[tracer] cost_per_io_ns when set; else the compiled engine's program run time as the kernel measured it
     (bpf_stats, whose two clock reads make it err high) plus its tracepoint's firing; else what the engine was
     measured to cost by the bench."""
     if section.cost_per_io_ns:
         return section.cost_per_io_ns
-    if program_ns is not None and engine in ATTACH_COST_NS:
-        return program_ns + ATTACH_COST_NS[engine]
+    if cost is not None and engine in ATTACH_COST_NS:
+        return cost.ns_per_request + ATTACH_COST_NS[engine]
     return ENGINE_COST_PER_IO_NS[engine]
 
 
 def over_budget(host_iops: float, paused: bool, section, engine: str = "bpftrace",
-                program_ns: float | None = None) -> bool:
+                cost: ProgramCost | None = None, stale_for_seconds: float = 0.0) -> bool:
     """Whether the tracer must be off. The tracepoints cost about cost_per_io_ns() on every request of every
     disk before the program decides anything (sampling saves only the program's own time), so the only
     bound on that cost is to detach: above max_cpu_cores it pauses, and it resumes below half of it, so a
-    rate near the line does not start and stop it every window."""
-    cores = host_iops * cost_per_io_ns(section, engine, program_ns) / 1e9
+    rate near the line does not start and stop it every window. A running compiled program is not paused on a
+    figure measured at under half the rate (figure_is_stale) until it has waited REMEASURE_WAIT_SECONDS for one
+    taken at this rate: the tracer is most wanted under a flood (who causes it, whom it hurts)."""
+    if (not paused and engine in ATTACH_COST_NS and not section.cost_per_io_ns and figure_is_stale(cost, host_iops)
+            and stale_for_seconds < REMEASURE_WAIT_SECONDS):
+        return False
+    cores = host_iops * cost_per_io_ns(section, engine, cost) / 1e9
     return cores > (section.max_cpu_cores / 2 if paused else section.max_cpu_cores)
 
 

@@ -91,7 +91,8 @@ def test_the_default_engine_is_the_compiled_one_where_it_can_run_and_bpftrace_wh
     stand_in.chmod(0o755)
     loader = tmp_path / "loader"   # the compiled engine's loader, which also says what its program cost
     loader.write_text("#!/bin/sh\necho '{\"type\": \"attached_probes\", \"data\": {\"probes\": 1}}'\n"
-                      "echo '{\"type\":\"cost\",\"data\":{\"run_ns\":1100000,\"runs\":10000}}'\nexec sleep 600\n")
+                      "echo '{\"type\":\"cost\",\"data\":{\"run_ns\":1100000,\"runs\":10000,\"seconds\":1.0}}'\n"
+                      "exec sleep 600\n")
     loader.chmod(0o755)
     started = []
 
@@ -116,7 +117,7 @@ def test_the_default_engine_is_the_compiled_one_where_it_can_run_and_bpftrace_wh
         assert read.state.engine == "compiled" and started == [{blocktrace.dev_t(8, 0): 0}]
         assert read.state.proc.pid != first
         deadline = time.monotonic() + 10
-        while read.state.program_ns is None and time.monotonic() < deadline:   # its lines, read without blocking
+        while read.state.program_cost is None and time.monotonic() < deadline:   # its lines, read without blocking
             r = read()
             time.sleep(0.02)
         # 110 ns of program per request, measured, and the tracepoint's firing: the budget's cost
@@ -142,12 +143,38 @@ def test_the_programs_cost_is_read_from_the_kernels_statistics_and_an_idle_measu
     assert blockstage.fdinfo_run_stats("pos:\t0\n") == (0, 0)   # a kernel that does not say
     before = {"on_complete": (5_300_000, 50_000)}
     after = {"on_complete": (6_300_000, 60_000), "on_issue": (400_000, 3_000)}   # attached in between
-    msg = blockstage.cost_message(before, after)
-    assert msg == {"type": "cost", "data": {"run_ns": 1_400_000, "runs": 10_000}}
-    assert tracer_plan.measured_program_ns(1_400_000, 10_000, None) == 140.0
-    assert tracer_plan.measured_program_ns(5_700_000, 10_000 - 1, 140.0) == 140.0   # a quiet second: the last
+    msg = blockstage.cost_message(before, after, 0.5)
+    assert msg == {"type": "cost", "data": {"run_ns": 1_400_000, "runs": 10_000, "seconds": 0.5}}
+    cost = tracer_plan.measured_cost(1_400_000, 10_000, 0.5, None)
+    assert cost == tracer_plan.ProgramCost(140.0, 20_000.0)
+    assert tracer_plan.measured_cost(5_700_000, 10_000 - 1, 1.0, cost) is cost   # a quiet second: the last
+    assert tracer_plan.measured_cost(5_700_000, 50_000, 0.0, cost) is cost       # no time: not a measurement
     section = types.SimpleNamespace(cost_per_io_ns=0.0)
-    assert tracer_plan.cost_per_io_ns(section, "compiled", 140.0) == 180.0
+    assert tracer_plan.cost_per_io_ns(section, "compiled", cost) == 180.0
     assert tracer_plan.cost_per_io_ns(section, "compiled", None) == 150.0   # not measured yet: the bench's figure
-    assert tracer_plan.cost_per_io_ns(section, "bpftrace", 140.0) == 400.0  # its classic tracepoints are unseen
-    assert tracer_plan.cost_per_io_ns(types.SimpleNamespace(cost_per_io_ns=900.0), "compiled", 140.0) == 900.0
+    assert tracer_plan.cost_per_io_ns(section, "bpftrace", cost) == 400.0  # its classic tracepoints are unseen
+    assert tracer_plan.cost_per_io_ns(types.SimpleNamespace(cost_per_io_ns=900.0), "compiled", cost) == 900.0
+
+
+def test_a_figure_measured_at_a_tenth_of_the_rate_does_not_pause_the_tracer_until_one_at_the_rate_could_be_taken():
+    """The program's time per request falls as its rate rises (warm caches): a figure from 11,000/s judged at
+    112,000/s paused a tracer that cost a quarter of what it said, exactly when a flood made it most wanted."""
+    section = types.SimpleNamespace(cost_per_io_ns=0.0, max_cpu_cores=0.05)
+    cold = tracer_plan.ProgramCost(777.0, 11_000.0)
+    assert tracer_plan.figure_is_stale(cold, 112_000) and not tracer_plan.figure_is_stale(cold, 22_000)
+    assert not tracer_plan.over_budget(112_000, False, section, "compiled", cold, stale_for_seconds=0.0)
+    assert not tracer_plan.over_budget(112_000, False, section, "compiled", cold, stale_for_seconds=149.0)
+    # no figure at this rate after two of the loader's measurements: the rate bursts between them; the old one
+    # decides (0.09 cores)
+    assert tracer_plan.over_budget(112_000, False, section, "compiled", cold, stale_for_seconds=150.0)
+    warm = tracer_plan.ProgramCost(164.0, 110_000.0)   # measured at the rate: 0.023 cores, within 0.05
+    assert not tracer_plan.over_budget(112_000, False, section, "compiled", warm)
+    hot = tracer_plan.ProgramCost(600.0, 100_000.0)    # measured at the rate and truly over: off at once
+    assert tracer_plan.over_budget(112_000, False, section, "compiled", hot)
+    # paused, nothing is measured: it resumes on the figure at hand, below half the budget
+    assert tracer_plan.over_budget(112_000, True, section, "compiled", cold)
+    assert not tracer_plan.over_budget(20_000, True, section, "compiled", warm)
+    # a cost set by hand and the bpftrace engine (never measured) are judged as before
+    assert tracer_plan.over_budget(112_000, False, types.SimpleNamespace(cost_per_io_ns=777.0, max_cpu_cores=0.05),
+                                   "compiled", cold)
+    assert tracer_plan.over_budget(200_000, False, section, "bpftrace", cold)

@@ -325,6 +325,44 @@ def test_a_burst_of_seconds_does_not_pause_the_tracer_and_a_rate_held_for_a_minu
         read.stop()
 
 
+def test_a_flood_does_not_pause_the_compiled_tracer_on_a_figure_measured_at_a_tenth_of_its_rate(tmp_path,
+                                                                                                 monkeypatch):
+    """The compiled loader measured 777 ns a request at 11,000/s; the host then floods at 112,000/s (0.09 cores
+    by that figure, over 0.05). The tracer stays up while a measurement at the new rate is owed, and judges on
+    the old figure once none has come for REMEASURE_WAIT_SECONDS."""
+    speaking = ATTACHED + ("echo '{\"type\":\"cost\",\"data\":{\"run_ns\":8547000,\"runs\":11000,\"seconds\":1.0}}'\n"
+                           "while true; do echo '{\"type\": \"map\", \"data\": {\"@ns\": {}}}'; sleep 0.02; done\n")
+    clock, section, roots = _fake_host(tmp_path, monkeypatch, speaking)
+    section.engine = "compiled"
+    monkeypatch.setattr(tracer, "choose_engine", lambda *a: ("compiled", None, None))
+
+    def loader(skip_by_dev, interval_seconds, **popen):
+        return tracer.subprocess.Popen([section.bpftrace_path], stdout=tracer.subprocess.PIPE,
+                                       stderr=tracer.subprocess.PIPE, start_new_session=True)
+    monkeypatch.setattr(tracer, "compiled_process", loader)
+    reads = [0]
+
+    def step(seconds: float, iops: float):
+        clock[0] += seconds
+        reads[0] += int(iops * seconds)
+        time.sleep(0.1)
+        (tmp_path / "proc" / "diskstats").write_text(f"   8       0 sda {reads[0]} 0 {reads[0] * 8} 0 0 0 0 0 0 0 0\n")
+        return read()
+
+    read = tracer.start(section, roots)
+    try:
+        assert _until_up(read).up
+        deadline = time.time() + 10
+        while read.state.program_cost is None and time.time() < deadline:
+            step(0, 0)
+        assert read.state.program_cost.ns_per_request == 777.0
+        rs = [step(15, 112_000) for _ in range(11)]   # owed a figure from the first 15 s: 150 s on, the old
+        assert [r.up for r in rs] == [True] * 10 + [False], [(r.up, r.reason) for r in rs]   # figure decides
+        assert read.state.paused and read.state.reason == tracer.PAUSED
+    finally:
+        read.stop()
+
+
 def test_the_sustained_rate_weighs_each_reading_by_its_seconds_inside_the_span():
     rates = [(100.0, 1000.0, 40.0), (110.0, 5000.0, 10.0)]
     assert tracer.sustained_rate(rates, 110.0, 60.0) == pytest.approx((1000 * 40 + 5000 * 10) / 50)
