@@ -53,6 +53,9 @@ class LatencyCurve:
     bins: dict[int, dict[int, float]] = field(default_factory=dict)   # load bin -> latency bucket -> weight
     cap: int = 400
     totals: dict[int, float] = field(default_factory=dict)       # load bin -> its weight, kept beside it
+    # load bin -> the weighted sum of its windows' log2 loads: where in its half octave the bin's load lies (a
+    # ceiling's windows sit at its top edge, a walk's steps anywhere), for the knee read between bins
+    load_logs: dict[int, float] = field(default_factory=dict)
     _normals: dict = field(default_factory=dict, repr=False)       # load bin -> Normal, until it learns again
     _medians: dict = field(default_factory=dict, repr=False)       # load bin -> median_along's median, likewise
     _octaves: dict = field(default_factory=dict, repr=False)       # load octave -> (median, windows), likewise
@@ -66,15 +69,18 @@ class LatencyCurve:
         b = _bucket(await_ms)
         hist[b] = hist.get(b, 0.0) + weight
         self.totals[lb] = self.totals.get(lb, 0.0) + weight
+        self.load_logs[lb] = self.load_logs.get(lb, 0.0) + weight * math.log2(max(load, 1e-3))
         self._normals.pop(lb, None)
         self._medians.pop(lb, None)
         self._octaves.pop(lb // BINS_PER_OCTAVE, None)
         if self.totals[lb] > self.cap:
+            mean_log = self.load_logs[lb] / self.totals[lb]
             for k in list(hist):
                 hist[k] /= 2
                 if hist[k] < 0.25:
                     del hist[k]
             self.totals[lb] = sum(hist.values())
+            self.load_logs[lb] = mean_log * self.totals[lb]
 
     def windows(self) -> int:
         return round(sum(self.totals.values()))
@@ -110,6 +116,14 @@ class LatencyCurve:
         f = x - lo
         return math.exp((1 - f) * math.log(known[lo]) + f * math.log(known[lo + 1]))
 
+    def bin_load(self, b: int) -> float:
+        """A bin's load: the geometric mean of its windows' loads, or its centre where a curve saved without them
+        says nothing more."""
+        total, logs = self.totals.get(b, 0.0), self.load_logs.get(b)
+        if logs is None or total <= 0:
+            return 2 ** ((b + 0.5) / BINS_PER_OCTAVE)
+        return 2 ** (logs / total)
+
     def bin_median(self, b: int) -> float:
         """A learned bin's median await (read inside its bucket), kept until the bin learns again."""
         m = self._medians.get(b)
@@ -144,12 +158,21 @@ class LatencyCurve:
         return None
 
     def to_state(self) -> dict:
-        return {"cap": self.cap, "bins": {str(b): {str(k): v for k, v in h.items()} for b, h in self.bins.items()}}
+        return {"cap": self.cap, "bins": {str(b): {str(k): v for k, v in h.items()} for b, h in self.bins.items()},
+                "loads": {str(b): round(self.load_logs[b] / self.totals[b], 6) for b in self.bins
+                          if self.totals.get(b, 0.0) > 0 and b in self.load_logs}}
 
     @classmethod
     def from_state(cls, st: dict) -> "LatencyCurve":
-        return cls({int(b): {int(k): float(v) for k, v in h.items()} for b, h in st["bins"].items()},
-                   int(st.get("cap", 400)))
+        curve = cls({int(b): {int(k): float(v) for k, v in h.items()} for b, h in st["bins"].items()},
+                    int(st.get("cap", 400)))
+        # each bin's mean log load, kept only where it lies inside its own bin (the state is read back as input;
+        # a curve saved before the loads were kept reads its bins' centres)
+        for b, mean_log in (st.get("loads") or {}).items():
+            b, mean_log = int(b), float(mean_log)
+            if b in curve.totals and b <= mean_log * BINS_PER_OCTAVE < b + 1:
+                curve.load_logs[b] = mean_log * curve.totals[b]
+        return curve
 
 
 def _quantile(hist: dict[int, float], q: float) -> float:

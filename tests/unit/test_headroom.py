@@ -94,3 +94,37 @@ def test_the_detector_says_the_knee_and_the_headroom_of_what_it_learned():
     # the trace's curve: 0.5 ms * (1 + 4 (load / 5000) ^ 1.5) doubles its 200-IOPS await near 2,070 IOPS
     assert knee.load == pytest.approx(2070, rel=0.25), knee
     assert view.headroom_ratio["read"] > 0
+
+
+def test_a_ceiling_at_the_top_of_its_bin_is_read_at_its_own_load_not_the_bins_centre():
+    """A volume held at a provisioned 2,400 IOPS: flat at 0.1 ms below it, 0.8 ms at it. Its windows at the
+    ceiling fill the bin of 2,048-2,896 (centre 2,435) and the steps below sit at 1,800 (bin 1,448-2,048,
+    centre 1,722). Read at the bins' own loads the knee lies within a quarter of the ceiling (a
+    fifth under: a step read as a slope between two loads a third apart), nearer than at the centres, and the
+    figure survives the state database."""
+    c = LatencyCurve()
+    for load, ms in ((150, 0.1), (300, 0.1), (600, 0.1), (1200, 0.1), (1800, 0.11), (2400, 0.8)):
+        for _ in range(25):
+            c.learn(load, ms)
+    k = knee_of(c, "iops", 20)
+    assert 0.78 * 2400 <= k.load <= 2400, k
+    assert k.seen_up_to == pytest.approx(2400, rel=1e-6)
+    again = LatencyCurve.from_state(c.to_state())
+    assert knee_of(again, "iops", 20).load == pytest.approx(k.load, rel=1e-4)
+    # a curve saved before the bins' loads were kept reads their centres, as it did
+    old = c.to_state()
+    del old["loads"]
+    centred = knee_of(LatencyCurve.from_state(old), "iops", 20)
+    assert centred.load < k.load, (centred, k)
+    # a load saved outside its own bin is damage, not a figure: that bin reads its centre
+    bad = c.to_state()
+    bad["loads"] = {b: (v + 5.0 if int(b) == max(c.bins) else v) for b, v in bad["loads"].items()}
+    assert LatencyCurve.from_state(bad).bin_load(max(c.bins)) == pytest.approx(2 ** ((max(c.bins) + 0.5) / 2))
+
+
+def test_halving_a_full_bin_keeps_where_its_load_lies():
+    c = LatencyCurve(cap=40)
+    for i in range(200):
+        c.learn(2400 if i % 2 else 2100, 0.5)
+    assert c.totals[22] <= 40
+    assert math.sqrt(2400 * 2100) * 0.98 <= c.bin_load(22) <= math.sqrt(2400 * 2100) * 1.02
