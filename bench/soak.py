@@ -73,6 +73,38 @@ def metrics(port: int) -> dict:
         return out
 
 
+def cgroup_latency(m: dict, device: str) -> dict:
+    """{(cgroup, direction): (timed requests, seconds)} on one device since the daemon started (the tracer's
+    histograms per cgroup)."""
+    out: dict = {}
+    for suffix, i in (("_count", 0), ("_sum", 1)):
+        for labels, v in m.get("iowarden_cgroup_io_latency_seconds" + suffix, []):
+            if labels.get("device") == device:
+                key = (labels["cgroup"], labels["direction"])
+                got = list(out.get(key, (0.0, 0.0)))
+                got[i] = v
+                out[key] = tuple(got)
+    return out
+
+
+def victims(before: dict, after: dict, culprit: str) -> str:
+    """What each other cgroup's requests took during the fault against before it (mean per request), and the
+    culprit's share of the fault's timed requests: whether the flood hurt anyone enough to be owed a page
+    (the service rule's ratio is 8)."""
+    said = []
+    during = {k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1]) for k in after}
+    total = sum(n for n, _ in during.values())
+    mine = sum(n for (cg, _), (n, _) in during.items() if culprit in cg)
+    for (cg, direction), (n, secs) in sorted(during.items()):
+        if culprit in cg or n < 20 or before.get((cg, direction), (0, 0))[0] < 20:
+            continue
+        usual = before[(cg, direction)][1] / before[(cg, direction)][0]
+        said.append(f"{cg} {direction} {secs / n * 1e3:.2f} ms vs {usual * 1e3:.2f} ms before "
+                    f"({secs / n / usual:.1f}x)")
+    return (f"the culprit's share of timed requests {mine / total:.0%}; " if total else "no timed requests; ") + (
+        "; ".join(said) or "no other cgroup timed")
+
+
 def notifications(hook) -> list[dict]:
     """Every alert in every webhook payload, with the payload's status (firing or resolved)."""
     return [{**a, "payload_status": p["status"]} for p in hook.payloads for a in p["alerts"]]
@@ -187,6 +219,7 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
             held.enter_context(blkio_cap("read_iops_device", lowers[v].major_minor, cap))
             held.enter_context(blkio_cap("write_iops_device", lowers[v].major_minor, cap))
         elif fault.kind == "noisy-neighbour":
+            traced_before = cgroup_latency(metrics(port), uppers[v].name)
             cg = runner.cgroup("noisy-batch")
             runner._spawn("noisy-batch", fio("--name=noisy", f"--filename={uppers[v].mountpoint / 'noisy.dat'}",
                                              "--size=128M", "--rw=randwrite", "--bs=4k", "--direct=1", "--iodepth=16",
@@ -222,6 +255,12 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
                 first = (time.monotonic() - began, mine[0])
     ended = time.monotonic()
     resolved_after = None
+    hurt = ""
+    if fault.kind == "noisy-neighbour":
+        m = metrics(port)
+        up = [v for _, v in m.get("iowarden_tracer_up", [])]
+        hurt = (f"\n    measured (tracer {'up' if up and up[0] else 'off'} at the end): "
+                + victims(traced_before, cgroup_latency(m, uppers[v].name), "noisy-batch"))
 
     def key(a):
         lab = a["labels"]
@@ -244,7 +283,7 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
             + f"; alerts {raised}; resolved "
             + (f"{resolved_after:.0f} s after its end" if resolved_after is not None else "not within 10 min")
             + f"; {len(elsewhere)} alerts of other volumes"
-            + (f"\n    text: {said}" if said else "")
+            + hurt + (f"\n    text: {said}" if said else "")
             + "".join(f"\n    elsewhere: {k[0]} {k[3] or k[2]}: {a['annotations'].get('summary', '')[:300]}"
                       for k, a in elsewhere.items()))
 
