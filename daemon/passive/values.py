@@ -232,6 +232,7 @@ class DeviceTrack:
     last_traffic: float | None = None
     last_total: tuple = (0.0, 0.0)                        # the last window's IOPS and bytes/s, both directions
     best: dict = field(default_factory=dict)  # (direction, request-size bucket) -> (IOPS, bytes/s) at full util, its best
+    best_since: dict = field(default_factory=dict)        # (direction, request-size bucket) -> when first seen
     last_ratio: dict = field(default_factory=dict)
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None
