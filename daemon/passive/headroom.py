@@ -6,7 +6,8 @@ unloaded await: the median of the lightest load bin it has learned. It is read b
 around it (linear in log load and log await), as a queue-depth sweep's knee is read between its steps, each bin
 at its own load (the geometric mean of its windows'), not its centre: a volume held at a ceiling of 2,400 IOPS
 fills the bin of 2,048-2,896 at its top, and read at the centres its knee came out at 1,816 (24 % under the
-ceiling characterize found). No figure is better than an invented one, so there is none (and the reason is said) where:
+ceiling characterize found). No figure is better than an invented one, so there is none (and the reason is
+said) where:
 - fewer than two load bins are learned;
 - the curve never reaches the multiple: the knee lies beyond the highest load the device has carried
   (`seen_up_to` says how far it is known to be at least);

@@ -27,8 +27,9 @@ pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.alone]
 CEILING_IOPS = 2400
 # A day of load, compressed: each level held for its seconds of one-second windows (a load bin learns after 20,
 # and a level's first and last windows straddle two), up to the ceiling (0: as fast as four requests at a time
-# go: a queue of four at it, 1.7 ms) and down again. The levels are half an octave and more apart and the ceiling lies in a bin of its own
-# (2,048-2,896), so the bins around the knee are both learned: the ceiling's once, those below it twice.
+# go: a queue of four at it, 1.7 ms) and down again. The levels are half an octave and more apart and the
+# ceiling lies in a bin of its own (2,048-2,896), so the bins around the knee are both learned: the ceiling's
+# once, those below it twice.
 LEVELS = ((150, 22), (300, 22), (600, 22), (1200, 22), (1800, 22), (0, 40), (1800, 22), (1200, 22), (600, 22),
           (300, 22), (150, 22))
 
