@@ -202,9 +202,9 @@ class PassiveDetector(GroupRules):
             if direction != busy_with and busy_with is not None:
                 # the device is delivering at least half the most it has shown at this request size and mix, in
                 # the other direction: this one waits behind that work (a backup's 1 MiB reads at full speed
-                # put the database's writes at 73x their normal). A device that does that is not failing; its
-                # users' waits are the flood's (the service rule's, where the tracer counts per cgroup).
-                # Neither judged nor learned: its normal is of the device without the flood.
+                # put a database's writes on the same volume at tens of times their normal). A device that does
+                # that is not failing; its users' waits are the flood's (the service rule's, where the tracer
+                # counts per cgroup). Neither judged nor learned: its normal is of the device without the flood.
                 continue
             unit, load = f.load()
             curve = d.curves.setdefault((direction, unit), LatencyCurve())
