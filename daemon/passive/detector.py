@@ -197,14 +197,14 @@ class PassiveDetector(GroupRules):
         weight = 1.0
         if len(d.self_log) >= self.p.shift_min_windows and d.self_log.median() >= math.log(self.p.shift_clear_ratio):
             weight = SUSPECT_WEIGHT
-        busy_with = _busy_at_best(d, w, 2 * self.p.self_windows * self.p.window_seconds)
+        flood = _flood_of(d, w, self.p.flood_bytes_ratio)
         for direction, f in flows.items():
-            if direction != busy_with and busy_with is not None:
-                # the device is delivering at least half the most it has shown at this request size and mix, in
-                # the other direction: this one waits behind that work (a backup's 1 MiB reads at full speed
-                # put a database's writes on the same volume at tens of times their normal). A device that does
-                # that is not failing; its users' waits are the flood's (the service rule's, where the tracer
-                # counts per cgroup). Neither judged nor learned: its normal is of the device without the flood.
+            if flood is not None:
+                # one direction carries many times its usual bytes (a backup's reads at full speed, a compaction's
+                # writes): every direction of the device waits behind that work, and the window says nothing of
+                # the device's own speed. Neither judged nor learned; the flood is the contention and service
+                # rules' to judge (a backup's reads beside the database's writes in one cgroup put the writes at
+                # 15-73x their normal, and DeviceSlow said "the device itself")
                 continue
             unit, load = f.load()
             curve = d.curves.setdefault((direction, unit), LatencyCurve())
@@ -311,7 +311,7 @@ class PassiveDetector(GroupRules):
         d.last_total = (sum(f.iops or 0.0 for f in w.flows.values()),
                         sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024)
         mix = _mostly(w.flows)
-        _note_best(d, *d.last_total, w.util_percent, mix, w.end)
+        _note_best(d, *d.last_total, w.util_percent, mix)
         if w.own_probe:
             # iowarden's own fio at a fixed queue depth is flat by itself: such a window shows what the
             # device delivers (its best, above), not a ceiling, and neither starts nor ends one
@@ -526,37 +526,37 @@ def _mostly(flows: dict) -> str:
     return "read" if read >= written else "write"
 
 
-# a window that delivers this share of the most the device has shown is busy at full speed, not slow: a failing
-# device does not deliver half its best
-AT_BEST_SHARE = 0.5
+def _flood_of(d: DeviceTrack, w: Window, ratio: float) -> str | None:
+    """The direction carrying at least `ratio` times its usual bytes a second in this window (and a mebibyte a
+    second or more), once its usual is known (FLOOD_LEARN_WINDOWS); None otherwise. The usual is learned here from
+    the windows that are neither a flood nor iowarden's own probe: a slow average of each direction's log bytes
+    a second."""
+    flood = None
+    for direction, f in w.flows.items():
+        kib = f.kib_per_second or 0.0
+        usual = d.usual_log_kib.get(direction)
+        if usual is not None and usual[1] >= FLOOD_LEARN_WINDOWS and kib >= FLOOD_MIN_KIB_PER_SECOND and \
+                kib >= ratio * math.exp(usual[0]):
+            flood = direction if flood is None or kib > (w.flows[flood].kib_per_second or 0.0) else flood
+    if flood is None and not w.own_probe:
+        for direction, f in w.flows.items():
+            log_kib = math.log(max(f.kib_per_second or 0.0, 1.0))
+            mean, n = d.usual_log_kib.get(direction, (log_kib, 0))
+            n = min(n + 1, FLOOD_MEMORY_WINDOWS)
+            d.usual_log_kib[direction] = (mean + (log_kib - mean) / n, n)
+    return flood
 
 
-def _busy_at_best(d: DeviceTrack, w: Window, older_than_seconds: float) -> str | None:
-    """The direction whose work fills the device when the window delivers at least AT_BEST_SHARE of what the
-    device has shown it can do at the window's mix, by the bounds its best windows give for the window's request
-    size: its bytes against the best bytes at that size or larger (larger requests move bytes at least as fast),
-    its IOPS against the best IOPS at that size or smaller. None otherwise, or where nothing bounds it.
-
-    Only bests first seen `older_than_seconds` ago count (twice the acute rule's span): a device failing at a
-    request size it had never carried sets that size's best itself, and would otherwise be "at its best" from its
-    second slow window on."""
-    iops = sum(f.iops or 0.0 for f in w.flows.values())
-    bytes_per_second = sum(f.kib_per_second or 0.0 for f in w.flows.values()) * 1024
-    if iops <= 0:
-        return None
-    mix, size = _mostly(w.flows), _size_bucket(iops, bytes_per_second)
-    known = [(b, best) for (m, b), best in d.best.items()
-             if m == mix and w.end - d.best_since.get((m, b), w.end) >= older_than_seconds]
-    bytes_bound = max((best[1] for b, best in known if b >= size), default=None)
-    iops_bound = max((best[0] for b, best in known if b <= size), default=None)
-    if (bytes_bound and bytes_per_second >= AT_BEST_SHARE * bytes_bound) or \
-            (iops_bound and iops >= AT_BEST_SHARE * iops_bound):
-        return mix
-    return None
+# a direction's usual bytes a second: known after this many windows (five minutes at 15 s), averaged over about
+# this many (six hours); a flood is at least a mebibyte a second (a direction that idles at kilobytes is not
+# flooded by a few more)
+FLOOD_LEARN_WINDOWS = 20
+FLOOD_MEMORY_WINDOWS = 1440
+FLOOD_MIN_KIB_PER_SECOND = 1024.0
 
 
 def _note_best(d: DeviceTrack, iops: float, bytes_per_second: float, util_percent: float | None,
-               mix: str = "read", at: float = 0.0) -> None:
+               mix: str = "read") -> None:
     """The most the device has shown it can do at each request size and direction: a window's rate scaled
     to full util. A probe that ran for one second of a five-second window at 50,000 IOPS shows 50,000, not
     its 10,000 average; a backup at 1 MiB shows what 1 MiB reads get, and is compared with that alone."""
@@ -566,4 +566,3 @@ def _note_best(d: DeviceTrack, iops: float, bytes_per_second: float, util_percen
     size = (mix, _size_bucket(iops, bytes_per_second))
     old = d.best.get(size, (0.0, 0.0))
     d.best[size] = (max(old[0], iops * scale), max(old[1], bytes_per_second * scale))
-    d.best_since.setdefault(size, at)

@@ -29,6 +29,9 @@ class PassiveParams:
     floor_ms: float = 0.02          # excess latency below this is noise on fast flash, never evidence
     bin_min_windows: int = 20       # a load bin judges after this many windows (5 min at 15 s)
     self_ratio: float = 2.5         # acute: a window is slow at this many times its normal (and above its p99)
+    # a direction at this many times its usual bytes a second floods the device: no direction is judged on its own
+    # curve in that window (a database's day moves its load 4-5x around its mean; a backup, 100x and more)
+    flood_bytes_ratio: float = 8.0
     self_windows: int = 40          # ... and most of the last 40 judged windows (10 min at 15 s) are
     shift_ratio: float = 1.4        # persistent: the median ratio over the last hour of judged windows
     shift_clear_ratio: float = 1.2
@@ -232,7 +235,7 @@ class DeviceTrack:
     last_traffic: float | None = None
     last_total: tuple = (0.0, 0.0)                        # the last window's IOPS and bytes/s, both directions
     best: dict = field(default_factory=dict)  # (direction, request-size bucket) -> (IOPS, bytes/s) at full util, its best
-    best_since: dict = field(default_factory=dict)        # (direction, request-size bucket) -> when first seen
+    usual_log_kib: dict = field(default_factory=dict)     # direction -> (slow mean of log KiB/s, windows): its usual
     last_ratio: dict = field(default_factory=dict)
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None
