@@ -127,12 +127,29 @@ def _limit_value(kind: str, value: int) -> str:
     return f"{value:,}"
 
 
+# a limit of another cgroup explains a device's rate when it is at least this share of what the device does of
+# its kind: 100 IOPS on a batch job's cgroup does not hold a device at 4,866
+EXPLAINS_SHARE = 0.5
+RATE_OF_KIND = {"riops": lambda r: r.read_iops, "wiops": lambda r: r.write_iops,
+                "rbps": lambda r: r.read_bytes_per_second, "wbps": lambda r: r.write_bytes_per_second}
+
+
 def limits_holding(view: CgroupIoView | None, devices: set[str], anyone: bool = False) -> list[str]:
     """The limits set on these devices that apply to iowarden's own I/O (its cgroup and the ones above it),
-    or with `anyone` every limit on them (a passive verdict is on the work of whoever does the I/O)."""
+    or with `anyone` every limit on them that can explain the device's rate (a passive verdict is on the work of
+    whoever does the I/O): at least EXPLAINS_SHARE of the device's rate of that kind over the last interval,
+    where the interval's rates say one (a VolumeAtLimit at 4,866 IOPS said "a cgroup I/O limit holds loop1 at
+    100 read IOPS" of a batch job's cgroup)."""
     if view is None:
         return []
     chain = set(_ancestors(view.own_cgroup))
+    device_rate: dict[tuple[str, str], float] = {}
+    counted = set()   # devices the interval's rates say anything of (v1 counts nothing on a device without a rule)
+    if view.seconds:
+        for r in view.rates:
+            counted.add(r.devno)
+            for kind, rate_of in RATE_OF_KIND.items():
+                device_rate[(r.devno, kind)] = device_rate.get((r.devno, kind), 0.0) + rate_of(r)
     out = []
     for cgroup, devno, limit in view.limits:
         name = view.names.get(devno)
@@ -142,6 +159,9 @@ def limits_holding(view: CgroupIoView | None, devices: set[str], anyone: bool = 
         # a read and a write limit said twice over would crowd out who was doing the I/O
         values, wheres = [], []
         for kind, value in limit.items():
+            rate = device_rate.get((devno, kind), 0.0)
+            if anyone and cgroup not in chain and devno in counted and not (0 < rate <= value / EXPLAINS_SHARE):
+                continue
             words, v1_file, v2_key = LIMIT_WORDS[kind]
             values.append(f"{_limit_value(kind, value)} {words}")
             wheres.append(f"blkio.throttle.{v1_file}" if view.version == 1 else f"io.max {v2_key}")

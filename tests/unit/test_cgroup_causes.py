@@ -1,4 +1,5 @@
 """The diagnosis in layers and who does the I/O: cgroup v1 and v2 fixture trees, no root, no clock."""
+import dataclasses
 import shutil
 
 import pytest
@@ -165,7 +166,7 @@ def test_a_contended_probe_says_who_first_and_a_devices_limits_are_one_sentence(
     on a busy device the contention and who did it come first (the first question on call: who)."""
     from types import SimpleNamespace
     from iowarden.probes.cgroupio import IoLimit
-    view = SimpleNamespace(version=1, own_cgroup="/", names={"7:3": "loop3"},
+    view = SimpleNamespace(version=1, own_cgroup="/", names={"7:3": "loop3"}, seconds=None, rates=(),
                            limits=[("/", "7:3", IoLimit(riops=2000, wiops=2000))])
     limits = cgroups.limits_holding(view, {"loop3"})
     assert limits == ["a cgroup I/O limit holds loop3 (7:3) at 2,000 read IOPS and 2,000 write IOPS "
@@ -221,3 +222,24 @@ def test_a_device_that_took_no_measurable_time_is_not_said_to_take_0_us():
     """The kernel counts I/O time in whole milliseconds: 200 fast I/Os in a second can add up to none."""
     causes = likely_causes(_evidence(window=ProbeWindow("loop7", 0.200, 0.0, 0.0)))
     assert "while loop7 answered in no measurable time at 0% util" in causes[0], causes
+
+
+def test_a_passive_verdict_names_only_a_limit_that_can_explain_the_devices_rate():
+    """A soak's VolumeAtLimit at 4,866 IOPS read "a cgroup I/O limit holds loop1 at 100 read IOPS" of a batch job's
+    cgroup: that limit holds the batch job, not the device. A limit of another cgroup is named for a passive
+    verdict where it is at least half of what the device does of its kind; where the interval's rates say nothing
+    of the device (the first reading; v1 before any rule), as before."""
+    from types import MappingProxyType
+    limits = (("/batch-938", "7:1", cgroupio.IoLimit(riops=100, wiops=100)),
+              ("/db", "7:1", cgroupio.IoLimit(riops=3000)))
+    rates = (cgroups.Rate("/", "7:1", 3400.0, 1466.0, 3400.0 * 4096, 1466.0 * 4096),
+             cgroups.Rate("/batch-938", "7:1", 0.0, 100.0, 0.0, 409600.0))
+    view = cgroups.CgroupIoView(0.0, 5.0, 1, "/iowarden", rates, limits, MappingProxyType({"7:1": "loop1"}))
+    said = cgroups.limits_holding(view, {"loop1"}, anyone=True)
+    assert said == ["a cgroup I/O limit holds loop1 (7:1) at 3,000 read IOPS (blkio.throttle.read_iops_device of "
+                    "/db)"], said
+    first = dataclasses.replace(view, seconds=None)   # no rates yet: every limit on the device, as before
+    assert len(cgroups.limits_holding(first, {"loop1"}, anyone=True)) == 2
+    # iowarden's own chain is named whatever the rates (its probe is held by it)
+    own = dataclasses.replace(view, own_cgroup="/batch-938")
+    assert any("/batch-938" in c for c in cgroups.limits_holding(own, {"loop1"}))
