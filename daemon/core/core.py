@@ -330,13 +330,15 @@ class Core:
             raise ValueError(f"unknown housekeeping job {e.job!r}")
 
     def passive_causes(self, transition, device: str) -> list[str]:
-        """A passive verdict's causes beyond its own finding: a cgroup limit on the device, who does its I/O,
-        what its drive says; with no limit, a device slower than its own curve or its peers is itself slow."""
+        """A passive verdict's causes beyond its own finding: a cgroup limit on the device, a setting changed on it
+        or below it, who does its I/O, what its drive says; with neither a limit nor a change, a device slower
+        than its own curve or its peers is itself slow."""
         view = self.known.sources.get(cgroups.SPEC.name)
         limits = knowledge.limits_on_stack(self.known, {device}, anyone=True)
         full = space.causes(self.known.full, {device}, self.known.devices, self.clock())
-        out = full + limits
-        if not limits and not full and transition.kind in ("self", "peers"):
+        drift = knowledge.drift_on(self.known, {device}, self.wall(), knowledge.PASSIVE_DRIFT_SECONDS)
+        out = full + limits + drift
+        if not limits and not full and not drift and transition.kind in ("self", "peers"):
             out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "
                        "cgroup limit), and no cgroup I/O limit is set on it")
         seen = cgroups.level_counted(view, {device}, knowledge.below_stack(self.known, {device}))

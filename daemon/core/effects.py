@@ -55,7 +55,8 @@ def apply(changes, state, tell=None) -> list[str]:
             state.add_drift(c.device, c.identity, c.setting, c.old, c.new)
             on_event(kind="drift", device=c.device, volume=c.identity or c.device, setting=c.setting, old=c.old,
                      new=c.new)
-            log.warning("setting drift on %s: %s changed from %s to %s", c.device, c.setting, c.old, c.new,
+            log.warning("setting drift on %s: %s changed from %s to %s%s", c.device, c.setting, c.old, c.new,
+                        " (put back: its drift is over)" if c.undone else "",
                         extra={"DEVICE": c.device, "SETTING": c.setting})
         elif isinstance(c, SettingsSeen):
             state.save_settings(dict(c.settings))

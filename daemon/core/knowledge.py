@@ -34,6 +34,10 @@ log = logging.getLogger("iowarden")
 __all__ = ["Knowledge", "apply_result", "apply_settings", "PASSIVE_PROFILE", "SOURCE_PROFILE"]
 
 RECENT_DRIFT = 1000          # drift events kept for causes (a baseline's window of history)
+DRIFT_SPAN_SECONDS = 600.0   # a drift's page lasts this long after its change (IowardenSettingsDrift's ten minutes)
+# a passive verdict names a setting changed this recently on its device or below it: the curve it is judged on
+# was learned over hours and days before (a probe's cause looks back to its baseline's learning instead)
+PASSIVE_DRIFT_SECONDS = 86400.0
 SAMPLES_KEPT = 130           # two minutes of 1 Hz samples: what a disk did during a probe that just ended
 # Only of the devices a probe runs on (ProbeStarted to ProbeFinished): 130 whole samples were 64 KiB a device,
 # 260 MiB at 4,000 disks, for the two or three a probe was running on.
@@ -299,9 +303,10 @@ def causes_of(core, e: ProbeFinished, since: float) -> list[str]:
     disks = e.disks or (physical_devices(result.device, k.devices) if result.device else ())
     mount = mount_of(result.path, k.xfs_at)
     stack = {result.device, *disks} - {None}
-    drift = [(at, dev, setting, old, new) for at, dev, _, setting, old, new in k.recent_drift
-             if at >= since and (dev in k.devices or dev == "host")]
-    ev = Evidence(physical_disks=tuple(disks), device=result.device, devices=k.devices,
+    drift = [(at, dev, setting, old, new) for at, dev, ident, setting, old, new in k.recent_drift
+             if at >= since and (dev in k.devices or dev == "host") and drift_holds(k, dev, ident, setting, new)]
+    ev = Evidence(physical_disks=tuple(disks), below=tuple(sorted(below_stack(k, stack))), device=result.device,
+                  devices=k.devices,
                   passive=core.health.passive_findings(stack), drift=drift, contended=result.contended,
                   foreign_util_percent=result.foreign_util_percent,
                   disk_await_ms={n: max(r.read_await_ms, r.write_await_ms) for n, r in k.rates.items()},
@@ -311,6 +316,30 @@ def causes_of(core, e: ProbeFinished, since: float) -> list[str]:
                   window=probe_window(k, result), full=space.causes(k.full, stack, k.devices, core.clock()),
                   **cgroup_evidence(k, stack))
     return likely_causes(ev)
+
+
+def drift_holds(k: Knowledge, device: str, identity: str | None, setting: str, new: str) -> bool:
+    """Whether a change still holds: the setting's open drift ends at this value (one put back has none)."""
+    open_drift = k.drift_last_change.get((device, identity or device, setting))
+    return open_drift is not None and open_drift[1] == new
+
+
+def drift_on(k: Knowledge, devices: set[str], now: float, within_seconds: float) -> list[str]:
+    """The settings changed within the last `within_seconds` on these devices, on what they are built on (a
+    loop device's file's disk, an array's members) or on the host, that still hold, as causes."""
+    where = devices | below_stack(k, devices) | {"host"}
+    out = []
+    for key, (old, new, _) in sorted(k.drift_last_change.items()):
+        device, _, setting = key
+        at = k.drift_last_at.get(key)
+        if device in where and at is not None and now - at <= within_seconds:
+            out.append(f"a setting changed {_ago(now - at)} ago and still holds: {device} {setting} {old} -> {new}")
+    return out
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
 
 
 def probe_window(k: Knowledge, result) -> ProbeWindow | None:
@@ -373,11 +402,23 @@ def apply_settings(core, power) -> None:
     if k.last_settings is not None:
         for device, setting, old, new in settings_changes(k.last_settings, now):
             ident = k.devices[device].identity if device in k.devices else None
-            changes.append(DriftFound(device, ident, setting, str(old), str(new)))
-            k.recent_drift.append((time.time(), device, ident, setting, str(old), str(new)))
-            k.drift_total[(device, ident or device, setting)] += 1
-            k.drift_last_at[(device, ident or device, setting)] = time.time()
-            k.drift_last_change[(device, ident or device, setting)] = (str(old), str(new), mounts_over(k, device))
+            key, at = (device, ident or device, setting), core.wall()
+            open_drift = k.drift_last_change.get(key)
+            undone = open_drift is not None and open_drift[0] == str(new)
+            changes.append(DriftFound(device, ident, setting, str(old), str(new), undone))
+            k.recent_drift.append((at, device, ident, setting, str(old), str(new)))
+            k.drift_total[key] += 1
+            if undone:
+                # back to what it was before its drift: the drift is over (its page clears), and putting a
+                # setting back is no drift of its own (else the fix pages for ten minutes after the volume recovered)
+                del k.drift_last_at[key], k.drift_last_change[key]
+                continue
+            # a second change within a drift's span continues it: the page says where it started from
+            since = k.drift_last_at.get(key)
+            was = open_drift[0] if open_drift is not None and since is not None and \
+                at - since < DRIFT_SPAN_SECONDS else str(old)
+            k.drift_last_at[key] = at
+            k.drift_last_change[key] = (was, str(new), mounts_over(k, device))
     if now != k.last_settings:
         changes.append(SettingsSeen(MappingProxyType(dict(now))))
     core.act(changes)

@@ -30,6 +30,8 @@ class Evidence:
     who_unseen: str | None = None                 # why no cgroup can be named (v1 did not count the devices' I/O)
     foreign_share: float | None = None            # their share of the I/O, iowarden's own probes excepted
     full: list = field(default_factory=list)      # full_filesystem() sentences for filesystems on the stack
+    below: tuple = ()                             # what the stack is built on through a file: the disk under a
+                                                  # loop device's backing file (its scheduler is the volume's too)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def _stack(ev: Evidence) -> set[str]:
             stack.extend(d.slaves)
             if d.parent:
                 stack.append(d.parent)
-    return out | set(ev.physical_disks)
+    return out | set(ev.physical_disks) | set(ev.below)
 
 
 def likely_causes(ev: Evidence) -> list[str]:

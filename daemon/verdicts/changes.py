@@ -25,6 +25,7 @@ class DriftFound:
     setting: str
     old: str
     new: str
+    undone: bool = False    # back to what it was before its open drift: that drift is over, and this is none
 
 
 @dataclass(frozen=True)

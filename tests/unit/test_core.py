@@ -326,3 +326,45 @@ def test_the_parts_counters_reach_the_snapshot_as_events_posted_when_they_moved(
     snap = core.snapshot
     assert snap.parts["sampler"].runs_total == 3 and snap.parts["core"].runs_total == core.events_total
     assert snap.influx["written"] == 5
+
+
+def test_a_setting_put_back_ends_its_drift_and_is_no_drift_of_its_own(parts):
+    """A scheduler put back paged again for ten minutes ("bfq -> none, changed in the last ten minutes") after the
+    volume had recovered. Put back to what it was before its drift, the drift is over: its series leaves /metrics
+    (the rule clears) and a probe's causes no longer name it; the change is still counted and kept."""
+    core = parts.new_core()    # sdb: none -> the fixture's scheduler, one drift
+    key = ("sdb", parts.devices["sdb"].identity, "scheduler")
+    was = parts.devices["sdb"].queue.scheduler
+    core.run_batch([SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(parts.devices, "sdb", "bfq")), 2.0),
+                                 parts.power)])
+    assert core.snapshot.drift_last_change[key][:2] == ("none", "bfq")   # one drift, from where it started
+    core.run_batch([SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(parts.devices, "sdb", "none")), 3.0),
+                                 parts.power)])
+    snap = core.snapshot
+    assert key not in snap.drift_last_at and key not in snap.drift_last_change
+    assert snap.drift_total[key] == 3
+    assert 'iowarden_settings_drift_last_timestamp_seconds{device="sdb"' not in scrape(snap)
+    core.run_batch([ProbeFinished(_result(i, 38000.0 * (1 + 0.01 * (i % 3)))) for i in range(12)])
+    core.run_batch([ProbeFinished(_result(i, 9000.0)) for i in range(12, 20)])
+    (stored,) = parts.state.alerts(open_only=True)
+    assert not any("scheduler" in c for c in stored["causes"]), stored["causes"]
+    # and a change from there is a drift again
+    core.run_batch([SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(parts.devices, "sdb", was)), 4.0),
+                                 parts.power)])
+    assert core.snapshot.drift_last_change[key][:2] == ("none", was)
+
+
+def test_a_passive_verdict_names_a_setting_changed_below_its_device_instead_of_the_device(parts):
+    """A scheduler changed on a member of the array under dm-0: dm-0 slower than its own curve is the setting's
+    doing, not the device's; with the setting put back, the device is itself slow."""
+    core = parts.new_core()    # sdb: none -> the fixture's scheduler, a moment ago
+    slow = SimpleNamespace(kind="self")
+    was = parts.devices["sdb"].queue.scheduler
+    causes = core.passive_causes(slow, "dm-0")
+    assert any(f"sdb scheduler none -> {was}" in c and "still holds" in c for c in causes), causes
+    assert not any("the device itself" in c for c in causes), causes
+    core.run_batch([SettingsRead(DevicesRead(MappingProxyType(_with_scheduler(parts.devices, "sdb", "none")), 2.0),
+                                 parts.power)])
+    causes = core.passive_causes(slow, "dm-0")
+    assert any("the device itself" in c for c in causes) and not any("scheduler" in c for c in causes), causes
+    assert not any("scheduler" in c for c in core.passive_causes(slow, "md1"))   # on no device under md1
