@@ -236,6 +236,10 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
         "service_learn_seconds": Key("float", 300.0, "With the compiled tracer's counts per cgroup: how long a "
                                      "service's own requests are learned (its normal latency at its rate) before "
                                      "ServiceContended judges it.", minimum=10.0, maximum=86400.0),
+        "fleet_seconds": Key("float", 300.0, "The fleet signal (iowarden_fleet_slowdown_ratio) is the median of "
+                                             "this many seconds of judged windows: a few of the fleet rules' "
+                                             "evaluation intervals (a minute as shipped), so one odd window is not "
+                                             "a deviation.", minimum=10.0, maximum=3600.0),
         "knee_multiple": Key("float", 2.0, "The knee of a device's learned latency-vs-load curve: the load at which "
                                            "its median await reaches this many times its unloaded await; the "
                                            "headroom is the knee over the recent peak load.",

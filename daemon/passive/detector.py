@@ -45,7 +45,7 @@ from iowarden.daemon.passive.headroom import PeakLoad, headroom_ratio, knee_of
 from iowarden.daemon.passive.tail import TailEvidence
 
 from iowarden.daemon.passive.groups import GroupRules
-from iowarden.daemon.passive.values import (ALERT_OF_KIND, FLEET_NORMAL_MIN_SECONDS, FLEET_OCTAVES, FLEET_SECONDS,
+from iowarden.daemon.passive.values import (ALERT_OF_KIND, FLEET_NORMAL_MIN_SECONDS, FLEET_OCTAVES,
                                             SUSPECT_WEIGHT, DeviceTrack, DeviceView, FleetNormal, PairRing,
                                             PassiveParams, RollingMedian, Transition, Window, median_of,
                                             self_summary)
@@ -87,7 +87,7 @@ class PassiveDetector(GroupRules):
                                                    peer_recent=PairRing(max(self.p.severe_windows,
                                                                             self.p.severe_group_windows)),
                                                    sat_ring=deque(maxlen=self.p.saturation_windows),
-                                                   fleet_ring=deque(maxlen=max(1, round(FLEET_SECONDS /
+                                                   fleet_ring=deque(maxlen=max(1, round(self.p.fleet_seconds /
                                                                                         self.p.window_seconds))))
         return d
 
@@ -197,7 +197,7 @@ class PassiveDetector(GroupRules):
         weight = 1.0
         if len(d.self_log) >= self.p.shift_min_windows and d.self_log.median() >= math.log(self.p.shift_clear_ratio):
             weight = SUSPECT_WEIGHT
-        flood = _flood_of(d, w, self.p.flood_bytes_ratio)
+        flood = _flood_of(d, w, self.p.flood_bytes_ratio, self.p.window_seconds)
         for direction, f in flows.items():
             if flood is not None:
                 # one direction carries many times its usual bytes (a backup's reads at full speed, a compaction's
@@ -526,32 +526,33 @@ def _mostly(flows: dict) -> str:
     return "read" if read >= written else "write"
 
 
-def _flood_of(d: DeviceTrack, w: Window, ratio: float) -> str | None:
+def _flood_of(d: DeviceTrack, w: Window, ratio: float, window_seconds: float) -> str | None:
     """The direction carrying at least `ratio` times its usual bytes a second in this window (and a mebibyte a
-    second or more), once its usual is known (FLOOD_LEARN_WINDOWS); None otherwise. The usual is learned here from
-    the windows that are neither a flood nor iowarden's own probe: a slow average of each direction's log bytes
-    a second."""
+    second or more), once its usual is known (FLOOD_LEARN_SECONDS of windows); None otherwise. The usual is learned
+    here from the windows that are neither a flood nor iowarden's own probe: a slow average of each direction's log
+    bytes a second over about FLOOD_MEMORY_SECONDS."""
+    learn_windows = max(4, round(FLOOD_LEARN_SECONDS / window_seconds))
+    memory_windows = max(learn_windows, round(FLOOD_MEMORY_SECONDS / window_seconds))
     flood = None
     for direction, f in w.flows.items():
         kib = f.kib_per_second or 0.0
         usual = d.usual_log_kib.get(direction)
-        if usual is not None and usual[1] >= FLOOD_LEARN_WINDOWS and kib >= FLOOD_MIN_KIB_PER_SECOND and \
+        if usual is not None and usual[1] >= learn_windows and kib >= FLOOD_MIN_KIB_PER_SECOND and \
                 kib >= ratio * math.exp(usual[0]):
             flood = direction if flood is None or kib > (w.flows[flood].kib_per_second or 0.0) else flood
     if flood is None and not w.own_probe:
         for direction, f in w.flows.items():
             log_kib = math.log(max(f.kib_per_second or 0.0, 1.0))
             mean, n = d.usual_log_kib.get(direction, (log_kib, 0))
-            n = min(n + 1, FLOOD_MEMORY_WINDOWS)
+            n = min(n + 1, memory_windows)
             d.usual_log_kib[direction] = (mean + (log_kib - mean) / n, n)
     return flood
 
 
-# a direction's usual bytes a second: known after this many windows (five minutes at 15 s), averaged over about
-# this many (six hours); a flood is at least a mebibyte a second (a direction that idles at kilobytes is not
-# flooded by a few more)
-FLOOD_LEARN_WINDOWS = 20
-FLOOD_MEMORY_WINDOWS = 1440
+# a direction's usual bytes a second: known after five minutes of windows, averaged over about six hours; a flood
+# is at least a mebibyte a second (a direction that idles at kilobytes is not flooded by a few more)
+FLOOD_LEARN_SECONDS = 300.0
+FLOOD_MEMORY_SECONDS = 21600.0
 FLOOD_MIN_KIB_PER_SECOND = 1024.0
 
 

@@ -59,9 +59,10 @@ def passive_families(s):
                               "fleet rules compare it with on other hosts; source: config (a target's or discover "
                               "rule's `class`), model (model, firmware, size), layout (md or dm over members), size",
                               labels=labels + ["class", "source"])
-    fleet = GaugeMetricFamily("iowarden_fleet_slowdown_ratio", "The median over the last five minutes of judged "
-                              "windows of the volume's latency over its own normal at the load it carried (1 = "
-                              "normal): comparable across hosts under different loads, for the fleet rules",
+    fleet = GaugeMetricFamily("iowarden_fleet_slowdown_ratio", "The median over the last [passive] fleet_seconds "
+                              "(five minutes) of judged windows of the volume's latency over its own normal at the "
+                              "load it carried (1 = normal): comparable across hosts under different loads, for the "
+                              "fleet rules",
                               labels=labels)
     normal = GaugeMetricFamily("iowarden_fleet_normal_latency_seconds", "The volume's own normal: the median "
                                "latency it learned in one octave of its load (2^load_octave to 2^(load_octave+1), "

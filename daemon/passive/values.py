@@ -49,6 +49,7 @@ class PassiveParams:
     peak_block_windows: int = 120   # the headroom's peak: the max load of the last one or two such blocks
     burst_horizon_seconds: float = 1800.0   # BurstCreditsLow when a bucket's credits last less at the current draw
     service_learn_seconds: float = 300.0    # a service's own windows learned before ServiceContended judges it
+    fleet_seconds: float = 300.0            # iowarden_fleet_slowdown_ratio: the median of this many seconds
     peer_ratio: float = 2.0
     peer_clear_ratio: float = 1.5
     peer_windows: int = 480         # two hours of 15 s windows with traffic
@@ -104,7 +105,8 @@ class PassiveParams:
 # The [passive] keys an operator may tune (same names as the fields), each with its range in the schema.
 PASSIVE_KEYS = ("window_seconds", "self_ratio", "peer_ratio", "peer_windows", "saturation_windows", "floor_ms",
                 "evidence_allowance", "evidence_threshold", "tail_ratio", "tail_floor_ms",
-                "tail_block_seconds", "loop_peers", "knee_multiple", "burst_horizon_seconds", "service_learn_seconds")
+                "tail_block_seconds", "loop_peers", "knee_multiple", "burst_horizon_seconds", "service_learn_seconds",
+                "fleet_seconds")
 # Derived from a key: evidence_block_windows (an hour of windows). Internal: everything else, tuned on the
 # Perseus development hosts and shown leave-one-cluster-out (bench/passive_perseus.py, docs/detector.md);
 # a change moves the figures there, so they are not an operator's knob.
@@ -164,10 +166,9 @@ class Transition:
         return ALERT_OF_KIND[self.kind]
 
 
-# The fleet's signal per volume (iowarden_fleet_slowdown_ratio): the median of the last five minutes' windows of
-# latency over the volume's own normal at its load, so a rule evaluated every minute across hosts under different
-# loads compares like with like, and one odd window is not a deviation.
-FLEET_SECONDS = 300.0
+# The fleet's signal per volume (iowarden_fleet_slowdown_ratio) is the median of the last [passive] fleet_seconds
+# (five minutes) of windows of latency over the volume's own normal at its load, so a rule evaluated every minute
+# across hosts under different loads compares like with like, and one odd window is not a deviation.
 # The fleet's second signal per volume (iowarden_fleet_normal_latency_seconds): its own normal, the median latency
 # it learned in each of the octaves of load it carries most, once an octave holds FLEET_NORMAL_MIN_SECONDS of
 # windows: its class's volumes at the same loads say whether that normal is slow (a volume slow from its first day
@@ -206,7 +207,7 @@ class DeviceView:
     knee: dict = field(default_factory=dict)        # direction -> headroom.Knee of its learned curve
     headroom_ratio: dict = field(default_factory=dict)   # direction -> the knee over the recent peak load
     burst: object = None           # burst.Forecast: its bucket's balance and time left, where a bucket is known
-    fleet_ratio: float | None = None   # the median of the last FLEET_SECONDS' window ratios: the fleet's signal
+    fleet_ratio: float | None = None   # the median of the last fleet_seconds of window ratios: the fleet's signal
     services: tuple = ()           # service.ServiceView: each learned service's normal on this device
     fleet_normal: tuple = ()       # FleetNormal: its own normal in the octaves of load it carries most
 
@@ -240,7 +241,7 @@ class DeviceTrack:
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None
     burst: object = None                                  # burst.BurstTrack: its bucket, learned or configured
-    fleet_ring: deque = field(default_factory=deque)      # log of each judged window's worst ratio, FLEET_SECONDS
+    fleet_ring: deque = field(default_factory=deque)      # log of each judged window's worst ratio, fleet_seconds
 
 
 def median_of(xs):

@@ -754,3 +754,24 @@ def test_writes_behind_a_backup_are_the_backups_and_the_same_writes_without_one_
         i += 1
     raised = [(j, t) for j, t in enumerate(events) if t.state == "raised"]
     assert [t.kind for _, t in raised] == ["self"] and "writes" in raised[0][1].summary, raised
+
+
+@pytest.mark.parametrize("window_seconds", [5.0, 15.0, 60.0])
+def test_a_directions_usual_bytes_are_known_after_the_same_minutes_at_any_window_length(window_seconds):
+    """[passive] window_seconds changes how many windows make five minutes, not the five minutes: a direction's
+    usual bytes are known (and a backup beside it is a flood) after five minutes of windows, whatever their length,
+    and not before."""
+    from iowarden.daemon.passive.detector import FLOOD_LEARN_SECONDS, _flood_of
+    from iowarden.daemon.passive.values import DeviceTrack
+    d = DeviceTrack()
+    quiet = {"read": Flow(300.0, 1200.0, 0.1), "write": Flow(120.0, 480.0, 0.05)}
+    backup = {"read": Flow(1800.0, 1200.0 + 1500 * 1024, 5.0), "write": quiet["write"]}
+
+    def window(i, flows):
+        return Window("loop6", 1.7e9 + i * window_seconds, window_seconds, flows)
+    learned = round(FLOOD_LEARN_SECONDS / window_seconds)
+    for i in range(learned - 1):
+        _flood_of(d, window(i, quiet), 8.0, window_seconds)
+    assert _flood_of(d, window(learned, backup), 8.0, window_seconds) is None    # not yet known: no flood
+    _flood_of(d, window(learned + 1, quiet), 8.0, window_seconds)
+    assert _flood_of(d, window(learned + 2, backup), 8.0, window_seconds) == "read"
