@@ -52,9 +52,10 @@ class Server:
 
 
 def prometheus(tmp_path, scrape_port: int | list[int | str], rule_files=(), alertmanager_port: int | None = None,
-               scheme: str = "http", interval: str = "1s") -> tuple[Server, int]:
+               scheme: str = "http", interval: str = "1s", external_labels: dict | None = None) -> tuple[Server, int]:
     """A Prometheus scraping iowarden every `interval` on scrape_port, or on several targets (a fleet: one
-    daemon each, a port here or an "address:port" of another host)."""
+    daemon each, a port here or an "address:port" of another host); external_labels go on every alert it
+    sends (which engine raised it, where two evaluate the same rules)."""
     port = free_port()
     targets = ", ".join(f"'{p}'" if isinstance(p, str) else f"'127.0.0.1:{p}'"
                         for p in (scrape_port if isinstance(scrape_port, list) else [scrape_port]))
@@ -62,10 +63,11 @@ def prometheus(tmp_path, scrape_port: int | list[int | str], rule_files=(), aler
     alerting = (f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{alertmanager_port}']\n"
                 if alertmanager_port else "")
     rules = "".join(f"  - {r}\n" for r in rule_files)
+    external = "".join(f"\n    {k}: {v}" for k, v in (external_labels or {}).items())
     cfg.write_text(f"""global:
   scrape_interval: {interval}
   evaluation_interval: {interval}
-{('rule_files:' + chr(10) + rules) if rules else ''}{alerting}scrape_configs:
+{('  external_labels:' + external + chr(10)) if external else ''}{('rule_files:' + chr(10) + rules) if rules else ''}{alerting}scrape_configs:
   - job_name: iowarden
     scheme: {scheme}
     static_configs:
@@ -117,6 +119,52 @@ receivers:
 def victoria_metrics(storage, port: int, log_path: str) -> Server:
     return Server(["victoria-metrics", f"-storageDataPath={storage}", f"-httpListenAddr=127.0.0.1:{port}"],
                   f"http://127.0.0.1:{port}/health", log_path)
+
+
+def victoria_stack(tmp_path, targets: list[str], rule_files: list[str], alertmanager_port: int,
+                   external_labels: dict | None = None, interval: str = "1s") -> tuple[list[Server], int]:
+    """VictoriaMetrics as a fleet runs it: vmagent scraping `targets` ("address:port") every `interval` into a
+    victoria-metrics, and vmalert evaluating `rule_files` against it, writing its recordings back and notifying
+    the Alertmanager. Returns the servers (stop them in reverse) and victoria-metrics' port (its query API is
+    Prometheus's). Every path is under tmp_path.
+
+    Made fresh for live rules: -search.latencyOffset 1 s (a point is searchable a second after it lands, not
+    30: a chain of recordings would otherwise read its inputs half a minute late), no rollup cache, vmalert's
+    remote write flushed every second and its queries' step 10 s (a recording of the previous evaluation is
+    found; the default 5 m would find a series minutes after it ended)."""
+    vm_port, agent_port, alert_port = free_port(), free_port(), free_port()
+    started: list[Server] = []
+    try:
+        started.append(Server(["victoria-metrics", f"-storageDataPath={tmp_path / 'vm-data'}",
+                               f"-httpListenAddr=127.0.0.1:{vm_port}", "-search.latencyOffset=1s",
+                               "-search.disableCache", "-loggerOutput=stdout"],
+                              f"http://127.0.0.1:{vm_port}/health", str(tmp_path / "victoria-metrics.log")))
+        scrape = tmp_path / "vmagent.yml"
+        scrape.write_text(f"""global:
+  scrape_interval: {interval}
+scrape_configs:
+  - job_name: iowarden
+    static_configs:
+      - targets: [{", ".join(f"'{t}'" for t in targets)}]
+""")
+        started.append(Server(["vmagent", f"-promscrape.config={scrape}", f"-httpListenAddr=127.0.0.1:{agent_port}",
+                               f"-remoteWrite.url=http://127.0.0.1:{vm_port}/api/v1/write",
+                               f"-remoteWrite.tmpDataPath={tmp_path / 'vmagent-queue'}",
+                               "-remoteWrite.flushInterval=1s", "-loggerOutput=stdout"],
+                              f"http://127.0.0.1:{agent_port}/health", str(tmp_path / "vmagent.log")))
+        started.append(Server(["vmalert", *(f"-rule={r}" for r in rule_files),
+                               f"-datasource.url=http://127.0.0.1:{vm_port}",
+                               f"-remoteWrite.url=http://127.0.0.1:{vm_port}",
+                               f"-notifier.url=http://127.0.0.1:{alertmanager_port}",
+                               f"-httpListenAddr=127.0.0.1:{alert_port}", "-remoteWrite.flushInterval=1s",
+                               "-datasource.queryStep=10s", "-loggerOutput=stdout",
+                               *(f"-external.label={k}={v}" for k, v in (external_labels or {}).items())],
+                              f"http://127.0.0.1:{alert_port}/health", str(tmp_path / "vmalert.log")))
+    except BaseException:
+        for server in reversed(started):
+            server.stop()
+        raise
+    return started, vm_port
 
 
 def serve_in_thread(handler) -> tuple[ThreadingHTTPServer, int]:
