@@ -30,6 +30,25 @@ def stop_session(proc: subprocess.Popen, timeout: float = 60) -> None:
             proc.wait()
 
 
+def wait_ready(proc: subprocess.Popen, url: str, what: str, log: str, seconds: float = 120) -> None:
+    """Until the server the bench started answers 200 at `url`; it stopped, and the bench with its log's tail,
+    when it exits first or does not answer within `seconds`."""
+    import urllib.request
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited: {open(log).read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    stop_session(proc)
+    raise SystemExit(f"{what} not ready in {seconds:.0f} s (its log: {log})")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._support import free_port, stop_session  # noqa: E402
+from bench._support import free_port, stop_session, wait_ready  # noqa: E402
 
 RULES = Path(__file__).resolve().parents[1] / "packaging" / "prometheus"
 FLEET_RULES, HOST_RULES = RULES / "iowarden.fleet.rules.yml", RULES / "iowarden.rules.yml"
@@ -158,19 +158,8 @@ class Prometheus:
                                       f"--web.listen-address=127.0.0.1:{self.port}",
                                       "--storage.tsdb.retention.time=30d"],
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"prometheus exited: {(where / 'prometheus.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise SystemExit("prometheus not ready in 180 s")
+        wait_ready(self.proc, f"http://127.0.0.1:{self.port}/-/ready", "prometheus", str(where / "prometheus.log"),
+                   seconds=180)
 
     def query(self, expr: str) -> list:
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})

@@ -45,7 +45,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._support import free_port, stop_session  # noqa: E402
+from bench._support import free_port, stop_session, wait_ready  # noqa: E402
 
 from iowarden.daemon.passive.replay import Line, PassiveReplay, windows_of  # noqa: E402
 from iowarden.daemon.passive.values import PassiveParams  # noqa: E402
@@ -153,17 +153,8 @@ class Victoria:
                                       "-search.disableCache"],
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise SystemExit("victoria-metrics not ready in 60 s")
+        wait_ready(self.proc, self.url + "/health", "victoria-metrics", str(where / "victoria-metrics.log"),
+                   seconds=60)
 
     def import_lines(self, lines: list[str]) -> None:
         req = urllib.request.Request(self.url + "/api/v1/import", data="\n".join(lines).encode(), method="POST")

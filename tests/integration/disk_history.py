@@ -19,6 +19,15 @@ from dataclasses import dataclass, field
 from iowarden.probes.diskstats import DiskCounters, DiskSample, rates_between
 
 MODEL = "SYNTH"
+# node_exporter's diskstats collector: each series from the /proc/diskstats line (sectors of 512 bytes, times in ms)
+NODE_EXPORTER_COUNTERS = (("node_disk_reads_completed_total", lambda c: c.reads),
+                          ("node_disk_writes_completed_total", lambda c: c.writes),
+                          ("node_disk_read_bytes_total", lambda c: c.sectors_read * 512),
+                          ("node_disk_written_bytes_total", lambda c: c.sectors_written * 512),
+                          ("node_disk_read_time_seconds_total", lambda c: c.read_ms / 1000),
+                          ("node_disk_write_time_seconds_total", lambda c: c.write_ms / 1000),
+                          ("node_disk_io_time_seconds_total", lambda c: c.io_ms / 1000),
+                          ("node_disk_io_time_weighted_seconds_total", lambda c: c.weighted_io_ms / 1000))
 DRIVES = ("sda", "sdb", "sdc", "sdd")
 
 
@@ -52,17 +61,9 @@ class History:
     def _series(self):
         """(metric name, labels text, [(t, value)]) per node_exporter series of the history."""
         devices = sorted({d for _, c in self.samples for d in c})
-        fields = [("node_disk_reads_completed_total", lambda c: c.reads),
-                  ("node_disk_writes_completed_total", lambda c: c.writes),
-                  ("node_disk_read_bytes_total", lambda c: c.sectors_read * 512),
-                  ("node_disk_written_bytes_total", lambda c: c.sectors_written * 512),
-                  ("node_disk_read_time_seconds_total", lambda c: c.read_ms / 1000),
-                  ("node_disk_write_time_seconds_total", lambda c: c.write_ms / 1000),
-                  ("node_disk_io_time_seconds_total", lambda c: c.io_ms / 1000),
-                  ("node_disk_io_time_weighted_seconds_total", lambda c: c.weighted_io_ms / 1000)]
         for dev in devices:
             base = f'device="{dev}",instance="{self.instance}",job="node"'
-            for name, get in fields:
+            for name, get in NODE_EXPORTER_COUNTERS:
                 yield name, base, [(t, get(c[dev])) for t, c in self.samples if dev in c]
             info = base + (f',model="{MODEL}"' if dev in DRIVES else "")
             yield "node_disk_info", info, [(t, 1) for t, c in self.samples if dev in c]
