@@ -204,12 +204,24 @@ def _forecast(t: BurstTrack, p: BurstParams) -> Forecast | None:
     b = t.bucket
     if b is None:
         return None
-    draw = sum(t.draws) / len(t.draws)
+    draw = _draw(t, b, p)
     ratio = None if t.balance_ios is None or b.capacity_ios <= 0 else t.balance_ios / b.capacity_ios
     left = None
     if t.balance_ios is not None and t.balance_ios > 0 and draw > b.baseline_iops * (1 + p.level_tolerance):
         left = t.balance_ios / (draw - b.baseline_iops)
     return Forecast(b, ratio, left, draw)
+
+
+def _draw(t: BurstTrack, b: Bucket, p: BurstParams) -> float:
+    """The current draw: the mean of the last `draw_windows` windows, but while the volume draws on its credits
+    only of the windows that did (a drain that began two windows ago is said at its own rate: with the quiet
+    windows before it in the mean, its first forecast read twice the time it had)."""
+    over = b.baseline_iops * (1 + p.level_tolerance)
+    recent = list(t.draws)
+    if recent[-1] > over:
+        while recent[0] <= over:
+            recent.pop(0)
+    return sum(recent) / len(recent)
 
 
 def _verdict(t: BurstTrack, p: BurstParams, device: str, fell: bool, busy: bool) -> list[tuple[str, str, dict]]:

@@ -222,3 +222,24 @@ def test_a_spurt_of_seconds_before_a_cap_is_no_burst_bucket():
         burst.step(t, p, "loop1", clock, 5.0, iops, busy)
     assert t.candidate is None and t.bucket is None
     assert burst.fall_clause(t, 1_400.0) is None
+
+
+def test_a_drain_shorter_than_the_horizon_is_said_at_its_own_rate_not_with_the_quiet_before_it():
+    # a bucket of 15 minutes at the burst rate, all of its drain under the 30-minute horizon: the warning comes
+    # in the drain's second window, when half of the last minute was the quiet spell before it
+    rng = random.Random(11)
+    p = burst.BurstParams()
+    vol = BucketVolume(burst_iops=2000.0, baseline_iops=200.0, capacity_ios=1800.0 * 900)
+    t, said, clock = burst.learning(), [], 1_700_000_000.0
+    clock = _run(t, p, vol, 1900, 900 + 300, clock, rng, said)          # the first drain and its fall
+    clock = _run(t, p, vol, 40, 1800, clock, rng, said)                 # quiet: refills 160 x 1,800 = 288,000
+    true_balance = vol.balance
+    drain_start = clock
+    _run(t, p, vol, 1900, 600, clock, rng, said)
+    raised = [s for s in said if s[1] == "raised"]
+    assert len(raised) == 1, said
+    at, _, _, ev, _ = raised[0]
+    assert at <= drain_start + 3 * WINDOW, "warned as soon as two windows of the drain said so"
+    truth = drain_start + true_balance / (1900 - 200) - at
+    # late is the side that costs: the quiet windows in the draw's mean halved it and doubled the time said
+    assert abs(ev["seconds_left"] - truth) <= 0.25 * truth, (ev["seconds_left"], truth)
