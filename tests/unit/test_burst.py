@@ -243,3 +243,34 @@ def test_a_drain_shorter_than_the_horizon_is_said_at_its_own_rate_not_with_the_q
     truth = drain_start + true_balance / (1900 - 200) - at
     # late is the side that costs: the quiet windows in the draw's mean halved it and doubled the time said
     assert abs(ev["seconds_left"] - truth) <= 0.25 * truth, (ev["seconds_left"], truth)
+
+
+def test_a_busy_demand_that_wanders_at_a_lower_rate_is_no_fall():
+    # a job steps down from 2,000 IOPS to about 600 with its queue full, wandering 5 % either side from window to
+    # window (a volume held at a limit delivers it flat), then rests and comes back: no bucket is learned from it
+    p = burst.BurstParams()
+    t, said, clock = burst.learning(), [], 1_700_000_000.0
+    rng = random.Random(5)
+    for i in range(40):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 2000 * rng.uniform(0.97, 1.03), False)
+    for i in range(12):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 570.0 if i % 2 else 630.0, True)
+    assert t.candidate is None and t.bucket is None, t.candidate
+    for i in range(40):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 100.0, False)
+    for i in range(40):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 2000.0, False)
+    assert t.bucket is None and said == [], said
+    # held at 600 to within a few requests a window, the same steps are a fall (a candidate, until it recovers)
+    t = burst.learning()
+    for i in range(40):
+        clock += WINDOW
+        burst.step(t, p, "sdb", clock, WINDOW, 2000 * rng.uniform(0.97, 1.03), False)
+    for i in range(6):
+        clock += WINDOW
+        burst.step(t, p, "sdb", clock, WINDOW, 600 * rng.uniform(0.99, 1.01), True)
+    assert t.candidate is not None and abs(t.candidate.baseline_iops - 600) < 10, t.candidate
