@@ -24,9 +24,7 @@ side_by_side=0
 t0=$(date +%s)
 # pyproject's addopts: loadgroup (the lab's tests share one guest, so one worker runs them all: tests/conftest.py),
 # in the suite's own order (longest first), not xdist's reordering by group size
-# `own_guest` tests (the lab's burst bucket: ten minutes of a steady load in the emulated guest) are run by
-# themselves: `bash scripts/test.sh -n 0 -m own_guest tests/lab`
-.venv/bin/python -m pytest -n "${IOWARDEN_TEST_WORKERS:-4}" -m "not alone and not own_guest" || side_by_side=$?
+.venv/bin/python -m pytest -n "${IOWARDEN_TEST_WORKERS:-4}" -m "not alone" || side_by_side=$?
 t1=$(date +%s)
 alone=0
 if [ "$side_by_side" -le 1 ]; then   # 2 and above: interrupted, or the run itself broke

@@ -8,7 +8,8 @@ lasts balance / (draw - baseline) seconds. Both clouds' gp2 buckets and QEMU's l
 
 Learned in two steps:
 - a fall: a steady higher rate, then straight after it a flat lower one held busy (a queue at full utilisation:
-  the demand did not drop, the volume did). The lower rate is the baseline; the higher the burst rate; what the
+  the demand did not drop, the volume did; flat as a limit holds it, within a few per cent, where a demand
+  wanders). The lower rate is the baseline; the higher the burst rate; what the
   stretches above the baseline drew before the fall, (rate - baseline) x their time, is the capacity (at least:
   the bucket may not have been full when they began). From the fall the balance is known to be 0.
 - a recovery: after a quiet spell under the baseline, the volume delivers well past the baseline again. A fixed
@@ -47,6 +48,8 @@ class BurstParams:
     fall_ratio: float = 1.5           # a fall: the burst rate at least this many times the baseline
     min_burst_windows: int = 4        # ... after at least this many windows at it
     flat_windows: int = 6             # ... held flat and busy at the lower rate this many windows
+    flat_spread: float = 0.05         # ... its highest window and its lowest within this much of its mean (and
+                                      # two requests a window: a count of a hundred is not finer than that)
     recover_ratio: float = 1.5        # a recovery: this many times the baseline again, after a quiet spell
     draw_windows: int = 4             # the current draw: the mean of the last windows
     raise_windows: int = 2            # the forecast under the horizon this many windows in a row
@@ -73,6 +76,8 @@ class Level:
     seconds: float = 0.0
     shape: tuple = ()     # the requests' direction and size: a fall is at one shape (backup reads, then
                           # compaction writes at a quarter of their IOPS, is a new job, not a bucket)
+    lowest: float = 0.0   # its windows' lowest and highest IOPS: a volume held at a limit is flat, a demand
+    highest: float = 0.0  # is not
 
     @property
     def mean(self) -> float:
@@ -148,8 +153,9 @@ def _add_level(t: BurstTrack, p: BurstParams, end: float, seconds: float, iops: 
         cur.end, cur.windows, cur.sum_iops = end, cur.windows + 1, cur.sum_iops + iops
         cur.seconds += seconds
         cur.busy_windows += busy
+        cur.lowest, cur.highest = min(cur.lowest, iops), max(cur.highest, iops)
     else:
-        t.levels.append(Level(end - seconds, end, 1, iops, int(busy), seconds, shape))
+        t.levels.append(Level(end - seconds, end, 1, iops, int(busy), seconds, shape, iops, iops))
 
 
 def _fall(t: BurstTrack, p: BurstParams) -> bool:
@@ -158,7 +164,8 @@ def _fall(t: BurstTrack, p: BurstParams) -> bool:
     window's step between them aside) at `fall_ratio` times its rate or more. Learns a candidate (or anchors a known bucket's balance
     at 0, and grows a learned one's capacity to what this drain drew, when more)."""
     low = t.levels[-1]
-    if low.windows != p.flat_windows or low.busy_windows < low.windows or low.mean <= 0:
+    if low.windows != p.flat_windows or low.busy_windows < low.windows or low.mean <= 0 or \
+            low.highest - low.lowest > p.flat_spread * low.mean + 2 * low.windows / low.seconds:
         return False
     baseline = low.mean
     before = list(t.levels)[-2::-1]
@@ -204,12 +211,24 @@ def _forecast(t: BurstTrack, p: BurstParams) -> Forecast | None:
     b = t.bucket
     if b is None:
         return None
-    draw = sum(t.draws) / len(t.draws)
+    draw = _draw(t, b, p)
     ratio = None if t.balance_ios is None or b.capacity_ios <= 0 else t.balance_ios / b.capacity_ios
     left = None
     if t.balance_ios is not None and t.balance_ios > 0 and draw > b.baseline_iops * (1 + p.level_tolerance):
         left = t.balance_ios / (draw - b.baseline_iops)
     return Forecast(b, ratio, left, draw)
+
+
+def _draw(t: BurstTrack, b: Bucket, p: BurstParams) -> float:
+    """The current draw: the mean of the last `draw_windows` windows, but while the volume draws on its credits
+    only of the windows that did (a drain that began two windows ago is said at its own rate: with the quiet
+    windows before it in the mean, its first forecast read twice the time it had)."""
+    over = b.baseline_iops * (1 + p.level_tolerance)
+    recent = list(t.draws)
+    if recent[-1] > over:
+        while recent[0] <= over:
+            recent.pop(0)
+    return sum(recent) / len(recent)
 
 
 def _verdict(t: BurstTrack, p: BurstParams, device: str, fell: bool, busy: bool) -> list[tuple[str, str, dict]]:

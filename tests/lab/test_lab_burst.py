@@ -16,9 +16,9 @@ BASELINE, BURST, BURST_SECONDS = 50, 200, 90   # credits: 200 x 90 = 18,000 I/Os
 DEMAND = 150                                   # drains them in 18,000 / (150 - 50) = 180 s
 QUIET_SECONDS = 180                            # refills 50 x 180 = 9,000: the second drain lasts 90 s
 STAT_LOG = "/run/lab-burst-stat.log"
-# Run by itself (scripts/test.sh): beside the whole suite on two cores, its guest starved of CPU stepped down from
-# the burst rate over several windows, and the first fall was not learned
-pytestmark = pytest.mark.own_guest
+# Run alone, after the rest of the suite (scripts/test.sh): beside it on two cores, its guest starved of CPU stepped
+# down from the burst rate over several windows, and the first fall was not learned
+pytestmark = pytest.mark.alone
 
 
 def _load(g, unit: str, iops: int, seconds: int) -> None:

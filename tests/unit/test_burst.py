@@ -222,3 +222,55 @@ def test_a_spurt_of_seconds_before_a_cap_is_no_burst_bucket():
         burst.step(t, p, "loop1", clock, 5.0, iops, busy)
     assert t.candidate is None and t.bucket is None
     assert burst.fall_clause(t, 1_400.0) is None
+
+
+def test_a_drain_shorter_than_the_horizon_is_said_at_its_own_rate_not_with_the_quiet_before_it():
+    # a bucket of 15 minutes at the burst rate, all of its drain under the 30-minute horizon: the warning comes
+    # in the drain's second window, when half of the last minute was the quiet spell before it
+    rng = random.Random(11)
+    p = burst.BurstParams()
+    vol = BucketVolume(burst_iops=2000.0, baseline_iops=200.0, capacity_ios=1800.0 * 900)
+    t, said, clock = burst.learning(), [], 1_700_000_000.0
+    clock = _run(t, p, vol, 1900, 900 + 300, clock, rng, said)          # the first drain and its fall
+    clock = _run(t, p, vol, 40, 1800, clock, rng, said)                 # quiet: refills 160 x 1,800 = 288,000
+    true_balance = vol.balance
+    drain_start = clock
+    _run(t, p, vol, 1900, 600, clock, rng, said)
+    raised = [s for s in said if s[1] == "raised"]
+    assert len(raised) == 1, said
+    at, _, _, ev, _ = raised[0]
+    assert at <= drain_start + 3 * WINDOW, "warned as soon as two windows of the drain said so"
+    truth = drain_start + true_balance / (1900 - 200) - at
+    # late is the side that costs: the quiet windows in the draw's mean halved it and doubled the time said
+    assert abs(ev["seconds_left"] - truth) <= 0.25 * truth, (ev["seconds_left"], truth)
+
+
+def test_a_busy_demand_that_wanders_at_a_lower_rate_is_no_fall():
+    # a job steps down from 2,000 IOPS to about 600 with its queue full, wandering 5 % either side from window to
+    # window (a volume held at a limit delivers it flat), then rests and comes back: no bucket is learned from it
+    p = burst.BurstParams()
+    t, said, clock = burst.learning(), [], 1_700_000_000.0
+    rng = random.Random(5)
+    for i in range(40):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 2000 * rng.uniform(0.97, 1.03), False)
+    for i in range(12):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 570.0 if i % 2 else 630.0, True)
+    assert t.candidate is None and t.bucket is None, t.candidate
+    for i in range(40):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 100.0, False)
+    for i in range(40):
+        clock += WINDOW
+        said += burst.step(t, p, "sdb", clock, WINDOW, 2000.0, False)
+    assert t.bucket is None and said == [], said
+    # held at 600 to within a few requests a window, the same steps are a fall (a candidate, until it recovers)
+    t = burst.learning()
+    for i in range(40):
+        clock += WINDOW
+        burst.step(t, p, "sdb", clock, WINDOW, 2000 * rng.uniform(0.97, 1.03), False)
+    for i in range(6):
+        clock += WINDOW
+        burst.step(t, p, "sdb", clock, WINDOW, 600 * rng.uniform(0.99, 1.01), True)
+    assert t.candidate is not None and abs(t.candidate.baseline_iops - 600) < 10, t.candidate
