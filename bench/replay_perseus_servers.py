@@ -10,7 +10,9 @@ command runs on any part of the data set.
 
 Each host's trace is made into /proc/diskstats counters once (a row's throughput over its 15 s as 4 KiB reads,
 its mean latency as each read's time: so iostat's r_await is the row's latency and r/s its throughput over 4 KiB;
-a row with a missing value is a scrape that did not happen for that drive), and from those counters into three
+the time busy and the queue, which the traces do not carry, at zero, so the rules that need them, a volume at
+its limit and the burst bucket, are not exercised here (tests/integration/test_replay_prometheus.py's history
+has them); a row with a missing value is a scrape that did not happen for that drive), and from those counters into three
 things: the iostat lines the host would have printed (the product's own diskstats.rates_between over each pair
 of scrapes, at most three scrapes apart, as the server path pairs them), an OpenMetrics file that `promtool tsdb
 create-blocks-from openmetrics` backfills into a Prometheus of this run's, and the exposition text
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,17 +54,18 @@ def instance_of(cluster: str, host: str) -> str:
 
 def counters(rows) -> list[tuple[float, DiskCounters]]:
     """One drive's rows [(ts, throughput B/s, latency us)] as its /proc/diskstats line at each row present."""
-    out, total_bytes, total_ms, busy_ms = [], 0.0, 0.0, 0.0
+    out, total_bytes, total_ms = [], 0.0, 0.0
     for ts, tput, lat in rows:
         if tput is None or lat is None:
             continue
-        row_ms = tput * ROW_SECONDS / REQUEST_BYTES * lat / 1000
         total_bytes += tput * ROW_SECONDS
-        total_ms += row_ms
-        busy_ms += min(ROW_SECONDS * 1000, row_ms)     # the device busy at most the whole row
+        total_ms += tput * ROW_SECONDS / REQUEST_BYTES * lat / 1000
         reads, ms = round(total_bytes / REQUEST_BYTES), round(total_ms)
+        # the traces say nothing of the time the drive was busy or of its queue: io_ms and weighted_io_ms stay
+        # at zero rather than be made up from the 4 KiB (a queue of IOPS x latency read as a drive held at its
+        # limit on every busy log drive of cluster J)
         out.append((float(ts), DiskCounters(major=8, minor=0, name="", reads=reads, sectors_read=reads * 8,
-                                            read_ms=ms, io_ms=round(busy_ms), weighted_io_ms=ms)))
+                                            read_ms=ms)))
     return out
 
 
@@ -122,7 +125,7 @@ def intervals(found: list[dict]) -> list[tuple]:
     return sorted((i["device"], i["kind"], at(i["start"]), at(i["end"]) or 0.0, i["severity"]) for i in found)
 
 
-def figures(name: str, found: dict, hours: dict, slow: set, hosts: list) -> None:
+def figures(name: str, found: dict, hours: dict, kinds: dict, slow: set, hosts: list) -> None:
     """Per cluster and in all: named, precision, recall, hours before the first alert."""
     for cluster in sorted({c for c, _ in hosts}) + ["all"]:
         mine = [(c, h) for c, h in hosts if cluster in ("all", c)]
@@ -135,6 +138,10 @@ def figures(name: str, found: dict, hours: dict, slow: set, hosts: list) -> None
         said = f"median {statistics.median(when):.1f} h, worst {when[-1]:.1f} h" if when else "none found"
         print(f"  {name:16s} {cluster:10s} named {len(named):3d}, slow {len(labelled):2d}: precision {p:.2f} "
               f"recall {r:.2f}; hours of trace before the first alert: {said}")
+    counts = Counter((kind, "slow" if (c, h, d) in slow else "healthy")
+                     for (c, h), named in kinds.items() if (c, h) in hosts for d, kind in named)
+    print(f"  {name:16s} alerts by kind on slow and healthy drives: "
+          + ", ".join(f"{k} {w} {n}" for (k, w), n in sorted(counts.items())))
 
 
 def main() -> int:
@@ -209,9 +216,10 @@ def main() -> int:
                     mine = [h for h in out["hosts"] if h["instance"] == inst]
                     paths[name][(cluster, host)] = mine[0]["alerts"] if mine else []
             # hours of each drive's trace (its rows, 15 s each) before its first alert
-            found, hours = {}, {}
+            found, hours, kinds = {}, {}, {}
             for name, per_host in paths.items():
                 found[name], hours[name] = {}, {}
+                kinds[name] = {key: [(a["device"], a["kind"]) for a in alerts] for key, alerts in per_host.items()}
                 for key, alerts in per_host.items():
                     first: dict = {}
                     for a in alerts:
@@ -221,7 +229,7 @@ def main() -> int:
                                         for d, s in first.items()}
             print("\nper path: drives named against the data set's labels")
             for name in paths:
-                figures(name, found[name], hours[name], slow, hosts)
+                figures(name, found[name], hours[name], kinds[name], slow, hosts)
             print("\nthe servers' intervals against the file's, host by host")
             for name in ("Prometheus", "VictoriaMetrics"):
                 same = [k for k in hosts if intervals(paths[name][k]) == intervals(paths["file (--passive)"][k])]
