@@ -164,8 +164,10 @@ def _fall(t: BurstTrack, p: BurstParams) -> bool:
     window's step between them aside) at `fall_ratio` times its rate or more. Learns a candidate (or anchors a known bucket's balance
     at 0, and grows a learned one's capacity to what this drain drew, when more)."""
     low = t.levels[-1]
-    if low.windows != p.flat_windows or low.busy_windows < low.windows or low.mean <= 0 or \
-            low.highest - low.lowest > p.flat_spread * low.mean + 2 * low.windows / low.seconds:
+    if low.windows != p.flat_windows or low.busy_windows < low.windows or low.mean <= 0:
+        return False
+    count_step = 2 * low.windows / low.seconds if low.seconds > 0 else 0.0   # two requests a window, in IOPS
+    if low.highest - low.lowest > p.flat_spread * low.mean + count_step:
         return False
     baseline = low.mean
     before = list(t.levels)[-2::-1]
