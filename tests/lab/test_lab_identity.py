@@ -32,6 +32,14 @@ def test_identities_and_nvme_queue_settings_as_udev_and_sysfs_give_them(lab):
     # the probe's volume is the namespace's identity too
     probe = [labels for labels, _ in samples(text, "iowarden_probe_success", target="nvme")][0]
     assert probe["device"] == nvme and probe["volume"] == volumes[nvme]
+    # its class across the fleet: the model and firmware udev read from the controller, and its size
+    classes = {labels["device"]: (labels["class"], labels["source"])
+               for labels, _ in samples(text, "iowarden_volume_class_info")}
+    size_gib = int(lab.guest.run(["cat", f"/sys/block/{nvme}/size"]).strip()) * 512 / (1 << 30)
+    shown = f"{round(size_gib)}GiB" if size_gib >= 1 else f"{round(size_gib * 1024)}MiB"
+    assert classes.get(nvme) == (f"{props['ID_MODEL'].replace('_', ' ').strip()}/{props['ID_REVISION']}/{shown}",
+                                 "model"), (classes, props.get("ID_MODEL"), props.get("ID_REVISION"))
+    print("classes:", classes)
 
     # the namespace's queue settings, as sysfs in the guest has them
     q = f"/sys/block/{nvme}/queue"

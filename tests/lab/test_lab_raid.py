@@ -180,7 +180,16 @@ def _slow_member_scenario(lab, r0: dict, slow: str) -> None:
     wait_for(lambda: _ok_probes(lab, "raid0", t0) >= 6, timeout=300, what="the array's warm-up probes")
     # armed, not only probed: a baseline still learning raises nothing, and the throttle would be learned as normal
     wait_for(lambda: _armed(lab, "raid0"), timeout=300, what="the array's baselines armed")
-    assert [a for a in alerts(lab.metrics(), "SlowMember")] == []
+    text = lab.metrics()
+    assert [a for a in alerts(text, "SlowMember")] == []
+    # the fleet's class of each: the array by its layout over its members' one class, as the guest's kernel made it
+    classes = {labels["device"]: (labels["class"], labels["source"])
+               for labels, _ in samples(text, "iowarden_volume_class_info")}
+    members = {classes[d] for d in r0.values()}
+    assert len(members) == 1, classes
+    (member_class, source), = members
+    assert classes["md0"] == (f"md:raid0:4x{member_class}", "layout"), classes
+    print("classes:", {d: classes[d] for d in ("md0", *r0.values())})
     throttled_at = time.monotonic()
     g.throttle("r0c", 30)
     # 63 s on an idle machine (a minute of 2 s windows for the severe rule); the guest is slower beside the suite
