@@ -87,6 +87,24 @@ def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
     assert suspected_fault(elsewhere, "db", "rr") is None
 
 
+def test_a_probe_refused_for_space_is_retried_soon_and_a_failure_otherwise_is_not():
+    """A full filesystem's refusal costs the device nothing: the next probe comes a minute later and finds the
+    room again, so ProbeFailing clears a minute after the space is freed. Any other failure waits its interval
+    (a failing fio costs device time, and a misconfigured profile would fail every minute)."""
+    from types import SimpleNamespace as NS
+
+    from iowarden.daemon.snapshot import ProbeView, Snapshot
+    from iowarden.daemon.probing.suspicion import suspected_fault
+    full = NS(ok=False, space_used_ratio=0.97, error="refused: the volume is full, not slow")
+    broken = NS(ok=False, space_used_ratio=None, error="fio exited 1")
+    fine = NS(ok=True, space_used_ratio=None, error=None)
+    for result, said in ((full, "probe"), (broken, None), (fine, None)):
+        snap = Snapshot(taken_at=0.0, version="t", probes=(ProbeView("db", "rr", "vol", result, None),
+                                                           ProbeView("db", "rw", "vol", fine, None)))
+        assert suspected_fault(snap, "db", "rr") == said, result
+        assert suspected_fault(snap, "db", "rw") is None
+
+
 def test_io_pressure_defers_only_when_it_is_not_our_own():
     stalled = Load({}, 40.0, 60.0)
     assert run(0.0, [c("db")], load=stalled)[("db", "rr")].reason == "io_pressure"
