@@ -14,6 +14,15 @@ target and profile against its interval. The fault phase plays `faults(seed)`: p
 first notification for its volume, the alerts it raised, whether the text names the cause, and how long after
 the fault's end every alert of the volume was resolved.
 
+--shared-disk adds a device with one queue that every cgroup's requests wait in, which the loop volumes are not
+(this kernel's loop device serves each cgroup on a worker of its own, and the tmpfs under it has no queue: a
+neighbour in another cgroup costs the volume's own users nothing there). It is a loop device over an image a
+FUSE process serves one request at a time (tests/integration/weakfuse.py --serial, 1 ms a request and 10 ms
+more a MiB, the server's session at nice -10 so the mix's CPU pressure is not the disk's), read by a steady
+service (`db-shared`: 4 KiB random reads, one at a time, SERVICE_IOPS) through the healthy phase and every
+fault. The noisy-neighbour fault then floods that disk from a cgroup of its own (`noisy-batch`: 1 MiB reads at
+QD32, a backup's), and the page it is owed names the culprit; the disk is read-only, as the flood is.
+
 Needs root (loop devices, cgroup v1 blkio, mounts); each seed takes its healthy minutes plus about 20 minutes
 per fault. Prints one table per seed and the scenario it played (the seed repeats it).
 """
@@ -35,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from tests.integration import servers  # noqa: E402
-from tests.integration.helpers import DaemonProc, blkio_cap, free_port  # noqa: E402
+from tests.integration.helpers import DaemonProc, blkio_cap, blkio_cgroup, end_processes, free_port, in_cgroup  # noqa: E402
 from tests.integration.scenarios import FAULT_KINDS, Runner, Scenario, faults, fio, healthy  # noqa: E402
 from tests.integration.soak_mix import stacked_volumes  # noqa: E402
 
@@ -43,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "config.example.toml"
 RULES = ROOT / "packaging" / "prometheus" / "iowarden.rules.yml"
 CLEAR_WITHIN_S = 300
+SERVICE_IOPS = 100         # the shared disk's steady service (--shared-disk)
 
 
 def example_config(state: Path, port: int, mounts: list[Path], devices: list[str]) -> str:
@@ -158,10 +168,16 @@ def run_seed(seed: int, args) -> list[str]:
             for name, size in (("db.dat", "128M"), ("backup.dat", "192M")):
                 subprocess.run(fio("--name=layout", f"--filename={m / name}", "--rw=write", "--bs=1M",
                                    "--direct=1", f"--size={size}"), check=True, timeout=300)
+        shared = None
+        if args.shared_disk:
+            from tests.integration.test_tail import weak_disks
+            (shared,) = stack.enter_context(weak_disks(tmp, names=("shared.img",), server_nice=-10,
+                                                       args=("--serial", "--service-ms", "1", "--ms-per-mib", "10")))
         elsewhere = tmp / "elsewhere"
         elsewhere.mkdir()
         port = free_port()
-        daemon = DaemonProc(tmp, example_config(tmp / "state", port, mounts, [v.name for v in lowers + uppers]))
+        daemon = DaemonProc(tmp, example_config(tmp / "state", port, mounts, [v.name for v in lowers + uppers]
+                                                + ([shared] if shared else [])))
         stack.callback(daemon.close)
         daemon.wait_message("READY=1", timeout=120)
         hook = servers.Webhook()
@@ -171,6 +187,12 @@ def run_seed(seed: int, args) -> list[str]:
         prom, _ = servers.prometheus(tmp, port, rule_files=[RULES], interval="15s", alertmanager_port=am_port)
         stack.callback(prom.stop)
 
+        if shared:
+            service = subprocess.Popen(in_cgroup(stack.enter_context(blkio_cgroup("db-shared")), fio(
+                "--name=service", f"--filename=/dev/{shared}", "--readonly", "--rw=randread", "--bs=4k",
+                "--direct=1", "--iodepth=1", f"--rate_iops={SERVICE_IOPS}", "--time_based", "--runtime=86400")),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stack.callback(end_processes, service)   # before the disk goes: its reads would fail with EIO
         scenario = healthy(seed, args.volumes, args.healthy_minutes * 60)
         report += scenario.said()
         runner = Runner(scenario, mounts, elsewhere)
@@ -199,25 +221,35 @@ def run_seed(seed: int, args) -> list[str]:
         report += ["  played: " + line for line in runner.log if "database mix" not in line][:80]
         before = len(hook.payloads)
         for fault in faults(seed, args.volumes, args.faults):
-            report.append(play_fault(fault, stack, lowers, uppers, scenario, hook, before, port))
+            report.append(play_fault(fault, stack, lowers, uppers, scenario, hook, before, port, shared))
             before = len(hook.payloads)
     return report
 
 
-def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) -> str:
+def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port, shared: str | None = None) -> str:
     """One fault on a running mix: (time to the first notification for its volume, alerts, cause named,
-    resolved after its end)."""
+    resolved after its end). shared: the shared disk (--shared-disk), where a noisy neighbour is played."""
     runner = Runner(Scenario(scenario.seed, scenario.databases, ()), [u.mountpoint for u in uppers])
     runner.start()
     v = fault.volume
     devices = {uppers[v].name, lowers[v].name} if v is not None else set()
     target = uppers[v].mountpoint.name if v is not None else None
+    on_shared = fault.kind == "noisy-neighbour" and shared is not None
+    if on_shared:
+        devices, target = {shared}, None
+    where = shared if on_shared else (uppers[v].name if v is not None else None)
     with ExitStack() as held:
         began = time.monotonic()
         if fault.kind in ("throttle", "collapse"):
             cap = max(10, int(scenario.databases[v].peak_iops * fault.params["of_load"]))
             held.enter_context(blkio_cap("read_iops_device", lowers[v].major_minor, cap))
             held.enter_context(blkio_cap("write_iops_device", lowers[v].major_minor, cap))
+        elif on_shared:
+            traced_before = cgroup_latency(metrics(port), shared)
+            runner._spawn("noisy-batch", fio("--name=noisy", f"--filename=/dev/{shared}", "--readonly",
+                                             "--rw=randread", "--bs=1M", "--direct=1", "--iodepth=32",
+                                             "--time_based", f"--runtime={int(fault.seconds)}"),
+                          runner.cgroup("noisy-batch"))
         elif fault.kind == "noisy-neighbour":
             traced_before = cgroup_latency(metrics(port), uppers[v].name)
             cg = runner.cgroup("noisy-batch")
@@ -260,7 +292,7 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
         m = metrics(port)
         up = [v for _, v in m.get("iowarden_tracer_up", [])]
         hurt = (f"\n    measured (tracer {'up' if up and up[0] else 'off'} at the end): "
-                + victims(traced_before, cgroup_latency(m, uppers[v].name), "noisy-batch"))
+                + victims(traced_before, cgroup_latency(m, where), "noisy-batch"))
 
     def key(a):
         lab = a["labels"]
@@ -277,7 +309,7 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port) 
     raised = sorted({(a["labels"].get("alertname"), a["labels"].get("volume", "")) for a in sent if of_fault(a)})
     elsewhere = {key(a): a for a in sent if not of_fault(a) and a["status"] == "firing"}
     said = first[1]["annotations"].get("description", "")[:400] if first else ""
-    return (f"  fault {fault.kind} on {'the host' if v is None else f'vol{v}'} ({json.dumps(fault.params)}) for "
+    return (f"  fault {fault.kind} on {shared if on_shared else 'the host' if v is None else f'vol{v}'} ({json.dumps(fault.params)}) for "
             f"{fault.seconds:.0f} s: first notification "
             + (f"after {first[0]:.0f} s ({first[1]['labels'].get('alertname')})" if first else "none")
             + f"; alerts {raised}; resolved "
@@ -306,6 +338,8 @@ def main() -> None:
     ap.add_argument("--healthy-minutes", type=float, default=120.0)
     ap.add_argument("--faults", default="all", help=f"all, none, or some of {', '.join(FAULT_KINDS)}")
     ap.add_argument("--volumes", type=int, default=4)
+    ap.add_argument("--shared-disk", action="store_true",
+                    help="a one-queue disk with a steady service beside the volumes; noisy neighbours are played there")
     ap.add_argument("--keep", default="", help="a directory to keep each seed's daemon log, state and webhook payloads in")
     args = ap.parse_args()
     args.faults = () if args.faults == "none" else FAULT_KINDS if args.faults == "all" else tuple(args.faults.split(","))

@@ -81,6 +81,9 @@ def stacked_members(devices: dict) -> dict[str, tuple[str, ...]]:
     return {k: v for k, v in out.items() if len(v) >= 2}
 
 
+NO_NEW_COUNTS = object()   # _services: the tracer has read nothing since the last step
+
+
 class PassiveWatch:
     """The part: reads the sampler's reading and the device view in the core's snapshot, posts PassiveJudged.
     It writes nothing: what it learned goes to the core to be saved (every SAVE_EVERY_WINDOWS windows, on a
@@ -97,6 +100,10 @@ class PassiveWatch:
         self.snapshot_fn = snapshot_fn
         self._trace_before: dict = {}         # (kernel name, direction) -> its cumulative histogram at the last step
         self._cgroups_before: dict = {}       # (kernel name, cgroup, direction) -> its cumulative counts, the same
+        # the tracer's reading those counts came from (its unix_time: which reading, not a duration) and the
+        # sample's monotonic time when it was first seen: the span the next reading's counts cover
+        self._cgroups_reading: float | None = None
+        self._cgroups_seen_at: float | None = None
         self.state = state                    # read only: the saved curves at the start, characterize's capability
         self.post = post                      # a PassiveJudged event to the core
         saved = [(ident, metric, st) for ident, profile, metric, _, st in state.load_baselines()
@@ -168,11 +175,13 @@ class PassiveWatch:
                 self.detector.set_bucket(volume, *bucket)
         observed = self.detector.observe(windows, groups, stacks)
         trace = snap.sources.get(TAILS_SOURCE)
-        services = self._services(trace, ident)
+        services, seconds = self._services(trace, ident, cur.monotonic_seconds,
+                                            cur.monotonic_seconds - start.monotonic_seconds)
         # without counts per cgroup (none yet, the tracer off or paused) every device is the device rule's again
-        observed += self.detector.observe_services(
-            services or {}, cur.monotonic_seconds - start.monotonic_seconds, now,
-            lambda path: tracer_views.cgroup_words(path, trace.cgroup_version if trace else None, unit=True))
+        if services is not NO_NEW_COUNTS:
+            observed += self.detector.observe_services(
+                services or {}, seconds, now,
+                lambda path: tracer_views.cgroup_words(path, trace.cgroup_version if trace else None, unit=True))
         transitions = [(_named(t, name_of, self._pattern(name_of)), name_of.get(t.device, t.device))
                        for t in observed]
         for gone in set(self.detector.devices) - set(name_of):
@@ -215,13 +224,25 @@ class PassiveWatch:
         self._trace_before = now
         return out
 
-    def _services(self, reading, ident: dict) -> dict | None:
-        """Per device (its identity), {(cgroup, direction): the tracer's counts since the last step} for every disk
-        it counts per cgroup; None while it counts none (off, bpftrace, [tracer] per_cgroup = false), and the first
-        step after only sets the start."""
+    def _services(self, reading, ident: dict, now_monotonic: float, window_seconds: float) -> tuple:
+        """(per device (its identity), {(cgroup, direction): the tracer's counts since the reading used last}, the
+        seconds they cover) for every disk it counts per cgroup; (None, window) while it counts none (off,
+        bpftrace, [tracer] per_cgroup = false), and the first step after only sets the start; (NO_NEW_COUNTS, 0)
+        when the tracer has read nothing since the last step.
+
+        The tracer reads its counts every [tracer] interval_seconds on a clock of its own, and a window of the
+        same length took whatever had arrived: as the two drifted, one window held no counts and the next two
+        readings', judged as twice the service's rate over the window. Its normal was learned in two octaves of
+        rate at half the pace each, and ServiceContended was blind for ten minutes after a start, not five.
+        Counts are now judged when they arrive, over the time since the last ones did."""
         if reading is None or not reading.up or not reading.cgroups:
-            self._cgroups_before = {}
-            return None
+            self._cgroups_before, self._cgroups_reading, self._cgroups_seen_at = {}, None, None
+            return None, window_seconds
+        if reading.unix_time == self._cgroups_reading:
+            return NO_NEW_COUNTS, 0.0
+        seconds = (now_monotonic - self._cgroups_seen_at if self._cgroups_seen_at is not None
+                   else reading.window_seconds)
+        self._cgroups_reading, self._cgroups_seen_at = reading.unix_time, now_monotonic
         now = {key: total for key, (total, _) in reading.cgroups.items() if key[0] in ident}
         out: dict = {}
         first = not self._cgroups_before
@@ -229,7 +250,7 @@ class PassiveWatch:
             out.setdefault(ident[name], {})[(cgroup, direction)] = total.minus(self._cgroups_before.get(
                 (name, cgroup, direction)))
         self._cgroups_before = now
-        return None if first else out
+        return (None if first else out), max(seconds, 1e-3)
 
     def _load_capability(self) -> None:
         """What `iowarden characterize -c` measured, per identity (it may run while the daemon does)."""

@@ -250,3 +250,39 @@ def test_the_part_hands_the_detector_what_the_tracer_timed_since_its_last_step()
     # the tracer restarted: its counts start over
     assert watch._tails(reading({100: 1})) == {"vdb": {"read": StageHistogram(((100, 1),))}}
     assert watch._tails(reading({100: 3}, up=False)) == {}
+
+
+def test_a_services_counts_are_judged_when_they_arrive_over_the_time_they_cover():
+    """The tracer reads its counts every 15 s on a clock of its own, the passive part steps every 15 s on the
+    sampler's: as the two drift, a step sees no new reading, the next two. Each service's rate is its counts
+    over the time they cover (100 requests a second here, whichever step sees them), never 0 then 200: a
+    normal learned in two octaves at half the pace each left ServiceContended blind for twice
+    service_learn_seconds after a start."""
+    from iowarden.daemon.passive.part import NO_NEW_COUNTS
+    from iowarden.probes.blocktrace import CgroupCounts
+
+    watch = PassiveWatch.__new__(PassiveWatch)
+    watch._cgroups_before, watch._cgroups_reading, watch._cgroups_seen_at = {}, None, None
+    ident = {"vdb": "wwn-1"}
+
+    def reading(t, up=True):   # the tracer's reading made at t: 100 requests a second since 0
+        n = int(100 * t)
+        return _Reading(up=up, unix_time=1.7e9 + t, window_seconds=15.0, cgroups=MappingProxyType({
+            ("vdb", "/db", "read"): (CgroupCounts(n, 4096 * n, 1_000_000 * n, StageHistogram(((100, n),))), None)}))
+
+    made = [5.0 + 15 * i for i in range(40)]             # the tracer's readings
+    rates, silent = [], 0
+    for j in range(1, 40):
+        step = 15.0 * j + 5.0 + (0.4 if j % 3 else -0.4)   # the part's steps, a little either side
+        latest = max(t for t in made if t <= step)
+        counts, seconds = watch._services(reading(latest), ident, step, 15.0)
+        if counts is NO_NEW_COUNTS:
+            silent += 1
+            continue
+        if counts:
+            rates.append(counts["wwn-1"][("/db", "read")].requests / seconds)
+    assert silent >= 5, silent                              # the drift did leave steps without a new reading
+    assert rates and all(90 <= r <= 110 for r in rates), rates
+    # the tracer off: the counts start over, and every step judges (an open verdict clears in time)
+    assert watch._services(reading(700.0, up=False), ident, 700.0, 15.0) == (None, 15.0)
+    assert watch._services(None, ident, 715.0, 15.0) == (None, 15.0)
