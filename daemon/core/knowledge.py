@@ -223,8 +223,15 @@ def apply_result(core, e: ProbeFinished) -> None:
                            "latency meanwhile: measured on a slowed host, not judged as the volume's own")
     if beside is not None:
         total_said += f"; other work began during it: {beside / (1 << 20):.1f} MiB/s beside it"
-    log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result) + total_said,
-            extra={"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""})
+    fields = {"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""}
+    full = None if result.ok else getattr(result, "space_used_ratio", None)
+    if full is not None:
+        # a full volume's probes are tried again every minute (suspicion.py), each profile: said once a minute
+        # per volume, with how often since, not four lines a minute for as long as it stays full
+        log.warning("probes of %s refused (each tried again every minute while it is full): %s",
+                    result.target, result.error or "", extra={**fields, "REPEATS": True})
+    else:
+        log.log(logging.INFO if result.ok else logging.WARNING, result_summary(result) + total_said, extra=fields)
     # the evidence is gathered before the judgement: health judges on what it is given, and never calls back
     # into the core (a callback that read health again was the reason for a re-entrant lock)
     causes = causes_of(core, e, core.health.baseline_since(identity, result.profile))

@@ -5,6 +5,7 @@ normal for reads at the same load (XFS flushes and retries every write before it
 page said "the device itself". The probes of that volume had been refused minutes before because it was full:
 that refusal is the evidence the page now names.
 """
+import dataclasses
 import os
 from types import MappingProxyType, SimpleNamespace
 
@@ -113,3 +114,38 @@ def test_a_childs_answer_with_a_used_share_out_of_range_is_a_failed_probe(monkey
     answer["result"]["space_used_ratio"] = 0.97
     r = probe_child.run_isolated("t", "/srv/t", ProbeProfile("rr", size_bytes=1 << 20), ProbeLimits())
     assert r.space_used_ratio == 0.97 and r.error.startswith("refused: the volume is full")
+
+
+def test_a_full_volume_tried_every_minute_is_said_once_a_minute_not_once_a_profile(tmp_path):
+    """Each profile of a full volume is tried again every minute (suspicion.py): four refusals a minute reach
+    the core, and the journal says one line a minute, then how many more; a probe's other failures are each
+    said."""
+    import logging
+
+    from iowarden.daemon.events import ProbeFinished
+    from iowarden.daemon.logs import RepeatFilter
+
+    clock = [NOW]
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, health_from(st, DetectorParams()), "test", clock=lambda: clock[0])
+    core.known.devices = DEVICES
+    said = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())
+    handler.addFilter(RepeatFilter(clock=lambda: clock[0]))
+    logger = logging.getLogger("iowarden")
+    logger.addHandler(handler)
+    try:
+        for minute in range(3):
+            for k, profile in enumerate(("randread-4k", "randwrite-4k", "read-1m", "randread-4k-qd1")):
+                clock[0] = NOW + minute * 61.0 + k
+                core.run_batch([ProbeFinished(_result(profile, 0.97), ("loop8",), False)])
+        refused = [x for x in said if x.startswith("probes of vol1 refused")]
+        assert len(refused) == 3 and "3 more like this" in refused[1], said
+        broken = dataclasses.replace(_result("read-1m", None), ok=False, error="fio exited 1")
+        for _ in range(2):
+            core.run_batch([ProbeFinished(broken, ("loop8",), False)])
+        assert sum("fio exited 1" in x for x in said) == 2, said
+    finally:
+        logger.removeHandler(handler)
+        st.close()
