@@ -82,6 +82,7 @@ def stacked_members(devices: dict) -> dict[str, tuple[str, ...]]:
 
 
 NO_NEW_COUNTS = object()   # _services: the tracer has read nothing since the last step
+IDLE_AFTER_WINDOWS = 3     # ... for this many windows (the longer of its and the tracer's): an idle window
 
 
 class PassiveWatch:
@@ -100,9 +101,9 @@ class PassiveWatch:
         self.snapshot_fn = snapshot_fn
         self._trace_before: dict = {}         # (kernel name, direction) -> its cumulative histogram at the last step
         self._cgroups_before: dict = {}       # (kernel name, cgroup, direction) -> its cumulative counts, the same
-        # the tracer's reading those counts came from (its unix_time: which reading, not a duration) and the
-        # sample's monotonic time when it was first seen: the span the next reading's counts cover
-        self._cgroups_reading: float | None = None
+        # all those counts' requests summed (a reading that brings none new leaves it) and the sample's monotonic
+        # time when they were first seen: the span the next new counts cover
+        self._cgroups_requests: int | None = None
         self._cgroups_seen_at: float | None = None
         self.state = state                    # read only: the saved curves at the start, characterize's capability
         self.post = post                      # a PassiveJudged event to the core
@@ -234,15 +235,21 @@ class PassiveWatch:
         same length took whatever had arrived: as the two drifted, one window held no counts and the next two
         readings', judged as twice the service's rate over the window. Its normal was learned in two octaves of
         rate at half the pace each, and ServiceContended was blind for ten minutes after a start, not five.
-        Counts are now judged when they arrive, over the time since the last ones did."""
+        Counts are now judged when they arrive, over the time since the last ones did. The tracer is read more
+        often than its program prints (each reading a new object, a new time), so what is new is told by the
+        counts themselves; none new for IDLE_AFTER_WINDOWS windows (the passive part's or the tracer's, the
+        longer) is an idle window (a raised service clears in time when its requests and everyone's stop)."""
         if reading is None or not reading.up or not reading.cgroups:
-            self._cgroups_before, self._cgroups_reading, self._cgroups_seen_at = {}, None, None
+            self._cgroups_before, self._cgroups_requests, self._cgroups_seen_at = {}, None, None
             return None, window_seconds
-        if reading.unix_time == self._cgroups_reading:
+        requests = sum(total.requests for total, _ in reading.cgroups.values())
+        idle_after = IDLE_AFTER_WINDOWS * max(window_seconds, reading.window_seconds)
+        if requests == self._cgroups_requests and self._cgroups_seen_at is not None and \
+                now_monotonic - self._cgroups_seen_at < idle_after:
             return NO_NEW_COUNTS, 0.0
         seconds = (now_monotonic - self._cgroups_seen_at if self._cgroups_seen_at is not None
                    else reading.window_seconds)
-        self._cgroups_reading, self._cgroups_seen_at = reading.unix_time, now_monotonic
+        self._cgroups_requests, self._cgroups_seen_at = requests, now_monotonic
         now = {key: total for key, (total, _) in reading.cgroups.items() if key[0] in ident}
         out: dict = {}
         first = not self._cgroups_before

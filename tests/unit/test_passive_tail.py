@@ -262,20 +262,21 @@ def test_a_services_counts_are_judged_when_they_arrive_over_the_time_they_cover(
     from iowarden.probes.blocktrace import CgroupCounts
 
     watch = PassiveWatch.__new__(PassiveWatch)
-    watch._cgroups_before, watch._cgroups_reading, watch._cgroups_seen_at = {}, None, None
+    watch._cgroups_before, watch._cgroups_requests, watch._cgroups_seen_at = {}, None, None
     ident = {"vdb": "wwn-1"}
 
-    def reading(t, up=True):   # the tracer's reading made at t: 100 requests a second since 0
+    def reading(t, up=True, read_at=None):   # the counts printed at t (100 requests a second since 0), read later
         n = int(100 * t)
-        return _Reading(up=up, unix_time=1.7e9 + t, window_seconds=15.0, cgroups=MappingProxyType({
+        return _Reading(up=up, unix_time=1.7e9 + (read_at or t), window_seconds=15.0, cgroups=MappingProxyType({
             ("vdb", "/db", "read"): (CgroupCounts(n, 4096 * n, 1_000_000 * n, StageHistogram(((100, n),))), None)}))
 
-    made = [5.0 + 15 * i for i in range(40)]             # the tracer's readings
+    made = [5.0 + 15 * i for i in range(40)]             # when the tracer's program printed its counts
     rates, silent = [], 0
     for j in range(1, 40):
         step = 15.0 * j + 5.0 + (0.4 if j % 3 else -0.4)   # the part's steps, a little either side
         latest = max(t for t in made if t <= step)
-        counts, seconds = watch._services(reading(latest), ident, step, 15.0)
+        # read again just before the step: a new reading (a new time), the counts of the last print
+        counts, seconds = watch._services(reading(latest, read_at=step - 0.1), ident, step, 15.0)
         if counts is NO_NEW_COUNTS:
             silent += 1
             continue
@@ -283,6 +284,11 @@ def test_a_services_counts_are_judged_when_they_arrive_over_the_time_they_cover(
             rates.append(counts["wwn-1"][("/db", "read")].requests / seconds)
     assert silent >= 5, silent                              # the drift did leave steps without a new reading
     assert rates and all(90 <= r <= 110 for r in rates), rates
+    # nothing new for three windows: an idle window, judged (a raised service clears in time)
+    quiet = reading(latest, read_at=step + 1.0)
+    assert watch._services(quiet, ident, step + 1.0, 15.0)[0] is NO_NEW_COUNTS
+    counts, seconds = watch._services(quiet, ident, step + 50.0, 15.0)
+    assert counts["wwn-1"][("/db", "read")].requests == 0 and seconds > 45
     # the tracer off: the counts start over, and every step judges (an open verdict clears in time)
     assert watch._services(reading(700.0, up=False), ident, 700.0, 15.0) == (None, 15.0)
     assert watch._services(None, ident, 715.0, 15.0) == (None, 15.0)
