@@ -107,9 +107,11 @@ def messages(lat: dict, sums: dict, dev_of_index: dict, paths: dict) -> list[dic
             {"type": "paths", "data": {str(dev): p for dev, p in paths.items()}}]
 
 
-def cgroup_messages(entries: dict, capacity: int, evicted: int) -> list[dict]:
+def cgroup_messages(entries: dict, capacity: int, evicted: int, monotonic_seconds: float | None = None) -> list[dict]:
     """The cgroups map as the lines printed: entries {(dev, cgroup): ((requests, bytes, ns, {cg bucket: count}),
-    (the same for writes))}, buckets in the program's own index (CG_FIRST_BUCKET below blocktrace's)."""
+    (the same for writes))}, buckets in the program's own index (CG_FIRST_BUCKET below blocktrace's).
+    monotonic_seconds: when the map was read (CLOCK_MONOTONIC, the host's one): the span two prints' counts
+    cover, whenever the daemon reads them."""
     out = []
     for (dev, cgroup), dirs in sorted(entries.items()):
         data = {"dev": dev, "cgroup": cgroup}
@@ -118,7 +120,10 @@ def cgroup_messages(entries: dict, capacity: int, evicted: int) -> list[dict]:
                 data[name] = [requests, nbytes, ns, [[b + CG_FIRST_BUCKET, c] for b, c in sorted(buckets.items()) if c]]
         if len(data) > 2:
             out.append({"type": "cgroup", "data": data})
-    out.append({"type": "cgroups_done", "data": {"entries": len(entries), "capacity": capacity, "evicted": evicted}})
+    done = {"entries": len(entries), "capacity": capacity, "evicted": evicted}
+    if monotonic_seconds is not None:
+        done["monotonic"] = round(monotonic_seconds, 3)
+    out.append({"type": "cgroups_done", "data": done})
     return out
 
 
@@ -448,7 +453,7 @@ def main(argv=None) -> int:
             lat, sums, paths = loaded.read()
             out = messages(lat, sums, loaded.dev_of_index, paths)
             if loaded.by_cgroup:
-                out += cgroup_messages(loaded.read_cgroups(), loaded.cg_capacity, loaded.cg_evicted)
+                out += cgroup_messages(loaded.read_cgroups(), loaded.cg_capacity, loaded.cg_evicted, time.monotonic())
             for msg in out:
                 sys.stdout.write(json.dumps(msg, separators=(",", ":")) + "\n")
             sys.stdout.flush()

@@ -101,8 +101,9 @@ class PassiveWatch:
         self.snapshot_fn = snapshot_fn
         self._trace_before: dict = {}         # (kernel name, direction) -> its cumulative histogram at the last step
         self._cgroups_before: dict = {}       # (kernel name, cgroup, direction) -> its cumulative counts, the same
-        # all those counts' requests summed (a reading that brings none new leaves it) and the sample's monotonic
-        # time when they were first seen: the span the next new counts cover
+        # when the counts used last were read by the tracer's loader (monotonic), or where it does not say, all
+        # their requests summed (a reading that brings none new leaves it) and when the part first saw them
+        self._cgroups_at: float | None = None
         self._cgroups_requests: int | None = None
         self._cgroups_seen_at: float | None = None
         self.state = state                    # read only: the saved curves at the start, characterize's capability
@@ -226,30 +227,39 @@ class PassiveWatch:
         return out
 
     def _services(self, reading, ident: dict, now_monotonic: float, window_seconds: float) -> tuple:
-        """(per device (its identity), {(cgroup, direction): the tracer's counts since the reading used last}, the
+        """(per device (its identity), {(cgroup, direction): the tracer's counts since the ones used last}, the
         seconds they cover) for every disk it counts per cgroup; (None, window) while it counts none (off,
         bpftrace, [tracer] per_cgroup = false), and the first step after only sets the start; (NO_NEW_COUNTS, 0)
-        when the tracer has read nothing since the last step.
+        when the tracer has brought nothing new since the last step.
 
-        The tracer reads its counts every [tracer] interval_seconds on a clock of its own, and a window of the
-        same length took whatever had arrived: as the two drifted, one window held no counts and the next two
-        readings', judged as twice the service's rate over the window. Its normal was learned in two octaves of
-        rate at half the pace each, and ServiceContended was blind for ten minutes after a start, not five.
-        Counts are now judged when they arrive, over the time since the last ones did. The tracer is read more
-        often than its program prints (each reading a new object, a new time), so what is new is told by the
-        counts themselves; none new for IDLE_AFTER_WINDOWS windows (the passive part's or the tracer's, the
-        longer) is an idle window (a raised service clears in time when its requests and everyone's stop)."""
+        Three clocks of the same period meet here: the loader prints its counts every [tracer] interval_seconds,
+        the tracer source reads them every interval_seconds, and this part steps every window_seconds. A window
+        that took whatever had arrived saw, as they drifted, no counts in one window and two prints' in the next,
+        judged as twice the service's rate (and the time between two sightings was as wrong): a service's normal
+        was learned over three octaves of its rate at a third of the pace each, and ServiceContended stayed
+        blind for a quarter of an hour after a start, not five minutes. The counts are judged when they arrive,
+        over the time between the loader's two reads of its map (`cgroups_at`); from a loader that does not
+        say, over the time between the part's sightings. Nothing new for IDLE_AFTER_WINDOWS windows (the part's
+        or the tracer's, the longer) is an idle window: a raised service clears when every request stops."""
         if reading is None or not reading.up or not reading.cgroups:
-            self._cgroups_before, self._cgroups_requests, self._cgroups_seen_at = {}, None, None
+            self._cgroups_before, self._cgroups_at = {}, None
+            self._cgroups_requests, self._cgroups_seen_at = None, None
             return None, window_seconds
+        at = getattr(reading, "cgroups_at", None)
         requests = sum(total.requests for total, _ in reading.cgroups.values())
+        news = at != self._cgroups_at if at is not None else requests != self._cgroups_requests
         idle_after = IDLE_AFTER_WINDOWS * max(window_seconds, reading.window_seconds)
-        if requests == self._cgroups_requests and self._cgroups_seen_at is not None and \
-                now_monotonic - self._cgroups_seen_at < idle_after:
+        if not news and self._cgroups_seen_at is not None and now_monotonic - self._cgroups_seen_at < idle_after:
             return NO_NEW_COUNTS, 0.0
-        seconds = (now_monotonic - self._cgroups_seen_at if self._cgroups_seen_at is not None
-                   else reading.window_seconds)
-        self._cgroups_requests, self._cgroups_seen_at = requests, now_monotonic
+        if news and at is not None and self._cgroups_at is not None:
+            seconds = at - self._cgroups_at
+        elif self._cgroups_seen_at is not None:
+            seconds = now_monotonic - self._cgroups_seen_at
+        else:
+            seconds = reading.window_seconds
+        if seconds <= 0:   # a loader's time out of order: a window's, not a rate of thousands a second
+            seconds = reading.window_seconds
+        self._cgroups_at, self._cgroups_requests, self._cgroups_seen_at = at, requests, now_monotonic
         now = {key: total for key, (total, _) in reading.cgroups.items() if key[0] in ident}
         out: dict = {}
         first = not self._cgroups_before

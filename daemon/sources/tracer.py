@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import time
@@ -147,6 +148,7 @@ class _Tracer:
     cg_hierarchy: int | None = None                      # 1 or 2: the cgroup version of the I/O controller
     cg_named: dict = field(default_factory=dict)         # name -> the paths named in its series, in order
     cg_map: dict = field(default_factory=dict)           # the loader's last word: entries, capacity, evicted
+    cg_printed_at: float | None = None                   # ... and when it read the map (monotonic), if it said
     cg_previous: dict = field(default_factory=dict)      # the last reading's cgroup totals (for the window)
     cg_walk_cut: bool = False                            # the last walk of the hierarchy met its bound
     cg_bounds: dict = field(default_factory=dict)        # what the bounds left out: folded, unnamed, walk_cut
@@ -370,6 +372,7 @@ class _Tracer:
             msg = json.loads(line)
             if msg["type"] == "cgroups_done":
                 self.cg_map = {k: int(msg["data"][k]) for k in ("entries", "capacity", "evicted")}
+                self.cg_printed_at = printed_at(msg["data"].get("monotonic"), time.monotonic())
                 self._cg_set(self.cg_pending)
                 self.cg_pending = {}
                 self.last_line_at = time.monotonic()
@@ -504,7 +507,16 @@ class _Tracer:
                             "configured" if self.section.cost_per_io_ns else
                             "measured" if self.program_cost is not None and self.engine == "compiled" else "bench",
                             MappingProxyType({k: (c, cg_window[k]) for k, c in cg_total.items()}),
-                            self.cg_hierarchy, MappingProxyType({**self.cg_map, **self.cg_bounds}))
+                            self.cg_hierarchy, MappingProxyType({**self.cg_map, **self.cg_bounds}),
+                            self.cg_printed_at)
+
+
+def printed_at(said, now_monotonic: float) -> float | None:
+    """The loader's word of when it read its map (CLOCK_MONOTONIC, shared by every process on the host), if it is
+    a time that could be: finite, not negative, not after now (a second's grace). Anything else is no word."""
+    if isinstance(said, bool) or not isinstance(said, (int, float)) or not math.isfinite(said):
+        return None
+    return float(said) if 0.0 <= said <= now_monotonic + 1.0 else None
 
 
 def start(section, roots: Roots, disk_reading=None):

@@ -41,6 +41,7 @@ class TraceReading:
     # the program's map (entries, capacity, evicted) and what the reader's bounds left out: cgroups folded into
     # "other" past max_cgroup_series, ids no walk named (unnamed), a walk cut at its bound (walk_cut)
     cgroup_map: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    cgroups_at: float | None = None                      # when the loader read the counts in `cgroups` (monotonic)
 
 
 def add_histograms(a: blocktrace.StageHistogram | None, b: blocktrace.StageHistogram | None) -> blocktrace.StageHistogram:

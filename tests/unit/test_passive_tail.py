@@ -292,3 +292,36 @@ def test_a_services_counts_are_judged_when_they_arrive_over_the_time_they_cover(
     # the tracer off: the counts start over, and every step judges (an open verdict clears in time)
     assert watch._services(reading(700.0, up=False), ident, 700.0, 15.0) == (None, 15.0)
     assert watch._services(None, ident, 715.0, 15.0) == (None, 15.0)
+
+
+def test_a_services_counts_cover_the_time_between_the_loaders_two_reads_of_its_map():
+    """The loader says when it read its map (monotonic): counts drained late, or two prints at once, still cover
+    exactly the time between its reads. The source reads every 15 s, the part steps every 15 s, each drifting
+    against the loader's print: the rate is the service's, 100 a second, to the percent."""
+    from iowarden.daemon.passive.part import NO_NEW_COUNTS
+    from iowarden.probes.blocktrace import CgroupCounts
+
+    watch = PassiveWatch.__new__(PassiveWatch)
+    watch._cgroups_before, watch._cgroups_at = {}, None
+    watch._cgroups_requests, watch._cgroups_seen_at = None, None
+    ident = {"vdb": "wwn-1"}
+    printed = [3.0 + 15.0 * i + (0.7 if i % 4 == 1 else 0.0) for i in range(60)]   # a late print now and then
+    rates, silent = [], 0
+    reads = [15.0 * k + 9.0 - 0.11 * k for k in range(70)]   # the source's reads drift one way
+    for j in range(1, 60):
+        step = 15.0 * j + 2.9 + 0.2 * j                      # the part's the other
+        read = max(x for x in reads if x <= step)
+        seen = [t for t in printed if t <= read]
+        if not seen:
+            continue
+        t = seen[-1]
+        n = int(100 * t)
+        r = _Reading(up=True, unix_time=1.7e9 + read, window_seconds=15.0, cgroups_at=t, cgroups=MappingProxyType({
+            ("vdb", "/db", "read"): (CgroupCounts(n, 4096 * n, 10 ** 6 * n, StageHistogram(((100, n),))), None)}))
+        counts, seconds = watch._services(r, ident, step, 15.0)
+        if counts is NO_NEW_COUNTS:
+            silent += 1
+        elif counts:
+            rates.append(counts["wwn-1"][("/db", "read")].requests / seconds)
+    assert silent >= 3, silent
+    assert rates and all(99 <= r <= 101 for r in rates), [round(r) for r in rates]

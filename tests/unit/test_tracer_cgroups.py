@@ -159,3 +159,14 @@ def test_the_reader_names_the_busiest_cgroups_up_to_its_bound_keeps_the_evicted_
         assert rows["/a.service"]["requests"] == 20
     finally:
         read.stop()
+
+
+def test_the_loader_says_when_it_read_its_map_and_only_a_time_that_could_be_is_taken():
+    """The span two prints' counts cover is the time between the loader's reads of its map (CLOCK_MONOTONIC,
+    the host's one), whenever the daemon drains them; the daemon takes it as input from another process."""
+    from iowarden.daemon.sources.tracer import printed_at
+    done = blockstage.cgroup_messages({}, capacity=513, evicted=0, monotonic_seconds=1234.56789)[-1]["data"]
+    assert done == {"entries": 0, "capacity": 513, "evicted": 0, "monotonic": 1234.568}
+    assert printed_at(done["monotonic"], now_monotonic=1240.0) == 1234.568
+    for said in (None, "1234", True, float("nan"), float("inf"), -1.0, 1250.0, [1.0]):
+        assert printed_at(said, now_monotonic=1240.0) is None, said
