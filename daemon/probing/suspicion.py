@@ -4,6 +4,11 @@ an answer out (the sets are computed once per snapshot)."""
 from __future__ import annotations
 
 SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): the next probe is the evidence
+# The passive view's latency over its normal at the load its device carries: a device this far off is busy because
+# it is slow, not slow because it is busy. A volume capped at 5 % of its load (a collapse) kept its device at 100 %
+# util with its own users' queue, and its probes waited 4 minutes as "device busy" before one ran: the collapse
+# was over before it was confirmed.
+SUSPECT_SLOWDOWN = 8.0
 
 
 BY_PROBE, BY_PASSIVE = "probe", "passive"
@@ -14,9 +19,10 @@ def suspected_fault(snapshot, target: str, profile: str) -> str | None:
     last probe far off the volume's normal (the next probe confirms it, soon), or its last probe refused for
     space (the next one, soon, says when there is room again: a refusal costs the device nothing, and the
     ProbeFailing it raised clears a minute after the space is freed, not an interval). BY_PASSIVE: a passive
-    verdict open on its volume or its device (at its limit, slower than its normal): a probe is not deferred
-    long for the busy device that verdict is about, but is not hurried either (a volume may sit at its
-    provisioned limit all week)."""
+    verdict open on its volume or its device (at its limit, slower than its normal), or its device serving its
+    load at SUSPECT_SLOWDOWN times its normal latency or more now: a probe is not deferred long for the busy
+    device that verdict is about, but is not hurried either (a volume may sit at its provisioned limit all
+    week)."""
     if snapshot is None:
         return None
     by_probe, by_passive = _suspected_sets(snapshot)
@@ -34,6 +40,8 @@ def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
                      or getattr(p.result, "space_used_ratio", None) is not None}
         passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
         places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
+        places |= {name for name, _, v in getattr(snapshot, "passive", ())
+                   if max((v.slowdown_ratio or {}).values(), default=0.0) >= SUSPECT_SLOWDOWN}
         by_passive = {(p.target, p.profile) for p in snapshot.probes
                       if p.volume in places or getattr(p.result, "device", None) in places}
         _SUSPECTED[:] = [snapshot, (frozenset(by_probe), frozenset(by_passive))]

@@ -87,6 +87,23 @@ def test_suspicion_is_an_open_alert_or_a_probe_far_off_its_normal():
     assert suspected_fault(elsewhere, "db", "rr") is None
 
 
+def test_a_device_far_slower_than_its_normal_at_its_load_is_busy_because_it_is_slow():
+    """A collapse keeps its device at 100 % util with its own users' queue: the passive view, at 8x its normal
+    latency for the load or more, makes its probes suspected (deferred a minute at most, then run contended,
+    as the evidence), where a device busy along its curve defers them as routine."""
+    from types import SimpleNamespace as NS
+
+    from iowarden.daemon.snapshot import ProbeView, Snapshot
+    from iowarden.daemon.probing.suspicion import suspected_fault
+    probe = ProbeView("db", "rr", "vol", NS(ok=True, device="loop13", space_used_ratio=None), None)
+    for ratio, said in ((40.0, "passive"), (8.0, "passive"), (3.0, None), (None, None)):
+        view = NS(slowdown_ratio={"read": ratio, "write": 1.0} if ratio else {})
+        snap = Snapshot(taken_at=0.0, version="t", probes=(probe,), passive=(("loop13", "fs-uuid:1", view),))
+        assert suspected_fault(snap, "db", "rr") == said, ratio
+        other = Snapshot(taken_at=0.0, version="t", probes=(probe,), passive=(("loop14", "fs-uuid:2", view),))
+        assert suspected_fault(other, "db", "rr") is None
+
+
 def test_a_probe_refused_for_space_is_retried_soon_and_a_failure_otherwise_is_not():
     """A full filesystem's refusal costs the device nothing: the next probe comes a minute later and finds the
     room again, so ProbeFailing clears a minute after the space is freed. Any other failure waits its interval
