@@ -338,6 +338,13 @@ class Core:
         full = space.causes(self.known.full, {device}, self.known.devices, self.clock())
         drift = knowledge.drift_on(self.known, {device}, self.wall(), knowledge.PASSIVE_DRIFT_SECONDS)
         out = full + limits + drift
+        ev = getattr(transition, "evidence", None) or {}
+        if transition.kind == "service" and ev.get("culprit_words"):
+            # the cause of a service's wait is the other work, said first: the tracer's line that follows ("the
+            # time goes to the device") says where the wait is spent, which a flood's queue in the device is
+            out.insert(0, f"other work on {device}: {ev['culprit_words']} is doing "
+                          f"{float(ev.get('culprit_share') or 0.0):.0%} of its requests or bytes, and "
+                          f"{ev.get('victim_words') or ev.get('victim')} waits behind it")
         if not limits and not full and not drift and transition.kind in ("self", "peers"):
             out.append(f"the device itself: {device}'s own service time moved (the kernel's await, below any "
                        "cgroup limit), and no cgroup I/O limit is set on it")

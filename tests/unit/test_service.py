@@ -256,3 +256,25 @@ def test_the_services_normals_go_through_the_state_database_to_the_next_start(tm
     (v,) = again.detector.services.views("kernel:sdz")
     assert v.cgroup == DB and v.learned_windows == 30
     st.close()
+
+
+def test_a_service_page_names_the_other_work_as_its_cause_before_where_the_wait_is_spent(tmp_path):
+    """The flood's queue is in the device, and the tracer's line says so ("the time goes to the device"): as the
+    page's first cause it read as if the device were at fault. The other work is the cause, said first."""
+    from types import SimpleNamespace
+
+    from iowarden.daemon.core.core import Core
+    from iowarden.daemon.core.effects import health_from
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    st = State(str(tmp_path / "s.db"))
+    core = Core(st, health_from(st, DetectorParams()), "test", clock=lambda: 100.0)
+    flood = SimpleNamespace(kind="service", evidence={"victim": "/db", "victim_words": "db.service",
+                                                      "culprit": "/batch", "culprit_words": "batch.service",
+                                                      "culprit_share": 0.93})
+    causes = core.passive_causes(flood, "sdb")
+    assert causes[0] == "other work on sdb: batch.service is doing 93% of its requests or bytes, and db.service " \
+                        "waits behind it", causes
+    assert not any(c.startswith("the device itself") for c in causes)
+    assert not any(c.startswith("other work") for c in core.passive_causes(SimpleNamespace(kind="self"), "sdb"))
+    st.close()
