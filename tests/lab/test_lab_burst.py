@@ -86,8 +86,10 @@ def _scenario(lab, g, disk: str) -> None:
     guest_now, host_now = lab.guest_clock(), time.monotonic()
     fall_at = host_now - (guest_now - falls[1])    # on this machine's monotonic clock
     truth = fall_at - raised_at
+    raised = lab.sql("SELECT evidence FROM alerts WHERE alert = 'BurstCreditsLow' ORDER BY id DESC LIMIT 1")
     print(f"quiet {drain_from - quiet_from:.0f} s; BurstCreditsLow {raised_at - drain_from:.0f} s into the drain "
-          f"saying {said_left:.0f} s left; the fall came {truth:.0f} s after it")
+          f"saying {said_left:.0f} s left; the fall came {truth:.0f} s after it; its evidence "
+          f"{raised[0][0] if raised else '-'}")
     assert truth >= 30, "said at least a scaled ten minutes (a twentieth: this bucket drains in 3 min, not 60) ahead"
     assert abs(said_left - truth) <= 0.25 * truth + 4, (said_left, truth)   # a 2 s window either side
     named = "SELECT causes FROM alerts WHERE alert = 'VolumeAtLimit' AND raised_at >= ?"

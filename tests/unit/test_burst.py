@@ -274,3 +274,32 @@ def test_a_busy_demand_that_wanders_at_a_lower_rate_is_no_fall():
         clock += WINDOW
         burst.step(t, p, "sdb", clock, WINDOW, 600 * rng.uniform(0.99, 1.01), True)
     assert t.candidate is not None and abs(t.candidate.baseline_iops - 600) < 10, t.candidate
+
+
+def test_a_drain_that_began_inside_a_window_is_said_at_the_rate_of_its_whole_windows():
+    """A load starts when it starts, not at a window's edge: the drain's first window is part quiet. Said at
+    the mean with it (the lab bucket: 133 IOPS of 150), the credits read 103 s where they lasted 84 s."""
+    p = burst.BurstParams()
+    vol = BucketVolume(burst_iops=200.0, baseline_iops=50.0, capacity_ios=18_000.0)
+    t, said, clock = burst.learning(), [], 1_700_000_000.0
+    seconds = 2.0
+
+    def window(demand, part=1.0):
+        nonlocal clock
+        delivered, busy = vol.window(demand * part, seconds)
+        clock += seconds
+        said.extend(burst.step(t, p, "vdj", clock, seconds, delivered, busy))
+        return delivered
+    for _ in range(100):                     # the first drain (150 IOPS: 100 above the baseline, 180 s)
+        window(150.0)
+    for _ in range(20):                      # its fall, held busy at the baseline
+        window(150.0)
+    for _ in range(90):                      # quiet: refilled by 50 x 180 = 9,000
+        window(0.0)
+    window(150.0, part=0.4)                  # the load began 0.8 s before this window's end
+    while not [s for s in said if s[0] == "raised"] and vol.balance > 0:
+        window(150.0)                        # recovered past the baseline: a bucket; warned two windows on
+    (raised,) = [s for s in said if s[0] == "raised"]
+    truth = vol.balance / (150.0 - 50.0)
+    assert abs(raised[2]["draw_iops"] - 150.0) <= 3.0, raised
+    assert abs(raised[2]["seconds_left"] - truth) <= 0.1 * truth + seconds, (raised[2]["seconds_left"], truth)
