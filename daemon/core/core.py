@@ -212,6 +212,7 @@ class Core:
         self.snapshot = Snapshot(
             taken_at=now, version=self.version, probes=tuple(k.latest.values()),
             skipped_total=k.skipped_total, baselines=tuple(self.health.baseline_views()),
+            short_on_busy=self.health.short_on_busy(),
             alerts=alerts, folds=frozen(fold_of), disk_reading=k.disk_reading,
             devices=frozen(k.devices), power=k.power, drift_total=frozen(k.drift_total),
             drift_last_at=frozen(k.drift_last_at), drift_last_change=frozen(k.drift_last_change),

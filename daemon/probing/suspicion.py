@@ -16,7 +16,9 @@ BY_PROBE, BY_PASSIVE = "probe", "passive"
 
 def suspected_fault(snapshot, target: str, profile: str) -> str | None:
     """Why a fault is suspected on this target's profile, or None. BY_PROBE: an open VolumeDegraded there, its
-    last probe far off the volume's normal (the next probe confirms it, soon), or its last probe refused for
+    last probe far off the volume's normal (the next probe confirms it, soon), its last probe run on a busy device
+    that delivered under a fifth of the probe's normal in total (verdicts/contended.py: the second in a row
+    pages, so it comes a minute later, within the collapse, not an interval later), or its last probe refused for
     space (the next one, soon, says when there is room again: a refusal costs the device nothing, and the
     ProbeFailing it raised clears a minute after the space is freed, not an interval). BY_PASSIVE: a passive
     verdict open on its volume or its device (at its limit, slower than its normal), or its device serving its
@@ -36,8 +38,9 @@ def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
     if _SUSPECTED[0] is not snapshot:
         far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
         by_probe = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
+        short = getattr(snapshot, "short_on_busy", frozenset())
         by_probe |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far
-                     or getattr(p.result, "space_used_ratio", None) is not None}
+                     or (p.volume, p.profile) in short or getattr(p.result, "space_used_ratio", None) is not None}
         passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
         places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
         places |= {name for name, _, v in getattr(snapshot, "passive", ())

@@ -88,6 +88,9 @@ class Health:
         self.failures: dict[tuple[str, str], int] = {}
         self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
         self.contended_strikes: dict[tuple[str, str], int] = {}    # contended probes in a row short in total
+        # (identity, profile) whose last probe ran on a busy device short in total: the next one, soon, says
+        # whether it is the volume (a collapse of five minutes outlasts an interval between two such probes)
+        self.last_short: set[tuple[str, str]] = set()
         self.deep_short: dict[str, bool] = {}   # volume -> was its last deep (saturating) contended probe short
         self.quiet_good: dict[tuple, int] = {}  # alert raised on a busy device's totals -> quiet probes at baseline since
         # target name -> the volume identity it was first probed on: a directory whose
@@ -132,6 +135,10 @@ class Health:
             views.append(BaselineView(volume, profile, metric, math.exp(base[0]) if base else None,
                                       base[1] if base else None, score, len(det.values), base is None))
         return views
+
+    def short_on_busy(self) -> frozenset:
+        """(identity, profile) whose last probe ran on a busy device and came short in total (for a snapshot)."""
+        return frozenset(self.last_short)
 
     def baseline_since(self, identity: str, profile: str) -> float:
         times = [t for (i, p, _), t in self.learned_at.items() if i == identity and p == profile]
@@ -223,6 +230,7 @@ class Health:
             # what the device delivered in total in those seconds is judged instead
             self._judge_contended(identity, profile, target, context or {}, causes_fn, place)
             return
+        self.last_short.discard((identity, profile))
         host, own = (context or {}).get("host_slowdown", 0), (context or {}).get("own_slowdown")
         if host >= HOST_SHARED_SLOWDOWN and (own is None or own < HOST_SHARED_SLOWDOWN * host) and \
                 ("VolumeDegraded", identity, profile) not in self.open:
@@ -302,6 +310,7 @@ class Health:
         v = contended.judge(totals, self.contended_strikes.get(key, 0), akey in self.open,
                             self.deep_short.get(identity))
         self.contended_strikes[key] = self.contended_strikes.get(key, 0) + 1 if v.short else 0
+        (self.last_short.add if v.short else self.last_short.discard)(key)
         if v.short:
             self.quiet_good.pop(akey, None)   # the quiet probes before it were the cache's, not the volume's
         if v.saturating:

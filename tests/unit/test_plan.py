@@ -104,6 +104,21 @@ def test_a_device_far_slower_than_its_normal_at_its_load_is_busy_because_it_is_s
         assert suspected_fault(other, "db", "rr") is None
 
 
+def test_a_probe_short_in_total_on_a_busy_device_is_confirmed_soon():
+    """A collapse keeps its device busy, so its probes run contended and are judged by the device's total; one
+    short is not a page, two in a row are. The second comes a minute after the first (the scheduler confirms a
+    suspected probe soon), not an interval later, when a five-minute collapse is over."""
+    from types import SimpleNamespace as NS
+
+    from iowarden.daemon.snapshot import ProbeView, Snapshot
+    from iowarden.daemon.probing.suspicion import suspected_fault
+    fine = NS(ok=True, space_used_ratio=None, device="loop13")
+    probes = (ProbeView("db", "qd32", "vol", fine, None), ProbeView("db", "qd1", "vol", fine, None))
+    short = Snapshot(taken_at=0.0, version="t", probes=probes, short_on_busy=frozenset({("vol", "qd32")}))
+    assert suspected_fault(short, "db", "qd32") == "probe" and suspected_fault(short, "db", "qd1") is None
+    assert suspected_fault(Snapshot(taken_at=0.0, version="t", probes=probes), "db", "qd32") is None
+
+
 def test_a_probe_refused_for_space_is_retried_soon_and_a_failure_otherwise_is_not():
     """A full filesystem's refusal costs the device nothing: the next probe comes a minute later and finds the
     room again, so ProbeFailing clears a minute after the space is freed. Any other failure waits its interval

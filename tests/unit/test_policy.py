@@ -452,7 +452,10 @@ def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(
         assert h.on_result(_contended(i, 300.0), "vol", causes, busy) == []
     # held at a ceiling: 150 in all, twice in a row
     capped = {"delivered_iops": 150.0, "delivered_bytes_per_second": 150.0 * 4096}
+    assert h.short_on_busy() == frozenset()
     assert h.on_result(_contended(12, 100.0), "vol", causes, capped) == []
+    # one short: not a page, but the next probe of the profile is the evidence, soon (probing/suspicion.py)
+    assert h.short_on_busy() == {("vol", "rr")}
     assert h.on_result(_contended(13, 100.0), "vol", causes, capped) == ["VolumeDegraded raised"]
     (alert,) = st.alerts(open_only=True)
     # VolumeDegraded's one severity (daemon/alert_kinds.py), however far the figures moved
@@ -460,6 +463,10 @@ def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(
     # the baseline learned nothing from the contended probes
     assert h.detectors[("vol", "rr", "read_iops")].baseline()[0] > 6.8   # log(1000) = 6.9
     assert h.on_result(_contended(14, 300.0), "vol", causes, busy) == ["VolumeDegraded cleared"]
+    assert h.short_on_busy() == frozenset()   # a busy probe that delivered its normal in total ends it
+    assert h.on_result(_contended(14, 100.0), "vol", causes, capped) == [] and h.short_on_busy()
+    h.on_result(_result(14, 1000.0), "vol", causes)
+    assert h.short_on_busy() == frozenset()   # and so does a quiet probe
     # without the sampler's figures a contended probe is not judged at all
     assert h.on_result(_contended(15, 10.0), "vol", causes, {}) == []
     st.close()
