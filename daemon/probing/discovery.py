@@ -7,7 +7,10 @@ that matches a rule becomes a target, and one that goes away stops being one.
 
 A discovered target remembers the filesystem (st_dev) it was found on. If that
 filesystem is unmounted between a match and a probe, the probe refuses rather
-than write into the directory underneath (the root filesystem, usually).
+than write into the directory underneath (the root filesystem, usually). The
+st_dev itself is taken only when the mount table read after the stat still has
+the mount: a volume unmounted between the table's read and the stat answers with
+the directory underneath, which must never become what a probe expects.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import fnmatch
 import os
 from dataclasses import dataclass
 
-from iowarden.probes import pathstat
+from iowarden.probes import mountinfo, pathstat
 from iowarden.probes.common import Roots, is_utf8, lines_of
 from iowarden.probes.xfs import parse_mounts, read_mounts_text
 
@@ -118,17 +121,36 @@ def discover(cfg: Config, roots: Roots = Roots(), before: tuple[Target, ...] = (
     candidates = [m for _d, m, fstype, ro in mounts
                   if not ro and m not in taken and rule_for(cfg.discover, m, fstype) is not None]
     answers = (watch or pathstat.WATCH).check(candidates)
+    devnos_after = mountinfo.read_devnos(roots)   # after the stats: what each answer must still be
     known = {t.path: t.found_on_dev for t in before}
 
     def dev_of(mountpoint: str) -> int | None:
         answer = answers.get(mountpoint)
         if answer is not None and answer.hung:
             return known.get(mountpoint)
-        return answer.st_dev if answer is not None and answer.ok else None
+        if answer is None or not answer.ok or answer.st_dev is None:
+            return None
+        return answer.st_dev if still_the_mount(mountpoint, answer.st_dev, devnos_after) else None
 
     found = tuple(match(cfg.discover, mounts, cfg.targets, dev_of, limit))
     over = over_limit(cfg.discover, mounts, cfg.targets, len(found)) if len(found) >= limit else 0
     return Discovered(found, read_only_matches(cfg.discover, mounts), unnameable, over)
+
+
+def still_the_mount(mountpoint: str, st_dev: int, devnos: list[tuple[str, str]]) -> bool:
+    """Whether a stat's st_dev of `mountpoint` is the filesystem mounted there, by a mount table (mountinfo's
+    (mount point, "MAJ:MIN") pairs) read after the stat: the mount is still listed, and the device is its own
+    or at least not that of the filesystem beneath it. btrfs gives a subvolume a device number of its own, so a
+    mount of one is not listed under the device its files show; the filesystem beneath is what an unmount
+    between the mount table's read and the stat would have shown."""
+    own = [dn for mnt, dn in devnos if mnt == mountpoint]
+    if not own:
+        return False       # unmounted since the table was read
+    devno = f"{os.major(st_dev)}:{os.minor(st_dev)}"
+    if own[-1] == devno:
+        return True
+    beneath = mountinfo.devno_of(mountpoint, [(mnt, dn) for mnt, dn in devnos if mnt != mountpoint])
+    return beneath is not None and beneath != devno
 
 
 def targets_now(cfg: Config, roots: Roots = Roots()) -> tuple[Target, ...]:

@@ -1,4 +1,6 @@
 """[[discover]] rules: which mounts become targets, read from a /proc/self/mounts tree, and config errors."""
+import os
+
 import pytest
 
 from iowarden.daemon import config
@@ -129,3 +131,56 @@ def test_discovered_targets_are_capped_and_the_rest_counted():
     found = match(rules, mounts, (), lambda m: 42, limit=1000)
     assert len(found) == 1000 and found[0].path == "/srv/v0"
     assert over_limit(rules, mounts, (), len(found)) == 9000
+
+
+class _Watch:
+    """pathstat's interface with the answers a stat child would give (st_dev per path)."""
+
+    def __init__(self, devs):
+        self.devs = devs
+
+    def check(self, paths, timeout_seconds=5.0):
+        from iowarden.probes.pathstat import PathAnswer
+        return {p: PathAnswer(p, 0.0, self.devs[p], 0o040755) for p in paths if p in self.devs}
+
+
+def _discover_cfg():
+    return config.parse(PROFILES + """
+[[discover]]
+name = "db"
+mountpoints = ["/srv/db"]
+fstypes = ["xfs"]
+profiles = ["rr"]
+""")
+
+
+def _mountinfo(proc, lines):
+    (proc.proc / "self" / "mountinfo").write_text("".join(f"{i} 1 {dn} / {mnt} rw,relatime shared:1 - x y rw\n"
+                                                          for i, (mnt, dn) in enumerate(lines, 20)))
+
+
+def test_a_volume_unmounted_between_the_table_and_the_stat_is_not_taken_with_the_directory_beneath(proc):
+    """The mount table still listed /srv/db when read; the stat, a moment later, answered for the root filesystem's
+    directory underneath. Taking that st_dev made the probe's filesystem check pass on the root filesystem and
+    the probe wrote <mountpoint>/.iowarden there."""
+    from iowarden.daemon.probing.discovery import discover
+    root, vol = os.makedev(254, 1), os.makedev(259, 3)
+    cfg = _discover_cfg()
+    _mountinfo(proc, [("/", "254:1")])                         # read after the stat: unmounted by then
+    assert discover(cfg, proc, watch=_Watch({"/srv/db": root})).targets == ()
+    _mountinfo(proc, [("/", "254:1"), ("/srv/db", "259:3")])   # still mounted: the volume's own device
+    found = discover(cfg, proc, watch=_Watch({"/srv/db": vol})).targets
+    assert [(t.name, t.found_on_dev) for t in found] == [("db:/srv/db", vol)]
+    # remounted in between: listed again, but the stat saw the directory beneath
+    assert discover(cfg, proc, watch=_Watch({"/srv/db": root})).targets == ()
+
+
+def test_a_mount_whose_files_show_a_device_of_their_own_is_still_taken():
+    """btrfs gives each subvolume an anonymous device: a mount of one is listed in mountinfo under another number
+    than the one its files show, yet it is plainly not the filesystem beneath."""
+    from iowarden.daemon.probing.discovery import still_the_mount
+    devnos = [("/", "254:1"), ("/srv", "0:31"), ("/srv/db", "0:31")]
+    assert still_the_mount("/srv/db", os.makedev(0, 31), devnos)
+    assert still_the_mount("/srv/db", os.makedev(0, 44), devnos)      # the subvolume's own
+    assert not still_the_mount("/srv/db", os.makedev(0, 31), devnos[:2])   # gone from the table
+    assert not still_the_mount("/srv/db", os.makedev(254, 1), [("/", "254:1"), ("/srv/db", "0:44")])
