@@ -282,10 +282,12 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port, 
             """An alert about the faulted volume (its mount or either layer of its stack); every alert for a
             fault of the whole host."""
             return fault.volume is None or a["labels"].get("target") == target or a["labels"].get("device") in devices
+        def firing() -> list:
+            return [a for p in hook.payloads[seen_before:] for a in p["alerts"] if p["status"] == "firing" and of_fault(a)]
         first = None
         while time.monotonic() - began < fault.seconds:
             time.sleep(5)
-            mine = [a for p in hook.payloads[seen_before:] for a in p["alerts"] if p["status"] == "firing" and of_fault(a)]
+            mine = firing()
             if mine and first is None:
                 first = (time.monotonic() - began, mine[0])
     ended = time.monotonic()
@@ -307,7 +309,7 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port, 
         time.sleep(5)
         last = {key(a): a["status"] for p in hook.payloads[seen_before:] for a in p["alerts"] if of_fault(a)}
         if first is None:
-            mine = [a for p in hook.payloads[seen_before:] for a in p["alerts"] if p["status"] == "firing" and of_fault(a)]
+            mine = firing()
             if mine:
                 first = (time.monotonic() - began, mine[0])
             elif time.monotonic() - ended < IN_FLIGHT_SECONDS:
