@@ -34,7 +34,6 @@ class Candidate:
     suspected: bool = False             # an alert is open on it, or its last probe was far off its normal
     volume_unprobed_seconds: float | None = None   # since a probe of any profile of its target last started (None:
                                                    # its only profile, which waits max_deferral_seconds as set)
-    busy_is_evidence: bool = False      # its last probe, on the busy device, came short in total: it confirms now
 
 
 @dataclass(frozen=True)
@@ -118,10 +117,6 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
                 # it runs now, contended (a volume busy with backups by night went 1.5 intervals unmeasured)
                 if c.volume_unprobed_seconds + c.needed_seconds + DEFER_RETRY_SECONDS >= c.interval_seconds:
                     limit = 0.0
-            if c.busy_is_evidence and busy:
-                # the device is busy with the queue a collapsed volume holds up: it will not be quiet while the
-                # fault lasts, and the confirmation is judged by what the device delivered in total
-                limit = 0.0
             if not busy:
                 # the stall is the host's, its own disk is quiet: a short stall is waited out, a long one (the
                 # other disks busy all afternoon) would leave this volume unwatched for max_deferral_seconds

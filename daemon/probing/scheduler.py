@@ -34,7 +34,7 @@ from iowarden.daemon.probing.budget import Budget
 from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan, spread_next
 from iowarden.daemon.probing.published import Published
 from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
-from iowarden.daemon.probing.suspicion import BY_PROBE, BY_SHORT
+from iowarden.daemon.probing.suspicion import BY_PROBE
 from iowarden.daemon.registry import fault_switch
 
 log = logging.getLogger("iowarden")
@@ -183,7 +183,7 @@ class Scheduler:
         soon = self.cfg.section("scheduling").warmup_interval_seconds
         for d in self.due:
             if d.started_at is not None and d.next_at > d.started_at + soon and d.next_at > now \
-                    and self.suspected(d.target.name, d.profile) in (BY_PROBE, BY_SHORT):
+                    and self.suspected(d.target.name, d.profile) == BY_PROBE:
                 d.next_at = max(now, d.started_at + soon)
 
     def warming_up(self, target: str, profile: str) -> bool:
@@ -253,14 +253,13 @@ class Scheduler:
             warming = self.warming_up(d.target.name, d.profile)
             interval = fitted[(d.target.name, d.profile)] = self._interval(d, max((stretch.get(x, 1.0) for x in disks),
                                                                                    default=1.0))
-            why = self.suspected(d.target.name, d.profile)
             candidates.append(Candidate(d.target.name, d.profile, d.next_at, disks, self.still_mounted(d.target),
-                                        needed, interval, d.deferred_since, d.waiting, warming, bool(why),
+                                        needed, interval, d.deferred_since, d.waiting, warming,
+                                        bool(self.suspected(d.target.name, d.profile)),
                                         # a volume of one profile has no other to measure it while that one
                                         # waits: its deferral is max_deferral_seconds, as configured
                                         now - last_start[d.target.name]
-                                        if d.target.name in last_start and len(d.target.profiles) > 1 else None,
-                                        busy_is_evidence=why == BY_SHORT))
+                                        if d.target.name in last_start and len(d.target.profiles) > 1 else None))
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))

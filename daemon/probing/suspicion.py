@@ -11,16 +11,14 @@ SUSPECT_DEVIATION = 10.0   # spreads off its normal (the detector's extreme_z): 
 SUSPECT_SLOWDOWN = 8.0
 
 
-BY_PROBE, BY_SHORT, BY_PASSIVE = "probe", "short", "passive"
+BY_PROBE, BY_PASSIVE = "probe", "passive"
 
 
 def suspected_fault(snapshot, target: str, profile: str) -> str | None:
-    """Why a fault is suspected on this target's profile, or None. BY_SHORT: its last probe ran on a busy device
+    """Why a fault is suspected on this target's profile, or None. BY_PROBE: an open VolumeDegraded there, its
+    last probe far off the volume's normal (the next probe confirms it, soon), its last probe run on a busy device
     that delivered under a fifth of the probe's normal in total (verdicts/contended.py: the second in a row
-    pages, so it comes a minute later, within the collapse, not an interval later; and it does not wait for the
-    device to be quiet: the device is busy with the queue the fault holds up, so that wait only delayed the page
-    by up to a minute more). BY_PROBE, confirmed as soon: an open VolumeDegraded there, its last probe far off
-    the volume's normal (the next probe confirms it, soon), or its last probe refused for
+    pages, so it comes a minute later, within the collapse, not an interval later), or its last probe refused for
     space (the next one, soon, says when there is room again: a refusal costs the device nothing, and the
     ProbeFailing it raised clears a minute after the space is freed, not an interval). BY_PASSIVE: a passive
     verdict open on its volume or its device (at its limit, slower than its normal), or its device serving its
@@ -29,28 +27,25 @@ def suspected_fault(snapshot, target: str, profile: str) -> str | None:
     week)."""
     if snapshot is None:
         return None
-    by_short, by_probe, by_passive = _suspected_sets(snapshot)
-    key = (target, profile)
-    return BY_SHORT if key in by_short else BY_PROBE if key in by_probe else BY_PASSIVE if key in by_passive \
-        else None
+    by_probe, by_passive = _suspected_sets(snapshot)
+    return BY_PROBE if (target, profile) in by_probe else BY_PASSIVE if (target, profile) in by_passive else None
 
 
-_SUSPECTED: list = [None, (frozenset(), frozenset(), frozenset())]   # (the snapshot they were computed for, the sets)
+_SUSPECTED: list = [None, (frozenset(), frozenset())]   # (the snapshot they were computed for, the sets)
 
 
-def _suspected_sets(snapshot) -> tuple[frozenset, frozenset, frozenset]:
+def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
     if _SUSPECTED[0] is not snapshot:
         far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
         by_probe = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
         short = getattr(snapshot, "short_on_busy", frozenset())
-        by_short = {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in short}
         by_probe |= {(p.target, p.profile) for p in snapshot.probes if (p.volume, p.profile) in far
-                     or getattr(p.result, "space_used_ratio", None) is not None}
+                     or (p.volume, p.profile) in short or getattr(p.result, "space_used_ratio", None) is not None}
         passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
         places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
         places |= {name for name, _, v in getattr(snapshot, "passive", ())
                    if max((v.slowdown_ratio or {}).values(), default=0.0) >= SUSPECT_SLOWDOWN}
         by_passive = {(p.target, p.profile) for p in snapshot.probes
                       if p.volume in places or getattr(p.result, "device", None) in places}
-        _SUSPECTED[:] = [snapshot, (frozenset(by_short), frozenset(by_probe), frozenset(by_passive))]
+        _SUSPECTED[:] = [snapshot, (frozenset(by_probe), frozenset(by_passive))]
     return _SUSPECTED[1]

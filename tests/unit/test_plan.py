@@ -115,25 +115,8 @@ def test_a_probe_short_in_total_on_a_busy_device_is_confirmed_soon():
     fine = NS(ok=True, space_used_ratio=None, device="loop13")
     probes = (ProbeView("db", "qd32", "vol", fine, None), ProbeView("db", "qd1", "vol", fine, None))
     short = Snapshot(taken_at=0.0, version="t", probes=probes, short_on_busy=frozenset({("vol", "qd32")}))
-    assert suspected_fault(short, "db", "qd32") == "short" and suspected_fault(short, "db", "qd1") is None
+    assert suspected_fault(short, "db", "qd32") == "probe" and suspected_fault(short, "db", "qd1") is None
     assert suspected_fault(Snapshot(taken_at=0.0, version="t", probes=probes), "db", "qd32") is None
-
-
-def test_the_confirmation_of_a_short_busy_probe_does_not_wait_for_the_device_to_go_quiet():
-    """A collapsed volume keeps its device busy with its own users' queue for as long as the collapse lasts: the
-    second probe that pages waited up to a minute more for a quiet device it would not get. It runs when due,
-    contended, and any other suspicion still waits for a busy disk as before."""
-    busy = Load({"sdb": 97.0}, None, 1e9)
-    minute = Rules(RULES.defer_util_percent, RULES.max_deferral_seconds, RULES.jitter_ratio, 60.0)
-    now = run(0.0, [c("db", suspected=True, busy_is_evidence=True)], load=busy, rules=minute)[("db", "rr")]
-    assert (now.action, now.contended, now.util_percent) == ("run", True, 97.0)
-    assert run(0.0, [c("db", suspected=True)], load=busy, rules=minute)[("db", "rr")].reason == "busy"
-    # on a quiet device it is a measurement like any other
-    quiet = run(0.0, [c("db", suspected=True, busy_is_evidence=True)], rules=minute)[("db", "rr")]
-    assert (quiet.action, quiet.contended) == ("run", False)
-    # another probe on that disk still goes first: the disk is held
-    held = run(0.0, [c("db", suspected=True, busy_is_evidence=True)], busy={"sdb"}, load=busy, rules=minute)
-    assert held[("db", "rr")].reason == "waiting_for_disk"
 
 
 def test_a_probe_refused_for_space_is_retried_soon_and_a_failure_otherwise_is_not():

@@ -114,25 +114,6 @@ def test_a_probe_far_off_its_normal_is_confirmed_a_minute_later_not_an_interval(
     assert [t for t in times if t > off_at + 61] == [], times
 
 
-def test_a_short_busy_probe_is_confirmed_a_minute_later_on_the_device_still_busy():
-    """The scheduler's wiring of the short-on-busy suspicion: the confirmation is planned a minute on and runs
-    then, though the device is still 95 % busy, where another suspicion on that device waits its minute more."""
-    for why, wait in (("short", (59, 62)), ("probe", (89, 125))):
-        clock = Clock()
-        sampler = Sampler()
-        suspicion = {"on": False}
-        s = Learning(_cfg(_target("db", interval=1800.0), extra="warmup_interval_seconds = 60.0\n" + WARMUP),
-                     Roots(), sampler, lambda e: None, clock=clock, history=_history(),
-                     suspected=lambda target, profile: why if suspicion["on"] else None)
-        while not s.ran:
-            s.tick()
-        s.tick()
-        s.tick()
-        sampler.util, suspicion["on"] = 95.0, True
-        times = _run(s, 200)
-        assert len(times) >= 2 and wait[0] <= times[1] - times[0] <= wait[1], (why, times)
-
-
 def test_the_warm_up_counts_every_probe_and_the_routine_budget_only_its_own():
     from iowarden.daemon.probing.budget import Budget
     clock = Clock()
