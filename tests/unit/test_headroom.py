@@ -69,8 +69,8 @@ def test_too_few_loads_is_no_figure():
 
 def test_the_peak_is_the_last_half_hour_to_hour():
     """Blocks of four windows here (half an hour in the daemon): the peak is the block just ended and the one
-    under way, so it covers between one and two blocks."""
-    p = PeakLoad(block_windows=4)
+    under way, so it covers between one and two blocks (each window's load its own peak here)."""
+    p = PeakLoad(block_windows=4, held_windows=1)
     assert p.peak() is None
     for load in (5, 9, 1, 2):        # a whole block: its max kept
         p.add(load)
@@ -81,6 +81,22 @@ def test_the_peak_is_the_last_half_hour_to_hour():
     for load in (3, 2):              # that block ended: the 9 is more than a block ago
         p.add(load)
     assert p.peak() == 4
+
+
+def test_the_peak_is_a_load_held_for_three_windows_not_one_windows_burst():
+    """A writer at 1,000 IOPS that stalls for a window and catches up in the next: the catch-up's 1,400 is
+    not the peak; a load held at 1,400 for three windows is."""
+    p = PeakLoad(block_windows=100)
+    for load in (1000, 1000):
+        p.add(load)
+    assert p.peak() is None                      # not yet three windows: no peak to read a headroom against
+    for load in (1000, 1000, 600, 1400, 1000, 1000, 1000):
+        p.add(load)
+    assert p.peak() == 1000
+    assert headroom_ratio(Knee(2000.0, "iops", 0.5, 2400.0), p.peak()) == pytest.approx(2.0)
+    for load in (1400, 1450, 1400):
+        p.add(load)
+    assert p.peak() == 1400
 
 
 def test_the_detector_says_the_knee_and_the_headroom_of_what_it_learned():
