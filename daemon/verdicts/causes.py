@@ -140,16 +140,10 @@ def likely_causes(ev: Evidence) -> list[str]:
     layer = layer_of(ev)
     if ev.contended or (ev.foreign_util_percent or 0) > 50 or layer == "contention":
         # first: a probe run on a device busy with others' work says so, and who, before what else held it
-        # ... except a limit held on a device below this one: every request of this device waits in it, so the
-        # busy device the probe met is the limit's queue (a throttle under a database volume, paged as
-        # "contention" with the limit said after it, sent on call looking for a neighbour first)
-        layer_causes = _layer_causes(ev, layer)
-        below = [c for c in layer_causes if c.startswith(LIMIT_BELOW)]
-        causes.extend(below)
         util = f" ({ev.foreign_util_percent:.0f}% util from other I/O)" if ev.foreign_util_percent else ""
         causes.append(f"contention: the device was busy with other work during the probe{util}"
                       + (f"; {ev.who}" if ev.who else f"; {ev.who_unseen}" if ev.who_unseen else ""))
-        causes.extend(c for c in layer_causes if c not in below)
+        causes.extend(_layer_causes(ev, layer))
     else:
         causes.extend(_layer_causes(ev, layer))
         if ev.who and layer != "above":

@@ -179,22 +179,6 @@ def test_a_contended_probe_says_who_first_and_a_devices_limits_are_one_sentence(
     assert any("2,000 read IOPS and 2,000 write IOPS" in c for c in causes[1:])
 
 
-
-def test_a_contended_probe_over_a_limit_below_its_device_says_the_limit_first():
-    """A volume whose image lives on a throttled device: its queue is the throttle's, so the limit below leads
-    and the contention (with who) follows; a limit on the device itself still follows the contention."""
-    below = ("below loop8: a cgroup I/O limit holds loop7 (7:7) at 200 read IOPS (blkio.throttle.read_iops_device "
-             "of the root cgroup: every process not in a cgroup of its own)")
-    own = "a cgroup I/O limit holds loop8 (7:8) at 5,000 read IOPS (blkio.throttle.read_iops_device of /db)"
-    ev = _evidence(device="loop8", window=ProbeWindow("loop8", 0.050, 40.0, 99.0), cgroup_limits=[own, below],
-                   contended=True, foreign_util_percent=95.0,
-                   who="I/O on loop8 in the last 1 s by cgroup: /db 190 IOPS 0.7 MiB/s (95%)")
-    causes = likely_causes(ev)
-    assert causes[0] == below, causes
-    assert causes[1].startswith("contention: the device was busy") and "/db 190 IOPS" in causes[1], causes
-    assert causes.index(own) > 1 and causes.count(below) == 1, causes
-
-
 def _stacked_v1(rates, names):
     """loop8's image lives on loop7's file system (the lab's and test_passive's stacked volume), on cgroup v1."""
     from types import MappingProxyType, SimpleNamespace
