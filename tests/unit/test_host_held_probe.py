@@ -107,3 +107,40 @@ def test_a_volume_twice_as_slow_as_its_slowed_host_is_still_its_own(tmp_path):
         events += h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"],
                               {"host_slowdown": 3.0, "own_slowdown": 10.0})
     assert events == ["VolumeDegraded raised"], events
+
+
+def _busy(i, rng, delivered_iops, **passive):
+    """A probe of 32 in flight run contended on a busy disk, and what the disk delivered in total meanwhile."""
+    probe = {**_probe(i, 0.3, rng), "contended": True}
+    return probe, {"probe_queue_depth": 32, "delivered_iops": delivered_iops,
+                   "delivered_bytes_per_second": delivered_iops * 4096, **passive}
+
+
+def test_contended_probes_short_on_a_slowed_host_neither_page_nor_count_towards_a_page(tmp_path):
+    """A busy disk delivering a tenth of the probe's normal in total, twice: a page where the device is slower
+    than its neighbours, nothing where its neighbours are as slow (the host is the layer); and the short
+    probes on the slowed host leave no strike behind for the next one to complete."""
+    h, rng, clock = _health(tmp_path)
+    slowed = {"host_slowdown": 2.7, "own_slowdown": 2.8, "passive_slowdown": 2.8}
+    for _ in range(6):
+        probe, ctx = _busy(next(clock), rng, 100.0, **slowed)
+        assert h.on_result(probe, "vol", lambda since: ["a cause"], ctx) == []
+    assert h.open == {} and h.short_on_busy() == frozenset()
+    own = {"host_slowdown": 2.7, "own_slowdown": 60.0, "passive_slowdown": 60.0}
+    probe, ctx = _busy(next(clock), rng, 100.0, **own)
+    assert h.on_result(probe, "vol", lambda since: ["a cause"], ctx) == []   # one short: suspected, not paged
+    probe, ctx = _busy(next(clock), rng, 100.0, **own)
+    assert h.on_result(probe, "vol", lambda since: ["a cause"], ctx) == ["VolumeDegraded raised"]
+
+
+def test_a_contended_alert_still_clears_on_a_slowed_host(tmp_path):
+    h, rng, clock = _health(tmp_path)
+    calm = {"host_slowdown": 1.0, "own_slowdown": 40.0, "passive_slowdown": 40.0}
+    events = []
+    for _ in range(2):
+        probe, ctx = _busy(next(clock), rng, 100.0, **calm)
+        events += h.on_result(probe, "vol", lambda since: ["a cause"], ctx)
+    assert events == ["VolumeDegraded raised"], events
+    # the fault ends while the whole host slows: the busy device delivering its normal in total still clears it
+    probe, ctx = _busy(next(clock), rng, 1000.0, host_slowdown=3.0, own_slowdown=3.0, passive_slowdown=3.0)
+    assert h.on_result(probe, "vol", lambda since: ["a cause"], ctx) == ["VolumeDegraded cleared"]
