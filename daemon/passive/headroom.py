@@ -16,8 +16,8 @@ said) where:
 The headroom is the knee over the peak load of the last half hour to hour, held for three windows (1.8: the
 peak could grow 1.8x before the knee). How it can be wrong: a curve learned at one request size read at
 another (a device's load mix changes over the day: the knee of 4 KiB reads is not that of 1 MiB writes, and
-both fill one curve by IOPS); a cache that serves the light loads and not the heavy ones makes the knee look earlier than the
-device's own.
+both fill one curve by IOPS); a cache that serves the light loads and not the heavy ones makes the knee look
+earlier than the device's own.
 """
 from __future__ import annotations
 

@@ -313,7 +313,7 @@ class Health:
         if context.get("delivered_iops") is None or context.get("delivered_bytes_per_second") is None \
                 or not normal["iops"]:
             return
-        key, akey = (identity, profile), ("VolumeDegraded", identity, profile)
+        key = (identity, profile)
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), context.get("passive_slowdown"),
                                   context.get("delivered_on"))
