@@ -53,6 +53,7 @@ class DisksSampled:
     sampled: frozenset | None = None     # the devices the sampler watches (its filter, which drift follows too)
     # kernel name -> mean %util over the last RECENT_UTIL_SECONDS samples (what the scheduler defers on)
     recent_util_percent: MappingProxyType | None = None
+    cpu_pressure: object | None = None   # /proc/pressure/cpu (probes/pressure.py)
 
 
 @dataclass(frozen=True)

@@ -132,3 +132,8 @@ class Snapshot:
     def io_pressure(self):
         """The host's I/O pressure (PSI) as the sampler last read it; None where the kernel has none."""
         return self.disk_reading.io_pressure if self.disk_reading is not None else None
+
+    @property
+    def cpu_pressure(self):
+        """The host's CPU pressure (PSI) as the sampler last read it: a starved CPU stretches a probe's latency."""
+        return self.disk_reading.cpu_pressure if self.disk_reading is not None else None

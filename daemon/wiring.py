@@ -23,7 +23,7 @@ class PartWiring:
 
 # one row per kind of part: each registered source (sources/registry.py SOURCES) is a "source:NAME" part
 PARTS: tuple[PartWiring, ...] = (
-    PartWiring("sampler", ("sources.sampler",), "/proc/diskstats, /proc/pressure/io", (), ("DisksSampled",)),
+    PartWiring("sampler", ("sources.sampler",), "/proc/diskstats, /proc/pressure/io, /proc/pressure/cpu", (), ("DisksSampled",)),
     PartWiring("settings", ("sources.settings",), "/sys/block, cpufreq, cpuidle, PM QoS, tuned-adm", (),
                ("SettingsRead",)),
     PartWiring("uevents", ("sources.inventory", "runtime"), "udev's netlink events, then /sys/block", (),

@@ -1,9 +1,11 @@
-"""Pressure stall information for I/O (/proc/pressure/io, Documentation/accounting/psi.rst).
+"""Pressure stall information for I/O and CPU (/proc/pressure/io and /proc/pressure/cpu,
+Documentation/accounting/psi.rst).
 
   some avg10=0.00 avg60=0.00 avg300=0.00 total=0
   full avg10=0.00 avg60=0.00 avg300=0.00 total=0
-"some" is the share of time at least one task waited on I/O, "full" the share
-all non-idle tasks did. Kernels before 4.20, or with psi=0, have no file: None.
+"some" is the share of time at least one task waited on I/O (or for a CPU), "full" the share
+all non-idle tasks did (cpu's "full" is 0 or absent outside cgroups). Kernels before 4.20, or with
+psi=0, have no file: None.
 """
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ def parse(text: str) -> IoPressure:
     return IoPressure(lines["some"]["avg10"], lines["some"]["avg60"], full.get("avg10"), full.get("avg60"))
 
 
-def read(roots: Roots = Roots()) -> IoPressure | None:
-    text = read_text(roots.proc / "pressure" / "io")
+def read(roots: Roots = Roots(), resource: str = "io") -> IoPressure | None:
+    """resource: "io" or "cpu" (the same format)."""
+    if resource not in ("io", "cpu"):
+        raise ValueError(f"no pressure file for {resource!r}")
+    text = read_text(roots.proc / "pressure" / resource)
     return parse(text) if text else None

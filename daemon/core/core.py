@@ -257,14 +257,14 @@ class Core:
 
     def _on_sample(self, e: DisksSampled) -> None:
         k = self.known
-        k.sample, k.rates, k.io_pressure = e.sample, e.rates, e.io_pressure
+        k.sample, k.rates, k.io_pressure, k.cpu_pressure = e.sample, e.rates, e.io_pressure, e.cpu_pressure
         if e.sampled is not None:
             k.sampled = e.sampled
         k.keep_sample(e.unix_time, e.sample)
         # the reading as the parts read it in the snapshot (the passive windows, the scheduler's deferral, the
         # sources' disk reading): the same values the sampler posted, nothing recomputed
         k.disk_reading = SamplerReading(e.sample, e.rates, e.sampled if e.sampled is not None else frozenset(e.rates),
-                                        e.io_pressure, e.recent_util_percent or MappingProxyType({}))
+                                        e.io_pressure, e.recent_util_percent or MappingProxyType({}), e.cpu_pressure)
 
     def _on_devices(self, e: DevicesRead) -> None:
         self.known.take_devices(e)

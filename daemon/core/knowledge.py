@@ -27,7 +27,7 @@ from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.verdicts.causes import LIMIT_BELOW, Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.changes import DriftFound, ProbeStored, SettingsSeen
-from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
+from iowarden.daemon.verdicts.health import held_by_host
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
 log = logging.getLogger("iowarden")
@@ -66,6 +66,7 @@ class Knowledge:
     rates: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     sample: object | None = None
     io_pressure: object | None = None
+    cpu_pressure: object | None = None
     disk_reading: object | None = None                      # the sampler's last reading whole (SamplerReading)
     samples: collections.deque = field(default_factory=lambda: collections.deque(maxlen=SAMPLES_KEPT))
     xfs_at: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
@@ -216,11 +217,15 @@ def apply_result(core, e: ProbeFinished) -> None:
             context["passive_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
     if view is not None and view.neighbours_ratio is not None:
         context["host_slowdown"] = round(view.neighbours_ratio, 2)
-        if view.slowdown_ratio:   # the device's own latency at its load: slower than its host, or with it
-            context["own_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
-        if not result.contended and view.neighbours_ratio >= HOST_SHARED_SLOWDOWN:
-            total_said += (f"; the host's other disks served their loads at {view.neighbours_ratio:.1f}x their normal "
-                           "latency meanwhile: measured on a slowed host, not judged as the volume's own")
+    if view is not None and view.slowdown_ratio:   # the device's own latency at its load: slower than its host, or with it
+        context["own_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
+    if k.cpu_pressure is not None:
+        context["cpu_pressure_some_percent"] = k.cpu_pressure.some_avg10_percent
+    if result.device and limits_on_stack(k, {result.device, *e.disks}):
+        context["cgroup_limited"] = True
+    held = held_by_host(context)
+    if held and not result.contended:
+        total_said += "; " + held
     if beside is not None:
         total_said += f"; other work began during it: {beside / (1 << 20):.1f} MiB/s beside it"
     fields = {"TARGET": result.target, "PROBE": result.profile, "DEVICE": result.device or ""}

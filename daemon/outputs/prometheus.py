@@ -64,7 +64,7 @@ SECTION_INPUTS = {
     "self": ("version", "taken_at", "parts", "state", "influx"),
     "probes": ("probes", "probe_intervals", "skipped_total", "budget", "probe_latency", "discovery_over_limit"),
     "baselines": ("baselines", "alerts", "folds", "probes", "xfs", "devices", "sources"),
-    "disks": ("disk_sample", "disk_rates", "devices", "io_pressure"),
+    "disks": ("disk_sample", "disk_rates", "devices", "io_pressure", "cpu_pressure"),
     "settings": ("devices", "drift_total", "drift_last_at", "drift_last_change", "power"),
     "xfs": ("xfs", "devices"),
     "passive": ("passive", "passive_host_ratio", "devices", "classes"),
@@ -400,5 +400,10 @@ class SnapshotCollector:
             if s.io_pressure.full_avg10_percent is not None:
                 psi.add_metric(["full"], s.io_pressure.full_avg10_percent / 100)
             yield psi
+        if s.cpu_pressure is not None:
+            # beside a probe's latency: over half the time waiting for a CPU, its qd1 reads are not judged
+            yield GaugeMetricFamily("iowarden_cpu_pressure_ratio", "Share of time at least one runnable task "
+                                    "waited for a CPU, 10 s average (/proc/pressure/cpu \"some\")",
+                                    value=s.cpu_pressure.some_avg10_percent / 100)
 
     # -- settings -----------------------------------------------------------------------------

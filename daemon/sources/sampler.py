@@ -30,6 +30,7 @@ class SamplerReading:
     io_pressure: object | None
     # kernel name -> mean %util over the last RECENT_UTIL_SECONDS samples: the scheduler defers a probe on it
     recent_util_percent: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    cpu_pressure: object | None = None   # /proc/pressure/cpu: a starved CPU stretches a probe's latency
 
 
 # Devices nobody asked about, left out unless [sampler] devices names them (node_exporter's default
@@ -100,6 +101,10 @@ class Sampler:
             io_pressure = pressure.read(self.roots)
         except Exception:  # PSI is a secondary signal: a garbled file must not stop the sampler
             io_pressure = None
+        try:
+            cpu_pressure = pressure.read(self.roots, "cpu")
+        except Exception:
+            cpu_pressure = None
         prev, self._prev = self._prev, cur
         if set(self._partition) - set(cur.counters):  # devices went away: names may be reused
             self._partition = {n: p for n, p in self._partition.items() if n in cur.counters}
@@ -107,8 +112,8 @@ class Sampler:
         rates = MappingProxyType({}) if prev is None or cur.monotonic_seconds <= prev.monotonic_seconds \
             else diskstats.RatesBetween(prev, cur, sampled)
         recent = self._recent_util(rates) if prev is not None else MappingProxyType({})
-        self.reading = SamplerReading(cur, rates, sampled, io_pressure, recent)
-        self.post(DisksSampled(cur, rates, io_pressure, time.time(), sampled, recent))
+        self.reading = SamplerReading(cur, rates, sampled, io_pressure, recent, cpu_pressure)
+        self.post(DisksSampled(cur, rates, io_pressure, time.time(), sampled, recent, cpu_pressure))
         if prev is not None:
             self.first_sample_done.set()
 

@@ -33,6 +33,14 @@ FAILURES_BEFORE_ALERT = 2
 # passive/host.py) measured the host as much as the volume: neither learned nor paged (HostSlow says the host),
 # unless the volume's own device is twice as slow as they are (an array dragged by a slow member on a slow host).
 HOST_SHARED_SLOWDOWN = 2.0
+# A probe's clock runs in fio's process: on a host whose CPUs are starved (PSI cpu "some" over 10 s at this share
+# or more: at least one runnable task waiting for a CPU most of the time) fio reaps each completion late, and a qd1
+# read's 16 us normal read 300 us (19x) while the passive view of the same device served its database at 0.9-1.0x
+# its normal latency for its load. There the probe measured the CPU: neither learned nor paged, unless the device
+# agrees (its own latency at its load DEVICE_AGREES_SLOWDOWN times its normal or more) or a cgroup limit on its
+# stack explains a slow probe the device's latency cannot show (a throttled bio waits above the device's counters).
+CPU_STARVED_PERCENT = 50.0
+DEVICE_AGREES_SLOWDOWN = 1.5
 # A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
 # read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
 LATENCY_FLOOR_SECONDS = 20e-6
@@ -42,6 +50,22 @@ LATENCY_FLOOR_SECONDS = 20e-6
 TAIL_ONLY = frozenset({"clat_p999_seconds"})
 MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): a metric that moved, said in the page
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
+
+
+def held_by_host(context: dict) -> str | None:
+    """Why a probe's figures are its host's rather than its volume's (a sentence for the journal), or None.
+    context: the passive view of the probe's device and host (core/knowledge.py): host_slowdown, own_slowdown,
+    cpu_pressure_some_percent, cgroup_limited."""
+    host, own = context.get("host_slowdown") or 0, context.get("own_slowdown")
+    if host >= HOST_SHARED_SLOWDOWN and (own is None or own < HOST_SHARED_SLOWDOWN * host):
+        return (f"the host's other disks served their loads at {host:.1f}x their normal latency meanwhile: "
+                "measured on a slowed host, not judged as the volume's own")
+    cpu = context.get("cpu_pressure_some_percent")
+    if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None and own < DEVICE_AGREES_SLOWDOWN \
+            and not context.get("cgroup_limited"):
+        return (f"tasks waited for a CPU {cpu:.0f} % of the time and the device served its load at {own:.1f}x its "
+                "normal latency meanwhile: measured on a starved CPU, not judged as the volume's own")
+    return None
 
 
 @dataclass
@@ -225,8 +249,7 @@ class Health:
             self._changes.append(PinChanged(target, identity))
         if ("ProbeFailing",) + fkey in self.open:
             self._close(("ProbeFailing",) + fkey, "probe succeeded")
-        host, own = (context or {}).get("host_slowdown", 0), (context or {}).get("own_slowdown")
-        on_slowed_host = host >= HOST_SHARED_SLOWDOWN and (own is None or own < HOST_SHARED_SLOWDOWN * host)
+        on_slowed_host = held_by_host(context or {}) is not None
         if record["contended"] and not record.get("learned_under_load"):
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead

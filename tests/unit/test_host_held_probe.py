@@ -144,3 +144,51 @@ def test_a_contended_alert_still_clears_on_a_slowed_host(tmp_path):
     # the fault ends while the whole host slows: the busy device delivering its normal in total still clears it
     probe, ctx = _busy(next(clock), rng, 1000.0, host_slowdown=3.0, own_slowdown=3.0, passive_slowdown=3.0)
     assert h.on_result(probe, "vol", lambda since: ["a cause"], ctx) == ["VolumeDegraded cleared"]
+
+
+STARVED = {"cpu_pressure_some_percent": 90.0}
+
+
+def test_slow_probes_on_a_starved_cpu_the_device_does_not_share_page_nothing_and_teach_nothing(tmp_path):
+    """fio's clock on a starved CPU: a qd1 read at many times its normal while the passive view of the same
+    device serves its load at its normal latency measured the CPU. Neither learned nor paged; the same probes
+    page where the device agrees, where a cgroup limit explains them, or where the CPU is not starved."""
+    h, rng, clock = _health(tmp_path)
+    before = {k: d.to_state() for k, d in h.detectors.items()}
+    for _ in range(12):
+        assert h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"],
+                           {**STARVED, "host_slowdown": 1.3, "own_slowdown": 1.0}) == []
+    assert {k: d.to_state() for k, d in h.detectors.items()} == before
+
+    def pages(name, context):
+        (tmp_path / name).mkdir()
+        h, rng, clock = _health(tmp_path / name)
+        events = []
+        for _ in range(8):
+            events += h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"], context)
+        return events
+    assert pages("agrees", {**STARVED, "own_slowdown": 3.0}) == ["VolumeDegraded raised"]
+    assert pages("limited", {**STARVED, "own_slowdown": 1.0, "cgroup_limited": True}) == ["VolumeDegraded raised"]
+    assert pages("free", {"cpu_pressure_some_percent": 20.0, "own_slowdown": 1.0}) == ["VolumeDegraded raised"]
+    assert pages("idle", STARVED) == ["VolumeDegraded raised"]   # no traffic of its own to agree or not: its probes say
+
+
+def test_the_core_hands_a_probe_the_hosts_cpu_pressure(parts):
+    """The wiring: the sampler's /proc/pressure/cpu reaches the judgement of a probe of a device whose passive
+    view is at its normal: held on a starved CPU, paged when the CPU is free again."""
+    from types import MappingProxyType
+    from iowarden.daemon.events import DisksSampled
+    from iowarden.probes import diskstats
+    from iowarden.probes.pressure import parse
+    core = parts.new_core()
+    core.run_batch([ProbeFinished(_result(i, 38000.0 * (1 + 0.01 * (i % 3)))) for i in range(12)])
+
+    def cpu_at(percent, t):
+        psi = parse(f"some avg10={percent:.2f} avg60={percent:.2f} avg300=0.00 total=0\n")
+        view = DeviceView("dm-0", {"read": 1.0}, {}, {}, None, None, (), neighbours_ratio=1.0)
+        return [DisksSampled(diskstats.DiskSample(t, {}), MappingProxyType({}), None, 1.7e9 + t, cpu_pressure=psi),
+                PassiveJudged(views=(("dm-0", parts.devices["dm-0"].identity, view),))]
+    core.run_batch(cpu_at(95.0, 1.0) + [ProbeFinished(_result(i, 3000.0)) for i in range(12, 20)])
+    assert core.snapshot.alerts == ()
+    core.run_batch(cpu_at(5.0, 2.0) + [ProbeFinished(_result(i, 3000.0)) for i in range(20, 28)])
+    assert [a.alert for a in core.snapshot.alerts] == ["VolumeDegraded"]
