@@ -153,17 +153,17 @@ def test_the_shipped_fleet_rules_name_one_slow_volume_and_one_class_shift_in_pro
         print(f"resolved {time.monotonic() - cleared:.0f} s after the throttle went")
         assert fired == {("prometheus", slow), ("vmalert", slow)}, f"only {slow} is out of its class: {fired}"
 
-        # a class shift an hour or more after its last outlier: within that hour the outlier's evidence stands
-        # (three quarters of the hour's minutes), and a volume standing out four of five minutes while the others'
-        # figures catch up is named again (docs/fleet.md); that is the rule's lifecycle, not what this asks
-        def evidence_gone(port):
+        # the class shifts within the hour after its outlier recovered, that volume's hour of evidence still
+        # standing (three quarters of the hour's minutes): while the others' figures catch up with the shift it
+        # stands out for a few of the file's minutes, and is not named again (twelve of the last fifteen needed)
+        def evidence_stands(port):
             share = (f'max(iowarden:fleet_slowdown:out_share_1h{{instance="{slow}"}} or '
                      f'iowarden:fleet_probe:out_share_1h{{instance="{slow}"}} or '
                      f'iowarden:fleet_normal:out_share_1h{{instance="{slow}"}})')
             res = servers.query(port, share).get("data", {}).get("result", [])
-            return not res or float(res[0]["value"][1]) < 0.75
+            return bool(res) and float(res[0]["value"][1]) >= 0.75
         for name, port in engines.items():
-            wait_for(lambda: evidence_gone(port), timeout=180, what=f"{slow}'s outlier evidence gone in {name}")
+            print(f"{slow}'s outlier evidence standing in {name} as its class shifts: {evidence_stands(port)}")
         outliers_before = _raised(hook, "IowardenFleetOutlier")
         started = time.monotonic()
         with ExitStack() as throttles:
