@@ -27,7 +27,7 @@ from iowarden.daemon.sources.xfs import mount_of
 from iowarden.daemon.sources import cgroups
 from iowarden.daemon.verdicts.causes import LIMIT_BELOW, Evidence, ProbeWindow, likely_causes
 from iowarden.daemon.verdicts.changes import DriftFound, ProbeStored, SettingsSeen
-from iowarden.daemon.verdicts.health import held_by_host
+from iowarden.daemon.verdicts.health import slowed_host
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, SOURCE_PROFILE
 
 log = logging.getLogger("iowarden")
@@ -223,7 +223,7 @@ def apply_result(core, e: ProbeFinished) -> None:
         context["cpu_pressure_some_percent"] = k.cpu_pressure.some_avg10_percent
     if result.device and limits_on_stack(k, {result.device, *e.disks}):
         context["cgroup_limited"] = True
-    held = held_by_host(context)
+    held = slowed_host(context)
     if held and not result.contended:
         total_said += "; " + held
     if beside is not None:

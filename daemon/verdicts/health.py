@@ -52,15 +52,21 @@ MOVED_Z = 2.0                # past the band's edge (baseline x e^(2 spreads)): 
 JOURNAL_TEXT_CHARS = 2000    # the journal's sentence: every cause whole (a label value is cut shorter)
 
 
-def held_by_host(context: dict) -> str | None:
-    """Why a probe's figures are its host's rather than its volume's (a sentence for the journal), or None.
-    context: the passive view of the probe's device and host (core/knowledge.py): host_slowdown, own_slowdown,
-    cpu_pressure_some_percent, cgroup_limited."""
+def slowed_host(context: dict) -> str | None:
+    """Why a probe's figures are its host's rather than its volume's (said in the probe's journal line), or None.
+    context: the passive view of the probe's device and host (core/knowledge.py): host_slowdown, own_slowdown."""
     host, own = context.get("host_slowdown") or 0, context.get("own_slowdown")
     if host >= HOST_SHARED_SLOWDOWN and (own is None or own < HOST_SHARED_SLOWDOWN * host):
         return (f"the host's other disks served their loads at {host:.1f}x their normal latency meanwhile: "
                 "measured on a slowed host, not judged as the volume's own")
-    cpu = context.get("cpu_pressure_some_percent")
+    return None
+
+
+def starved_cpu(context: dict) -> str | None:
+    """Why a probe out of its band may be the CPU's rather than its volume's, or None: the host's CPUs starved
+    while the device served its own load at its normal latency, and no cgroup limit on its stack.
+    context: cpu_pressure_some_percent, own_slowdown, cgroup_limited (core/knowledge.py)."""
+    cpu, own = context.get("cpu_pressure_some_percent"), context.get("own_slowdown")
     if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None and own < DEVICE_AGREES_SLOWDOWN \
             and not context.get("cgroup_limited"):
         return (f"tasks waited for a CPU {cpu:.0f} % of the time and the device served its load at {own:.1f}x its "
@@ -249,7 +255,7 @@ class Health:
             self._changes.append(PinChanged(target, identity))
         if ("ProbeFailing",) + fkey in self.open:
             self._close(("ProbeFailing",) + fkey, "probe succeeded")
-        on_slowed_host = held_by_host(context or {}) is not None
+        on_slowed_host = slowed_host(context or {}) is not None
         if record["contended"] and not record.get("learned_under_load"):
             # measured under someone else's load: not learned, and not judged as the probe's own figures;
             # what the device delivered in total in those seconds is judged instead
@@ -257,6 +263,13 @@ class Health:
             return
         self.last_short.discard((identity, profile))
         if on_slowed_host and ("VolumeDegraded", identity, profile) not in self.open:
+            return
+        starved = starved_cpu(context or {})
+        if starved and ("VolumeDegraded", identity, profile) not in self.open and self._out_of_band(
+                identity, profile, record):
+            # within its band it is learned and judged as ever: only figures the CPU may have made are set aside
+            self._changes.append(Said(logging.INFO, "probe %s/%s out of its band not judged: %s",
+                                      (target, profile, starved), {"TARGET": target, "PROBE": profile}))
             return
         verdicts = {}
         for metric, value in metrics_of(record).items():
@@ -313,6 +326,19 @@ class Health:
                 if self.quiet_good[akey] < contended.QUIET_PROBES_TO_CLEAR_CONTENDED:
                     return
             self._close(akey, "back to its baseline")
+
+    def _out_of_band(self, identity: str, profile: str, record: dict) -> bool:
+        """Whether any of a probe's metrics lies past its armed normal's band (MOVED_Z spreads, worse), read from
+        the detectors without changing them. A profile still learning has no band: False."""
+        for metric, value in metrics_of(record).items():
+            det = self.detectors.get((identity, profile, metric))
+            base = det.baseline() if det is not None else None
+            if base is None:
+                return False
+            x = math.log(value) if value > 0 and math.isfinite(value) else math.log(1e-9)
+            if det.sign * (x - base[0]) / base[1] > MOVED_Z:
+                return True
+        return False
 
     def _judge_contended(self, identity, profile, target, context, causes_fn, place, on_slowed_host=False) -> None:
         """A probe on a busy disk, judged by the device's total against what the probe alone gets on the healthy

@@ -151,14 +151,19 @@ STARVED = {"cpu_pressure_some_percent": 90.0}
 
 def test_slow_probes_on_a_starved_cpu_the_device_does_not_share_page_nothing_and_teach_nothing(tmp_path):
     """fio's clock on a starved CPU: a qd1 read at many times its normal while the passive view of the same
-    device serves its load at its normal latency measured the CPU. Neither learned nor paged; the same probes
-    page where the device agrees, where a cgroup limit explains them, or where the CPU is not starved."""
+    device serves its load at its normal latency measured the CPU. Neither learned nor paged; a probe within its
+    band there is learned; the same slow probes page where the device agrees, where a cgroup limit explains
+    them, or where the CPU is not starved."""
     h, rng, clock = _health(tmp_path)
     before = {k: d.to_state() for k, d in h.detectors.items()}
     for _ in range(12):
         assert h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"],
                            {**STARVED, "host_slowdown": 1.3, "own_slowdown": 1.0}) == []
     assert {k: d.to_state() for k, d in h.detectors.items()} == before
+    # within its band, on the same starved CPU: the CPU made nothing of it, and it is learned as ever
+    h.on_result(_probe(next(clock), 1.0, rng), "vol", lambda since: ["a cause"],
+                {**STARVED, "host_slowdown": 1.3, "own_slowdown": 1.0})
+    assert {k: d.to_state() for k, d in h.detectors.items()} != before
 
     def pages(name, context):
         (tmp_path / name).mkdir()
@@ -192,3 +197,13 @@ def test_the_core_hands_a_probe_the_hosts_cpu_pressure(parts):
     assert core.snapshot.alerts == ()
     core.run_batch(cpu_at(5.0, 2.0) + [ProbeFinished(_result(i, 3000.0)) for i in range(20, 28)])
     assert [a.alert for a in core.snapshot.alerts] == ["VolumeDegraded"]
+
+
+def test_a_volume_still_learning_on_a_starved_cpu_is_armed_as_ever(tmp_path):
+    """A warm-up has no band to be out of: a host starved of CPU all day still arms its volumes."""
+    h = StoredHealth(State(str(tmp_path / "s.db")), DetectorParams(warmup_probes=WARMUP))
+    rng, clock = random.Random(7), iter(range(10_000))
+    for _ in range(WARMUP):
+        h.on_result(_probe(next(clock), 1.0, rng), "vol", lambda since: ["a cause"],
+                    {**STARVED, "own_slowdown": 1.0})
+    assert h.detectors and all(d.baseline() is not None for d in h.detectors.values())
