@@ -61,3 +61,15 @@ def test_io_pressure():
 def test_io_pressure_absent(tmp_path):
     from iowarden.probes import pressure
     assert pressure.read(Roots.under(tmp_path)) is None
+
+
+def test_cpu_pressure_read_from_its_own_file(tmp_path):
+    from iowarden.probes import pressure
+    (tmp_path / "proc" / "pressure").mkdir(parents=True)
+    (tmp_path / "proc" / "pressure" / "cpu").write_text("some avg10=92.50 avg60=88.00 avg300=40.00 total=7\n"
+                                                        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    (tmp_path / "proc" / "pressure" / "io").write_text("some avg10=1.00 avg60=1.00 avg300=1.00 total=7\n")
+    assert pressure.read(Roots.under(tmp_path), "cpu").some_avg10_percent == 92.5
+    assert pressure.read(Roots.under(tmp_path)).some_avg10_percent == 1.0
+    with pytest.raises(ValueError):
+        pressure.read(Roots.under(tmp_path), "../../etc/passwd")
