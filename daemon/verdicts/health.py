@@ -36,7 +36,8 @@ HOST_SHARED_SLOWDOWN = 2.0
 # A probe's clock runs in fio's process: on a host whose CPUs are starved (PSI cpu "some" over 10 s at this share
 # or more: at least one runnable task waiting for a CPU most of the time) fio reaps each completion late, and a qd1
 # read's 16 us normal read 300 us (19x) while the passive view of the same device served its database at 0.9-1.0x
-# its normal latency for its load. There the probe measured the CPU: neither learned nor paged, unless the device
+# its normal latency for its load. There a probe out of its band measured the CPU: neither learned nor paged (one
+# within its band is learned as ever, and a volume still learning arms as ever), unless the device
 # agrees (its own latency at its load DEVICE_AGREES_SLOWDOWN times its normal or more) or a cgroup limit on its
 # stack explains a slow probe the device's latency cannot show (a throttled bio waits above the device's counters).
 CPU_STARVED_PERCENT = 50.0
