@@ -170,10 +170,15 @@ class Detector:
         """The last value's distance from the baseline in spreads (positive is worse); None while learning.
 
         Read from the detector's own state, so it is there again after a restart."""
+        return self.spreads_from_normal(self.recent[-1]) if self.recent else None
+
+    def spreads_from_normal(self, value: float) -> float | None:
+        """A value's distance from the learned normal in spreads (positive is worse), the detector unchanged;
+        None while learning."""
         base = self.baseline()
-        if base is None or not self.recent:
+        if base is None:
             return None
-        value = self.recent[-1] if self.recent[-1] > 0 else 1e-9
+        value = value if value > 0 and math.isfinite(value) else 1e-9
         return self.sign * (math.log(value) - base[0]) / base[1]
 
     def accept_new_normal(self, recent: list[float]) -> None:

@@ -333,11 +333,10 @@ class Health:
         the detectors without changing them. A profile still learning has no band: False."""
         for metric, value in metrics_of(record).items():
             det = self.detectors.get((identity, profile, metric))
-            base = det.baseline() if det is not None else None
-            if base is None:
+            spreads = det.spreads_from_normal(value) if det is not None else None
+            if spreads is None:
                 return False
-            x = math.log(value) if value > 0 and math.isfinite(value) else math.log(1e-9)
-            if det.sign * (x - base[0]) / base[1] > MOVED_Z:
+            if spreads > MOVED_Z:
                 return True
         return False
 
