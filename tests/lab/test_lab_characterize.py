@@ -9,29 +9,9 @@ import sys
 
 from PIL import Image  # matplotlib's own dependency
 
+from .sweep import characterize
+
 CAP_IOPS = 150
-# the lab's file systems are small: the default free-space floor (1 GiB) would refuse every step
-ARGS = ["--sweep", "qd", "--size", "64MiB", "--step-seconds", "3", "--ramp-seconds", "1", "--json",
-        "--min-free-bytes", "1MiB", "--min-free-ratio", "0"]
-
-
-def _characterize(lab, path: str, tries: int = 3) -> dict:
-    rc, out, err = lab.guest.agent.run(["iowarden", "characterize", "--path", path, *ARGS], timeout=600)
-    # characterize exits 1 when a point failed: say which and why (the guest's error shows the JSON's tail,
-    # the last points only, and one run under load failed without saying which)
-    try:
-        doc = json.loads(out)
-    except ValueError:
-        raise AssertionError(f"characterize {path} exited {rc} without its JSON: {err[-2000:]} {out[-500:]}")
-    failed = [(p["sweep"], p["value"], p["error"]) for p in doc["points"] if not p["ok"]]
-    if failed and tries > 1 and all("timed out" in (why or "") for _, _, why in failed):
-        # a 4 s step past its 30 s margin is the emulated guest starved of the busy host's CPU (seen once, at
-        # QD 32, while four workers ran beside it; twice in a row at QD 1 once), not the volume: the run is asked
-        # again, up to twice, and must then pass whole; a step that fails any other way fails the test at once
-        print(f"characterize {path}: {failed} on the first run; once more")
-        return _characterize(lab, path, tries - 1)
-    assert rc == 0 and not failed, f"characterize {path} exited {rc}; points that failed: {failed}; {err[-1000:]}"
-    return doc
 
 
 def test_compare_raid0_of_two_against_one_disk(lab, tmp_path):
@@ -39,8 +19,8 @@ def test_compare_raid0_of_two_against_one_disk(lab, tmp_path):
     for disk in ("ca", "cb", "cc"):
         g.throttle(disk, CAP_IOPS)
     try:
-        pair = _characterize(lab, "/srv/pair")
-        single = _characterize(lab, "/srv/single")
+        pair = characterize(lab, "/srv/pair")
+        single = characterize(lab, "/srv/single")
     finally:
         for disk in ("ca", "cb", "cc"):
             g.throttle(disk, 0)
