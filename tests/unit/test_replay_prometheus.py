@@ -260,12 +260,22 @@ def test_ctrl_c_prints_what_was_replayed_and_where_it_stopped(scripted, capsys):
                  ok({"resultType": "matrix", "result": samples}), ok({"resultType": "matrix", "result": []}),
                  (*ok([]), 20))
     args = parse_command_line(["replay", "--prometheus", s.url, "--from", "1000", "--to", "1020", "--retries", "1"])
-    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    done = threading.Event()
+
+    def ctrl_c_once_the_slow_answer_is_asked() -> None:
+        # on the condition, not after a fixed delay: a timer bets that the first host's five answers come sooner,
+        # and on a busy machine they need not (the test failed once beside a soak and four test workers)
+        while len(s.seen) < 6 and not done.wait(0.02):
+            pass
+        if not done.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+    interrupter = threading.Thread(target=ctrl_c_once_the_slow_answer_is_asked, daemon=True)
+    interrupter.start()
     try:
         code = args.func(args)
     finally:
-        timer.cancel()
+        done.set()
+        interrupter.join(5)
     out = capsys.readouterr().out
     assert code == 130, out
     assert "h1:9100: 1 disks" in out and "interrupted: h1:9100 was replayed up to" in out, out
