@@ -18,6 +18,7 @@ import re
 import sqlite3
 import statistics
 import sys
+import tomllib
 from pathlib import Path
 
 
@@ -40,7 +41,6 @@ def normals(db: sqlite3.Connection) -> dict[tuple[str, str], float]:
 
 def depths(config: Path) -> dict[str, int]:
     """profile -> its iodepth, from the soak's configuration (the example's profiles)."""
-    import tomllib
     try:
         doc = tomllib.loads(config.read_text())
     except (OSError, ValueError):
