@@ -24,7 +24,7 @@ from pathlib import Path
 
 # the probe's one line in the daemon's journal (daemon/core/knowledge.py)
 LINE = re.compile(r"^\S+ (\S+) INFO probe (\S+)/(\S+) on (\S+): read (\d+) IOPS, write (\d+) IOPS.*\(contended\): "
-                  r"the busy disk delivered (\d+) IOPS, ([\d.]+) MiB/s")
+                  r"the busy disk delivered (\d+) IOPS, ([\d.]+) MiB/s[^;]*(?:; the device at ([\d.]+)x its normal latency)?")
 MAX_LOG_BYTES = 256 << 20
 
 
@@ -58,11 +58,11 @@ def rows_of(kept: Path, depth_of: dict[str, int]) -> list[tuple]:
             m = LINE.match(line)
             if not m:
                 continue
-            at, target, profile, _, read, write, total, _ = m.groups()
+            at, target, profile, _, read, write, total, _, own = m.groups()
             n = normal.get((identity.get(target), profile))
             if n:
                 out.append((int(total) / n, at[:8], target, profile, depth_of.get(profile), int(read) + int(write),
-                            int(total), round(n)))
+                            int(total), round(n), own or "-"))
     return sorted(out)
 
 
@@ -80,7 +80,7 @@ def main() -> int:
         rows = rows_of(kept, depth_of)
         print(f"== {kept}: {len(rows)} contended probes with a normal")
         for r in rows[:args.lowest]:
-            print("  %.4f  %s %s/%s (QD %s): probe %d IOPS, device %d in total, normal %d" % r)
+            print("  %.4f  %s %s/%s (QD %s): probe %d IOPS, device %d in total, normal %d; device at %sx" % r)
         for r in rows:
             (deep if (r[4] or SATURATING_QUEUE_DEPTH) >= SATURATING_QUEUE_DEPTH else shallow).append((r[0], kept.name, *r[1:4]))
     for name, rows in (("shallow", shallow), ("deep", deep)):

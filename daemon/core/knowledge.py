@@ -221,6 +221,13 @@ def apply_result(core, e: ProbeFinished) -> None:
         context["own_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
     if k.cpu_pressure is not None:
         context["cpu_pressure_some_percent"] = k.cpu_pressure.some_avg10_percent
+    if result.contended and total_said:
+        # what a contended judgement's thresholds are chosen on, probe by probe, in the soaks' journals: the device's
+        # own latency for its load (a collapse's is many times its normal, a starved CPU's about 1x) and the CPU
+        if context.get("own_slowdown") is not None:
+            total_said += f"; the device at {context['own_slowdown']:.2f}x its normal latency for its load"
+        if context.get("cpu_pressure_some_percent") is not None:
+            total_said += f"; tasks waited for a CPU {context['cpu_pressure_some_percent']:.0f} % of the time"
     if result.device and limits_on_stack(k, {result.device, *e.disks}):
         context["cgroup_limited"] = True
     held = slowed_host(context)
