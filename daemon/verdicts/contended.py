@@ -14,15 +14,28 @@ from dataclasses import dataclass
 # CPU and dirty pages); a healthy volume's fell 3.6x below its deep probe's quiet figure in the week lane while
 # a neighbour's throttle filled the dirty pages. A limit or a collapse is 10-100x below.
 CONTENDED_SHORTFALL = 0.2
+# A shallow probe (under SATURATING_QUEUE_DEPTH in flight) waits behind the other work, and the total is what the
+# other work asks more than what the device can give: on healthy volumes under the soaks' mixes it fell to 0.06 of
+# the qd1 probe's quiet figure, while a volume capped at 5 % of its load delivered 0.004-0.005 of it. A fiftieth.
+SHALLOW_SHORTFALL = 0.02
 CONTENDED_HALF = 0.5         # with the passive view at its normal latency, at least this much in total: back
 CONTENDED_RECOVERED = 0.75
 QUIET_PROBES_TO_CLEAR_CONTENDED = 2   # quiet probes in a row at baseline that clear an alert raised on the totals
-SHORT_PROBES_TO_RAISE = 2             # short contended probes in a row that raise VolumeDegraded
-# A contended probe's total (its I/O and the other work's) says what the device can do only when the probe
+# Short contended probes in a row on a volume, of any profile, that raise VolumeDegraded. Of any profile: a
+# volume's four profiles are probed in turn, and a collapse to 5 % of its load for 229 s gave a qd1 read, a
+# 1 MiB read and a 4k random read one short probe each, in a row; counted per profile, none reached two.
+SHORT_PROBES_TO_RAISE = 2
+# The probe's total counts the device's, so the device's own latency must agree that it is slow at the load it
+# carries (the passive view: DEVICE_AGREES_SLOWDOWN its normal or more), or a cgroup limit on the volume's stack
+# explain a total the device's latency cannot show (a throttled bio waits above its counters). On a host whose
+# CPUs and page cache were starved, a healthy deep probe's total fell to 0.006 of its normal with the device
+# serving its load at its normal latency; the collapses and throttles of the soaks had their devices at 1.6-335x.
+DEVICE_AGREES_SLOWDOWN = 1.5
+# A contended probe's total (its I/O and the other work's) says what the device can do best when the probe
 # alone could fill it: at queue depth 1 the probe waits behind the other work, the other work is what its
 # users ask (not what the device can give), and the sum fell 3-5x below the qd1 probe's quiet figure on
-# healthy volumes under the week bench's database mix. Shallower probes are neither learned nor judged when
-# contended; the deep ones and the passive view of the same device speak for the volume.
+# healthy volumes under the week bench's database mix: a shallow probe is short only at SHALLOW_SHORTFALL, and
+# says nothing of a volume that is back (the deep ones and the passive view of the same device do).
 SATURATING_QUEUE_DEPTH = 8
 PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
 
@@ -36,37 +49,45 @@ class Totals:
     queue_depth: int | None          # the probe's; None: unknown, taken as deep enough to fill the device
     passive_slowdown: float | None   # the passive view of the device: its latency over its normal at this load
     delivered_on: str | None = None  # the device the totals were counted on, when it is not the volume's own
+    own_slowdown: float | None = None   # the passive view's latency over its normal at this load, flagged or not
+    cgroup_limited: bool = False     # a cgroup limit on the volume's stack holds iowarden's own I/O
 
 
 @dataclass(frozen=True)
 class Judged:
-    short: bool           # under CONTENDED_SHORTFALL of its normal in total
+    short: bool           # under its shortfall (CONTENDED_SHORTFALL deep, SHALLOW_SHORTFALL shallow) in total
+    strike: bool          # short, and the device's latency or a cgroup limit agrees: counts towards a raise
     saturating: bool      # the probe could fill the device alone: its total speaks for the device
     held: bool            # under CONTENDED_HALF of its normal in total (a saturating probe only)
     action: str | None    # "raise", "clear", or None
     said: str             # the finding that raises, or why it clears
 
 
-def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None) -> Judged:
-    """`strikes`: short contended probes in a row before this one; `is_open`: VolumeDegraded is open on the
-    volume's profile; `last_deep_held`: whether the volume's last saturating contended probe was held below
-    half (None: none yet). The caller keeps those and counts this one (Judged.short, .held)."""
+def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, volume_paged: bool = False) -> Judged:
+    """`strikes`: the volume's strikes in a row before this probe (of any profile); `is_open`: VolumeDegraded is
+    open on the volume's profile; `last_deep_held`: whether the volume's last saturating contended probe was held
+    below half (None: none yet); `volume_paged`: VolumeDegraded is open on another profile of the volume (one
+    fault, one page: counted, not raised again). The caller keeps those and counts this one (Judged.strike, .held)."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
 
     def below(share: float) -> bool:
-        return saturating and t.delivered_iops < t.normal_iops * share and \
-            t.delivered_bytes_per_second < t.normal_bytes_per_second * share
-    short, held = below(CONTENDED_SHORTFALL), below(CONTENDED_HALF)
-    if short and strikes + 1 >= SHORT_PROBES_TO_RAISE and not is_open:
+        return t.delivered_iops < t.normal_iops * share and t.delivered_bytes_per_second < t.normal_bytes_per_second * share
+    short = below(CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
+    held = saturating and below(CONTENDED_HALF)
+    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= DEVICE_AGREES_SLOWDOWN
+    strike = short and agrees
+    if strike and strikes + 1 >= SHORT_PROBES_TO_RAISE and not is_open and not volume_paged:
         on = f" ({t.delivered_on})" if t.delivered_on else ""
-        return Judged(short, saturating, held, "raise",
+        why = ("a cgroup limit holds its stack" if t.cgroup_limited or t.own_slowdown is None
+               else f"the device serves its load at {t.own_slowdown:.1f}x its normal latency")
+        return Judged(short, strike, saturating, held, "raise",
                       f"on a busy disk the device{on} delivered {t.delivered_iops:,.0f} IOPS in total (this probe "
                       f"and the other work together) where the probe alone gets {t.normal_iops:,.0f} on the healthy "
-                      "volume: it is slower than its normal even counting the other work")
+                      f"volume, and {why}: it is slower than its normal even counting the other work")
     # whatever raised it: while probes can only run contended (a backup), the device delivering its normal in
     # total is the evidence the volume is back (else busy probes would hold it open for the whole backup)
     if is_open and saturating and t.delivered_iops >= t.normal_iops * CONTENDED_RECOVERED:
-        return Judged(short, saturating, held, "clear",
+        return Judged(short, strike, saturating, held, "clear",
                       f"the busy device delivers its normal again ({t.delivered_iops:,.0f} IOPS in total, probe and "
                       f"other work, against the probe's normal {t.normal_iops:,.0f})")
     # a probe of 32 in flight beside a database's own cannot show its quiet figure, yet the fault is gone: the
@@ -74,8 +95,8 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None) -
     # total (a limit above the block layer, unseen by the passive view, holds it far below); a shallow probe
     # cannot say held: the volume's last deep contended probe says it
     if is_open and t.passive_slowdown is not None and t.passive_slowdown <= PASSIVE_RECOVERED_SLOWDOWN \
-            and not held and (saturating or last_deep_held is False):
-        return Judged(short, saturating, held, "clear",
+            and not held and not (short and not saturating) and (saturating or last_deep_held is False):
+        return Judged(short, strike, saturating, held, "clear",
                       f"the busy device serves its load at its normal latency again ({t.passive_slowdown:.2f}x of "
                       f"its normal at this load, passive), {t.delivered_iops:,.0f} IOPS in total")
-    return Judged(short, saturating, held, None, "")
+    return Judged(short, strike, saturating, held, None, "")

@@ -63,15 +63,15 @@ def slowed_host(context: dict) -> str | None:
     return None
 
 
-def starved_cpu(context: dict) -> str | None:
-    """Why a probe out of its band may be the CPU's rather than its volume's, or None: the host's CPUs starved
-    while the device served its own load at its normal latency, and no cgroup limit on its stack.
+def starved_cpu(context: dict) -> tuple[float, float] | None:
+    """(the CPU's pressure in %, the device's own slowdown) when a probe out of its band may be the CPU's
+    rather than its volume's, or None: the host's CPUs starved while the device served its own load at its
+    normal latency, and no cgroup limit on its stack.
     context: cpu_pressure_some_percent, own_slowdown, cgroup_limited (core/knowledge.py)."""
     cpu, own = context.get("cpu_pressure_some_percent"), context.get("own_slowdown")
     if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None and own < DEVICE_AGREES_SLOWDOWN \
             and not context.get("cgroup_limited"):
-        return (f"tasks waited for a CPU {cpu:.0f} % of the time and the device served its load at {own:.1f}x its "
-                "normal latency meanwhile: measured on a starved CPU, not judged as the volume's own")
+        return float(cpu), float(own)
     return None
 
 
@@ -118,7 +118,7 @@ class Health:
         self.open: dict[tuple[str, str, str], OpenAlert] = {}   # (alert name, identity, profile)
         self.failures: dict[tuple[str, str], int] = {}
         self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
-        self.contended_strikes: dict[tuple[str, str], int] = {}    # contended probes in a row short in total
+        self.contended_strikes: dict[str, int] = {}    # volume -> its contended probes in a row short in total
         # (identity, profile) whose last probe ran on a busy device short in total: the next one, soon, says
         # whether it is the volume (a collapse of five minutes outlasts an interval between two such probes)
         self.last_short: set[tuple[str, str]] = set()
@@ -269,8 +269,12 @@ class Health:
         if starved and ("VolumeDegraded", identity, profile) not in self.open and self._out_of_band(
                 identity, profile, record):
             # within its band it is learned and judged as ever: only figures the CPU may have made are set aside
-            self._changes.append(Said(logging.INFO, "probe %s/%s out of its band not judged: %s",
-                                      (target, profile, starved), {"TARGET": target, "PROBE": profile}))
+            # a starved CPU lasts minutes and every profile meets it: said once a minute per probe, with a count
+            self._changes.append(Said(
+                logging.INFO, "probe %s/%s out of its band not judged: tasks waited for a CPU %.0f %% of the time "
+                "and the device served its load at %.1fx its normal latency meanwhile: measured on a starved CPU, "
+                "not judged as the volume's own", (target, profile) + starved,
+                {"TARGET": target, "PROBE": profile, "REPEATS": True}))
             return
         verdicts = {}
         for metric, value in metrics_of(record).items():
@@ -365,11 +369,14 @@ class Health:
         key = (identity, profile)
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), context.get("passive_slowdown"),
-                                  context.get("delivered_on"))
-        v = contended.judge(totals, self.contended_strikes.get(key, 0), akey in self.open,
-                            self.deep_short.get(identity))
-        self.contended_strikes[key] = self.contended_strikes.get(key, 0) + 1 if v.short else 0
-        (self.last_short.add if v.short else self.last_short.discard)(key)
+                                  context.get("delivered_on"), context.get("own_slowdown"),
+                                  bool(context.get("cgroup_limited")))
+        paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
+        # strikes are the volume's, whichever profile met the busy disk: its profiles are probed in turn
+        v = contended.judge(totals, self.contended_strikes.get(identity, 0), akey in self.open,
+                            self.deep_short.get(identity), paged)
+        self.contended_strikes[identity] = self.contended_strikes.get(identity, 0) + 1 if v.strike else 0
+        (self.last_short.add if v.strike else self.last_short.discard)(key)
         if v.short:
             self.quiet_good.pop(akey, None)   # the quiet probes before it were the cache's, not the volume's
         if v.saturating:
@@ -454,6 +461,6 @@ class Health:
         # an episode's end ends its run of short busy probes: one more short one is a blip until the next agrees
         # (the week lane: a cleared alert raised again by a single busy probe while the host disk under every
         # volume was slow for a minute)
-        self.contended_strikes.pop(akey[1:], None)
+        self.contended_strikes.pop(akey[1], None)
         lasted = max(0.0, time.time() - a.raised_at)
         self._changes.append(AlertClosed(a.id, akey[0], akey[1], akey[2], a.target, a.severity, why, lasted))

@@ -1,12 +1,12 @@
 """A probe on a busy disk judged by the device's total (daemon/verdicts/contended.py), as a pure function."""
 from hypothesis import given, strategies as st
 
-from iowarden.daemon.verdicts.contended import (CONTENDED_RECOVERED, CONTENDED_SHORTFALL, SATURATING_QUEUE_DEPTH,
-                                                Totals, judge)
+from iowarden.daemon.verdicts.contended import (CONTENDED_RECOVERED, CONTENDED_SHORTFALL, DEVICE_AGREES_SLOWDOWN,
+                                                SATURATING_QUEUE_DEPTH, SHALLOW_SHORTFALL, Totals, judge)
 
 
-def totals(share, depth=32, slowdown=None):
-    return Totals(10_000 * share, 40e6 * share, 10_000.0, 40e6, depth, slowdown)
+def totals(share, depth=32, slowdown=None, own=None, limited=False):
+    return Totals(10_000 * share, 40e6 * share, 10_000.0, 40e6, depth, slowdown, None, own, limited)
 
 
 def test_two_short_probes_in_a_row_raise_and_one_does_not():
@@ -16,11 +16,30 @@ def test_two_short_probes_in_a_row_raise_and_one_does_not():
 
 
 @given(share=st.floats(0.0, 3.0), depth=st.integers(1, SATURATING_QUEUE_DEPTH - 1), strikes=st.integers(0, 5))
-def test_a_shallow_probe_never_raises_nor_counts_as_short(share, depth, strikes):
+def test_a_shallow_probe_is_short_only_far_below_what_its_users_ask(share, depth, strikes):
     """At queue depth 1 the probe waits behind the other work: its total is what the users ask, not what the
-    device can give."""
+    device can give, and a healthy volume's fell to 0.06 of its quiet figure; only a fiftieth is short."""
     v = judge(totals(share, depth), strikes, is_open=False, last_deep_held=None)
-    assert not v.short and v.action is None
+    assert v.short == (share < SHALLOW_SHORTFALL)
+    assert (v.action == "raise") == (share < SHALLOW_SHORTFALL and strikes >= 1)
+    assert not v.held   # a shallow probe never says the volume is held (its last deep one does)
+
+
+@given(share=st.floats(0.0, CONTENDED_SHORTFALL * 0.99), own=st.floats(0.1, 500.0), limited=st.booleans(),
+       depth=st.sampled_from([1, 32]))
+def test_a_short_total_strikes_only_where_the_device_or_a_limit_agrees(share, own, limited, depth):
+    """A starved host's healthy probe delivered 0.006 of its normal with its device at its normal latency: a
+    short total counts only where the device's own latency for its load is slowed or a cgroup limit holds it."""
+    v = judge(totals(share, depth, own=own, limited=limited), strikes=1, is_open=False, last_deep_held=None)
+    agrees = limited or own >= DEVICE_AGREES_SLOWDOWN
+    assert v.strike == (v.short and agrees)
+    assert (v.action == "raise") == v.strike
+    if v.action == "raise":
+        assert ("a cgroup limit holds its stack" in v.said) if limited else (f"{own:.1f}x its normal" in v.said)
+
+
+def test_a_volume_paged_on_one_profile_is_not_paged_again_on_another():
+    assert judge(totals(0.05), strikes=3, is_open=False, last_deep_held=None, volume_paged=True).action is None
 
 
 @given(share=st.floats(0.0, 3.0), slowdown=st.one_of(st.none(), st.floats(0.5, 10.0)),

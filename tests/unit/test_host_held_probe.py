@@ -133,6 +133,35 @@ def test_contended_probes_short_on_a_slowed_host_neither_page_nor_count_towards_
     assert h.on_result(probe, "vol", lambda since: ["a cause"], ctx) == ["VolumeDegraded raised"]
 
 
+def test_short_busy_probes_of_different_profiles_in_a_row_page_the_volume_once(tmp_path):
+    """A volume collapsed to 5 % of its load meets its profiles in turn, each short once (a qd1 read, then a deep
+    one): the volume's strikes, not each profile's, raise; one page for the volume, not one per profile. A starved
+    host's short totals, its device at its normal latency for its load and no limit on its stack, page nothing."""
+    h, rng, clock = _health(tmp_path)
+    for _ in range(WARMUP + 4):
+        h.on_result({**_probe(next(clock), 1.0, rng), "profile": "qd1"}, "vol", lambda since: ["a cause"])
+
+    def busy(profile, depth, iops, **passive):
+        probe, ctx = _busy(next(clock), rng, iops, **passive)
+        return h.on_result({**probe, "profile": profile}, "vol", lambda since: ["a cause"],
+                           {**ctx, "probe_queue_depth": depth})
+    starved = {**STARVED, "own_slowdown": 1.0, "passive_slowdown": 1.0}
+    for _ in range(4):   # 0.005 and 0.1 of their normals, both past their shortfalls: the device says otherwise
+        assert busy("qd1", 1, 5.0, **starved) == [] and busy("rr", 32, 100.0, **starved) == []
+    assert h.open == {}
+    collapsed = {"own_slowdown": 40.0}
+    assert busy("qd1", 1, 5.0, **collapsed) == []            # one strike: suspected
+    assert busy("rr", 32, 50.0, **collapsed) == ["VolumeDegraded raised"]
+    assert busy("qd1", 1, 5.0, **collapsed) == []            # the volume is paged: not again for another profile
+    assert [k[2] for k in h.open] == ["rr"]
+    # a qd1 probe at a tenth of its normal is what its users ask of a busy disk, not a strike
+    (tmp_path / "h2").mkdir()
+    h2, rng, clock = _health(tmp_path / "h2")
+    probe, ctx = _busy(next(clock), rng, 100.0, own_slowdown=40.0)
+    for _ in range(4):
+        assert h2.on_result(probe, "vol", lambda since: ["a cause"], {**ctx, "probe_queue_depth": 1}) == []
+
+
 def test_a_contended_alert_still_clears_on_a_slowed_host(tmp_path):
     h, rng, clock = _health(tmp_path)
     calm = {"host_slowdown": 1.0, "own_slowdown": 40.0, "passive_slowdown": 40.0}
@@ -176,6 +205,34 @@ def test_slow_probes_on_a_starved_cpu_the_device_does_not_share_page_nothing_and
     assert pages("limited", {**STARVED, "own_slowdown": 1.0, "cgroup_limited": True}) == ["VolumeDegraded raised"]
     assert pages("free", {"cpu_pressure_some_percent": 20.0, "own_slowdown": 1.0}) == ["VolumeDegraded raised"]
     assert pages("idle", STARVED) == ["VolumeDegraded raised"]   # no traffic of its own to agree or not: its probes say
+
+
+def test_a_starved_cpu_held_for_minutes_is_said_once_a_minute_per_probe_with_a_count(tmp_path):
+    """A starved CPU lasts minutes and every probe meets it: its line says the numbers of the moment but is one
+    message per probe, folded by the journal's repeat filter like a deferral (a week's lane saw it 59 s apart)."""
+    import logging
+    from iowarden.daemon.logs import RepeatFilter
+    from iowarden.daemon.verdicts.changes import Said
+    from tests.unit.test_logs import Clock
+    h, rng, clock = _health(tmp_path)
+    fake = Clock()
+    journal = RepeatFilter(60.0, fake)
+    lines = []
+    for i in range(10):   # a probe of one profile every 20 s, the CPU's pressure moving 88-97 %
+        changes = h.verdicts.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"],
+                                       {"cpu_pressure_some_percent": 88.0 + i, "own_slowdown": 1.0 + 0.02 * i},
+                                       (None, ()))
+        for c in changes:
+            if isinstance(c, Said):   # as core/effects.py logs it
+                r = logging.LogRecord("iowarden", c.level, __file__, 1, c.message, c.args, None)
+                r.__dict__.update(c.fields)
+                if journal.filter(r):
+                    lines.append(r.getMessage())
+        fake.now += 20.0
+    held = [x for x in lines if "out of its band not judged" in x]
+    assert len(held) == 4, held          # at 0, 60, 120 and 180 s
+    assert held[0].startswith("probe ") and "tasks waited for a CPU 88 % of the time" in held[0]
+    assert held[1].endswith("(2 more like this in the last 60 s)"), held[1]
 
 
 def test_the_core_hands_a_probe_the_hosts_cpu_pressure(parts):
