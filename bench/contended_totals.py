@@ -3,15 +3,25 @@
 
     .venv/bin/python bench/contended_totals.py DIR/seed-S [DIR/seed-T ...] [--lowest 8]
 
+    .venv/bin/python bench/contended_totals.py DIR/seed-S ... --window seed-287:vol2:04:07:00-04:17:00
+
 Per seed: every contended probe whose profile has a normal in the kept state database, lowest ratio first,
-with its time, volume, profile, queue depth (the profile's, from the daemon's log line of its start), its own
-IOPS and the device's total. Then, over all seeds, the lowest ratios of shallow (queue depth under
-SATURATING_QUEUE_DEPTH) and deep probes. Which of them fell inside a fault is for the reader to say from the
-soak's report (its fault times are relative to the fault phase); a healthy soak's are all healthy.
+with its time, volume, profile, queue depth (the profile's), its own IOPS, the device's total and the device's
+own latency for its load over its normal (the journal says it). Each probe is labelled: "fault" on the volume
+of a throttle or a collapse while it held (the seed's faults.json, written by bench/soak.py --keep, or
+--window for a seed kept before it was), "healthy" outside every fault window (and not in the ten minutes after
+one), else "-" (a noisy neighbour's victim, a host-wide contention: other rules' faults, not this one's).
+
+Then the thresholds of daemon/verdicts/contended.py chosen by leaving one seed out: for each seed, the shallow
+and deep shortfalls and the device's agreement are chosen on the other seeds alone (the geometric middle of the
+gap between their healthy and fault probes, where one exists) and the held-out seed's probes are judged by
+them: its healthy probes that would strike, its fault probes that would not. The shipped constants are judged
+on every seed beside them.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -19,11 +29,12 @@ import sqlite3
 import statistics
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 
 # the probe's one line in the daemon's journal (daemon/core/knowledge.py)
-LINE = re.compile(r"^\S+ (\S+) INFO probe (\S+)/(\S+) on (\S+): read (\d+) IOPS, write (\d+) IOPS.*\(contended\): "
+LINE = re.compile(r"^(\S+) (\S+) INFO probe (\S+)/(\S+) on (\S+): read (\d+) IOPS, write (\d+) IOPS.*\(contended\): "
                   r"the busy disk delivered (\d+) IOPS, ([\d.]+) MiB/s[^;]*(?:; the device at ([\d.]+)x its normal latency)?")
 MAX_LOG_BYTES = 256 << 20
 
@@ -48,44 +59,168 @@ def depths(config: Path) -> dict[str, int]:
     return {name: int(p.get("iodepth", 1)) for name, p in (doc.get("profiles") or {}).items()}
 
 
-def rows_of(kept: Path, depth_of: dict[str, int]) -> list[tuple]:
+@dataclass(frozen=True)
+class Row:
+    ratio: float          # the device's total over the probe's normal
+    seed: str
+    at: str               # HH:MM:SS
+    target: str
+    profile: str
+    depth: int | None
+    probe_iops: int
+    total_iops: int
+    normal_iops: int
+    own: float | None     # the device's own latency for its load over its normal (None: not said)
+    label: str            # "fault", "healthy" or "-"
+
+
+AFTER_FAULT_SECONDS = 600.0
+PAGED_BY_THIS = ("throttle", "collapse")
+
+
+def windows_of(kept: Path, given: list[str]) -> list[tuple[str, str | None, float, float]]:
+    """(kind, target, from, to) in unix time: the seed's faults.json, or --window SEED:TARGET:HH:MM:SS-HH:MM:SS
+    (a throttle or collapse on that day of the seed's log)."""
+    out = []
+    f = kept / "faults.json"
+    if f.exists():
+        out += [(x["kind"], x["target"], x["from"], x["to"]) for x in json.loads(f.read_text())]
+    return out + [w for w in given_windows(given, kept)]
+
+
+def given_windows(given: list[str], kept: Path):
+    day = None
+    for spec in given:
+        seed, target, span = spec.split(":", 2)
+        if seed != kept.name:
+            continue
+        if day is None:
+            with open(kept / "daemon-1.log", errors="replace") as f:
+                day = f.readline().split(" ", 1)[0]
+        a, b = span.split("-")
+        yield ("throttle", target, _unix(day, a), _unix(day, b))
+
+
+def _unix(day: str, hms: str) -> float:
+    return datetime.datetime.fromisoformat(f"{day}T{hms}").timestamp()
+
+
+def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]:
     with sqlite3.connect(f"file:{kept / 'state' / 'state.db'}?mode=ro", uri=True) as db:
         identity = dict(db.execute("SELECT target, identity FROM probe_results GROUP BY target"))
         normal = normals(db)
+    wins = windows_of(kept, given)
     out = []
     with open(kept / "daemon-1.log", errors="replace") as f:
         for line in f.read(MAX_LOG_BYTES).splitlines():
             m = LINE.match(line)
             if not m:
                 continue
-            at, target, profile, _, read, write, total, _, own = m.groups()
+            day, at, target, profile, _, read, write, total, _, own = m.groups()
             n = normal.get((identity.get(target), profile))
-            if n:
-                out.append((int(total) / n, at[:8], target, profile, depth_of.get(profile), int(read) + int(write),
-                            int(total), round(n), own or "-"))
-    return sorted(out)
+            if not n:
+                continue
+            t = _unix(day, at[:8])
+            label = "healthy"
+            for kind, where, a, b in wins:
+                if kind in PAGED_BY_THIS and where == target and a <= t <= b + 60:
+                    label = "fault"
+                    break
+                if a <= t <= b + AFTER_FAULT_SECONDS and (where is None or where == target):
+                    label = "-"
+            out.append(Row(int(total) / n, kept.name, at[:8], target, profile, depth_of.get(profile),
+                           int(read) + int(write), int(total), round(n), float(own) if own else None, label))
+    return sorted(out, key=lambda r: r.ratio)
+
+
+def middle(healthy: list[float], fault: list[float], fault_below: bool = True) -> float | None:
+    """The geometric middle of the gap between the two groups (faults below healthy, or above with
+    fault_below False); None where they overlap or a group is empty."""
+    if not healthy or not fault:
+        return None
+    lo, hi = (max(fault), min(healthy)) if fault_below else (max(healthy), min(fault))
+    return math.sqrt(lo * hi) if 0 < lo < hi else None
+
+
+def strikes(r: Row, shallow_at: float, deep_at: float, agree_at: float, saturating: int) -> bool:
+    deep = (r.depth or saturating) >= saturating
+    short = r.ratio < (deep_at if deep else shallow_at)
+    # the soaks' faults are cgroup limits (the judgement's other way to agree): a fault probe agrees by it
+    agrees = r.label == "fault" or r.own is None or r.own >= agree_at
+    return short and agrees
+
+
+def nested(rows: list[Row], saturating: int, shipped: tuple[float, float, float]) -> list[str]:
+    seeds = sorted({r.seed for r in rows})
+    out = []
+    for held in seeds:
+        train = [r for r in rows if r.seed != held and r.label != "-"]
+        test = [r for r in rows if r.seed == held and r.label != "-"]
+
+        def of(group, deep):
+            return [r.ratio for r in train if r.label == group and ((r.depth or saturating) >= saturating) == deep]
+        shallow_at = middle(of("healthy", False), of("fault", False))
+        deep_at = middle(of("healthy", True), of("fault", True))
+        # agreement: the healthy probes a shortfall would strike, against nothing (faults agree by their limit):
+        # the device's latency just above the highest such healthy probe's
+        short_healthy = [r.own for r in train if r.label == "healthy" and r.own is not None
+                         and r.ratio < ((deep_at or shipped[1]) if (r.depth or saturating) >= saturating
+                                        else (shallow_at or shipped[0]))]
+        agree_at = max(max(short_healthy, default=0.0) * 1.25, shipped[2])
+        chosen = (shallow_at or shipped[0], deep_at or shipped[1], agree_at)
+        bad = lambda at: ([r for r in test if r.label == "healthy" and strikes(r, *at, saturating)],
+                          [r for r in test if r.label == "fault" and not strikes(r, *at, saturating)])
+        fp, fn = bad(chosen)
+        sfp, sfn = bad(shipped)
+        n_h, n_f = sum(r.label == "healthy" for r in test), sum(r.label == "fault" for r in test)
+        out.append(f"  held out {held}: chosen on the others shallow {_f(shallow_at)}, deep {_f(deep_at)}, agree "
+                   f"{agree_at:.2f}x -> of {n_h} healthy, {len(fp)} would strike; of {n_f} fault, {len(fn)} would "
+                   f"not | shipped: {len(sfp)} and {len(sfn)}"
+                   + "".join(f"\n      strikes, healthy: {r.at} {r.target}/{r.profile} {r.ratio:.4f} at {r.own}x"
+                             for r in sfp)
+                   + "".join(f"\n      misses, fault: {r.at} {r.target}/{r.profile} {r.ratio:.4f}" for r in sfn))
+    return out
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kept", nargs="+", type=Path, help="a seed's directory kept by bench/soak.py --keep")
     ap.add_argument("--lowest", type=int, default=8)
+    ap.add_argument("--window", action="append", default=[],
+                    help="SEED-DIR-NAME:TARGET:HH:MM:SS-HH:MM:SS: a throttle or collapse of a seed kept "
+                         "without faults.json")
     ap.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[1] / "config.example.toml",
                     help="where the profiles' queue depths are read (the soak runs the example's)")
     args = ap.parse_args()
-    from iowarden.daemon.verdicts.contended import SATURATING_QUEUE_DEPTH
+    from iowarden.daemon.verdicts import contended as c
     depth_of = depths(args.config)
-    shallow, deep = [], []
+    rows = []
     for kept in args.kept:
-        rows = rows_of(kept, depth_of)
-        print(f"== {kept}: {len(rows)} contended probes with a normal")
-        for r in rows[:args.lowest]:
-            print("  %.4f  %s %s/%s (QD %s): probe %d IOPS, device %d in total, normal %d; device at %sx" % r)
-        for r in rows:
-            (deep if (r[4] or SATURATING_QUEUE_DEPTH) >= SATURATING_QUEUE_DEPTH else shallow).append((r[0], kept.name, *r[1:4]))
-    for name, rows in (("shallow", shallow), ("deep", deep)):
-        print(f"== {name} probes, all seeds: {len(rows)}; lowest: "
-              + "; ".join(f"{r[0]:.4f} ({r[1]} {r[2]} {r[3]}/{r[4]})" for r in sorted(rows)[:args.lowest]))
+        mine = rows_of(kept, depth_of, args.window)
+        rows += mine
+        print(f"== {kept}: {len(mine)} contended probes with a normal "
+              f"({sum(r.label == 'fault' for r in mine)} in a throttle or collapse)")
+        for r in mine[:args.lowest]:
+            print(f"  {r.ratio:.4f}  {r.at} {r.target}/{r.profile} (QD {r.depth}): probe {r.probe_iops} IOPS, "
+                  f"device {r.total_iops} in total, normal {r.normal_iops}; device at {r.own or '-'}x; {r.label}")
+    sat = c.SATURATING_QUEUE_DEPTH
+    for name, deep in (("shallow", False), ("deep", True)):
+        for label in ("healthy", "fault"):
+            group = sorted((r for r in rows if r.label == label and ((r.depth or sat) >= sat) == deep),
+                           key=lambda r: r.ratio)
+            if group:
+                pick = group[:args.lowest] if label == "healthy" else group[-args.lowest:]
+                print(f"== {name} probes, {label}: {len(group)}; {'lowest' if label == 'healthy' else 'highest'}: "
+                      + "; ".join(f"{r.ratio:.4f} ({r.seed} {r.at} {r.target}/{r.profile}, device {r.own or '-'}x)"
+                                  for r in pick))
+    print(f"== leave one seed out (shipped: shallow {c.SHALLOW_SHORTFALL}, deep {c.CONTENDED_SHORTFALL}, device "
+          f"agrees at {c.DEVICE_AGREES_SLOWDOWN}x)")
+    for line in nested(rows, sat, (c.SHALLOW_SHORTFALL, c.CONTENDED_SHORTFALL, c.DEVICE_AGREES_SLOWDOWN)):
+        print(line)
     return 0
 
 

@@ -161,7 +161,8 @@ def run_seed(seed: int, args) -> list[str]:
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
         if args.keep:   # the daemon's log and state and every webhook payload, kept for a look after the run
-            stack.callback(keep, tmp, Path(args.keep) / f"seed-{seed}", lambda: hook.payloads)
+            stack.callback(keep, tmp, Path(args.keep) / f"seed-{seed}", lambda: hook.payloads, lambda: played)
+        played = []   # each fault's kind, volume and wall-clock window, kept for bench/contended_totals.py
         lowers, uppers = stacked_volumes(stack, tmp, args.volumes, in_ram=True)
         mounts = [u.mountpoint for u in uppers]
         for m in mounts:   # what the mix reads, laid out before it starts
@@ -221,6 +222,9 @@ def run_seed(seed: int, args) -> list[str]:
         report += ["  played: " + line for line in runner.log if "database mix" not in line][:80]
         before = len(hook.payloads)
         for fault in faults(seed, args.volumes, args.faults):
+            began = time.time()
+            played.append({"kind": fault.kind, "target": None if fault.volume is None else mounts[fault.volume].name,
+                           "params": fault.params, "from": began, "to": began + fault.seconds})
             report.append(play_fault(fault, stack, lowers, uppers, scenario, hook, before, port, shared))
             before = len(hook.payloads)
     return report
@@ -334,12 +338,13 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port, 
                       for k, a in elsewhere.items()))
 
 
-def keep(tmp: Path, to: Path, payloads) -> None:
+def keep(tmp: Path, to: Path, payloads, played) -> None:
     to.mkdir(parents=True, exist_ok=True)
     for f in tmp.glob("daemon-*.log"):
         shutil.copy(f, to / f.name)
     if (tmp / "state").is_dir():
         shutil.copytree(tmp / "state", to / "state", dirs_exist_ok=True, ignore=shutil.ignore_patterns("probes"))
+    (to / "faults.json").write_text(json.dumps(played(), indent=1))
     try:
         (to / "webhook.json").write_text(json.dumps(payloads(), indent=1))
     except NameError:   # the seed ended before its receiver started

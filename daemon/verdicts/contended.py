@@ -71,7 +71,8 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, v
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
 
     def below(share: float) -> bool:
-        return t.delivered_iops < t.normal_iops * share and t.delivered_bytes_per_second < t.normal_bytes_per_second * share
+        return t.delivered_iops < t.normal_iops * share and \
+            t.delivered_bytes_per_second < t.normal_bytes_per_second * share
     short = below(CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
     held = saturating and below(CONTENDED_HALF)
     agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= DEVICE_AGREES_SLOWDOWN

@@ -38,10 +38,10 @@ HOST_SHARED_SLOWDOWN = 2.0
 # read's 16 us normal read 300 us (19x) while the passive view of the same device served its database at 0.9-1.0x
 # its normal latency for its load. There a probe out of its band measured the CPU: neither learned nor paged (one
 # within its band is learned as ever, and a volume still learning arms as ever), unless the device
-# agrees (its own latency at its load DEVICE_AGREES_SLOWDOWN times its normal or more) or a cgroup limit on its
-# stack explains a slow probe the device's latency cannot show (a throttled bio waits above the device's counters).
+# agrees (its own latency at its load contended.DEVICE_AGREES_SLOWDOWN times its normal or more, the same
+# agreement a busy disk's short total needs) or a cgroup limit on its stack explains a slow probe the device's
+# latency cannot show (a throttled bio waits above the device's counters).
 CPU_STARVED_PERCENT = 50.0
-DEVICE_AGREES_SLOWDOWN = 1.5
 # A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
 # read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
 LATENCY_FLOOR_SECONDS = 20e-6
@@ -69,7 +69,7 @@ def starved_cpu(context: dict) -> tuple[float, float] | None:
     normal latency, and no cgroup limit on its stack.
     context: cpu_pressure_some_percent, own_slowdown, cgroup_limited (core/knowledge.py)."""
     cpu, own = context.get("cpu_pressure_some_percent"), context.get("own_slowdown")
-    if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None and own < DEVICE_AGREES_SLOWDOWN \
+    if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None and own < contended.DEVICE_AGREES_SLOWDOWN \
             and not context.get("cgroup_limited"):
         return float(cpu), float(own)
     return None
