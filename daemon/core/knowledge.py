@@ -219,13 +219,18 @@ def apply_result(core, e: ProbeFinished) -> None:
         context["host_slowdown"] = round(view.neighbours_ratio, 2)
     if view is not None and view.slowdown_ratio:   # the device's own latency at its load: slower than its host, or with it
         context["own_slowdown"] = round(max(view.slowdown_ratio.values()), 2)
+    if view is not None and view.window_ratio is not None:
+        # the same in the last window alone: a collapse moves the load into a bin the curve has not learned, and
+        # the last judged ratio (0.71x) stayed the device's for the three minutes a volume delivered 5 % of its load
+        context["own_slowdown_now"] = round(view.window_ratio, 2)
     if k.cpu_pressure is not None:
         context["cpu_pressure_some_percent"] = k.cpu_pressure.some_avg10_percent
     if result.contended and total_said:
         # what a contended judgement's thresholds are chosen on, probe by probe, in the soaks' journals: the device's
-        # own latency for its load (a collapse's is many times its normal, a starved CPU's about 1x) and the CPU
-        if context.get("own_slowdown") is not None:
-            total_said += f"; the device at {context['own_slowdown']:.2f}x its normal latency for its load"
+        # own latency for its load in the last window (a collapse's is many times its normal, a starved CPU's about
+        # 1x; not said where that window was not judged) and the CPU
+        if context.get("own_slowdown_now") is not None:
+            total_said += f"; the device at {context['own_slowdown_now']:.2f}x its normal latency for its load"
         if context.get("cpu_pressure_some_percent") is not None:
             total_said += f"; tasks waited for a CPU {context['cpu_pressure_some_percent']:.0f} % of the time"
     if result.device and limits_on_stack(k, {result.device, *e.disks}):

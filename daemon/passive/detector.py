@@ -466,7 +466,7 @@ class PassiveDetector(GroupRules):
                                   self.neighbours_now.get(name), knees, headroom,
                                   d.burst.forecast if d.burst is not None else None,
                                   math.exp(median_of(list(d.fleet_ring))) if d.fleet_ring else None,
-                                  self.services.views(name), self._fleet_normal(d)))
+                                  self.services.views(name), self._fleet_normal(d), d.window_ratio))
         return tuple(out)
 
     def fleet_normal(self, name: str) -> tuple[FleetNormal, ...]:

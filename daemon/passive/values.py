@@ -210,6 +210,9 @@ class DeviceView:
     fleet_ratio: float | None = None   # the median of the last fleet_seconds of window ratios: the fleet's signal
     services: tuple = ()           # service.ServiceView: each learned service's normal on this device
     fleet_normal: tuple = ()       # FleetNormal: its own normal in the octaves of load it carries most
+    # the last window's worst latency over its normal at that load; None when that window was not judged (idle,
+    # a flood, a load its curve has not learned): slowdown_ratio keeps the last judged window's, however old
+    window_ratio: float | None = None
 
     def __post_init__(self):
         # a view is posted in PassiveJudged and published in snapshots: its mappings read-only

@@ -49,7 +49,8 @@ class Totals:
     queue_depth: int | None          # the probe's; None: unknown, taken as deep enough to fill the device
     passive_slowdown: float | None   # the passive view of the device: its latency over its normal at this load
     delivered_on: str | None = None  # the device the totals were counted on, when it is not the volume's own
-    own_slowdown: float | None = None   # the passive view's latency over its normal at this load, flagged or not
+    own_slowdown: float | None = None   # the device's latency over its normal at its load in the last window
+                                        # (the passive view, flagged or not); None: that window was not judged
     cgroup_limited: bool = False     # a cgroup limit on the volume's stack holds iowarden's own I/O
 
 

@@ -369,7 +369,7 @@ class Health:
         key = (identity, profile)
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), context.get("passive_slowdown"),
-                                  context.get("delivered_on"), context.get("own_slowdown"),
+                                  context.get("delivered_on"), context.get("own_slowdown_now"),
                                   bool(context.get("cgroup_limited")))
         paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
         # strikes are the volume's, whichever profile met the busy disk: its profiles are probed in turn

@@ -145,11 +145,13 @@ def test_short_busy_probes_of_different_profiles_in_a_row_page_the_volume_once(t
         probe, ctx = _busy(next(clock), rng, iops, **passive)
         return h.on_result({**probe, "profile": profile}, "vol", lambda since: ["a cause"],
                            {**ctx, "probe_queue_depth": depth})
-    starved = {**STARVED, "own_slowdown": 1.0, "passive_slowdown": 1.0}
+    starved = {**STARVED, "own_slowdown": 1.0, "own_slowdown_now": 1.0, "passive_slowdown": 1.0}
     for _ in range(4):   # 0.005 and 0.1 of their normals, both past their shortfalls: the device says otherwise
         assert busy("qd1", 1, 5.0, **starved) == [] and busy("rr", 32, 100.0, **starved) == []
     assert h.open == {}
-    collapsed = {"own_slowdown": 40.0}
+    # the device's last judged window (0.71x) is from before the collapse; its last window was not judged (a load
+    # its curve has not learned): unknown, not a disagreement
+    collapsed = {"own_slowdown": 0.71}
     assert busy("qd1", 1, 5.0, **collapsed) == []            # one strike: suspected
     assert busy("rr", 32, 50.0, **collapsed) == ["VolumeDegraded raised"]
     assert busy("qd1", 1, 5.0, **collapsed) == []            # the volume is paged: not again for another profile
@@ -157,7 +159,7 @@ def test_short_busy_probes_of_different_profiles_in_a_row_page_the_volume_once(t
     # a qd1 probe at a tenth of its normal is what its users ask of a busy disk, not a strike
     (tmp_path / "h2").mkdir()
     h2, rng, clock = _health(tmp_path / "h2")
-    probe, ctx = _busy(next(clock), rng, 100.0, own_slowdown=40.0)
+    probe, ctx = _busy(next(clock), rng, 100.0, own_slowdown_now=40.0)
     for _ in range(4):
         assert h2.on_result(probe, "vol", lambda since: ["a cause"], {**ctx, "probe_queue_depth": 1}) == []
 
@@ -264,3 +266,22 @@ def test_a_volume_still_learning_on_a_starved_cpu_is_armed_as_ever(tmp_path):
         h.on_result(_probe(next(clock), 1.0, rng), "vol", lambda since: ["a cause"],
                     {**STARVED, "own_slowdown": 1.0})
     assert h.detectors and all(d.baseline() is not None for d in h.detectors.values())
+
+
+def test_the_devices_latency_now_is_unknown_at_a_load_its_curve_never_learned():
+    """A collapse moves a device's load into a bin its curve has not learned: its last judged ratio (0.71x in a
+    soak's collapse, for three minutes) is from before, so the view's window_ratio, what a busy disk's short total
+    is checked against, is None then, and the last window's ratio while its load is one the curve knows."""
+    from iowarden.daemon.passive.detector import PassiveDetector
+    det = PassiveDetector()
+    day = pt.DAY_WINDOWS // 4
+    trace = list(pt.device_trace(7, day))
+    for w in trace:
+        det.observe([w], [])
+    v = det.views()[0]
+    assert v.window_ratio is not None and 0.5 <= v.window_ratio <= 2.0, v.window_ratio
+    before = dict(v.slowdown_ratio)
+    lowest = min(w.flows["read"].iops for w in trace)
+    det.observe([pt.window(trace[0].device, day, lowest / 64, 400.0)], [])   # 1/64 of its lightest load, 400 ms
+    v = det.views()[0]
+    assert v.window_ratio is None and dict(v.slowdown_ratio) == before
