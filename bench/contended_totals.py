@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/contended_totals.py DIR/seed-S [DIR/seed-T ...] [--lowest 8]
 
-    .venv/bin/python bench/contended_totals.py DIR/seed-S ... --window seed-287:vol2:04:07:00-04:17:00
+    .venv/bin/python bench/contended_totals.py DIR/seed-S ... --window soakC/seed-287:vol2:04:07:00-04:16:00
 
 Per seed: every contended probe whose profile has a normal in the kept state database, lowest ratio first,
 with its time, volume, profile, queue depth (the profile's), its own IOPS, the device's total and the device's
@@ -71,6 +71,7 @@ class Row:
     total_iops: int
     normal_iops: int
     own: float | None     # the device's own latency for its load over its normal (None: not said)
+    recorded: bool        # the journal line carries the context (a journal from before it did: agreement unknown)
     label: str            # "fault", "healthy" or "-"
 
 
@@ -92,13 +93,18 @@ def given_windows(given: list[str], kept: Path):
     day = None
     for spec in given:
         seed, target, span = spec.split(":", 2)
-        if seed != kept.name:
+        if seed != run_name(kept):
             continue
         if day is None:
             with open(kept / "daemon-1.log", errors="replace") as f:
                 day = f.readline().split(" ", 1)[0]
         a, b = span.split("-")
         yield ("throttle", target, _unix(day, a), _unix(day, b))
+
+
+def run_name(kept: Path) -> str:
+    """A kept seed's name in the report: its directory and the one it was kept in (a seed is run more than once)."""
+    return f"{kept.parent.name}/{kept.name}"
 
 
 def _unix(day: str, hms: str) -> float:
@@ -128,8 +134,9 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
                     break
                 if a <= t <= b + AFTER_FAULT_SECONDS and (where is None or where == target):
                     label = "-"
-            out.append(Row(int(total) / n, kept.name, at[:8], target, profile, depth_of.get(profile),
-                           int(read) + int(write), int(total), round(n), float(own) if own else None, label))
+            out.append(Row(int(total) / n, run_name(kept), at[:8], target, profile, depth_of.get(profile),
+                           int(read) + int(write), int(total), round(n), float(own) if own else None,
+                           "tasks waited for a CPU" in line, label))
     return sorted(out, key=lambda r: r.ratio)
 
 
@@ -145,7 +152,8 @@ def middle(healthy: list[float], fault: list[float], fault_below: bool = True) -
 def strikes(r: Row, shallow_at: float, deep_at: float, agree_at: float, saturating: int) -> bool:
     deep = (r.depth or saturating) >= saturating
     short = r.ratio < (deep_at if deep else shallow_at)
-    # the soaks' faults are cgroup limits (the judgement's other way to agree): a fault probe agrees by it
+    # the soaks' faults are cgroup limits (the judgement's other way to agree): a fault probe agrees by it; a
+    # line that says no device latency had its last window unjudged, which the judgement takes as agreeing
     agrees = r.label == "fault" or r.own is None or r.own >= agree_at
     return short and agrees
 
@@ -163,19 +171,24 @@ def nested(rows: list[Row], saturating: int, shipped: tuple[float, float, float]
         deep_at = middle(of("healthy", True), of("fault", True))
         # agreement: the healthy probes a shortfall would strike, against nothing (faults agree by their limit):
         # the device's latency just above the highest such healthy probe's
-        short_healthy = [r.own for r in train if r.label == "healthy" and r.own is not None
+        short_healthy = [r.own for r in train if r.label == "healthy" and r.recorded and r.own is not None
                          and r.ratio < ((deep_at or shipped[1]) if (r.depth or saturating) >= saturating
                                         else (shallow_at or shipped[0]))]
         agree_at = max(max(short_healthy, default=0.0) * 1.25, shipped[2])
         chosen = (shallow_at or shipped[0], deep_at or shipped[1], agree_at)
-        bad = lambda at: ([r for r in test if r.label == "healthy" and strikes(r, *at, saturating)],
-                          [r for r in test if r.label == "fault" and not strikes(r, *at, saturating)])
+        known = [r for r in test if r.recorded or r.label == "fault"]
+        unknown = [r for r in test if r not in known and r.label == "healthy"
+                   and r.ratio < (shipped[1] if (r.depth or saturating) >= saturating else shipped[0])]
+        bad = lambda at: ([r for r in known if r.label == "healthy" and strikes(r, *at, saturating)],
+                          [r for r in known if r.label == "fault" and not strikes(r, *at, saturating)])
         fp, fn = bad(chosen)
         sfp, sfn = bad(shipped)
-        n_h, n_f = sum(r.label == "healthy" for r in test), sum(r.label == "fault" for r in test)
+        n_h, n_f = sum(r.label == "healthy" for r in known), sum(r.label == "fault" for r in known)
         out.append(f"  held out {held}: chosen on the others shallow {_f(shallow_at)}, deep {_f(deep_at)}, agree "
                    f"{agree_at:.2f}x -> of {n_h} healthy, {len(fp)} would strike; of {n_f} fault, {len(fn)} would "
                    f"not | shipped: {len(sfp)} and {len(sfn)}"
+                   + (f"; {len(unknown)} healthy short by the shipped shortfall in a journal that did not record "
+                      "the device's latency (agreement unknown)" if unknown else "")
                    + "".join(f"\n      strikes, healthy: {r.at} {r.target}/{r.profile} {r.ratio:.4f} at {r.own}x"
                              for r in sfp)
                    + "".join(f"\n      misses, fault: {r.at} {r.target}/{r.profile} {r.ratio:.4f}" for r in sfn))
@@ -191,7 +204,8 @@ def main() -> int:
     ap.add_argument("kept", nargs="+", type=Path, help="a seed's directory kept by bench/soak.py --keep")
     ap.add_argument("--lowest", type=int, default=8)
     ap.add_argument("--window", action="append", default=[],
-                    help="SEED-DIR-NAME:TARGET:HH:MM:SS-HH:MM:SS: a throttle or collapse of a seed kept "
+                    help="KEPT-IN/SEED-DIR:TARGET:HH:MM:SS-HH:MM:SS (soakC/seed-287:vol2:04:07:00-04:16:00): a "
+                         "throttle or collapse of a seed kept "
                          "without faults.json")
     ap.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[1] / "config.example.toml",
                     help="where the profiles' queue depths are read (the soak runs the example's)")
