@@ -78,6 +78,9 @@ def readers(devices, rate_iops: int, seconds: int):
         end_processes(*procs)
 
 
+# Alone: its drives' service time is a Python FUSE server's, and beside the suite's lanes and the lab guest's boot
+# (load average 30 on two cores) neither disk's tail was judged once in 540 s, twice; alone it is named in 60 s.
+@pytest.mark.alone
 def test_a_drive_with_a_weak_region_is_named_on_its_tail_while_its_mean_moves_little(tmp_path, daemon_factory):
     port = free_port()
     target = LoopXfs("512M")   # the daemon's probe target (probed once an hour: the tail is the subject here)
