@@ -10,7 +10,8 @@ with its time, volume, profile, queue depth (the profile's), its own IOPS, the d
 own latency for its load over its normal (the journal says it). Each probe is labelled: "fault" on the volume
 of a throttle or a collapse while it held (the seed's faults.json, written by bench/soak.py --keep, or
 --window for a seed kept before it was), "healthy" outside every fault window (and not in the ten minutes after
-one), else "-" (a noisy neighbour's victim, a host-wide contention: other rules' faults, not this one's).
+one) once its profile was armed, else "-" (a profile still learning, whose probes the judgement cannot read; a
+noisy neighbour's victim, a host-wide contention: other rules' faults, not this one's).
 
 Then the thresholds of daemon/verdicts/contended.py chosen by leaving one seed out: for each seed, the shallow
 and deep shortfalls and the device's agreement are chosen on the other seeds alone (the geometric middle of the
@@ -76,6 +77,7 @@ class Row:
 
 
 AFTER_FAULT_SECONDS = 600.0
+WARMUP = 12   # the example's [detector] warmup_probes: a profile is judged after this many quiet probes
 PAGED_BY_THIS = ("throttle", "collapse")
 
 
@@ -115,6 +117,12 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
     with sqlite3.connect(f"file:{kept / 'state' / 'state.db'}?mode=ro", uri=True) as db:
         identity = dict(db.execute("SELECT target, identity FROM probe_results GROUP BY target"))
         normal = normals(db)
+        # when each profile was armed: its WARMUP-th quiet probe (before it, the judgement had no normal to read)
+        quiet: dict[tuple[str, str], list[float]] = {}
+        for target, profile, started in db.execute(
+                "SELECT target, profile, started_at FROM probe_results WHERE ok AND NOT contended ORDER BY started_at"):
+            quiet.setdefault((target, profile), []).append(started)
+    armed_at = {k: v[WARMUP - 1] for k, v in quiet.items() if len(v) >= WARMUP}
     wins = windows_of(kept, given)
     out = []
     with open(kept / "daemon-1.log", errors="replace") as f:
@@ -127,7 +135,7 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
             if not n:
                 continue
             t = _unix(day, at[:8])
-            label = "healthy"
+            label = "healthy" if t >= armed_at.get((target, profile), math.inf) else "-"
             for kind, where, a, b in wins:
                 if kind in PAGED_BY_THIS and where == target and a <= t <= b + 60:
                     label = "fault"
