@@ -8,6 +8,7 @@ healthy loop XFS target.
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +42,12 @@ def _probes_of(out: str, target: str) -> int:
     return len(re.findall(rf"probe {target}/rr on ", out))
 
 
+def _snapshot_time(body: str) -> float:
+    m = re.search(r"^iowarden_snapshot_timestamp_seconds (\S+)$", body, re.M)
+    assert m, "no iowarden_snapshot_timestamp_seconds in the scrape"
+    return float(m.group(1))
+
+
 def test_a_hung_filesystem_costs_its_target_only(shared_loop_xfs, tmp_path):
     mnt, control = tmp_path / "nfs", tmp_path / "hang"
     mnt.mkdir()
@@ -65,21 +72,29 @@ def test_a_hung_filesystem_costs_its_target_only(shared_loop_xfs, tmp_path):
 
         before = _probes_of(d.output(), "loop")
         d.messages.clear()
-        slowest = 0.0
+        took, stamps = [], []
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             t0 = time.monotonic()
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-            slowest = max(slowest, time.monotonic() - t0)
+            # a scrape held by the hung filesystem would wait out this timeout and raise
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            took.append(time.monotonic() - t0)
+            stamps.append(_snapshot_time(body))
             time.sleep(1)
         out = d.output()
         after = _probes_of(out, "loop")
         pings = sum(m.count("WATCHDOG=1") for m in d.drain())
+        median = statistics.median(took)
         print(f"beside the hung target: {after - before} probes of the healthy one in 20 s, {pings} watchdog pings, "
-              f"slowest /metrics {slowest:.2f} s")
+              f"/metrics median {median:.2f} s, slowest {max(took):.2f} s (load average {os.getloadavg()[0]:.1f}); "
+              f"snapshots {stamps[0]:.0f} .. {stamps[-1]:.0f}")
         assert after - before >= 4, "the healthy target's probes stopped"
         assert pings >= 15 and "watchdog ping withheld" not in out
-        assert slowest < 1.0
+        # scrapes answer at once, and from snapshots the core kept publishing (a core held by the hung
+        # target would leave every scrape a fast answer from a frozen snapshot); on a machine this busy a
+        # render can wait seconds for a CPU, which is the machine, not the hung target
+        assert median < 1.0
+        assert stamps[-1] - stamps[0] >= 10, stamps
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert re.search(r'iowarden_alert_active\{[^}]*alert="ProbeFailing"[^}]*target="nfs"', body), \
             [ln for ln in body.splitlines() if "alert_active" in ln]
