@@ -40,11 +40,13 @@ LINE = re.compile(r"^(\S+) (\S+) INFO probe (\S+)/(\S+) on (\S+): read (\d+) IOP
 MAX_LOG_BYTES = 256 << 20
 
 
-def normals(db: sqlite3.Connection) -> dict[tuple[str, str], float]:
-    """(identity, profile) -> the profile's normal IOPS (read and write), the median of its learned values."""
+def normals(db: sqlite3.Connection, metrics=("read_iops", "write_iops")) -> dict[tuple[str, str], float]:
+    """(identity, profile) -> the profile's normal IOPS (read and write; or bytes a second with `metrics`
+    read_bw_bytes, write_bw_bytes), the median of its learned values."""
     out: dict[tuple[str, str], float] = {}
     for identity, profile, state in db.execute(
-            "SELECT identity, profile, state FROM baselines WHERE metric IN ('read_iops', 'write_iops')"):
+            f"SELECT identity, profile, state FROM baselines WHERE metric IN ({','.join('?' * len(metrics))})",
+            metrics):
         values = json.loads(state).get("values") or []
         if values:   # kept as logarithms
             out[(identity, profile)] = out.get((identity, profile), 0.0) + math.exp(statistics.median(values))
@@ -62,7 +64,8 @@ def depths(config: Path) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Row:
-    ratio: float          # the device's total over the probe's normal
+    ratio: float          # the device's total over the probe's normal: the larger of IOPS and bytes, as the
+                          # judgement reads it (short only when both are short)
     seed: str
     at: str               # HH:MM:SS
     target: str
@@ -74,6 +77,7 @@ class Row:
     own: float | None     # the device's own latency for its load over its normal (None: not said)
     recorded: bool        # the journal line carries the context (a journal from before it did: agreement unknown)
     label: str            # "fault", "healthy" or "-"
+    unix: float = 0.0
 
 
 AFTER_FAULT_SECONDS = 600.0
@@ -117,6 +121,7 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
     with sqlite3.connect(f"file:{kept / 'state' / 'state.db'}?mode=ro", uri=True) as db:
         identity = dict(db.execute("SELECT target, identity FROM probe_results GROUP BY target"))
         normal = normals(db)
+        normal_bytes = normals(db, ("read_bw_bytes", "write_bw_bytes"))
         # when each profile was armed: its WARMUP-th quiet probe (before it, the judgement had no normal to read)
         quiet: dict[tuple[str, str], list[float]] = {}
         for target, profile, started in db.execute(
@@ -130,10 +135,12 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
             m = LINE.match(line)
             if not m:
                 continue
-            day, at, target, profile, _, read, write, total, _, own = m.groups()
+            day, at, target, profile, _, read, write, total, mib, own = m.groups()
             n = normal.get((identity.get(target), profile))
             if not n:
                 continue
+            nb = normal_bytes.get((identity.get(target), profile))
+            ratio = max(int(total) / n, float(mib) * (1 << 20) / nb if nb else 0.0)
             t = _unix(day, at[:8])
             label = "healthy" if t >= armed_at.get((target, profile), math.inf) else "-"
             for kind, where, a, b in wins:
@@ -142,9 +149,9 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
                     break
                 if a <= t <= b + AFTER_FAULT_SECONDS and (where is None or where == target):
                     label = "-"
-            out.append(Row(int(total) / n, run_name(kept), at[:8], target, profile, depth_of.get(profile),
+            out.append(Row(ratio, run_name(kept), at[:8], target, profile, depth_of.get(profile),
                            int(read) + int(write), int(total), round(n), float(own) if own else None,
-                           "tasks waited for a CPU" in line, label))
+                           "tasks waited for a CPU" in line, label, t))
     return sorted(out, key=lambda r: r.ratio)
 
 
@@ -203,6 +210,26 @@ def nested(rows: list[Row], saturating: int, shipped: tuple[float, float, float]
     return out
 
 
+def raises(rows: list[Row], at: tuple[float, float, float], saturating: int, need: int) -> list[str]:
+    """What the volume's streak makes of the probes, as the judgement counts it: `need` strikes in a row on a volume
+    (any profile; a contended probe that does not strike ends the run) raise. Per raise: when, on what, and
+    whether its probes were all healthy (a false page, were no other layer to hold it)."""
+    out = []
+    for seed in sorted({r.seed for r in rows}):
+        run: dict[str, list[Row]] = {}
+        for r in sorted((r for r in rows if r.seed == seed), key=lambda r: r.unix):
+            if not strikes(r, *at, saturating):
+                run.pop(r.target, None)
+                continue
+            run.setdefault(r.target, []).append(r)
+            if len(run[r.target]) == need:
+                labels = {x.label for x in run[r.target]}
+                kind = "FALSE" if labels == {"healthy"} else "fault" if "fault" in labels else "unarmed"
+                out.append(f"  {seed} {r.at} {r.target}: raise ({kind}) on "
+                           + ", ".join(f"{x.profile} {x.ratio:.4f} at {x.own or '-'}x" for x in run[r.target]))
+    return out
+
+
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
@@ -241,7 +268,12 @@ def main() -> int:
                                   for r in pick))
     print(f"== leave one seed out (shipped: shallow {c.SHALLOW_SHORTFALL}, deep {c.CONTENDED_SHORTFALL}, device "
           f"agrees at {c.DEVICE_AGREES_SLOWDOWN}x)")
-    for line in nested(rows, sat, (c.SHALLOW_SHORTFALL, c.CONTENDED_SHORTFALL, c.DEVICE_AGREES_SLOWDOWN)):
+    shipped = (c.SHALLOW_SHORTFALL, c.CONTENDED_SHORTFALL, c.DEVICE_AGREES_SLOWDOWN)
+    for line in nested(rows, sat, shipped):
+        print(line)
+    print(f"== raises by the shipped judgement ({c.SHORT_PROBES_TO_RAISE} strikes in a row on a volume), before the "
+          "slowed-host layer and the open-alert rules")
+    for line in raises(rows, shipped, sat, c.SHORT_PROBES_TO_RAISE) or ["  none"]:
         print(line)
     return 0
 

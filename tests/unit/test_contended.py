@@ -51,3 +51,15 @@ def test_it_clears_only_on_a_total_back_near_its_normal_or_the_passive_view_at_i
         assert share >= CONTENDED_RECOVERED or (slowdown is not None and slowdown <= 1.5 and not v.held)
     if share < CONTENDED_SHORTFALL:
         assert v.short and v.action is None   # a volume still far short stays open
+
+
+def test_a_disk_busy_with_large_writes_is_not_short_of_what_a_small_block_probe_moves():
+    """A volume's own writeback storm: 87 IOPS of 350 KiB writes (29.1 MiB/s) beside a 4k write probe whose normal
+    is 1,998 IOPS (7.8 MiB/s), its device at 10.6x its normal latency. Few operations, but the disk is moving
+    nearly four times the probe's normal in bytes: busy, not short. A throttled one delivered 313 IOPS, 1.2 MiB/s."""
+    def delivered(iops, mib_per_second):
+        return Totals(iops, mib_per_second * 2**20, 1998.0, 1998 * 4096.0, 32, None, None, 10.56, False)
+    storm = judge(delivered(87, 29.1), strikes=1, is_open=False, last_deep_held=None)
+    assert not storm.short and not storm.strike and storm.action is None
+    throttled = judge(delivered(313, 1.2), strikes=1, is_open=False, last_deep_held=None)
+    assert throttled.short and throttled.action == "raise"
