@@ -23,6 +23,7 @@ class Published:
     def __init__(self, snapshot_fn, roots: Roots = Roots()):
         self.snapshot_fn = snapshot_fn
         self.roots = roots
+        self._learning: tuple = (None, frozenset())   # (the snapshot, its (target, profile) still learning)
 
     def _reading(self):
         snap = self.snapshot_fn()
@@ -46,6 +47,20 @@ class Published:
         if snap is not None and snap.devices:
             return snap.devices
         return blockqueue.read_sysfs_and_superblocks(self.roots)
+
+    def still_learning(self, target: str, profile: str) -> bool:
+        """Whether the profile's normal, as the core judges it, has not yet learned enough probes to arm (its
+        IOPS baselines learning): a warm-up probe the core set aside (a busy device short of the quiet probes'
+        figure: verdicts/health.py) was counted by the scheduler but not learned. False where not known."""
+        snap = self.snapshot_fn()
+        if snap is None:
+            return False
+        if self._learning[0] is not snap:   # once per snapshot: the scheduler asks for every due probe each tick
+            learning = {(b.volume, b.profile) for b in snap.baselines
+                        if b.learning and b.metric in ("read_iops", "write_iops")}
+            self._learning = (snap, frozenset((p.target, p.profile) for p in snap.probes
+                                              if (p.volume, p.profile) in learning))
+        return (target, profile) in self._learning[1]
 
     def suspected(self, target: str, profile: str) -> str | None:
         return suspected_fault(self.snapshot_fn(), target, profile)

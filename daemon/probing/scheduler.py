@@ -87,6 +87,8 @@ class Scheduler:
         self.pin_check = pin_check or (published.pin_refusal if whole else (lambda target, device: None))
         # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
         self.suspected = suspected or (published.suspected if whole else (lambda target, profile: None))
+        # (target, profile) -> whether the core's normal for it still learns, past the probes counted here
+        self.still_learning = published.still_learning if whole else (lambda target, profile: False)
         # the block devices as last read (the settings poller's view, kept current by hotplug): a probe waiting
         # for a busy disk must not re-read all of sysfs every second
         self.devices = devices or (published.devices if whole
@@ -190,7 +192,8 @@ class Scheduler:
         """A volume new to iowarden is probed every [scheduling] warmup_interval_seconds until its baseline
         has [detector] warmup_probes measurements, within [budget] warmup_device_time_ratio: armed in minutes,
         not after the hours that warmup_probes x interval_seconds would take."""
-        return self.learned[(target, profile)] < self.cfg.section("detector").warmup_probes
+        return self.learned[(target, profile)] < self.cfg.section("detector").warmup_probes \
+            or self.still_learning(target, profile)
 
     def skip(self, target: str, reason: str) -> None:
         """Count a deferral or skip (workers and the scheduler both count); not for a target dropped meanwhile

@@ -64,6 +64,22 @@ class Judged:
     said: str             # the finding that raises, or why it clears
 
 
+# A volume's warm-up learns under load once its device has been busy for a few probes in a row (the scheduler's
+# WARMUP_UNDER_LOAD_AFTER); a collapse in those minutes would be learned as its normal and never paged. The
+# warm-up's quiet probes so far are a normal to read a busy probe's total against: at least this many of them.
+WARMUP_QUIET_TO_READ = 3
+
+
+def short_and_agreed(t: Totals) -> tuple[bool, bool]:
+    """(short, strike): the device's total under the probe's shortfall (both IOPS and bytes: a disk busy with large
+    writes moves few operations but many bytes), and the device's latency or a cgroup limit agreeing."""
+    saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
+    share = CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL
+    short = t.delivered_iops < t.normal_iops * share and t.delivered_bytes_per_second < t.normal_bytes_per_second * share
+    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= DEVICE_AGREES_SLOWDOWN
+    return short, short and agrees
+
+
 def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, volume_paged: bool = False) -> Judged:
     """`strikes`: the volume's strikes in a row before this probe (of any profile); `is_open`: VolumeDegraded is
     open on the volume's profile; `last_deep_held`: whether the volume's last saturating contended probe was held
@@ -74,10 +90,8 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, v
     def below(share: float) -> bool:
         return t.delivered_iops < t.normal_iops * share and \
             t.delivered_bytes_per_second < t.normal_bytes_per_second * share
-    short = below(CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
+    short, strike = short_and_agreed(t)
     held = saturating and below(CONTENDED_HALF)
-    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= DEVICE_AGREES_SLOWDOWN
-    strike = short and agrees
     if strike and strikes + 1 >= SHORT_PROBES_TO_RAISE and not is_open and not volume_paged:
         on = f" ({t.delivered_on})" if t.delivered_on else ""
         why = ("a cgroup limit holds its stack" if t.cgroup_limited or t.own_slowdown is None

@@ -262,6 +262,8 @@ class Health:
             # what the device delivered in total in those seconds is judged instead
             self._judge_contended(identity, profile, target, context or {}, causes_fn, place, on_slowed_host)
             return
+        if record["contended"] and self._short_in_warmup(identity, profile, target, context or {}):
+            return
         self.last_short.discard((identity, profile))
         if on_slowed_host and ("VolumeDegraded", identity, profile) not in self.open:
             return
@@ -343,6 +345,45 @@ class Health:
             if spreads > MOVED_Z:
                 return True
         return False
+
+    def _normal_so_far(self, identity: str, profile: str, at_least: int) -> dict | None:
+        """The probe's IOPS and bytes a second (read and write summed), the median of what its detectors have
+        learned, learning or not; None with fewer than `at_least` learned."""
+        normal = {"iops": 0.0, "bw_bytes": 0.0}
+        for d in ("read", "write"):   # the directions the profile does I/O in have detectors
+            for kind in normal:
+                det = self.detectors.get((identity, profile, f"{d}_{kind}"))
+                if det is not None and len(det.values) >= at_least:
+                    normal[kind] += math.exp(det.values.median())
+        return normal if normal["iops"] > 0 and normal["bw_bytes"] > 0 else None
+
+    def _short_in_warmup(self, identity, profile, target, context) -> bool:
+        """A warm-up probe the scheduler would learn under load (its device busy probe after probe), set aside
+        when the device's total in its seconds is short of what the warm-up's quiet probes got, the device's
+        latency or a cgroup limit agreeing: the judgement an armed volume's busy probe gets (contended.py), read
+        against the normal so far. A collapse in a volume's first minutes was learned as its normal (49 IOPS
+        beside quiet warm-up probes of 60,000) and never paged. Not learned; the volume arms on later probes."""
+        counted = [self.detectors.get((identity, profile, f"{d}_iops")) for d in ("read", "write")]
+        if any(det is not None and det.baseline() is not None for det in counted):
+            return False   # armed: its busy probes are judged by _judge_contended
+        normal = self._normal_so_far(identity, profile, contended.WARMUP_QUIET_TO_READ)
+        if normal is None or context.get("delivered_iops") is None \
+                or context.get("delivered_bytes_per_second") is None:
+            return False
+        totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
+                                  normal["bw_bytes"], context.get("probe_queue_depth"), None,
+                                  context.get("delivered_on"), context.get("own_slowdown_now"),
+                                  bool(context.get("cgroup_limited")))
+        if not contended.short_and_agreed(totals)[1]:
+            return False
+        why = ("a cgroup limit holds its stack" if totals.cgroup_limited or totals.own_slowdown is None
+               else f"the device at {totals.own_slowdown:.1f}x its normal latency for its load")
+        self._changes.append(Said(
+            logging.WARNING, "probe %s/%s under load not learned: the busy device delivered %.0f IOPS in total where "
+            "its quiet warm-up probes got %.0f, and %s: a volume short of its own speed is not a normal to learn",
+            (target, profile, totals.delivered_iops, normal["iops"], why),
+            {"TARGET": target, "PROBE": profile, "REPEATS": True}))
+        return True
 
     def _judge_contended(self, identity, profile, target, context, causes_fn, place, on_slowed_host=False) -> None:
         """A probe on a busy disk, judged by the device's total against what the probe alone gets on the healthy

@@ -275,6 +275,67 @@ def test_a_probe_learned_under_load_is_learned_by_the_detectors_and_a_contended_
     st.close()
 
 
+def test_a_collapse_in_the_warm_up_is_not_learned_as_the_volumes_normal_and_a_busy_healthy_disk_is(tmp_path, caplog):
+    """A volume collapsed to 5 % of its load in its first minutes: its warm-up, busy probe after probe, learned the
+    collapse's 49 IOPS as its normal beside quiet warm-up probes of 60,000, and never paged. A busy warm-up probe
+    is read against the quiet ones so far as an armed volume's is against its normal: short in total, with the
+    device's latency or a cgroup limit agreeing, it is not learned (and said); a busy healthy disk's is."""
+    import logging
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    from iowarden.daemon.core.effects import StoredHealth
+    st = State(str(tmp_path / "s.db"))
+    h = StoredHealth(st, DetectorParams(warmup_probes=12))
+    quiet = {"target": "db", "profile": "rr", "device": "sdz", "ok": True, "error": None, "started_at": 1e9,
+             "duration_seconds": 2.0, "read_iops": 60_000.0, "write_iops": 0.0, "read_bw_bytes": 60_000 * 4096.0,
+             "write_bw_bytes": 0.0, "clat_p50_seconds": 0.0004, "clat_p99_seconds": 0.001,
+             "clat_p999_seconds": 0.002, "layout_bytes": 0, "write_io_bytes": 0, "contended": False}
+    for _ in range(3):
+        h.on_result(quiet, "kernel:sdz", lambda since: [])
+    learned = lambda: len(h.detectors[("kernel:sdz", "rr", "read_iops")].values)
+    assert learned() == 3
+    busy = {**quiet, "contended": True, "learned_under_load": True, "read_iops": 49.0, "read_bw_bytes": 49 * 4096.0}
+
+    def context(total_iops, own=None, limited=False):
+        c = {"delivered_iops": total_iops, "delivered_bytes_per_second": total_iops * 4096.0,
+             "probe_queue_depth": 32, "delivered_on": None}
+        if own is not None:
+            c["own_slowdown_now"] = own
+        if limited:
+            c["cgroup_limited"] = True
+        return c
+    with caplog.at_level(logging.WARNING, logger="iowarden"):
+        h.on_result(busy, "kernel:sdz", lambda since: [], context(94, limited=True))
+    assert learned() == 3
+    said = [r.getMessage() for r in caplog.records if "not learned" in r.getMessage()]
+    assert said and "delivered 94 IOPS in total where its quiet warm-up probes got 60000" in said[0], said
+    # a device at its normal latency, no limit: the total is the other work's asking, not the volume's fault
+    h.on_result(busy, "kernel:sdz", lambda since: [], context(94, own=1.0))
+    assert learned() == 4
+    # a busy healthy disk delivering a third of the quiet figure in total, its device slowed: busy, learned
+    h.on_result({**busy, "read_iops": 9000.0}, "kernel:sdz", lambda since: [], context(20_000, own=4.0))
+    assert learned() == 5
+    st.close()
+
+
+def test_a_warm_up_probe_counted_but_not_learned_keeps_the_profile_warming_up():
+    """The scheduler counts a warm-up probe learned when it ends; the core may set it aside (a collapse in the
+    warm-up). Counted to its warmup_probes, the profile stays in its warm-up while the core's normal still learns."""
+    from iowarden.daemon.probing.published import Published
+    from iowarden.daemon.snapshot import BaselineView, ProbeView, Snapshot
+
+    def snapshot(values: int) -> Snapshot:
+        return Snapshot(0.0, "test", probes=(ProbeView("db", "rr", "kernel:sdz", None, None),),
+                        baselines=(BaselineView("kernel:sdz", "rr", "read_iops", 1.0, 0.1, None, values, values < 12),))
+    snap = [snapshot(11)]
+    sch = FakeRun(_cfg(_target("db")), Roots(), Published(lambda: snap[0]), post=None, rng=random.Random(0),
+                  clock=Clock())
+    sch.learned[("db", "rr")] = 12
+    assert sch.warming_up("db", "rr")
+    snap[0] = snapshot(12)
+    assert not sch.warming_up("db", "rr")
+
+
 def test_an_idle_disk_runs_on_time_and_uncontended():
     clock = Clock()
     sch = FakeRun(_cfg(_target("db", interval=10.0)), Roots(), Sampler(0.0), post=None,

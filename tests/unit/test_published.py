@@ -48,3 +48,23 @@ def test_the_device_view_is_the_snapshots_once_it_holds_one(tmp_path):
     assert dict(Published(lambda: _snapshot({}, view), Roots(sys=tmp_path)).devices()) == view
     # before it: sysfs under the roots given (here an empty tree), not the machine's
     assert dict(Published(lambda: None, Roots(sys=tmp_path)).devices()) == {}
+
+
+def test_a_profile_whose_normal_still_learns_is_said_so_per_target_as_published():
+    """A warm-up probe the core set aside (a busy device short of the quiet ones' figure) is counted by the
+    scheduler but not learned: the scheduler keeps the profile's warm-up while the core says it still learns."""
+    from iowarden.daemon.snapshot import BaselineView, ProbeView
+
+    def snapshot(learning: bool) -> Snapshot:
+        return Snapshot(0.0, "test", probes=(ProbeView("db", "rr", "wwn-0xaaa", None, None),
+                                             ProbeView("db", "sw", "wwn-0xaaa", None, None)),
+                        baselines=(BaselineView("wwn-0xaaa", "rr", "read_iops", 1.0, 0.1, None, 11, learning),
+                                   BaselineView("wwn-0xaaa", "rr", "clat_p99_seconds", 1.0, 0.1, None, 11, True),
+                                   BaselineView("wwn-0xaaa", "sw", "write_iops", 1.0, 0.1, 0.0, 12, False)))
+    snap = [snapshot(True)]
+    published = Published(lambda: snap[0])
+    assert published.still_learning("db", "rr") and not published.still_learning("db", "sw")
+    assert not published.still_learning("other", "rr")
+    snap[0] = snapshot(False)   # a new snapshot is read anew
+    assert not published.still_learning("db", "rr")
+    assert not Published(lambda: None).still_learning("db", "rr")
