@@ -80,6 +80,15 @@ def short_and_agreed(t: Totals) -> tuple[bool, bool]:
     return short, short and agrees
 
 
+def agreement_said(t: Totals) -> str:
+    """What agreed with a short total, for the page and the journal."""
+    if t.cgroup_limited:
+        return "a cgroup limit holds its stack"
+    if t.own_slowdown is None:
+        return "the device's latency in its last window could not be read against its normal (a load it has not learned)"
+    return f"the device serves its load at {t.own_slowdown:.1f}x its normal latency"
+
+
 def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, volume_paged: bool = False) -> Judged:
     """`strikes`: the volume's strikes in a row before this probe (of any profile); `is_open`: VolumeDegraded is
     open on the volume's profile; `last_deep_held`: whether the volume's last saturating contended probe was held
@@ -94,8 +103,7 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, v
     held = saturating and below(CONTENDED_HALF)
     if strike and strikes + 1 >= SHORT_PROBES_TO_RAISE and not is_open and not volume_paged:
         on = f" ({t.delivered_on})" if t.delivered_on else ""
-        why = ("a cgroup limit holds its stack" if t.cgroup_limited or t.own_slowdown is None
-               else f"the device serves its load at {t.own_slowdown:.1f}x its normal latency")
+        why = agreement_said(t)
         return Judged(short, strike, saturating, held, "raise",
                       f"on a busy disk the device{on} delivered {t.delivered_iops:,.0f} IOPS in total (this probe "
                       f"and the other work together) where the probe alone gets {t.normal_iops:,.0f} on the healthy "

@@ -376,12 +376,10 @@ class Health:
                                   bool(context.get("cgroup_limited")))
         if not contended.short_and_agreed(totals)[1]:
             return False
-        why = ("a cgroup limit holds its stack" if totals.cgroup_limited or totals.own_slowdown is None
-               else f"the device at {totals.own_slowdown:.1f}x its normal latency for its load")
         self._changes.append(Said(
             logging.WARNING, "probe %s/%s under load not learned: the busy device delivered %.0f IOPS in total where "
-            "its quiet warm-up probes got %.0f, and %s: a volume short of its own speed is not a normal to learn",
-            (target, profile, totals.delivered_iops, normal["iops"], why),
+            "the probes its warm-up learned got %.0f, and %s: a volume short of its own speed is not a normal to learn",
+            (target, profile, totals.delivered_iops, normal["iops"], contended.agreement_said(totals)),
             {"TARGET": target, "PROBE": profile, "REPEATS": True}))
         return True
 

@@ -63,3 +63,10 @@ def test_a_disk_busy_with_large_writes_is_not_short_of_what_a_small_block_probe_
     assert not storm.short and not storm.strike and storm.action is None
     throttled = judge(delivered(313, 1.2), strikes=1, is_open=False, last_deep_held=None)
     assert throttled.short and throttled.action == "raise"
+
+
+def test_a_page_raised_with_the_devices_latency_unread_says_so_and_names_no_limit():
+    """A last window the passive view could not judge (a collapse's load, never learned) agrees by default; the
+    page must then not say a cgroup limit holds the volume when none does."""
+    v = judge(totals(0.05, own=None, limited=False), strikes=1, is_open=False, last_deep_held=None)
+    assert v.action == "raise" and "cgroup" not in v.said and "could not be read against its normal" in v.said

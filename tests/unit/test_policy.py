@@ -308,7 +308,7 @@ def test_a_collapse_in_the_warm_up_is_not_learned_as_the_volumes_normal_and_a_bu
         h.on_result(busy, "kernel:sdz", lambda since: [], context(94, limited=True))
     assert learned() == 3
     said = [r.getMessage() for r in caplog.records if "not learned" in r.getMessage()]
-    assert said and "delivered 94 IOPS in total where its quiet warm-up probes got 60000" in said[0], said
+    assert said and "delivered 94 IOPS in total where the probes its warm-up learned got 60000" in said[0], said
     # a device at its normal latency, no limit: the total is the other work's asking, not the volume's fault
     h.on_result(busy, "kernel:sdz", lambda since: [], context(94, own=1.0))
     assert learned() == 4
