@@ -71,6 +71,8 @@ class Core:
                                          recent_drift=state.drift_events(limit=knowledge.RECENT_DRIFT))
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self.snapshot: Snapshot | None = None
+        # pages sent and closed in the last pages.RIDER_GRACE_SECONDS: a verdict raised on their volume rides on them
+        self.closed_pages: tuple = ()
         self.published: tuple[int, float] = (0, clock())   # (snapshot version, monotonic time), swapped as one
         self.last_batch_monotonic = clock()   # when the core last finished a batch (the watchdog's view)
         self.events_total = 0
@@ -206,9 +208,12 @@ class Core:
         # one fault on one volume is one page: decided here, beside the last decision, said by the outputs
         last, now = self.snapshot, time.time()
         target_device = {t: v.result.device for (t, _), v in k.latest.items() if v.result.device}
+        if last is not None:
+            self.closed_pages = pages.closed_pages(last.alerts, last.folds, last.taken_at, {a.id for a in alerts},
+                                                   self.closed_pages, k.devices, target_device, now)
         fold_of = pages.folds(alerts, k.devices, target_device, paging=pages.page_units(
             last.alerts, last.folds, last.taken_at) if last is not None else frozenset(),
-            last=last.folds if last is not None else None, now=now)
+            last=last.folds if last is not None else None, now=now, closed=self.closed_pages)
         self.snapshot = Snapshot(
             taken_at=now, version=self.version, probes=tuple(k.latest.values()),
             skipped_total=k.skipped_total, baselines=tuple(self.health.baseline_views()),

@@ -35,6 +35,9 @@ MAX_DEPTH = 8   # a stack deeper than this is not one the kernel builds; bounds 
 # A verdict that rode on a page outlives it by minutes as the fault ends (the passive view drains its windows
 # after the probes are back: 2-3 minutes in the week lane); paged then, it would be a page for a fault already
 # over. It pages on its own only if it is still open this long after its page closed: then it is a fault of its own.
+# So does a verdict first raised on the volume within that time after its page closed: on a loaded host the week
+# lane's throttled volume, its DeviceSlow page closed, raised VolumeDegraded on a write probe's p99 (1.7x) while
+# the writes the throttle had held drained, and paged a second time for the one fault.
 RIDER_GRACE_SECONDS = 600.0
 
 
@@ -44,6 +47,36 @@ class Fold:
     into: int               # the alert whose page says it
     into_alert: str = ""    # that alert's kind
     page_closed_at: float | None = None   # when that page closed (unix time), if it has
+
+
+@dataclass(frozen=True)
+class ClosedPage:
+    """A page that was sent and has closed: a verdict raised on its volume soon after rides on it."""
+    id: int
+    alert: str
+    own: frozenset          # its alerts' devices
+    built_from: frozenset   # and what they are built from (stack())
+    closed_at: float        # unix time
+
+
+def closed_pages(last_alerts, last_folds: dict, last_taken_at: float, open_ids, before: tuple, devices: dict,
+                 target_device: dict | None, now: float) -> tuple[ClosedPage, ...]:
+    """The pages closed in the last RIDER_GRACE_SECONDS: those `before` still within it, and the pages of the last
+    decision (`last_alerts` not in `last_folds`, sent by `last_taken_at`) no longer open (`open_ids`), closed `now`."""
+    kept = [c for c in before if now - c.closed_at < RIDER_GRACE_SECONDS]
+    by_devno = None
+    for a in last_alerts:
+        if a.alert not in VOLUME_ALERTS or a.id in last_folds or a.id in open_ids or sends_at(a) > last_taken_at:
+            continue
+        if any(c.id == a.id for c in kept):
+            continue
+        own = frozenset(devices_of(a, target_device))
+        if by_devno is None:
+            by_devno = devno_index(devices)
+        kept.append(ClosedPage(a.id, a.alert, own,
+                               frozenset().union(*(stack(d, devices, by_devno) for d in own)) if own else frozenset(),
+                               now))
+    return tuple(kept)
 
 
 def devices_of(alert, target_device: dict | None = None) -> tuple[str, ...]:
@@ -97,7 +130,7 @@ def page_units(alerts, fold_of: dict[int, "Fold"], now: float) -> frozenset[tupl
 
 
 def folds(alerts, devices: dict, target_device: dict | None = None, paging: frozenset = frozenset(),
-          last: dict | None = None, now: float = 0.0) -> dict[int, Fold]:
+          last: dict | None = None, now: float = 0.0, closed: tuple = ()) -> dict[int, Fold]:
     """alert id -> its Fold, for each open volume alert said on another's page.
 
     Alerts are of one volume when one's devices are within the other's stack (a SlowMember on an array's
@@ -107,7 +140,8 @@ def folds(alerts, devices: dict, target_device: dict | None = None, paging: froz
     first: raised plus its rule's hold, so a critical VolumeDegraded is not kept waiting behind a VolumeAtLimit
     its rule holds ten minutes. A later verdict never takes a sent page over: a page once sent is not resolved
     and sent again because another verdict joined it or one of its profiles ended. An alert folded at the last
-    decision (`last`) whose page has since closed stays folded for RIDER_GRACE_SECONDS after that (`now`).
+    decision (`last`) whose page has since closed stays folded for RIDER_GRACE_SECONDS after that (`now`), and so
+    does one first raised on a volume whose page closed (`closed`, closed_pages()) within that time before it.
     """
     units: dict[tuple[str, str], list] = {}
     for a in sorted((a for a in alerts if a.alert in VOLUME_ALERTS), key=lambda a: (a.raised_at, a.id)):
@@ -129,8 +163,13 @@ def folds(alerts, devices: dict, target_device: dict | None = None, paging: froz
         if into is None:
             rode = [last[a.id] for a in units[unit] if last and a.id in last and last[a.id].into not in open_ids]
             if rode and now - (rode[0].page_closed_at or now) < RIDER_GRACE_SECONDS:
-                closed = rode[0].page_closed_at or now
-                out.update({a.id: Fold(a.id, rode[0].into, rode[0].into_alert, closed) for a in units[unit]})
+                closed_at = rode[0].page_closed_at or now
+                out.update({a.id: Fold(a.id, rode[0].into, rode[0].into_alert, closed_at) for a in units[unit]})
+                continue
+            after = next((c for c in closed if own and (own & c.built_from or c.own & mine)
+                          and c.closed_at <= joins and now - c.closed_at < RIDER_GRACE_SECONDS), None)
+            if after is not None:
+                out.update({a.id: Fold(a.id, after.id, after.alert, after.closed_at) for a in units[unit]})
                 continue
             pages.append((units[unit][0], own, mine))
         else:

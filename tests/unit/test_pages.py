@@ -5,7 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from iowarden.daemon.outputs.alert_metrics import alert_families
 from iowarden.daemon.snapshot import PASSIVE_PROFILE, AlertView, Snapshot
-from iowarden.daemon.verdicts.pages import RIDER_GRACE_SECONDS, VOLUME_ALERTS, folds, page_units, sends_at, stack
+from iowarden.daemon.verdicts.pages import (RIDER_GRACE_SECONDS, VOLUME_ALERTS, closed_pages, folds, page_units,
+                                            sends_at, stack)
 
 # an md array of two members, a partitioned disk, and two loop volumes on one host filesystem
 DEVICES = {
@@ -77,11 +78,12 @@ def one_volume(a, b) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(history)
 def test_each_volume_pages_once_and_a_page_once_out_stays_out_while_open(steps):
-    paging, last = frozenset(), {}
+    paging, last, closed, before = frozenset(), {}, (), ()
     for n, alerts in enumerate(replay(steps)):
-        fold_of = folds(alerts, DEVICES, paging=paging, last=last, now=n * STEP_SECONDS)
-        last = fold_of
         ids = {a.id for a in alerts}
+        closed = closed_pages(before, last, (n - 1) * STEP_SECONDS, ids, closed, DEVICES, None, n * STEP_SECONDS)
+        fold_of = folds(alerts, DEVICES, paging=paging, last=last, now=n * STEP_SECONDS, closed=closed)
+        last, before = fold_of, alerts
         pages = {a.id for a in alerts if a.id not in fold_of}
         for f in fold_of.values():
             if f.page_closed_at is None:
@@ -205,3 +207,34 @@ def test_a_rider_that_outlives_its_page_by_minutes_is_the_same_fault_ending_and_
     folded = alert_families(s)[4]
     assert [(x.labels["alert"], x.labels["into_alert"], x.labels["into_id"]) for x in folded.samples] == \
         [("DeviceSlow", "VolumeDegraded", "1")]
+
+
+def test_a_verdict_first_raised_soon_after_its_volumes_page_closed_rides_on_it_and_pages_only_after_the_grace():
+    """The week lane on a loaded host: the throttled volume's DeviceSlow page closed after the throttle's removal,
+    then its write probe's p99 (1.7x, the writes the throttle held draining) raised VolumeDegraded: a second page
+    for one fault. Raised within the grace after its volume's page closed, it rides on that page; still open after
+    the grace, it is a fault of its own. A page never sent (closed within its rule's hold) carries nothing, and a
+    verdict on another volume is its own."""
+    page = passive_alert(1, 1000.0, "DeviceSlow", "loop3")
+    sent_at = sends_at(page)
+    at_page = folds((page,), DEVICES, now=sent_at + 10)
+    closed = closed_pages((page,), at_page, sent_at + 10, set(), (), DEVICES, None, now=sent_at + 20)
+    assert [(c.id, c.alert, c.closed_at) for c in closed] == [(1, "DeviceSlow", sent_at + 20)]
+    late = probe_alert(2, sent_at + 100, "vol3")
+    other = probe_alert(3, sent_at + 100, "vol2")
+    now = sent_at + 110
+    f = folds((late, other), DEVICES, now=now, closed=closed)
+    assert f[2].into == 1 and f[2].page_closed_at == sent_at + 20 and 3 not in f
+    # kept folded by the ordinary rider's rule until the grace after the page's close, then its own page
+    still = folds((late,), DEVICES, last=f, now=sent_at + 20 + RIDER_GRACE_SECONDS - 1,
+                  closed=closed_pages((late,), f, now, {2}, closed, DEVICES, None, sent_at + 20 + RIDER_GRACE_SECONDS - 1))
+    assert 2 in still
+    assert folds((late,), DEVICES, last=still, now=sent_at + 20 + RIDER_GRACE_SECONDS) == {}
+    # the grace is counted from the close: one raised after it pages
+    assert folds((probe_alert(4, sent_at + 20 + RIDER_GRACE_SECONDS, "vol3"),), DEVICES,
+                 now=sent_at + 30 + RIDER_GRACE_SECONDS, closed=closed) == {}
+    # a page closed before its rule sent it (a VolumeAtLimit within its ten minutes) was no page
+    held = passive_alert(5, 1000.0, "VolumeAtLimit", "loop3")
+    early = folds((held,), DEVICES, now=1100.0)
+    assert 5 not in early and sends_at(held) > 1100.0
+    assert closed_pages((held,), early, 1100.0, set(), (), DEVICES, None, now=1110.0) == ()
