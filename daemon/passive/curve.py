@@ -13,8 +13,13 @@ Why this shape:
 - Unlearned load: a window at a load no bin has learned yet is compared with
   the nearest learned bin at a *higher* load (latency grows with load, so that
   bin's normal is an upper bound for this one: the same latency at a lower load
-  is a fault). Only higher load than ever seen is not judged: that is new
-  territory along the curve, learned, not alerted on.
+  is a fault), within four octaves (further below, a lightly loaded device's
+  power states may make it slower than at its usual load), or within eight for a
+  device busy all the window (a saturated device is never idle long enough for a
+  power state; a volume collapsed to 5 % of its load kept its device 99 % busy at
+  4.3 octaves below its lightest learned bin, and went unjudged). Only higher load
+  than ever seen is not judged: that is new territory along the curve, learned,
+  not alerted on.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from dataclasses import dataclass, field
 BINS_PER_OCTAVE = 2
 BUCKETS_PER_OCTAVE = 8
 LOOK_UP_BINS = 8          # an upper bound from at most 4 octaves above: further away it says nothing
+SATURATED_LOOK_UP_BINS = 16   # for a window its device was busy all of (SATURATED_UTIL_PERCENT): 8 octaves
+SATURATED_UTIL_PERCENT = 90.0
 MIN_AWAIT_MS = 0.001
 
 
@@ -92,10 +99,11 @@ class LatencyCurve:
             n = self._normals[lb] = Normal(_quantile(hist, 0.5), _quantile(hist, 0.99), round(self.totals[lb]), True)
         return n if exact else Normal(n.median_ms, n.high_ms, n.windows, False)
 
-    def normal_at(self, load: float, min_windows: int) -> Normal | None:
-        """The normal latency at this load, or None where the curve cannot say."""
+    def normal_at(self, load: float, min_windows: int, reach_bins: int = LOOK_UP_BINS) -> Normal | None:
+        """The normal latency at this load, or None where the curve cannot say (`reach_bins`: how far above an
+        unlearned load a learned bin may lend its normal as a bound)."""
         b = load_bin(load)
-        for step in range(LOOK_UP_BINS + 1):
+        for step in range(reach_bins + 1):
             if self.totals.get(b + step, 0.0) >= min_windows:
                 return self._normal_of(b + step, exact=step == 0)
         return None

@@ -39,7 +39,8 @@ from collections import deque
 
 from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.passive import burst, contention, host, service
-from iowarden.daemon.passive.curve import LatencyCurve
+from iowarden.daemon.passive.curve import (LOOK_UP_BINS, SATURATED_LOOK_UP_BINS, SATURATED_UTIL_PERCENT,
+                                          LatencyCurve)
 from iowarden.daemon.passive.evidence import PeerEvidence
 from iowarden.daemon.passive.headroom import PeakLoad, headroom_ratio, knee_of
 from iowarden.daemon.passive.tail import TailEvidence
@@ -198,6 +199,7 @@ class PassiveDetector(GroupRules):
         if len(d.self_log) >= self.p.shift_min_windows and d.self_log.median() >= math.log(self.p.shift_clear_ratio):
             weight = SUSPECT_WEIGHT
         flood = _flood_of(d, w, self.p.flood_bytes_ratio, self.p.window_seconds)
+        reach = SATURATED_LOOK_UP_BINS if (w.util_percent or 0.0) >= SATURATED_UTIL_PERCENT else LOOK_UP_BINS
         for direction, f in flows.items():
             if flood is not None:
                 # one direction carries many times its usual bytes (a backup's reads at full speed, a compaction's
@@ -212,7 +214,7 @@ class PassiveDetector(GroupRules):
             if peak is None:
                 peak = d.peaks[(direction, unit)] = PeakLoad(self.p.peak_block_windows)
             peak.add(load)
-            normal = curve.normal_at(load, self.p.bin_min_windows)
+            normal = curve.normal_at(load, self.p.bin_min_windows, reach)
             slow = False
             if normal is not None:
                 judged = True

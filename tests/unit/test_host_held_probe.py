@@ -285,3 +285,25 @@ def test_the_devices_latency_now_is_unknown_at_a_load_its_curve_never_learned():
     det.observe([pt.window(trace[0].device, day, lowest / 64, 400.0)], [])   # 1/64 of its lightest load, 400 ms
     v = det.views()[0]
     assert v.window_ratio is None and dict(v.slowdown_ratio) == before
+
+
+def test_a_device_busy_all_window_far_below_its_lightest_learned_load_is_judged_slow():
+    """A volume collapsed to 5 % of its load kept its device 99 % busy at 4.3 octaves below its lightest learned
+    bin: past the four octaves an unlearned load may borrow a bound from, it went unjudged, nothing suspected it,
+    and its probes waited the collapse out as "device busy". A device busy all the window is never idle long
+    enough for a power state to slow it: the bound reaches eight octaves then. The same load on a device idle
+    most of the window (a lightly loaded disk whose power states may make it slower) is still not judged."""
+    det = PassiveDetector()
+    day = pt.DAY_WINDOWS // 4
+    trace = list(pt.device_trace(7, day))
+    for w in trace:
+        det.observe([w], [])
+    lowest = min(w.flows["read"].iops for w in trace)
+    det.observe([pt.window(trace[0].device, day, lowest / 24, 400.0, util=40.0)], [])
+    assert det.views()[0].window_ratio is None
+    det.observe([pt.window(trace[0].device, day + 1, lowest / 24, 400.0, util=99.0)], [])
+    v = det.views()[0]
+    assert v.window_ratio is not None and v.window_ratio >= 8, v.window_ratio
+    assert max(v.slowdown_ratio.values()) >= 8   # what the scheduler's suspicion reads (suspicion.SUSPECT_SLOWDOWN)
+    det.observe([pt.window(trace[0].device, day + 2, lowest / 1024, 400.0, util=99.0)], [])   # ten octaves: no bound
+    assert det.views()[0].window_ratio is None
