@@ -18,7 +18,8 @@ def test_two_short_probes_in_a_row_raise_and_one_does_not():
 @given(share=st.floats(0.0, 3.0), depth=st.integers(1, SATURATING_QUEUE_DEPTH - 1), strikes=st.integers(0, 5))
 def test_a_shallow_probe_is_short_only_far_below_what_its_users_ask(share, depth, strikes):
     """At queue depth 1 the probe waits behind the other work: its total is what the users ask, not what the
-    device can give, and a healthy volume's fell to 0.06 of its quiet figure; only a fiftieth is short."""
+    device can give; armed healthy volumes' delivered 0.124 of its quiet figure or more in the soaks, capped ones
+    0.025 or less: only under a twentieth is short."""
     v = judge(totals(share, depth), strikes, is_open=False, last_deep_held=None)
     assert v.short == (share < SHALLOW_SHORTFALL)
     assert (v.action == "raise") == (share < SHALLOW_SHORTFALL and strikes >= 1)
