@@ -209,7 +209,7 @@ class Core:
         last, now = self.snapshot, time.time()
         target_device = {t: v.result.device for (t, _), v in k.latest.items() if v.result.device}
         if last is not None:
-            self.closed_pages = pages.closed_pages(last.alerts, last.folds, last.taken_at, {a.id for a in alerts},
+            self.closed_pages = pages.closed_pages(last.alerts, last.folds, last.taken_at, alerts,
                                                    self.closed_pages, k.devices, target_device, now)
         fold_of = pages.folds(alerts, k.devices, target_device, paging=pages.page_units(
             last.alerts, last.folds, last.taken_at) if last is not None else frozenset(),

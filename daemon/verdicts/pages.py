@@ -59,21 +59,23 @@ class ClosedPage:
     closed_at: float        # unix time
 
 
-def closed_pages(last_alerts, last_folds: dict, last_taken_at: float, open_ids, before: tuple, devices: dict,
+def closed_pages(last_alerts, last_folds: dict, last_taken_at: float, open_alerts, before: tuple, devices: dict,
                  target_device: dict | None, now: float) -> tuple[ClosedPage, ...]:
     """The pages closed in the last RIDER_GRACE_SECONDS: those `before` still within it, and the pages of the last
-    decision (`last_alerts` not in `last_folds`, sent by `last_taken_at`) no longer open (`open_ids`), closed `now`."""
+    decision (`last_alerts` not in `last_folds`, sent by `last_taken_at`) of which nothing is open now
+    (`open_alerts`: a page is an alert kind on a volume, open while any of its profiles is), closed `now`."""
     kept = [c for c in before if now - c.closed_at < RIDER_GRACE_SECONDS]
-    by_devno = None
-    for a in last_alerts:
-        if a.alert not in VOLUME_ALERTS or a.id in last_folds or a.id in open_ids or sends_at(a) > last_taken_at:
-            continue
-        if any(c.id == a.id for c in kept):
-            continue
-        own = frozenset(devices_of(a, target_device))
-        if by_devno is None:
-            by_devno = devno_index(devices)
-        kept.append(ClosedPage(a.id, a.alert, own,
+    still = {(a.alert, a.volume) for a in open_alerts}
+    units: dict[tuple[str, str], list] = {}
+    for a in sorted(last_alerts, key=lambda a: (a.raised_at, a.id)):
+        if a.alert in VOLUME_ALERTS and a.id not in last_folds and (a.alert, a.volume) not in still:
+            units.setdefault((a.alert, a.volume), []).append(a)
+    by_devno = devno_index(devices) if units else {}
+    for members in units.values():
+        if min(sends_at(a) for a in members) > last_taken_at or any(c.id == members[0].id for c in kept):
+            continue   # never sent: no page to ride on
+        own = frozenset(d for a in members for d in devices_of(a, target_device))
+        kept.append(ClosedPage(members[0].id, members[0].alert, own,
                                frozenset().union(*(stack(d, devices, by_devno) for d in own)) if own else frozenset(),
                                now))
     return tuple(kept)
@@ -166,8 +168,10 @@ def folds(alerts, devices: dict, target_device: dict | None = None, paging: froz
                 closed_at = rode[0].page_closed_at or now
                 out.update({a.id: Fold(a.id, rode[0].into, rode[0].into_alert, closed_at) for a in units[unit]})
                 continue
-            after = next((c for c in closed if own and (own & c.built_from or c.own & mine)
-                          and c.closed_at <= joins and now - c.closed_at < RIDER_GRACE_SECONDS), None)
+            # a page already sent stays a page; a verdict raised since a page of its volume closed rides on that one
+            after = None if unit in paging else next(
+                (c for c in closed if own and (own & c.built_from or c.own & mine)
+                 and c.closed_at <= joins and now - c.closed_at < RIDER_GRACE_SECONDS), None)
             if after is not None:
                 out.update({a.id: Fold(a.id, after.id, after.alert, after.closed_at) for a in units[unit]})
                 continue
