@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 from iowarden.probes import blockqueue, cpupower, xfs
 from iowarden.probes.common import Roots, printable
@@ -38,6 +39,10 @@ def cmd_xfs(args) -> int:
         mounts = [(known[m], m) for m in wanted]
     reports = [xfs.read(mnt, dev, args.timeout) for dev, mnt in mounts]
     _print(dumps(reports) if args.json else xfs_text(reports))
+    if args.json:   # the text says them after the table; a script reading the JSON needs the exit status's why
+        for r in reports:
+            for e in r.errors:
+                print(f"iowarden xfs: {printable(r.mountpoint)}: {printable(e, 400)}", file=sys.stderr)
     return 0 if all(not r.errors for r in reports) else 1
 
 

@@ -204,3 +204,18 @@ def test_utc_prints_instants_in_utc_as_date_u_does(tmp_path):
     at_local = calendar.timegm(time.strptime(re.search(stamp, local).group(1), "%Y-%m-%d %H:%M:%S"))
     assert at_local - at_utc == 5.5 * 3600, (utc, local)                  # the same instant, said two ways
     assert start + 300 * 30 <= at_utc <= start + 300 * 39, utc              # and the UTC one is the instant
+
+
+def test_an_xfs_report_that_could_not_be_read_says_why_on_stderr_beside_its_json(monkeypatch, capsys):
+    """`xfs --json` exits 1 when a filesystem could not be read; the JSON carries the error, and a script that
+    reads only the exit status got an empty stderr."""
+    import argparse
+    from iowarden.daemon.commands import inspect
+    from iowarden.probes import xfs
+    monkeypatch.setattr(xfs, "xfs_mounts", lambda roots: [("/dev/loop9", "/srv/db")])
+    monkeypatch.setattr(xfs, "read", lambda mnt, dev, timeout: xfs.XfsReport(mnt, dev, None, None, None, None,
+                                                                             ("xfs_db: timed out after 120 s",)))
+    rc = inspect.cmd_xfs(argparse.Namespace(file=None, mounts=[], json=True, timeout=120.0))
+    out = capsys.readouterr()
+    assert rc == 1 and "timed out" in out.out
+    assert out.err == "iowarden xfs: /srv/db: xfs_db: timed out after 120 s\n"
