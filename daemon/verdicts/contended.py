@@ -72,12 +72,17 @@ class Judged:
 WARMUP_QUIET_TO_READ = 3
 
 
+def _below(t: Totals, share: float) -> bool:
+    """The device's total under `share` of the probe's normal in both IOPS and bytes (a disk busy with large writes
+    moves few operations but many bytes)."""
+    return t.delivered_iops < t.normal_iops * share and t.delivered_bytes_per_second < t.normal_bytes_per_second * share
+
+
 def short_and_agreed(t: Totals) -> tuple[bool, bool]:
-    """(short, strike): the device's total under the probe's shortfall (both IOPS and bytes: a disk busy with large
-    writes moves few operations but many bytes), and the device's latency or a cgroup limit agreeing."""
+    """(short, strike): the device's total under the probe's shortfall, and the device's latency or a cgroup limit
+    agreeing."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
-    share = CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL
-    short = t.delivered_iops < t.normal_iops * share and t.delivered_bytes_per_second < t.normal_bytes_per_second * share
+    short = _below(t, CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
     agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= DEVICE_AGREES_SLOWDOWN
     return short, short and agrees
 
@@ -97,12 +102,8 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, v
     below half (None: none yet); `volume_paged`: VolumeDegraded is open on another profile of the volume (one
     fault, one page: counted, not raised again). The caller keeps those and counts this one (Judged.strike, .held)."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
-
-    def below(share: float) -> bool:
-        return t.delivered_iops < t.normal_iops * share and \
-            t.delivered_bytes_per_second < t.normal_bytes_per_second * share
     short, strike = short_and_agreed(t)
-    held = saturating and below(CONTENDED_HALF)
+    held = saturating and _below(t, CONTENDED_HALF)
     if strike and strikes + 1 >= SHORT_PROBES_TO_RAISE and not is_open and not volume_paged:
         on = f" ({t.delivered_on})" if t.delivered_on else ""
         why = agreement_said(t)
