@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import math
 import os
 import random
 import stat
@@ -61,13 +62,20 @@ class Due:
     started_at: float | None = None   # when its last probe was started (the scheduler's clock)
 
 
+def profile_directions(rw: str) -> frozenset:
+    """The directions a profile's I/O goes in, as the passive view names them."""
+    both = rw in ("rw", "randrw")   # fio's names for mixed I/O; "readwrite" carries both words
+    reads, writes = both or "read" in rw, both or "write" in rw
+    return frozenset(({"read"} if reads else set()) | ({"write"} if writes else set()))
+
+
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, published, post, rng: random.Random | None = None,
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic,
-                 suspected=None, spawn=None, paths: pathstat.PathWatch | None = None):
+                 suspected=None, spawn=None, paths: pathstat.PathWatch | None = None, slow=None):
         """`published`: what the scheduler reads of the rest of the daemon (a `Published` over the core's
-        snapshot): the load it defers on, the device view, the suspected faults, the pins. `pin_check`, `devices`
-        and `suspected` stand in for its parts where a test gives only a load."""
+        snapshot): the load it defers on, the device view, the suspected faults, the pins. `pin_check`, `devices`,
+        `suspected` and `slow` stand in for its parts where a test gives only a load."""
         self.roots = roots
         # every touch of a target's path: by a child with a deadline, never on this thread (pathstat)
         self.paths = paths or pathstat.WATCH
@@ -87,6 +95,8 @@ class Scheduler:
         self.pin_check = pin_check or (published.pin_refusal if whole else (lambda target, device: None))
         # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
         self.suspected = suspected or (published.suspected if whole else (lambda target, profile: None))
+        # target -> the directions ("read", "write") its device is far slower than its normal in, per the passive view
+        self.slow_directions = slow or (published.slow_directions if whole else (lambda target: frozenset()))
         # (target, profile) -> whether the core's normal for it still learns, past the probes counted here
         self.still_learning = published.still_learning if whole else (lambda target, profile: False)
         # the block devices as last read (the settings poller's view, kept current by hotplug): a probe waiting
@@ -187,6 +197,28 @@ class Scheduler:
             if d.started_at is not None and d.next_at > d.started_at + soon and d.next_at > now \
                     and self.suspected(d.target.name, d.profile) == BY_PROBE:
                 d.next_at = max(now, d.started_at + soon)
+        self._meet_the_slow_direction(now, soon)
+
+    def _meet_the_slow_direction(self, now: float, soon: float) -> None:
+        """A device the passive view finds far slower than its normal in one direction (a collapse under its
+        database's writes, its reads served from the cache) is met by a probe of that direction within a minute,
+        whichever profile was next due: one profile a minute per volume at most (the one of that direction
+        probed longest ago), from the reserve, while the view says so."""
+        by_target: dict[str, list[Due]] = {}
+        for d in self.due:
+            by_target.setdefault(d.target.name, []).append(d)
+        for target, dues in by_target.items():
+            slow = self.slow_directions(target)
+            if not slow:
+                continue
+            if any(d.started_at is not None and now - d.started_at < soon for d in dues):
+                continue   # probed within the minute: that probe, or the next, is the evidence
+            meeting = [d for d in dues if d.profile in self.cfg.profiles
+                       and profile_directions(self.cfg.profiles[d.profile].rw) & slow]
+            if not meeting or any(d.next_at <= now + soon for d in meeting):
+                continue   # one of that direction runs within the minute anyway
+            oldest = min(meeting, key=lambda d: d.started_at if d.started_at is not None else -math.inf)
+            oldest.next_at = now
 
     def warming_up(self, target: str, profile: str) -> bool:
         """A volume new to iowarden is probed every [scheduling] warmup_interval_seconds until its baseline

@@ -27,15 +27,29 @@ def suspected_fault(snapshot, target: str, profile: str) -> str | None:
     week)."""
     if snapshot is None:
         return None
-    by_probe, by_passive = _suspected_sets(snapshot)
+    by_probe, by_passive, _ = _suspected_sets(snapshot)
     return BY_PROBE if (target, profile) in by_probe else BY_PASSIVE if (target, profile) in by_passive else None
 
 
-_SUSPECTED: list = [None, (frozenset(), frozenset())]   # (the snapshot they were computed for, the sets)
+def slow_directions(snapshot, target: str) -> frozenset:
+    """The directions ("read", "write") in which the passive view finds the target's device serving its load at
+    SUSPECT_SLOWDOWN times its normal latency or more now. A volume collapsed under its database's writes and
+    cached reads is slow in one direction: a suspicion that only hurries the profile next due met a read probe
+    served from the cache, and the 4k write profile, the one that meets the collapse, came due as it ended."""
+    if snapshot is None:
+        return frozenset()
+    return _suspected_sets(snapshot)[2].get(target, frozenset())
 
 
-def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
-    if _SUSPECTED[0] is not snapshot:
+# (the snapshot they were computed for, (the two sets, target -> its slow directions)): one tuple, replaced whole,
+# so a reader on another thread sees one snapshot's answers or the other's, never a mix
+_SUSPECTED: tuple = (None, (frozenset(), frozenset(), {}))
+
+
+def _suspected_sets(snapshot) -> tuple[frozenset, frozenset, dict]:
+    global _SUSPECTED
+    cached = _SUSPECTED
+    if cached[0] is not snapshot:
         far = {(b.volume, b.profile) for b in snapshot.baselines if (b.deviation_score or 0.0) > SUSPECT_DEVIATION}
         by_probe = {(a.target, a.profile) for a in snapshot.alerts if a.alert == "VolumeDegraded"}
         short = getattr(snapshot, "short_on_busy", frozenset())
@@ -43,9 +57,16 @@ def _suspected_sets(snapshot) -> tuple[frozenset, frozenset]:
                      or (p.volume, p.profile) in short or getattr(p.result, "space_used_ratio", None) is not None}
         passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
         places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
-        places |= {name for name, _, v in getattr(snapshot, "passive", ())
-                   if max((v.slowdown_ratio or {}).values(), default=0.0) >= SUSPECT_SLOWDOWN}
+        slow = {name: frozenset(direction for direction, r in (v.slowdown_ratio or {}).items()
+                                if r is not None and r >= SUSPECT_SLOWDOWN)
+                for name, _, v in getattr(snapshot, "passive", ())}
+        places |= {name for name, directions in slow.items() if directions}
         by_passive = {(p.target, p.profile) for p in snapshot.probes
                       if p.volume in places or getattr(p.result, "device", None) in places}
-        _SUSPECTED[:] = [snapshot, (frozenset(by_probe), frozenset(by_passive))]
-    return _SUSPECTED[1]
+        directions: dict = {}
+        for p in snapshot.probes:
+            found = slow.get(getattr(p.result, "device", None), frozenset()) | slow.get(p.volume, frozenset())
+            if found:
+                directions[p.target] = directions.get(p.target, frozenset()) | found
+        cached = _SUSPECTED = (snapshot, (frozenset(by_probe), frozenset(by_passive), directions))
+    return cached[1]

@@ -1,0 +1,94 @@
+"""A device the passive view finds far slower than its normal in one direction is met by a probe of that
+direction within a minute or two, whichever profile was next due, one a minute at most, from the reserve.
+Fake clock, no root, no fio."""
+from iowarden.daemon import config
+from iowarden.daemon.probing.scheduler import profile_directions
+from iowarden.probes.common import Roots
+
+from tests.unit.test_policy import Clock, FakeRun, Sampler
+
+PROFILES = {"rr": "randread", "ww": "randwrite", "seq": "read", "q1": "randread"}
+
+
+def _scheduler(clock, slow: dict, util: float = 0.0) -> FakeRun:
+    cfg = config.parse("""
+[budget]
+device_time_ratio = 1.0
+[scheduling]
+jitter_ratio = 0.0
+max_deferral_seconds = 600.0
+defer_util_percent = 50.0
+warmup_interval_seconds = 60.0
+[detector]
+warmup_probes = 3
+""" + "".join(f'[profiles.{p}]\nrw = "{rw}"\nruntime_seconds = 1.0\nramp_time_seconds = 0.0\n'
+              for p, rw in PROFILES.items()) + """
+[[targets]]
+name = "db"
+path = "/srv/db"
+profiles = ["rr", "ww", "seq", "q1"]
+interval_seconds = 300.0
+""")
+    learned = [{"target": "db", "profile": p, "ok": True, "contended": False, "device": None,
+                "started_at": 0.0, "duration_seconds": 1.0} for p in PROFILES for _ in range(3)]
+    return FakeRun(cfg, Roots(), Sampler(util), clock=clock, history=learned,
+                   suspected=lambda target, profile: "passive" if slow["on"] else None,
+                   slow=lambda target: slow["on"])
+
+
+def _ran(s: FakeRun, clock: Clock, seconds: int) -> list[tuple[float, str]]:
+    before = len(s.ran)
+    for _ in range(seconds):
+        s.tick()
+    return [(t, p) for (t, _, _), p in zip(s.ran[before:], s.ran_profiles[before:])]
+
+
+def test_a_volume_slow_in_its_writes_meets_a_write_probe_in_two_minutes_whichever_profile_was_due():
+    clock = Clock()
+    slow = {"on": frozenset()}
+    s = _scheduler(clock, slow)
+    _ran(s, clock, 1500)   # routine: each profile once an interval on a quiet disk
+    ww = [d for d in s.due if d.profile == "ww"][0]
+    while ww.next_at < clock() + 200:
+        _ran(s, clock, 1)
+    # the collapse: the disk busy with its own users' queue, its writes at 8x their normal latency or more
+    s.load.util, slow["on"] = 100.0, frozenset({"write"})
+    began = clock()
+    ran = _ran(s, clock, 600)
+    writes = [t - began for t, p in ran if p == "ww"]
+    assert writes and writes[0] <= 125, ran   # brought forward at once, then deferred a minute on the busy disk
+    # a write probe every minute or two while it lasts, and about a probe a minute of the volume in all (the others
+    # are its routine ones, run after a minute's deferral on the busy disk as a suspected volume's are)
+    assert all(60 <= b - a <= 180 for a, b in zip(writes, writes[1:])) and len(writes) >= 4, ran
+    assert len(ran) <= 600 / 60 + 1, ran
+    slow["on"] = frozenset()
+    after = _ran(s, clock, 1200)
+    assert len(after) <= 4 * 1200 / 300 + 1, after   # the routine schedule again
+
+
+def test_a_volume_slow_in_its_reads_meets_the_read_profile_probed_longest_ago():
+    clock = Clock()
+    slow = {"on": frozenset()}
+    s = _scheduler(clock, slow)
+    _ran(s, clock, 900)
+    reads = sorted((d for d in s.due if d.profile in ("rr", "seq", "q1")), key=lambda d: d.started_at)
+    slow["on"] = frozenset({"read"})
+    began = clock()
+    ran = _ran(s, clock, 30)
+    due_soon = [d.profile for d in reads if d.next_at <= began + 60]
+    if not due_soon:   # no read profile due within the minute: the one probed longest ago runs now
+        assert ran and ran[0] == (began, reads[0].profile), (ran, [(d.profile, d.started_at) for d in reads])
+
+
+def test_no_slow_direction_brings_nothing_forward():
+    clock = Clock()
+    s = _scheduler(clock, {"on": frozenset()}, util=100.0)
+    ran = _ran(s, clock, 3000)
+    assert len(ran) <= 4 * 3000 / 300 + 4, ran
+
+
+def test_a_profile_says_its_directions_as_the_passive_view_names_them():
+    assert profile_directions("randread") == profile_directions("read") == {"read"}
+    assert profile_directions("randwrite") == profile_directions("write") == {"write"}
+    assert profile_directions("randrw") == profile_directions("rw") == profile_directions("readwrite") \
+        == {"read", "write"}
