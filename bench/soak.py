@@ -127,6 +127,29 @@ class Coverage:
         self.last: dict[tuple, float] = {}
         self.gap: dict[tuple, float] = {}
         self.interval: dict[tuple, float] = {}
+        # (volume, profile) -> [looks it was armed at, looks]: a profile still learning cannot page, so "no
+        # notifications" says something only for the time its profiles were armed
+        self.armed: dict[tuple, list] = {}
+
+    def look_armed(self, m: dict) -> None:
+        now: dict[tuple, bool] = {}
+        for labels, v in m.get("iowarden_baseline_learning", []):
+            if labels.get("metric") in ("read_iops", "write_iops"):
+                key = (labels["volume"], labels["profile"])
+                now[key] = now.get(key, True) and v == 0.0
+        for key, armed in now.items():
+            seen = self.armed.setdefault(key, [0, 0])
+            seen[0] += armed
+            seen[1] += 1
+
+    def armed_said(self, looks: int) -> str:
+        """The share of the run's looks each volume's profiles were armed at, and when the last one armed."""
+        if not self.armed:
+            return "no profile armed or learning seen"
+        shares = [seen[0] / max(looks, 1) for seen in self.armed.values()]
+        return (f"{sum(1 for seen in self.armed.values() if seen[0])} of {len(self.armed)} volume profiles armed by the "
+                f"end; armed {sum(shares) / len(shares):.0%} of the healthy time on average "
+                f"(least {min(shares):.0%})")
 
     def look(self, m: dict, now: float) -> None:
         latest: dict[str, float] = {}
@@ -199,10 +222,13 @@ def run_seed(seed: int, args) -> list[str]:
         runner = Runner(scenario, mounts, elsewhere)
         runner.start()
         stack.callback(runner.stop)
-        coverage, started = Coverage(), time.monotonic()
+        coverage, started, looks = Coverage(), time.monotonic(), 0
         while time.monotonic() - started < args.healthy_minutes * 60:
             time.sleep(15)
-            coverage.look(metrics(port), time.monotonic())
+            m = metrics(port)
+            coverage.look(m, time.monotonic())
+            coverage.look_armed(m)
+            looks += 1
         fired = [a for a in notifications(hook) if a["payload_status"] == "firing"]
         m = metrics(port)
         routine = {lab["device"]: v for lab, v in m.get("iowarden_budget_routine_device_time_used_seconds", [])}
@@ -211,6 +237,7 @@ def run_seed(seed: int, args) -> list[str]:
                       + "".join(f"\n    {a['labels'].get('alertname')} {a['labels'].get('volume', '')} "
                                 f"{a['labels'].get('device', a['labels'].get('target', ''))}: "
                                 f"{a['annotations'].get('summary', '')[:300]}" for a in fired))
+        report.append("  armed: " + coverage.armed_said(looks))
         report.append("  routine budget spent per disk (s, of allowed): "
                       + ", ".join(f"{d} {routine[d]:.0f}/{allowed.get(d, 0):.0f}" for d in sorted(routine)))
         for volume, what in ((True, "of one volume (any profile; the goal: 1 interval)"),
