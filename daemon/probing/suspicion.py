@@ -57,9 +57,12 @@ def _suspected_sets(snapshot) -> tuple[frozenset, frozenset, dict]:
                      or (p.volume, p.profile) in short or getattr(p.result, "space_used_ratio", None) is not None}
         passive = [a for a in snapshot.alerts if a.alert in ("DeviceSlow", "VolumeAtLimit")]
         places = {a.volume for a in passive} | {a.target for a in passive} | {d for a in passive for d in a.devices}
+        # now: the last window judged and that far off (a view's slowdown_ratio keeps its last judged window's
+        # however old, and an hour of a backup's floods after one slow window is not a suspicion for the hour)
         slow = {name: frozenset(direction for direction, r in (v.slowdown_ratio or {}).items()
                                 if r is not None and r >= SUSPECT_SLOWDOWN)
-                for name, _, v in getattr(snapshot, "passive", ())}
+                for name, _, v in getattr(snapshot, "passive", ())
+                if (getattr(v, "window_ratio", None) or 0.0) >= SUSPECT_SLOWDOWN}
         places |= {name for name, directions in slow.items() if directions}
         by_passive = {(p.target, p.profile) for p in snapshot.probes
                       if p.volume in places or getattr(p.result, "device", None) in places}

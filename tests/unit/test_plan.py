@@ -97,13 +97,17 @@ def test_a_device_far_slower_than_its_normal_at_its_load_is_busy_because_it_is_s
     from iowarden.daemon.probing.suspicion import slow_directions, suspected_fault
     probe = ProbeView("db", "rr", "vol", NS(ok=True, device="loop13", space_used_ratio=None), None)
     for ratio, said in ((40.0, "passive"), (8.0, "passive"), (3.0, None), (None, None)):
-        view = NS(slowdown_ratio={"read": ratio, "write": 1.0} if ratio else {})
+        view = NS(slowdown_ratio={"read": ratio, "write": 1.0} if ratio else {}, window_ratio=ratio)
         snap = Snapshot(taken_at=0.0, version="t", probes=(probe,), passive=(("loop13", "fs-uuid:1", view),))
         assert suspected_fault(snap, "db", "rr") == said, ratio
         # the direction it is slow in, what brings that direction's profile forward (test_slow_direction.py)
         assert slow_directions(snap, "db") == ({"read"} if said else set()), ratio
         other = Snapshot(taken_at=0.0, version="t", probes=(probe,), passive=(("loop14", "fs-uuid:2", view),))
         assert suspected_fault(other, "db", "rr") is None and slow_directions(other, "db") == set()
+    # its last judged window was 40x, but the window since was not judged (a flood, idle): no suspicion now
+    stale = NS(slowdown_ratio={"read": 40.0}, window_ratio=None)
+    snap = Snapshot(taken_at=0.0, version="t", probes=(probe,), passive=(("loop13", "fs-uuid:1", stale),))
+    assert suspected_fault(snap, "db", "rr") is None and slow_directions(snap, "db") == set()
 
 
 def test_a_probe_short_in_total_on_a_busy_device_is_confirmed_soon():
