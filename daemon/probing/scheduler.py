@@ -200,10 +200,11 @@ class Scheduler:
         self._meet_the_slow_direction(now, soon)
 
     def _meet_the_slow_direction(self, now: float, soon: float) -> None:
-        """A device the passive view finds far slower than its normal in one direction (a collapse under its
-        database's writes, its reads served from the cache) is met by a probe of that direction within a minute,
-        whichever profile was next due: one profile a minute per volume at most (the one of that direction
-        probed longest ago), from the reserve, while the view says so."""
+        """A device the passive view finds far slower than its normal in a direction is met by a probe of that
+        direction within a minute, whichever profile was next due (a volume's four profiles take turns over its
+        interval: a collapse of a few minutes may end before a profile of its direction comes due): one profile
+        a minute per volume at most (the one of that direction probed longest ago), from the reserve, while the
+        view says so."""
         by_target: dict[str, list[Due]] = {}
         for d in self.due:
             by_target.setdefault(d.target.name, []).append(d)
