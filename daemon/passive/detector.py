@@ -122,16 +122,20 @@ class PassiveDetector(GroupRules):
             shift = max(common.get(w.device, 0.0), host_shift.get(w.device, 0.0),
                         math.log(max(1.0, host_now.get(w.device, 1.0))))
             d = self._dev(w.device)
+            # a direction whose requests are many times their usual size is judged on nobody's curve: its await
+            # is mostly the big requests' own (a backup's 1 MiB reads among a database's 4 KiB ones)
+            big = _big_requests(d, w, evidence[w.device], self.p.window_seconds)
+            judged = {k: f for k, f in evidence[w.device].items() if k not in big}
             if w.device in self.by_service:
                 # each service judged against its own normal (observe_services): a flood that hurts no one is
                 # not paged, and one that hurts a service names it and its culprit
                 out += [self._clear(w.device, d, "contention", "judged per service now")] \
                     if "contention" in d.flagged else []
             else:
-                out += contention.transitions(self.contention, w, evidence[w.device], d)
+                out += contention.transitions(self.contention, w, judged, d)
             # a device other work floods is slow along the flood's load, not its own: not DeviceSlow meanwhile
             flooded = "contention" in d.flagged or w.device in self.services.flagged
-            out += self._judge_self(w, evidence[w.device], shift, now) if not flooded else []
+            out += self._judge_self(w, judged, shift, now) if not flooded else []
             out += self._judge_burst(w, d)
             out += self._judge_saturation(w, evidence[w.device])
         by_device = {w.device: w for w in windows}
@@ -551,6 +555,32 @@ def _flood_of(d: DeviceTrack, w: Window, ratio: float, window_seconds: float) ->
     return flood
 
 
+def _big_requests(d: DeviceTrack, w: Window, flows: dict, window_seconds: float) -> frozenset:
+    """The directions whose requests in this window average at least BIG_REQUEST_RATIO times their usual size, once
+    it is known (FLOOD_LEARN_SECONDS of windows). Latency at a load in IOPS compares only at one request size: a
+    backup's 1 MiB reads at 13 a second are not a database's 4 KiB ones at that rate, and took 50-100x as long on
+    a healthy volume. The usual is a slow average of the log size over every window but iowarden's own probes,
+    big ones too: a workload that moves to bigger requests for good is judged again within hours, and ten minutes
+    of a backup in six hours moves it by 3 %."""
+    learn_windows = max(4, round(FLOOD_LEARN_SECONDS / window_seconds))
+    memory_windows = max(learn_windows, round(FLOOD_MEMORY_SECONDS / window_seconds))
+    big = set()
+    for direction, f in flows.items():
+        if not f.iops or f.kib_per_second is None:
+            continue
+        log_size = math.log(max(f.kib_per_second / f.iops, 0.5))
+        usual = d.usual_log_size.get(direction)
+        if usual is not None and usual[1] >= learn_windows and log_size >= usual[0] + math.log(BIG_REQUEST_RATIO):
+            big.add(direction)
+        if not w.own_probe:
+            mean, n = usual if usual is not None else (log_size, 0)
+            n = min(n + 1, memory_windows)
+            d.usual_log_size[direction] = (mean + (log_size - mean) / n, n)
+    return frozenset(big)
+
+
+# requests this many times their usual size: a backup's 1 MiB reads among a database's 4-16 KiB ones are 64-256x
+BIG_REQUEST_RATIO = 4.0
 # a direction's usual bytes a second: known after five minutes of windows, averaged over about six hours; a flood
 # is at least a mebibyte a second (a direction that idles at kilobytes is not flooded by a few more)
 FLOOD_LEARN_SECONDS = 300.0

@@ -240,6 +240,7 @@ class DeviceTrack:
     last_total: tuple = (0.0, 0.0)                        # the last window's IOPS and bytes/s, both directions
     best: dict = field(default_factory=dict)  # (direction, request-size bucket) -> (IOPS, bytes/s) at full util, its best
     usual_log_kib: dict = field(default_factory=dict)     # direction -> (slow mean of log KiB/s, windows): its usual
+    usual_log_size: dict = field(default_factory=dict)    # direction -> (slow mean of log KiB a request, windows)
     last_ratio: dict = field(default_factory=dict)
     last_expected: dict = field(default_factory=dict)
     ceiling: str | None = None

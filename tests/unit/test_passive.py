@@ -775,3 +775,32 @@ def test_a_directions_usual_bytes_are_known_after_the_same_minutes_at_any_window
     assert _flood_of(d, window(learned, backup), 8.0, window_seconds) is None    # not yet known: no flood
     _flood_of(d, window(learned + 1, quiet), 8.0, window_seconds)
     assert _flood_of(d, window(learned + 2, backup), 8.0, window_seconds) == "read"
+
+
+def _writes_of(i: int, rng: random.Random, iops: float, kib_each: float, ms: float) -> Window:
+    """A database's 4 KiB reads on their curve, and writes at `iops` of `kib_each` KiB taking `ms`."""
+    load = pt.load_at(i, rng)
+    reads = Flow(load, load * 4, pt.noisy(pt.curve_ms(load), rng))
+    writes = Flow(iops, iops * kib_each, ms * math.exp(rng.gauss(0, 0.1)))
+    return Window("loop8", 1.7e9 + i * pt.WINDOW_SECONDS, pt.WINDOW_SECONDS, {"read": reads, "write": writes})
+
+
+@pytest.mark.parametrize("kib_each, pages", [(512.0, False), (4.0, True)])
+def test_a_few_big_writes_are_judged_on_nobodys_curve_and_as_few_small_ones_as_slow_are_the_devices(kib_each, pages):
+    """A soak's false page on a healthy lower device: "writes 81.7x slower … 48.561 ms where 0.595 ms normal at 13
+    IOPS". Its curve knew 13 writes a second of 4 KiB; the window's were big (a volume's writeback, half a MiB each),
+    at 6.5 MiB/s under the flood mark (8x the usual bytes). Latency at a load in IOPS compares only at one request
+    size: the big writes are not judged (nor learned). The same 13 writes a second at 4 KiB, as slow, are the
+    device's own and page within the acute rule's span."""
+    rng, det, events = random.Random(11), PassiveDetector(), []
+    for i in range(960):                         # four hours of the database, writes at 13-40 a second of 4 KiB
+        events += det.observe([_writes_of(i, rng, rng.uniform(13, 40), 4.0, 0.6)])
+    assert events == [], [t.summary for t in events]
+    for i in range(960, 1040):                   # twenty minutes of 13 writes a second taking 48 ms
+        events += det.observe([_writes_of(i, rng, 13.0, kib_each, 48.0)])
+    raised = [t for t in events if t.state == "raised"]
+    if pages:
+        assert [t.kind for t in raised] == ["self"] and "writes" in raised[0].summary, [t.summary for t in raised]
+    else:
+        assert raised == [], [t.summary for t in raised]
+        assert det.views()[0].expected_await_ms.get("write", 0.0) < 1.0   # not learned as the normal
