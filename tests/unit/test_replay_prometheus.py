@@ -276,6 +276,7 @@ def test_ctrl_c_prints_what_was_replayed_and_where_it_stopped(scripted, capsys):
     finally:
         done.set()
         interrupter.join(5)
+        print("requests seen:", s.seen, "answers left:", len(s.answers))   # what a failure here asked for
     out = capsys.readouterr().out
     assert code == 130, out
     assert "h1:9100: 1 disks" in out and "interrupted: h1:9100 was replayed up to" in out, out
