@@ -557,11 +557,11 @@ def _flood_of(d: DeviceTrack, w: Window, ratio: float, window_seconds: float) ->
 
 def _big_requests(d: DeviceTrack, w: Window, flows: dict, window_seconds: float) -> frozenset:
     """The directions whose requests in this window average at least BIG_REQUEST_RATIO times their usual size, once
-    it is known (FLOOD_LEARN_SECONDS of windows). Latency at a load in IOPS compares only at one request size: a
-    backup's 1 MiB reads at 13 a second are not a database's 4 KiB ones at that rate, and took 50-100x as long on
-    a healthy volume. The usual is a slow average of the log size over every window but iowarden's own probes,
-    big ones too: a workload that moves to bigger requests for good is judged again within hours, and ten minutes
-    of a backup in six hours moves it by 3 %."""
+    it is known (FLOOD_LEARN_SECONDS of windows). Latency at a load in IOPS compares only at one request size: 13
+    writes a second of 1 MiB are not 13 of 4 KiB, and a curve that learned the small ones calls the big ones tens
+    of times slow on a healthy device. The usual is a slow average of the log size over every window but
+    iowarden's own probes, big ones too: a workload that moves to bigger requests for good is judged again within
+    hours, and ten minutes of 1 MiB requests among six hours of 4 KiB ones move it by a sixth."""
     learn_windows = max(4, round(FLOOD_LEARN_SECONDS / window_seconds))
     memory_windows = max(learn_windows, round(FLOOD_MEMORY_SECONDS / window_seconds))
     big = set()

@@ -788,8 +788,8 @@ def _writes_of(i: int, rng: random.Random, iops: float, kib_each: float, ms: flo
 @pytest.mark.parametrize("kib_each, pages", [(512.0, False), (4.0, True)])
 def test_a_few_big_writes_are_judged_on_nobodys_curve_and_as_few_small_ones_as_slow_are_the_devices(kib_each, pages):
     """A soak's false page on a healthy lower device: "writes 81.7x slower … 48.561 ms where 0.595 ms normal at 13
-    IOPS". Its curve knew 13 writes a second of 4 KiB; the window's were big (a volume's writeback, half a MiB each),
-    at 6.5 MiB/s under the flood mark (8x the usual bytes). Latency at a load in IOPS compares only at one request
+    IOPS". Played here: a curve that knew 13-40 writes a second of 4 KiB, then 13 a second of half a MiB each, at
+    6.5 MiB/s, under the flood mark (8x the usual bytes). Latency at a load in IOPS compares only at one request
     size: the big writes are not judged (nor learned). The same 13 writes a second at 4 KiB, as slow, are the
     device's own and page within the acute rule's span."""
     rng, det, events = random.Random(11), PassiveDetector(), []
