@@ -29,7 +29,9 @@ per fault. Prints one table per seed and the scenario it played (the seed repeat
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -378,6 +380,24 @@ def keep(tmp: Path, to: Path, payloads, played) -> None:
         pass
 
 
+def provenance(args) -> str:
+    """What a run's figures belong to, for docs/soaks.md: the code's commit (and whether it had changes beside it),
+    the example configuration's digest, the command, and the machine's cores and load when it began."""
+    def git(*a) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    dirty = " with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    digest = hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()[:12]
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    return (f"soak {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: commit {commit}{dirty}; "
+            f"config.example.toml sha256 {digest}; seeds {args.seeds}, healthy {args.healthy_minutes:g} min, "
+            f"faults {','.join(args.faults) or 'none'}{', shared disk' if args.shared_disk else ''}; "
+            f"{os.cpu_count()} cores, load {' '.join(load)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1", help="comma-separated seeds")
@@ -389,8 +409,13 @@ def main() -> None:
     ap.add_argument("--keep", default="", help="a directory to keep each seed's daemon log, state and webhook payloads in")
     args = ap.parse_args()
     args.faults = () if args.faults == "none" else FAULT_KINDS if args.faults == "all" else tuple(args.faults.split(","))
+    header = provenance(args)
+    print(header, flush=True)
     for seed in (int(s) for s in args.seeds.split(",")):
-        print("\n".join(run_seed(seed, args)), flush=True)
+        report = "\n".join(run_seed(seed, args))
+        print(report, flush=True)
+        if args.keep:   # beside the seed's log and payloads, the figures docs/soaks.md records
+            (Path(args.keep) / f"seed-{seed}" / "report.txt").write_text(header + "\n" + report + "\n")
 
 
 if __name__ == "__main__":
