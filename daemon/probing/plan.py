@@ -34,6 +34,8 @@ class Candidate:
     suspected: bool = False             # an alert is open on it, or its last probe was far off its normal
     volume_unprobed_seconds: float | None = None   # since a probe of any profile of its target last started (None:
                                                    # its only profile, which waits max_deferral_seconds as set)
+    struck_on_busy: bool = False        # its volume's last probe of a profile ran on a busy device and came short,
+                                        # the device agreeing: this one is the second strike
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,11 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
                 # it runs now, contended (a volume busy with backups by night went 1.5 intervals unmeasured)
                 if c.volume_unprobed_seconds + c.needed_seconds + DEFER_RETRY_SECONDS >= c.interval_seconds:
                     limit = 0.0
+            if c.struck_on_busy and c.suspected and busy:
+                # its volume's last probe waited for this busy device, ran on it and came short with the device
+                # agreeing: the device is busy because the volume is slow, and waiting for it again only puts the
+                # second strike a minute later (a collapse of four minutes was over before it was confirmed)
+                limit = 0.0
             if not busy:
                 # the stall is the host's, its own disk is quiet: a short stall is waited out, a long one (the
                 # other disks busy all afternoon) would leave this volume unwatched for max_deferral_seconds

@@ -14,7 +14,7 @@ from iowarden.probes.blockqueue import identity_of
 from iowarden.probes.common import Roots
 
 from iowarden.daemon.probing.pins import pin_refusal
-from iowarden.daemon.probing.suspicion import slow_directions, suspected_fault
+from iowarden.daemon.probing.suspicion import slow_directions, struck_on_busy, suspected_fault
 
 
 class Published:
@@ -64,6 +64,10 @@ class Published:
 
     def suspected(self, target: str, profile: str) -> str | None:
         return suspected_fault(self.snapshot_fn(), target, profile)
+
+    def struck_on_busy(self, target: str) -> bool:
+        """Whether the target's volume has one strike on a busy device: its next probe is the second."""
+        return struck_on_busy(self.snapshot_fn(), target)
 
     def slow_directions(self, target: str) -> frozenset:
         """The directions the passive view finds the target's device far slower than its normal in now."""

@@ -72,10 +72,10 @@ def profile_directions(rw: str) -> frozenset:
 class Scheduler:
     def __init__(self, cfg: Config, roots: Roots, published, post, rng: random.Random | None = None,
                  history: list[dict] | None = None, pin_check=None, devices=None, clock=time.monotonic,
-                 suspected=None, spawn=None, paths: pathstat.PathWatch | None = None, slow=None):
+                 suspected=None, spawn=None, paths: pathstat.PathWatch | None = None, slow=None, struck=None):
         """`published`: what the scheduler reads of the rest of the daemon (a `Published` over the core's
         snapshot): the load it defers on, the device view, the suspected faults, the pins. `pin_check`, `devices`,
-        `suspected` and `slow` stand in for its parts where a test gives only a load."""
+        `suspected`, `slow` and `struck` stand in for its parts where a test gives only a load."""
         self.roots = roots
         # every touch of a target's path: by a child with a deadline, never on this thread (pathstat)
         self.paths = paths or pathstat.WATCH
@@ -95,6 +95,8 @@ class Scheduler:
         self.pin_check = pin_check or (published.pin_refusal if whole else (lambda target, device: None))
         # (target, profile) -> why a fault is suspected there, or None (read from the core's published snapshot)
         self.suspected = suspected or (published.suspected if whole else (lambda target, profile: None))
+        # target -> whether its volume has one strike on a busy device (its next probe is the second)
+        self.struck_on_busy = struck or (published.struck_on_busy if whole else (lambda target: False))
         # target -> the directions ("read", "write") its device is far slower than its normal in, per the passive view
         self.slow_directions = slow or (published.slow_directions if whole else (lambda target: frozenset()))
         # (target, profile) -> whether the core's normal for it still learns, past the probes counted here
@@ -295,7 +297,8 @@ class Scheduler:
                                         # a volume of one profile has no other to measure it while that one
                                         # waits: its deferral is max_deferral_seconds, as configured
                                         now - last_start[d.target.name]
-                                        if d.target.name in last_start and len(d.target.profiles) > 1 else None))
+                                        if d.target.name in last_start and len(d.target.profiles) > 1 else None,
+                                        self.struck_on_busy(d.target.name)))
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))

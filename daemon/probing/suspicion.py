@@ -27,7 +27,7 @@ def suspected_fault(snapshot, target: str, profile: str) -> str | None:
     week)."""
     if snapshot is None:
         return None
-    by_probe, by_passive, _ = _suspected_sets(snapshot)
+    by_probe, by_passive, _, _ = _suspected_sets(snapshot)
     return BY_PROBE if (target, profile) in by_probe else BY_PASSIVE if (target, profile) in by_passive else None
 
 
@@ -41,12 +41,22 @@ def slow_directions(snapshot, target: str) -> frozenset:
     return _suspected_sets(snapshot)[2].get(target, frozenset())
 
 
-# (the snapshot they were computed for, (the two sets, target -> its slow directions)): one tuple, replaced whole,
-# so a reader on another thread sees one snapshot's answers or the other's, never a mix
-_SUSPECTED: tuple = (None, (frozenset(), frozenset(), {}))
+def struck_on_busy(snapshot, target: str) -> bool:
+    """Whether a probe of the target's volume (any of its profiles, the last of that profile) ran on a busy device
+    and came short in total with the device agreeing (verdicts/contended.py): one strike of the two in a row that
+    page. Its next probe is the second: the device is busy because of what that probe found, so it waits for it no
+    longer (plan.py)."""
+    if snapshot is None:
+        return False
+    return target in _suspected_sets(snapshot)[3]
 
 
-def _suspected_sets(snapshot) -> tuple[frozenset, frozenset, dict]:
+# (the snapshot they were computed for, (the two sets, target -> its slow directions, the targets struck once)): one
+# tuple, replaced whole, so a reader on another thread sees one snapshot's answers or the other's, never a mix
+_SUSPECTED: tuple = (None, (frozenset(), frozenset(), {}, frozenset()))
+
+
+def _suspected_sets(snapshot) -> tuple[frozenset, frozenset, dict, frozenset]:
     global _SUSPECTED
     cached = _SUSPECTED
     if cached[0] is not snapshot:
@@ -71,5 +81,6 @@ def _suspected_sets(snapshot) -> tuple[frozenset, frozenset, dict]:
             found = slow.get(getattr(p.result, "device", None), frozenset()) | slow.get(p.volume, frozenset())
             if found:
                 directions[p.target] = directions.get(p.target, frozenset()) | found
-        cached = _SUSPECTED = (snapshot, (frozenset(by_probe), frozenset(by_passive), directions))
+        struck = frozenset(p.target for p in snapshot.probes if (p.volume, p.profile) in short)
+        cached = _SUSPECTED = (snapshot, (frozenset(by_probe), frozenset(by_passive), directions, struck))
     return cached[1]

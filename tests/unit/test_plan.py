@@ -123,6 +123,31 @@ def test_a_probe_short_in_total_on_a_busy_device_is_confirmed_soon():
     short = Snapshot(taken_at=0.0, version="t", probes=probes, short_on_busy=frozenset({("vol", "qd32")}))
     assert suspected_fault(short, "db", "qd32") == "probe" and suspected_fault(short, "db", "qd1") is None
     assert suspected_fault(Snapshot(taken_at=0.0, version="t", probes=probes), "db", "qd32") is None
+    # the volume has one strike: its probes say so, whichever profile struck (the next probe of any is the second)
+    from iowarden.daemon.probing.suspicion import struck_on_busy
+    assert struck_on_busy(short, "db") and not struck_on_busy(short, "logs")
+    assert not struck_on_busy(Snapshot(taken_at=0.0, version="t", probes=probes), "db")
+
+
+def test_the_second_strike_on_a_busy_device_does_not_wait_for_it_again():
+    """A collapse keeps its device busy: the first probe of the suspected volume waits a minute for it, runs and
+    comes short with the device agreeing (one strike). The device is busy because the volume is slow, so the
+    second probe runs as soon as it is due, not a minute later again: the page comes a minute sooner. A volume
+    with no strike, or a probe not under suspicion, waits as before."""
+    busy = Load({"sdb": 99.0}, None, 1e9)
+    minute = Rules(RULES.defer_util_percent, RULES.max_deferral_seconds, RULES.jitter_ratio, 60.0)
+    second = run(0.0, [c("db", suspected=True, struck_on_busy=True)], load=busy, rules=minute)[("db", "rr")]
+    assert second.action == "run" and second.contended and second.util_percent == 99.0
+    first = run(0.0, [c("db", suspected=True)], load=busy, rules=minute)[("db", "rr")]
+    assert (first.action, first.reason) == ("hold", "busy")
+    assert run(59.0, [c("db", suspected=True, deferred_since=0.0)], load=busy, rules=minute)[("db", "rr")].action \
+        == "hold"
+    # a strike on the volume alone hurries nothing: a routine probe of another profile waits as routine
+    routine = run(300.0, [c("db", "rw", struck_on_busy=True, deferred_since=0.0)], load=busy, rules=minute)
+    assert routine[("db", "rw")].action == "hold"
+    # and a quiet device is probed as ever, quiet (not contended)
+    quiet = run(0.0, [c("db", suspected=True, struck_on_busy=True)], rules=minute)[("db", "rr")]
+    assert quiet.action == "run" and not quiet.contended
 
 
 def test_a_probe_refused_for_space_is_retried_soon_and_a_failure_otherwise_is_not():

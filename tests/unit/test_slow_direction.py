@@ -10,7 +10,7 @@ from tests.unit.test_policy import Clock, FakeRun, Sampler
 PROFILES = {"rr": "randread", "ww": "randwrite", "seq": "read", "q1": "randread"}
 
 
-def _scheduler(clock, slow: dict, util: float = 0.0) -> FakeRun:
+def _scheduler(clock, slow: dict, util: float = 0.0, struck=None) -> FakeRun:
     cfg = config.parse("""
 [budget]
 device_time_ratio = 1.0
@@ -33,7 +33,7 @@ interval_seconds = 300.0
                 "started_at": 0.0, "duration_seconds": 1.0} for p in PROFILES for _ in range(3)]
     return FakeRun(cfg, Roots(), Sampler(util), clock=clock, history=learned,
                    suspected=lambda target, profile: "passive" if slow["on"] else None,
-                   slow=lambda target: slow["on"])
+                   slow=lambda target: slow["on"], struck=struck)
 
 
 def _ran(s: FakeRun, clock: Clock, seconds: int) -> list[tuple[float, str]]:
@@ -92,3 +92,28 @@ def test_a_profile_says_its_directions_as_the_passive_view_names_them():
     assert profile_directions("randwrite") == profile_directions("write") == {"write"}
     assert profile_directions("randrw") == profile_directions("rw") == profile_directions("readwrite") \
         == {"read", "write"}
+
+
+def test_once_a_probe_on_the_busy_device_has_struck_the_next_is_not_deferred_for_it():
+    """The collapse of the test above, with its first write probe short in total and the device agreeing (one
+    strike, which the core publishes as it ends): each later probe of the volume runs when it falls due, within
+    a minute of the one before, not after another minute's wait for the device its own slowness keeps busy. The
+    second strike, and the page, come a minute sooner."""
+    clock = Clock()
+    slow, struck = {"on": frozenset()}, {"on": False}
+    s = _scheduler(clock, slow, struck=lambda target: struck["on"])
+    _ran(s, clock, 1500)
+    s.load.util, slow["on"] = 100.0, frozenset({"write"})
+    began = clock()
+    first = []
+    while not any(p == "ww" for _, p in first) and clock() - began < 300:
+        first += _ran(s, clock, 1)
+    assert first and first[-1][1] == "ww" and first[-1][0] - began <= 125, first   # waited its minute, as before
+    struck["on"] = True
+    ran = _ran(s, clock, 400)
+    starts = [first[-1][0]] + [t for t, _ in ran]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    # a probe of the volume within a minute of the last, whichever profile (a strike of any counts), none held
+    # for the device; without the strike the same collapse spaced them up to three minutes apart. No more than
+    # the slow direction's probe a minute and each profile's routine ones (four in an interval of 300 s)
+    assert ran and max(gaps) <= 65 and len(ran) <= 400 / 60 + 4 * 400 / 300 + 1, (gaps, ran)
