@@ -15,10 +15,19 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from iowarden.probes.common import Roots
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Property tests assert what the code decides, not how fast the machine draws examples: on a host busy with the
+# rest of the suite (or soaks beside it) one draw took 1.7 s and Hypothesis failed a test on its own timing. Every
+# property test runs with no per-example deadline and without the too-slow health check; a test's own @settings
+# change the rest.
+settings.register_profile("iowarden", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("iowarden")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # This run's id, in the name of every directory the tests make outside pytest's own (loop images, the lane's
