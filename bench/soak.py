@@ -392,10 +392,16 @@ def provenance(args) -> str:
     dirty = " with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
     digest = hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()[:12]
     load = Path("/proc/loadavg").read_text().split()[:3]
+    # the tracer's engine decides whether a noisy neighbour can be named per service: the bpftrace fallback timed
+    # nothing on the shared disk (a loop device over FUSE) in a soak run from a tree without the compiled one
+    from iowarden.daemon.sources.tracer_proc import compiled_missing
+    from iowarden.probes.common import Roots
+    missing = compiled_missing(Roots())
+    engine = f"tracer: {'the compiled engine' if missing is None else 'bpftrace only, ' + missing}"
     return (f"soak {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: commit {commit}{dirty}; "
             f"config.example.toml sha256 {digest}; seeds {args.seeds}, healthy {args.healthy_minutes:g} min, "
             f"faults {','.join(args.faults) or 'none'}{', shared disk' if args.shared_disk else ''}; "
-            f"{os.cpu_count()} cores, load {' '.join(load)}")
+            f"{engine}; {os.cpu_count()} cores, load {' '.join(load)}")
 
 
 def main() -> None:
