@@ -392,8 +392,8 @@ def provenance(args) -> str:
     dirty = " with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
     digest = hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()[:12]
     load = Path("/proc/loadavg").read_text().split()[:3]
-    # the tracer's engine decides whether a noisy neighbour can be named per service: the bpftrace fallback timed
-    # nothing on the shared disk (a loop device over FUSE) in a soak run from a tree without the compiled one
+    # the tracer's engine decides whether a noisy neighbour can be named per service: the bpftrace fallback keeps no
+    # count per cgroup (a soak run from a tree without the compiled engine left its neighbour unnamed)
     from iowarden.daemon.sources.tracer_proc import compiled_missing
     from iowarden.probes.common import Roots
     missing = compiled_missing(Roots())
