@@ -33,6 +33,15 @@ SHORT_PROBES_TO_RAISE = 2
 # CPUs and page cache were starved, a healthy deep probe's total fell to 0.006 of its normal with the device
 # serving its load at its normal latency; the collapses and throttles of the soaks had their devices at 1.6-335x.
 DEVICE_AGREES_SLOWDOWN = 1.5
+# Tasks waiting for a CPU this share of the time or more (/proc/pressure/cpu "some"): the device's latency is then
+# partly the CPU's (a loop or virtio device completes its requests on a kernel thread that waits for a CPU too), and
+# it must be STARVED_DEVICE_AGREES_SLOWDOWN its normal or more to agree. In a soak on the example configuration (a
+# healthy mix, tasks waiting for a CPU 98-99 % of the time) a healthy volume's device read 3.7-4.2x its normal at
+# two short contended probes in a row and paged; the collapses of the same day's soaks struck at 9.1-266x, with the
+# CPU as starved, and a throttle agrees by its cgroup limit. 8: the passive view's own "busy because it is slow"
+# (probing/suspicion.SUSPECT_SLOWDOWN), within the 1.25-10x every held-out soak run allowed.
+CPU_STARVED_PERCENT = 50.0
+STARVED_DEVICE_AGREES_SLOWDOWN = 8.0
 # A contended probe's total (its I/O and the other work's) says what the device can do best when the probe
 # alone could fill it: at queue depth 1 the probe waits behind the other work, the other work is what its
 # users ask (not what the device can give), and the sum fell 3-5x below the qd1 probe's quiet figure on
@@ -54,6 +63,7 @@ class Totals:
     own_slowdown: float | None = None   # the device's latency over its normal at its load in the last window
                                         # (the passive view, flagged or not); None: that window was not judged
     cgroup_limited: bool = False     # a cgroup limit on the volume's stack holds iowarden's own I/O
+    cpu_pressure_percent: float | None = None   # /proc/pressure/cpu "some" during the probe
 
 
 @dataclass(frozen=True)
@@ -83,8 +93,15 @@ def short_and_agreed(t: Totals) -> tuple[bool, bool]:
     agreeing."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
     short = _below(t, CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
-    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= DEVICE_AGREES_SLOWDOWN
+    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= agreeing_slowdown(t)
     return short, short and agrees
+
+
+def agreeing_slowdown(t: Totals) -> float:
+    """The device's latency over its normal that agrees with a short total: more on a host whose CPUs are starved,
+    where part of the device's latency is the CPU's."""
+    starved = t.cpu_pressure_percent is not None and t.cpu_pressure_percent >= CPU_STARVED_PERCENT
+    return STARVED_DEVICE_AGREES_SLOWDOWN if starved else DEVICE_AGREES_SLOWDOWN
 
 
 def agreement_said(t: Totals) -> str:

@@ -41,7 +41,7 @@ HOST_SHARED_SLOWDOWN = 2.0
 # agrees (its own latency at its load contended.DEVICE_AGREES_SLOWDOWN times its normal or more, the same
 # agreement a busy disk's short total needs) or a cgroup limit on its stack explains a slow probe the device's
 # latency cannot show (a throttled bio waits above the device's counters).
-CPU_STARVED_PERCENT = 50.0
+CPU_STARVED_PERCENT = contended.CPU_STARVED_PERCENT
 # A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
 # read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
 LATENCY_FLOOR_SECONDS = 20e-6
@@ -373,7 +373,7 @@ class Health:
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), None,
                                   context.get("delivered_on"), context.get("own_slowdown_now"),
-                                  bool(context.get("cgroup_limited")))
+                                  bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"))
         if not contended.short_and_agreed(totals)[1]:
             return False
         self._changes.append(Said(
@@ -409,7 +409,7 @@ class Health:
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), context.get("passive_slowdown"),
                                   context.get("delivered_on"), context.get("own_slowdown_now"),
-                                  bool(context.get("cgroup_limited")))
+                                  bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"))
         paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
         # strikes are the volume's, whichever profile met the busy disk: its profiles are probed in turn
         v = contended.judge(totals, self.contended_strikes.get(identity, 0), akey in self.open,

@@ -71,3 +71,22 @@ def test_a_page_raised_with_the_devices_latency_unread_says_so_and_names_no_limi
     page must then not say a cgroup limit holds the volume when none does."""
     v = judge(totals(0.05, own=None, limited=False), strikes=1, is_open=False, last_deep_held=None)
     assert v.action == "raise" and "cgroup" not in v.said and "could not be read against its normal" in v.said
+
+
+def test_on_a_starved_cpu_the_device_agrees_only_far_off_its_normal():
+    """A soak's healthy volume (tasks waiting for a CPU 98-99 % of the time): two deep probes on its busy device came
+    short in total (1,087 and 703 IOPS against the probe's 7,160) with the device at 4.2x and 3.7x its normal
+    latency for its load, part of which was the CPU's, and paged. The collapses of the same day's soaks struck with
+    their devices at 9.1-266x, the CPU as starved; a throttle agrees by its cgroup limit whatever the CPU."""
+    from iowarden.daemon.verdicts.contended import (CPU_STARVED_PERCENT, STARVED_DEVICE_AGREES_SLOWDOWN,
+                                                    short_and_agreed)
+
+    def totals(own, cpu, limited=False, delivered=703.0):
+        return Totals(delivered, delivered * 4096, 7160.0, 7160.0 * 4096, 32, None, None, own, limited, cpu)
+    assert short_and_agreed(totals(3.67, 99.0)) == (True, False)          # the soak's healthy page: no strike
+    assert short_and_agreed(totals(3.67, 20.0)) == (True, True)           # the same device on a free CPU agrees
+    assert short_and_agreed(totals(3.67, None)) == (True, True)           # pressure unknown: as before
+    assert short_and_agreed(totals(242.3, 99.0)) == (True, True)          # the collapse, CPU as starved
+    assert short_and_agreed(totals(1.0, 99.0, limited=True)) == (True, True)   # a throttle
+    assert short_and_agreed(totals(STARVED_DEVICE_AGREES_SLOWDOWN, CPU_STARVED_PERCENT)) == (True, True)
+    assert short_and_agreed(totals(242.3, 99.0, delivered=7000.0)) == (False, False)   # not short: nothing
