@@ -122,7 +122,8 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
             if c.struck_on_busy and c.suspected and busy:
                 # its volume's last probe waited for this busy device, ran on it and came short with the device
                 # agreeing: the device is busy because the volume is slow, and waiting for it again only puts the
-                # second strike a minute later (a collapse of four minutes was over before it was confirmed)
+                # second strike a minute later (a collapse of 272 s was paged at 220 s, its second probe having
+                # waited 67 s for the device the collapse kept busy)
                 limit = 0.0
             if not busy:
                 # the stall is the host's, its own disk is quiet: a short stall is waited out, a long one (the
