@@ -36,6 +36,8 @@ class Candidate:
                                                    # its only profile, which waits max_deferral_seconds as set)
     struck_on_busy: bool = False        # its volume's last probe of a profile ran on a busy device and came short,
                                         # the device agreeing: this one is the second strike
+    volume_interval_seconds: float | None = None   # its target's own interval, unstretched by the budget's fit
+                                                   # (None: the same as interval_seconds)
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,13 @@ def plan(now: float, due: list[Candidate], busy_disks: set[str],
             if c.volume_unprobed_seconds is not None and busy:
                 # every volume is measured at least once an interval, busy or not: its other profiles may wait
                 # out max_deferral_seconds, but when this one would leave the volume unmeasured past its interval
-                # it runs now, contended (a volume busy with backups by night went 1.5 intervals unmeasured)
-                if c.volume_unprobed_seconds + c.needed_seconds + DEFER_RETRY_SECONDS >= c.interval_seconds:
+                # it runs now, contended (a volume busy with backups by night went 1.5 intervals unmeasured).
+                # The volume's own interval, not this profile's as the budget stretched it: the stretch spaces
+                # each profile's runs, and the volume's profiles between them still fall due every quarter of
+                # it; held to the stretched one, a volume on a starved host's busy disk (each probe 3.7 s of
+                # device time where 1.8 s was its cost, the profiles 1.36x apart) went 408 s unmeasured.
+                cover_s = min(c.interval_seconds, c.volume_interval_seconds or c.interval_seconds)
+                if c.volume_unprobed_seconds + c.needed_seconds + DEFER_RETRY_SECONDS >= cover_s:
                     limit = 0.0
             if c.struck_on_busy and c.suspected and busy:
                 # its volume's last probe waited for this busy device, ran on it and came short with the device

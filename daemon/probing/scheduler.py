@@ -298,7 +298,7 @@ class Scheduler:
                                         # waits: its deferral is max_deferral_seconds, as configured
                                         now - last_start[d.target.name]
                                         if d.target.name in last_start and len(d.target.profiles) > 1 else None,
-                                        self.struck_on_busy(d.target.name)))
+                                        self.struck_on_busy(d.target.name), self._interval(d)))
         if fitted != self.fit.intervals:   # what /metrics says each runs at, and the ProbeStale rule allows for
             self.fit.intervals = fitted
             self.post(IntervalsFitted(frozen_map(fitted)))

@@ -243,3 +243,21 @@ def test_a_busy_volume_is_still_measured_once_an_interval_by_whichever_profile_f
     stalled = Load({}, 90.0, 1e9)
     assert run(200.0, [c("db", deferred_since=190.0, volume_unprobed_seconds=edge)],
                load=stalled)[("db", "rr")].reason == "io_pressure"
+
+
+def test_a_volume_whose_profiles_the_budget_spaced_out_is_still_measured_once_its_own_interval():
+    """The budget's fit stretched each profile to 408 s (its probes cost twice their usual device time on a
+    starved host); the volume's own interval is still 300 s, and on a busy disk whichever profile is due runs
+    once the volume would go longer unmeasured than that, not 408 s."""
+    busy = Load({"sdb": 80.0}, None, 1e9)
+
+    def spaced(unprobed):
+        return Candidate("db", "rr", 0.0, ("sdb",), True, 5.0, 408.0, deferred_since=50.0,
+                         volume_unprobed_seconds=unprobed, volume_interval_seconds=300.0)
+    edge = 300.0 - 5.0 - DEFER_RETRY_SECONDS
+    assert run(200.0, [spaced(edge - 0.1)], load=busy)[("db", "rr")].action == "hold"
+    ran = run(200.0, [spaced(edge)], load=busy)[("db", "rr")]
+    assert ran.action == "run" and ran.contended
+    # spaced to its own interval by nothing, the profile's interval is the volume's
+    same = Candidate("db", "rr", 0.0, ("sdb",), True, 5.0, 300.0, deferred_since=50.0, volume_unprobed_seconds=edge)
+    assert run(200.0, [same], load=busy)[("db", "rr")].action == "run"
