@@ -163,7 +163,8 @@ class PassiveDetector(GroupRules):
         out = []
         # a device raised but no longer counted (the tracer paused or gone) is judged idle: it clears in time
         for device in sorted(set(counts) | set(self.services.flagged)):
-            out += self.services.judge(device, counts.get(device, {}), seconds, unix_time, words)
+            out += self.services.judge(device, counts.get(device, {}), seconds, unix_time, words,
+                                       self.neighbours_now.get(device))
         return out
 
     def forget(self, device: str) -> list[Transition]:

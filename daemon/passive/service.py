@@ -31,6 +31,13 @@ from iowarden.daemon.passive.values import ALERT_OF_KIND, Transition
 from iowarden.daemon.wording import human_seconds
 
 NOT_A_SERVICE = ("other", "(no cgroup)", "(removed cgroups)")   # the tracer's sums of many: no one's latency
+# The host's other disks at this many times their normal latency together or more: the window measured the host
+# as much as the service (the probes' rule, verdicts/health.HOST_SHARED_SLOWDOWN). In a soak on the example
+# configuration, a WAL appender in the root cgroup beside a batch job held to 400 IOPS waited 27x its normal
+# while buffered backups flushed and every task waited for a CPU 97-99 % of the time, the host's other disks at
+# 5.2-18.9x theirs: paged as the batch job's victim. The noisy neighbours the soaks played on a shared disk had
+# its neighbours at their normal (24-32x, paged).
+HOST_SHARED_SLOWDOWN = 2.0
 # what a saved normal may hold (the state database is read back as input): a cgroup's path as the kernel bounds it,
 # octaves of a request rate from a request in 17 minutes to 2^40 a second, a mean or p99 within e^-20 to e^20 ms (the
 # rule keeps none under 0.1 µs, e^-9.2 ms; e^20 ms is 134 hours)
@@ -119,11 +126,16 @@ class ServiceRule:
         self.step = 0
 
     def judge(self, device: str, counts: dict, seconds: float, unix_time: float,
-              words=lambda path: path) -> list[Transition]:
+              words=lambda path: path, host_slowdown: float | None = None) -> list[Transition]:
         """One window of a device: counts {(cgroup, direction): CgroupCounts since the last window}, over
-        `seconds`. words: how a cgroup is said (its systemd unit, v1's root). Returns the device's transition."""
+        `seconds`. words: how a cgroup is said (its systemd unit, v1's root). host_slowdown: the median of the
+        host's other disks' latency over their normals in the same window (passive/host.py; None: no host to
+        speak of). Returns the device's transition."""
         self.step += 1
         p = self.p
+        # What the host's disks share is the host's (its CPUs starved, its page cache flushing): a service waits
+        # on a victim's scale only beyond it, and a window of a slowed host teaches no service its normal.
+        shared = max(1.0, host_slowdown or 1.0)
         total_requests = sum(c.requests for c in counts.values())
         total_bytes = sum(c.bytes for c in counts.values())
         worst = None
@@ -146,7 +158,7 @@ class ServiceRule:
                 usual_mean = math.exp(usual.log_mean_ms)
                 culprit = self._culprit(counts, cgroup, total_requests, total_bytes)
                 ratio = mean_ms / usual_mean
-                victim = ratio >= p.ratio and mean_ms >= p.floor_ms and culprit is not None
+                victim = ratio >= p.ratio * shared and mean_ms >= p.floor_ms and culprit is not None
                 s.ring.append(victim)
                 if victim and s.slow_since is None:
                     s.slow_since = unix_time
@@ -156,8 +168,8 @@ class ServiceRule:
                              "usual_mean_ms": round(usual_mean, 3), "p99_ms": round(p99_ms, 3),
                              "usual_p99_ms": round(math.exp(usual.log_p99_ms), 3), "requests": c.requests,
                              "since_unix": s.slow_since, "window_seconds": seconds, **culprit,
-                             "culprit_words": words(culprit["culprit"])}
-            if not victim:
+                             "culprit_words": words(culprit["culprit"]), "host_slowdown": round(shared, 2)}
+            if not victim and shared < HOST_SHARED_SLOWDOWN:
                 b = s.bins.get(octave)
                 if b is None:
                     s.bins[octave] = _Usual(math.log(max(mean_ms, 1e-4)), math.log(max(p99_ms, 1e-4)))
@@ -319,8 +331,10 @@ def summary(device: str, f: dict) -> str:
     since 03:12; /batch.scope is doing 91 % of the device's requests (4 KiB writes, 310 MiB/s)"."""
     since = time.strftime("%H:%M", time.localtime(f["since_unix"])) if f.get("since_unix") else "now"
     rate = f["culprit_bytes"] / max(f["window_seconds"], 1e-3) / (1 << 20)
+    shared = f.get("host_slowdown") or 1.0
+    host = f", where the host's other disks are at {shared:.1f}x theirs" if shared >= 1.5 else ""
     return (f"{device}: {f['victim_words']}'s {f['direction']}s wait {f['victim_ratio']:.0f}x their normal "
             f"(p99 {human_seconds(f['p99_ms'] / 1e3)} vs {human_seconds(f['usual_p99_ms'] / 1e3)}, mean "
-            f"{human_seconds(f['mean_ms'] / 1e3)} vs {human_seconds(f['usual_mean_ms'] / 1e3)}) since {since}; "
+            f"{human_seconds(f['mean_ms'] / 1e3)} vs {human_seconds(f['usual_mean_ms'] / 1e3)}){host} since {since}; "
             f"{f['culprit_words']} is doing {f['culprit_request_share']:.0%} of the device's requests "
             f"({_size(f['culprit_bytes_per_request'])} {f['culprit_direction']}s, {rate:,.1f} MiB/s)")

@@ -10,6 +10,8 @@ with no one else on the device is not contention.
 import random
 import re
 
+import pytest
+
 from iowarden.daemon.passive.detector import PassiveDetector
 from iowarden.daemon.passive.service import ServiceParams, ServiceRule
 from iowarden.daemon.passive.values import Flow, Window
@@ -95,6 +97,43 @@ def test_a_flood_with_no_victim_pages_nothing():
     assert _run(FLOOD, flood=True, db_idle=True) == []
     # the service busy and at its normal latency beside the flood (a device with room for both)
     assert _run(FLOOD, flood=True, db_slow=1.0) == []
+
+
+def _host_run(host_slow: float, db_slow: float, neighbours=("vdc", "vdd")):
+    """The flood's episode on vdb beside two neighbours that carry a steady 0.5 ms read load, all of them
+    `host_slow` times their normal latency through the episode (a host whose CPUs are starved, its page cache
+    flushing), the database on vdb `db_slow` times its own."""
+    rng, det, out = random.Random(5), PassiveDetector(), []
+    for i in range(LEARN + FLOOD + 60):
+        during = LEARN <= i < LEARN + FLOOD
+        w, per = _step(i, rng, **({"flood": True, "db_slow": db_slow} if during else {}))
+        windows = [w] + [Window(n, w.end, pt.WINDOW_SECONDS,
+                                {"read": Flow(100.0, 400.0, 0.5 * (host_slow if during else 1.0) * rng.uniform(0.9, 1.1))},
+                                None, None) for n in neighbours]
+        got = det.observe(windows, [])
+        got += det.observe_services(per, pt.WINDOW_SECONDS, w.end, lambda path: path.rsplit("/", 1)[-1] or "/")
+        out += [(i - LEARN, t.kind, t.state, t) for t in got]
+    return out
+
+
+@pytest.mark.parametrize("host_slow, db_slow, paged", [
+    (15.0, 27.0, False),   # every disk of the host 15x its normal, the database 27x its own: the host's
+    (1.0, 27.0, True),     # the neighbours at their normal: the batch job's victim, as on a host of one disk
+    (3.0, 60.0, True),     # far beyond what the host shares: still a victim, and said so
+])
+def test_a_service_waiting_as_much_as_the_hosts_other_disks_is_the_hosts_not_a_neighbours_victim(host_slow, db_slow,
+                                                                                                 paged):
+    got = _host_run(host_slow, db_slow)
+    raised = [t for _, kind, state, t in got if kind == "service" and state == "raised"]
+    if not paged:
+        assert not [t for _, kind, _, t in got if kind == "service"], got
+        return
+    assert [t.evidence["culprit"] for t in raised] == [BATCH], got
+    if host_slow < 1.5:
+        assert "host's other disks" not in raised[0].summary, raised[0].summary
+    else:
+        assert host_slow * 0.8 <= raised[0].evidence["host_slowdown"] <= host_slow * 1.2, raised[0].evidence
+        assert "where the host's other disks are at" in raised[0].summary, raised[0].summary
 
 
 def test_a_slow_service_alone_on_its_device_is_not_contention():
