@@ -11,9 +11,9 @@ A window is a victim's when the service did at least `min_requests` timed reques
 took most of the window: a service blocked on its reads), their mean
 latency is at least `ratio` times its usual and above `floor_ms`, and one other cgroup did at least
 `culprit_share` of the device's requests or bytes; on a host whose other disks are N times their normal
-together in that window, at `ratio` times N (what the host's disks share is the host's). Most of the last `windows` judged windows of a service raise
-its device (one alert per device, naming its worst victim); few clear it, as do `windows` windows in a row
-without the victim's requests. The usual is learned, per service, direction and octave of the service's own
+together in that window, at `ratio` times N (what the host's disks share is the host's). Most of the last
+`windows` judged windows of a service raise its device (one alert per device, naming its worst victim); few
+clear it, as do `windows` windows in a row without the victim's requests. The usual is learned, per service, direction and octave of the service's own
 request rate (its load), from the windows that were not a victim's: a slow moving average of the logarithm of
 its mean latency and of its p99, judged after `learn_windows`. A flood slows a closed-loop service's rate too,
 so a rate not learned yet is judged against the nearest octave that is.
