@@ -122,7 +122,8 @@ BASE_SECTIONS: dict[str, dict[str, Key]] = {
                                   minimum=0.0, maximum=100.0),
         "max_deferral_seconds": Key("float", 600.0, '... for at most this long; then it runs and its result is marked contended (contended '
                                                     'results are kept but neither learned nor judged). A volume of '
-                                                    'several profiles is still measured once an interval: when '
+                                                    'several profiles is still measured once its interval (as '
+                                                    'configured, not as a tight budget spaces each profile): when '
                                                     'waiting would leave it unmeasured longer, the profile due '
                                                     'runs, contended.',
                                     minimum=0.0, maximum=86400.0),
