@@ -223,6 +223,11 @@ def apply_result(core, e: ProbeFinished) -> None:
         # the same in the last window alone: a collapse moves the load into a bin the curve has not learned, and
         # the last judged ratio (0.71x) stayed the device's for the three minutes a volume delivered 5 % of its load
         context["own_slowdown_now"] = round(view.window_ratio, 2)
+    under = [(name, v.window_ratio) for name, _, v in k.passive_views
+             if name in e.disks and name != result.device and v.window_ratio is not None]
+    if result.device and under:
+        # the disks under the volume's device (an array's members): the slowest is what the array waits on
+        context["slowest_member_now"] = max(under, key=lambda x: x[1])
     if k.cpu_pressure is not None:
         context["cpu_pressure_some_percent"] = k.cpu_pressure.some_avg10_percent
     if result.contended and total_said:

@@ -64,6 +64,9 @@ class Totals:
                                         # (the passive view, flagged or not); None: that window was not judged
     cgroup_limited: bool = False     # a cgroup limit on the volume's stack holds iowarden's own I/O
     cpu_pressure_percent: float | None = None   # /proc/pressure/cpu "some" during the probe
+    slowest_member: tuple[str, float] | None = None   # the disk under the volume's device (an array's member) whose
+                                                      # latency over its normal at its load was the most in the last
+                                                      # window: (its name, that ratio); None: no disk under it judged
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,17 @@ def short_and_agreed(t: Totals) -> tuple[bool, bool]:
     agreeing."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
     short = _below(t, CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
-    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= agreeing_slowdown(t)
+    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= agreeing_slowdown(t) \
+        or _member_agrees(t)
     return short, short and agrees
+
+
+def _member_agrees(t: Totals) -> bool:
+    """A disk under the volume's device serving its load far slower than its normal agrees as the device would:
+    an array is as slow as its slowest member, and its own latency dilutes the member's with its healthy peers'
+    (a RAID0 over four disks, one throttled to 30 IOPS: the member at 27x its normal, the array at 6x, below
+    what a starved CPU asks of the array's own)."""
+    return t.slowest_member is not None and t.slowest_member[1] >= agreeing_slowdown(t)
 
 
 def agreeing_slowdown(t: Totals) -> float:
@@ -110,6 +122,10 @@ def agreement_said(t: Totals) -> str:
         return "a cgroup limit holds its stack"
     if t.own_slowdown is None:
         return "the device's latency in its last window could not be read against its normal (a load it has not learned)"
+    if t.own_slowdown < agreeing_slowdown(t) and _member_agrees(t):
+        name, ratio = t.slowest_member
+        return (f"{name} under it serves its load at {ratio:.1f}x its normal latency (the device itself at "
+                f"{t.own_slowdown:.1f}x)")
     return f"the device serves its load at {t.own_slowdown:.1f}x its normal latency"
 
 

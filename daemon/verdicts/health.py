@@ -373,7 +373,8 @@ class Health:
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), None,
                                   context.get("delivered_on"), context.get("own_slowdown_now"),
-                                  bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"))
+                                  bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"),
+                                  context.get("slowest_member_now"))
         if not contended.short_and_agreed(totals)[1]:
             return False
         self._changes.append(Said(
@@ -409,7 +410,8 @@ class Health:
         totals = contended.Totals(context["delivered_iops"], context["delivered_bytes_per_second"], normal["iops"],
                                   normal["bw_bytes"], context.get("probe_queue_depth"), context.get("passive_slowdown"),
                                   context.get("delivered_on"), context.get("own_slowdown_now"),
-                                  bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"))
+                                  bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"),
+                                  context.get("slowest_member_now"))
         paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
         # strikes are the volume's, whichever profile met the busy disk: its profiles are probed in turn
         v = contended.judge(totals, self.contended_strikes.get(identity, 0), akey in self.open,

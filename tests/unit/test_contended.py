@@ -90,3 +90,22 @@ def test_on_a_starved_cpu_the_device_agrees_only_far_off_its_normal():
     assert short_and_agreed(totals(1.0, 99.0, limited=True)) == (True, True)   # a throttle
     assert short_and_agreed(totals(STARVED_DEVICE_AGREES_SLOWDOWN, CPU_STARVED_PERCENT)) == (True, True)
     assert short_and_agreed(totals(242.3, 99.0, delivered=7000.0)) == (False, False)   # not short: nothing
+
+
+def test_an_arrays_slow_member_agrees_with_its_short_total_where_the_arrays_own_latency_is_diluted():
+    """A RAID0 of four disks, one throttled to 30 IOPS: the array's deep probe delivered 145 IOPS in total against
+    its 1,207 with the array at 6.0x its normal latency (the member's wait averaged with three healthy peers') and
+    the member at 27x. On a starved CPU the array's own 6x does not agree; the member's 27x does, and is named."""
+    from iowarden.daemon.verdicts.contended import STARVED_DEVICE_AGREES_SLOWDOWN, agreement_said, short_and_agreed
+
+    def totals(own, member, cpu=99.0, delivered=145.0):
+        return Totals(delivered, delivered * 4096, 1207.0, 1207.0 * 4096, 32, None, "md0", own, False, cpu, member)
+    assert short_and_agreed(totals(6.0, None)) == (True, False)               # the array's own alone: the CPU's
+    assert short_and_agreed(totals(6.0, ("vdd", 27.2))) == (True, True)       # its slow member agrees
+    assert "vdd under it serves its load at 27.2x" in agreement_said(totals(6.0, ("vdd", 27.2)))
+    assert short_and_agreed(totals(6.0, ("vdd", 3.0))) == (True, False)       # a member a starved CPU explains
+    assert short_and_agreed(totals(6.0, ("vdd", STARVED_DEVICE_AGREES_SLOWDOWN))) == (True, True)
+    assert short_and_agreed(totals(1.0, ("vdd", 1.6), cpu=10.0)) == (True, True)   # free CPU: the same 1.5x
+    assert short_and_agreed(totals(1.0, ("vdd", 1.2), cpu=10.0)) == (True, False)
+    assert short_and_agreed(totals(6.0, ("vdd", 27.2), delivered=1000.0)) == (False, False)   # not short
+    assert agreement_said(totals(9.0, ("vdd", 27.2))).startswith("the device serves its load at 9.0x")
