@@ -15,6 +15,7 @@ key the program failed to delete from one whose deletion never ran. Alone it lea
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -30,6 +31,8 @@ pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.alone]   # bpftrac
 MERGING_WRITES = (("forward", "write"), ("backward", "write:-8k"))   # fio: next offset +4k, or -4k
 COMPILE_AND_RUN_SECONDS = 600   # bpftrace's compile, the two fio jobs (seconds here) and its exit
 LEFT_AT_MOST = 12   # requests a flush or a log write leaves for a while; the old program left one a merge
+IDLE_FOR_SECONDS = 2     # nothing in flight on the test's disk this long before the maps are read
+IDLE_WAIT_SECONDS = 120
 
 
 DELETING = ("block_rq_comple", "block_bio_backm", "block_bio_front", "block_rq_merge")   # bpftool's names: 15 chars
@@ -41,6 +44,13 @@ def _tracepoint_programs() -> dict[int, tuple[str, int]]:
                          timeout=60).stdout
     return {p["id"]: (p.get("name", ""), int(p.get("recursion_misses", 0)))
             for p in json.loads(out) if p.get("type") == "tracepoint"}
+
+
+def _attached_tracepoints(pid: int) -> set[str]:
+    """The tracepoints a process has BPF programs attached to now (bpftool's list of perf-event links)."""
+    out = subprocess.run(["bpftool", "perf", "show", "--json"], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    return {p["tracepoint"] for p in json.loads(out or "[]") if p.get("pid") == pid and p.get("fd_type") == "tracepoint"}
 
 
 def _run_program(text: str, workload) -> tuple[dict, int]:
@@ -62,6 +72,14 @@ def _run_program(text: str, workload) -> tuple[dict, int]:
     try:
         first = json.loads(proc.stdout.readline() or "{}")   # attached_probes: it has compiled and attached
         assert first.get("type") == "attached_probes", proc.stderr.read()[-2000:]
+        # bpftrace says "attached_probes" before it attaches them: a workload started on that line ran its first
+        # seconds with the completion and merge programs not yet attached, and left a key per request they missed
+        # (180 on a busy machine). The kernel's own list of what this bpftrace has attached says when it has.
+        wanted = set(re.findall(r"tracepoint:block:(\w+)", text))
+        deadline = time.monotonic() + COMPILE_AND_RUN_SECONDS
+        while (attached := _attached_tracepoints(proc.pid)) != wanted:
+            assert time.monotonic() < deadline, f"bpftrace attached {sorted(attached)} of {sorted(wanted)}"
+            time.sleep(0.1)
         workload()
         misses = sum(m for pid, (name, m) in _tracepoint_programs().items() if pid not in before and name in DELETING)
         proc.send_signal(signal.SIGINT)
@@ -92,8 +110,8 @@ def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
         end = "END { clear(@start); clear(@issue); clear(@lat); clear(@ns); clear(@sk); }"
         assert end in text
         text = text.replace(end, "END { clear(@lat); clear(@ns); clear(@sk); }")
-        for tp in ("block_bio_backmerge", "block_bio_frontmerge", "block_rq_complete"):   # the test's own counts
-            text += f'tracepoint:block:{tp} / args->dev == {dev} / {{ @seen["{tp}"] = count(); }}\n'
+        for tp in ("block_bio_backmerge", "block_bio_frontmerge", "block_rq_issue", "block_rq_complete"):
+            text += f'tracepoint:block:{tp} / args->dev == {dev} / {{ @seen["{tp}"] = count(); }}\n'   # the test's
 
         def workload():
             for name, rw in MERGING_WRITES:
@@ -101,18 +119,36 @@ def test_start_maps_stay_bounded_over_merging_writes_without_a_clear():
                                 f"--rw={rw}", "--bs=4k", "--ioengine=libaio", "--direct=1", "--iodepth=32",
                                 "--iodepth_batch_submit=32"], check=True, capture_output=True, timeout=300)
             subprocess.run(["sync"], check=True, timeout=120)
-            time.sleep(2)   # the disk idle: what is still in the maps was left there
+            # the disk idle by its own count of requests in flight, not after a fixed pause: a loop device whose
+            # backing disk is busy with other work completes late, and a request still in flight has its key by
+            # right; what is in the maps once nothing is in flight was left there
+            idle_since, deadline = None, time.monotonic() + IDLE_WAIT_SECONDS
+            while time.monotonic() < deadline:
+                busy = any(map(int, open(f"/sys/block/{fs.name}/inflight").read().split()))
+                idle_since = None if busy else (idle_since or time.monotonic())
+                if idle_since is not None and time.monotonic() - idle_since >= IDLE_FOR_SECONDS:
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError(f"{fs.name} still had requests in flight {IDLE_WAIT_SECONDS} s after sync")
 
         maps, misses = _run_program(text, workload)
     finally:
         fs.close()
     seen = maps.get("@seen", {})
     left = {name: len(maps.get(name, {})) for name in ("@start", "@issue")}
-    print(f"seen {seen}, left {left}, deletions the kernel skipped (recursion misses, any disk) {misses}")
+    # a completion the kernel dropped before any program ran (a perf event nested in another on the CPU, counted
+    # nowhere) is missing from the test's own count too: each leaves the key of a request issued and never seen
+    # done, by no fault of the program. A busy machine dropped 33 of 32,717 (0.1 %) and the run left 36 keys.
+    unseen = max(0, seen.get("block_rq_issue", 0) - seen.get("block_rq_complete", 0))
+    print(f"seen {seen}, left {left}, deletions the kernel skipped (recursion misses, any disk) {misses}, "
+          f"completions dropped unseen {unseen}")
     assert seen.get("block_rq_complete", 0) > 10_000, seen
     assert seen.get("block_bio_backmerge", 0) + seen.get("block_bio_frontmerge", 0) > 2 * LEFT_AT_MOST, \
         f"the workload did not merge enough to tell: {seen}"
     timed = sum(n for key, n in maps.get("@lat", {}).items() if key.split(",")[2] == "1")   # device stage
     assert timed > 0.9 * seen["block_rq_complete"], (timed, seen)
-    # every key left needs a deletion the program did not run: a flush or log write, or a skipped run
-    assert left["@start"] <= LEFT_AT_MOST + misses and left["@issue"] <= LEFT_AT_MOST + misses, (left, misses, seen)
+    # every key left needs a deletion the program did not run: a flush or log write, a skipped run, a dropped event
+    bound = LEFT_AT_MOST + misses + unseen
+    assert left["@start"] <= bound and left["@issue"] <= bound, (left, misses, unseen, seen,
+                                                                 sorted(maps.get("@start", {}))[:40])
