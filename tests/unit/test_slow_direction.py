@@ -108,7 +108,11 @@ def test_once_a_probe_on_the_busy_device_has_struck_the_next_is_not_deferred_for
     first = []
     while not any(p == "ww" for _, p in first) and clock() - began < 300:
         first += _ran(s, clock, 1)
-    assert first and first[-1][1] == "ww" and first[-1][0] - began <= 125, first   # waited its minute, as before
+    # waited its minute, as before: the volume's last probe may have started just before the collapse (a minute
+    # in which nothing is brought forward), the write profile then due within the next minute (not brought
+    # forward either), and a suspected volume's probe waits a minute for its busy device: three minutes at most,
+    # and a tick. The profiles' first starts are spread at random, so each run meets another of these phases.
+    assert first and first[-1][1] == "ww" and first[-1][0] - began <= 3 * 60 + 2, first
     struck["on"] = True
     ran = _ran(s, clock, 400)
     starts = [first[-1][0]] + [t for t, _ in ran]
