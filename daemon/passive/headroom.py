@@ -13,11 +13,19 @@ said) where:
   (`seen_up_to` says how far it is known to be at least);
 - the learned bins around the crossing are more than an octave apart: the curve has not seen loads near it;
 - the lightest learned load is within two octaves of the knee: no load light enough to call unloaded.
+By IOPS the knee is also where a queue has formed: at least `multiple` - 1 requests in the device on average
+(load times await, Little's law), as many as a single queue fed at random holds at that multiple. A device
+whose unloaded await is tens of microseconds (a loop device, an NVMe read) doubles it with no request waiting
+behind another, as the CPU's share of it moves: a stacked loop volume under a ceiling of 2,400 IOPS, read one
+request at a time, awaited 0.06 ms at 150 IOPS and 0.02 ms at 1,800 on one machine; on another its 1,800-IOPS
+bin went over twice its lightest (one request at a time: under one in the device) and its knee read 1,586 IOPS,
+where its queue formed at 2,400 (1.7 ms, four requests in it).
 The headroom is the knee over the peak load of the last half hour to hour, held for three windows (1.8: the
 peak could grow 1.8x before the knee). How it can be wrong: a curve learned at one request size read at
 another (a device's load mix changes over the day: the knee of 4 KiB reads is not that of 1 MiB writes, and
 both fill one curve by IOPS); a cache that serves the light loads and not the heavy ones makes the knee look
-earlier than the device's own.
+earlier than the device's own; a device that serves one request at a time fed in bursts (a disk) queues with
+fewer requests in it on average, and its knee reads later than the load where its await doubled.
 """
 from __future__ import annotations
 
@@ -44,6 +52,22 @@ def bin_centre(b: int) -> float:
     return 2 ** ((b + 0.5) / BINS_PER_OCTAVE)
 
 
+def queue_floor(multiple: float) -> float:
+    """The fewest requests in a device, on average, whose await has reached `multiple` times its unloaded
+    await by queueing: a single queue fed at random (M/M/1), the least parallel a device can be, reaches m
+    times its service time with m - 1 requests in it (one at 2x); a device that serves several at once, or
+    requests that arrive more evenly, hold more there."""
+    return max(multiple - 1.0, 0.0)
+
+
+def _crossing(below: float, above: float, target: float) -> float:
+    """Where between two bins (0 at the lighter, 1 at the heavier, linear in logs) a rising figure reaches
+    target; 0 where the lighter bin has reached it already."""
+    if below >= target or above <= below:
+        return 0.0
+    return (math.log(target) - math.log(below)) / (math.log(above) - math.log(below))
+
+
 def knee_of(curve: LatencyCurve, unit: str, min_windows: int, multiple: float = KNEE_MULTIPLE) -> Knee:
     learned = sorted(b for b, total in curve.totals.items() if total >= min_windows)
     if len(learned) < 2:
@@ -52,13 +76,18 @@ def knee_of(curve: LatencyCurve, unit: str, min_windows: int, multiple: float = 
     loads = [curve.bin_load(b) for b in learned]
     unloaded, top = medians[0], loads[-1]
     target = multiple * unloaded
+    # by IOPS, the requests in the device at each bin (Little's law: load times await); a bytes curve knows
+    # no request count, and its crossing stands on the await alone
+    floor = queue_floor(multiple) if unit == "iops" else 0.0
+    in_flight = [load * ms / 1000.0 for load, ms in zip(loads, medians)] if floor else [math.inf] * len(loads)
     for i in range(1, len(learned)):
-        if medians[i] < target:
+        if medians[i] < target or in_flight[i] < floor:
             continue
         lo, hi = learned[i - 1], learned[i]
         if hi - lo > MAX_GAP_BINS:
             return Knee(None, unit, unloaded, top, "no loads learned near the knee")
-        f = (math.log(target) - math.log(medians[i - 1])) / (math.log(medians[i]) - math.log(medians[i - 1]))
+        # the lightest load between the two bins where both hold: the await at the multiple, and a queue
+        f = max(_crossing(medians[i - 1], medians[i], target), _crossing(in_flight[i - 1], in_flight[i], floor))
         load = math.exp(math.log(loads[i - 1]) + f * (math.log(loads[i]) - math.log(loads[i - 1])))
         if math.log2(load / loads[0]) < MIN_OCTAVES_BELOW:
             return Knee(None, unit, unloaded, top, "no load light enough learned to call unloaded")

@@ -144,3 +144,34 @@ def test_halving_a_full_bin_keeps_where_its_load_lies():
         c.learn(2400 if i % 2 else 2100, 0.5)
     assert c.totals[22] <= 40
     assert math.sqrt(2400 * 2100) * 0.98 <= c.bin_load(22) <= math.sqrt(2400 * 2100) * 1.02
+
+
+def test_an_await_that_doubles_with_no_queue_is_not_the_knee():
+    """A stacked loop volume under a ceiling of 2,400 IOPS, read one request at a time below it: its await is
+    the CPU's, tens of microseconds, and doubled at 1,800 IOPS with a tenth of a request in the device (no
+    request waits behind another); its queue forms at the ceiling, four requests at 1.7 ms. The knee is the
+    ceiling's, not 1,800's."""
+    c = LatencyCurve()
+    for load, ms in ((150, 0.022), (300, 0.02), (600, 0.021), (1200, 0.023), (1800, 0.055), (2400, 1.67)):
+        for _ in range(25):
+            c.learn(load, ms)
+    k = knee_of(c, "iops", 20)
+    assert 0.8 * 2400 <= k.load <= 2400, k
+    # read on the await alone (a bytes curve has no request count) the same bins cross at 1,800's
+    assert knee_of(c, "kib", 20).load < 0.8 * 2400
+
+
+@pytest.mark.parametrize("multiple", [1.5, 2.0, 3.0])
+def test_a_single_queue_fed_at_random_reaches_the_multiple_with_that_many_requests_less_one_in_it(multiple):
+    """M/M/1: the await is S / (1 - rho) and the requests in it rho / (1 - rho): at m times S, m - 1 of them.
+    The queue's floor and the await's multiple cross together, so the knee is the queue's own: where its
+    await reaches the multiple."""
+    service_ms, cap = 0.5, 2000.0     # one request at a time, 0.5 ms each
+
+    def mm1(load):
+        return service_ms / (1 - min(load / cap, 0.97))
+    c = _curve((load, mm1(load)) for load in (cap * 0.9 * (0.01 / 0.9) ** (i / 2000) for i in range(2001))
+               for _ in range(3))
+    k = knee_of(c, "iops", 20, multiple)
+    rho = 1 - 1 / multiple
+    assert k.load == pytest.approx(rho * cap, rel=0.12), (k, rho * cap)
