@@ -34,6 +34,11 @@ def _curve(windows) -> LatencyCurve:
     return c
 
 
+def _steps(levels, windows: int = 25) -> LatencyCurve:
+    """A walk of load in steps: each (load, ms) held for `windows` windows, more than a bin needs to learn."""
+    return _curve((load, ms) for load, ms in levels for _ in range(windows))
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_knee_of_a_single_queue_is_where_its_await_doubles(seed):
     k = knee_of(_curve(_walk(seed, 6000, 50.0, 0.9 * CAP_IOPS)), "iops", 20)
@@ -118,10 +123,7 @@ def test_a_ceiling_at_the_top_of_its_bin_is_read_at_its_own_load_not_the_bins_ce
     centre 1,722). Read at the bins' own loads the knee lies within a quarter of the ceiling (a
     fifth under: a step read as a slope between two loads a third apart), nearer than at the centres, and the
     figure survives the state database."""
-    c = LatencyCurve()
-    for load, ms in ((150, 0.1), (300, 0.1), (600, 0.1), (1200, 0.1), (1800, 0.11), (2400, 0.8)):
-        for _ in range(25):
-            c.learn(load, ms)
+    c = _steps(((150, 0.1), (300, 0.1), (600, 0.1), (1200, 0.1), (1800, 0.11), (2400, 0.8)))
     k = knee_of(c, "iops", 20)
     assert 0.78 * 2400 <= k.load <= 2400, k
     assert k.seen_up_to == pytest.approx(2400, rel=1e-6)
@@ -151,10 +153,7 @@ def test_an_await_that_doubles_with_no_queue_is_not_the_knee():
     the CPU's, tens of microseconds, and doubled at 1,800 IOPS with a tenth of a request in the device (no
     request waits behind another); its queue forms at the ceiling, four requests at 1.7 ms. The knee is the
     ceiling's, not 1,800's."""
-    c = LatencyCurve()
-    for load, ms in ((150, 0.022), (300, 0.02), (600, 0.021), (1200, 0.023), (1800, 0.055), (2400, 1.67)):
-        for _ in range(25):
-            c.learn(load, ms)
+    c = _steps(((150, 0.022), (300, 0.02), (600, 0.021), (1200, 0.023), (1800, 0.055), (2400, 1.67)))
     k = knee_of(c, "iops", 20)
     assert 0.8 * 2400 <= k.load <= 2400, k
     # read on the await alone (a bytes curve has no request count) the same bins cross at 1,800's
