@@ -10,7 +10,8 @@ ceiling characterize found). No figure is better than an invented one, so there 
 said) where:
 - fewer than two load bins are learned;
 - the curve never reaches the multiple: the knee lies beyond the highest load the device has carried
-  (`seen_up_to` says how far it is known to be at least);
+  (`seen_up_to` says how far it is known to be at least); or, by IOPS, reaches it with no queue formed
+  (below);
 - the learned bins around the crossing are more than an octave apart: the curve has not seen loads near it;
 - the lightest learned load is within two octaves of the knee: no load light enough to call unloaded.
 By IOPS the knee is also where a queue has formed: at least `multiple` - 1 requests in the device on average
@@ -92,6 +93,9 @@ def knee_of(curve: LatencyCurve, unit: str, min_windows: int, multiple: float = 
         if math.log2(load / loads[0]) < MIN_OCTAVES_BELOW:
             return Knee(None, unit, unloaded, top, "no load light enough learned to call unloaded")
         return Knee(load, unit, unloaded, top)
+    if any(m >= target for m in medians[1:]):
+        return Knee(None, unit, unloaded, top, f"no queue where its latency reached {multiple:g}x its unloaded "
+                                               f"(under {floor:g} request in the device at every load seen)")
     return Knee(None, unit, unloaded, top, f"under {multiple:g}x its unloaded latency at every load seen")
 
 

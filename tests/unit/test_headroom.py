@@ -158,6 +158,10 @@ def test_an_await_that_doubles_with_no_queue_is_not_the_knee():
     assert 0.8 * 2400 <= k.load <= 2400, k
     # read on the await alone (a bytes curve has no request count) the same bins cross at 1,800's
     assert knee_of(c, "kib", 20).load < 0.8 * 2400
+    # short of the ceiling the await doubled and no queue formed: no figure, and that is the reason said
+    short = _steps(((150, 0.022), (300, 0.02), (600, 0.021), (1200, 0.023), (1800, 0.055)))
+    k = knee_of(short, "iops", 20)
+    assert k.load is None and k.why_none.startswith("no queue where its latency reached 2x"), k
 
 
 @pytest.mark.parametrize("multiple", [1.5, 2.0, 3.0])
