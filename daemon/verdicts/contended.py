@@ -96,9 +96,22 @@ def short_and_agreed(t: Totals) -> tuple[bool, bool]:
     agreeing."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
     short = _below(t, CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
-    agrees = t.cgroup_limited or t.own_slowdown is None or t.own_slowdown >= agreeing_slowdown(t) \
-        or _member_agrees(t)
+    agrees = t.cgroup_limited or _unread_agrees(t) or (t.own_slowdown is not None
+                                                       and t.own_slowdown >= agreeing_slowdown(t)) or _member_agrees(t)
     return short, short and agrees
+
+
+def _starved(t: Totals) -> bool:
+    return t.cpu_pressure_percent is not None and t.cpu_pressure_percent >= CPU_STARVED_PERCENT
+
+
+def _unread_agrees(t: Totals) -> bool:
+    """A device whose last window could not be read against its normal (a load its curve has not learned, a
+    flood) agrees on a host with CPU to spare: a collapse moves its load where the curve has no bin. On a starved
+    CPU it does not: there the bar is STARVED_DEVICE_AGREES_SLOWDOWN, and a figure not read cannot be said to
+    meet it (a healthy loop volume's 4k read on such a host delivered 0.08 of its normal in total, its device's
+    window unread, and paged)."""
+    return t.own_slowdown is None and not _starved(t)
 
 
 def _member_agrees(t: Totals) -> bool:
@@ -112,20 +125,19 @@ def _member_agrees(t: Totals) -> bool:
 def agreeing_slowdown(t: Totals) -> float:
     """The device's latency over its normal that agrees with a short total: more on a host whose CPUs are starved,
     where part of the device's latency is the CPU's."""
-    starved = t.cpu_pressure_percent is not None and t.cpu_pressure_percent >= CPU_STARVED_PERCENT
-    return STARVED_DEVICE_AGREES_SLOWDOWN if starved else DEVICE_AGREES_SLOWDOWN
+    return STARVED_DEVICE_AGREES_SLOWDOWN if _starved(t) else DEVICE_AGREES_SLOWDOWN
 
 
 def agreement_said(t: Totals) -> str:
     """What agreed with a short total, for the page and the journal."""
     if t.cgroup_limited:
         return "a cgroup limit holds its stack"
-    if t.own_slowdown is None:
+    if _unread_agrees(t):
         return "the device's latency in its last window could not be read against its normal (a load it has not learned)"
-    if t.own_slowdown < agreeing_slowdown(t) and _member_agrees(t):
+    if (t.own_slowdown is None or t.own_slowdown < agreeing_slowdown(t)) and _member_agrees(t):
         name, ratio = t.slowest_member
-        return (f"{name} under it serves its load at {ratio:.1f}x its normal latency (the device itself at "
-                f"{t.own_slowdown:.1f}x)")
+        itself = "not read" if t.own_slowdown is None else f"at {t.own_slowdown:.1f}x"
+        return f"{name} under it serves its load at {ratio:.1f}x its normal latency (the device itself {itself})"
     return f"the device serves its load at {t.own_slowdown:.1f}x its normal latency"
 
 

@@ -38,9 +38,10 @@ HOST_SHARED_SLOWDOWN = 2.0
 # read's 16 us normal read 300 us (19x) while the passive view of the same device served its database at 0.9-1.0x
 # its normal latency for its load. There a probe out of its band measured the CPU: neither learned nor paged (one
 # within its band is learned as ever, and a volume still learning arms as ever), unless the device
-# agrees (its own latency at its load contended.DEVICE_AGREES_SLOWDOWN times its normal or more, the same
-# agreement a busy disk's short total needs) or a cgroup limit on its stack explains a slow probe the device's
-# latency cannot show (a throttled bio waits above the device's counters).
+# agrees (its own latency at its load contended.STARVED_DEVICE_AGREES_SLOWDOWN times its normal or more, the same
+# agreement a busy disk's short total needs on a starved CPU) or a cgroup limit on its stack explains a slow probe
+# the device's latency cannot show (a throttled bio waits above the device's counters). A device with no judged
+# window at all (no traffic of its own yet) cannot agree or not: its probes are judged as on any host.
 CPU_STARVED_PERCENT = contended.CPU_STARVED_PERCENT
 # A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
 # read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
@@ -65,12 +66,16 @@ def slowed_host(context: dict) -> str | None:
 
 def starved_cpu(context: dict) -> tuple[float, float] | None:
     """(the CPU's pressure in %, the device's own slowdown) when a probe out of its band may be the CPU's
-    rather than its volume's, or None: the host's CPUs starved while the device served its own load at its
-    normal latency, and no cgroup limit on its stack.
+    rather than its volume's, or None: the host's CPUs starved while the device served its own load under
+    contended.STARVED_DEVICE_AGREES_SLOWDOWN times its normal latency, and no cgroup limit on its stack.
+    The same bar a busy disk's short total meets on a starved CPU: a loop or virtio device completes its
+    requests on a kernel thread that waits for the CPU too, so part of its own latency is the CPU's. On the
+    example configuration beside a starved host (tasks waiting for a CPU 98 % of the time) healthy loop
+    volumes' quiet write probes read 12x and 54x their normal p50 and paged where this bar was 1.5x.
     context: cpu_pressure_some_percent, own_slowdown, cgroup_limited (core/knowledge.py)."""
     cpu, own = context.get("cpu_pressure_some_percent"), context.get("own_slowdown")
-    if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None and own < contended.DEVICE_AGREES_SLOWDOWN \
-            and not context.get("cgroup_limited"):
+    if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None \
+            and own < contended.STARVED_DEVICE_AGREES_SLOWDOWN and not context.get("cgroup_limited"):
         return float(cpu), float(own)
     return None
 

@@ -92,6 +92,27 @@ def test_on_a_starved_cpu_the_device_agrees_only_far_off_its_normal():
     assert short_and_agreed(totals(242.3, 99.0, delivered=7000.0)) == (False, False)   # not short: nothing
 
 
+def test_on_a_starved_cpu_a_device_whose_window_was_not_read_does_not_agree():
+    """A soak's healthy loop volume beside a host whose tasks waited for a CPU 96-98 % of the time: its busy device
+    delivered 3,941 IOPS in total against the 4k read probe's 47,653 (0.08), its last window unread against its
+    normal (a load its curve had not learned), and the unread window agreed and paged. On a free CPU an unread
+    window still agrees (a collapse moves the load where the curve has no bin); on a starved one the bar is
+    STARVED_DEVICE_AGREES_SLOWDOWN, which a figure not read cannot be said to meet. A cgroup limit or a slow
+    member still agrees, and the page says which."""
+    from iowarden.daemon.verdicts.contended import agreement_said, short_and_agreed
+
+    def totals(cpu, limited=False, member=None):
+        return Totals(3941.0, 3941.0 * 4096, 47653.0, 47653.0 * 4096, 32, None, "loop5", None, limited, cpu, member)
+    assert short_and_agreed(totals(97.0)) == (True, False)                 # the soak's page: no strike
+    assert judge(totals(97.0), strikes=1, is_open=False, last_deep_held=None).action is None
+    assert short_and_agreed(totals(20.0)) == (True, True)                  # a free CPU: as before
+    assert short_and_agreed(totals(None)) == (True, True)                  # pressure unknown: as before
+    assert short_and_agreed(totals(97.0, limited=True)) == (True, True)
+    assert short_and_agreed(totals(97.0, member=("vdd", 27.2))) == (True, True)
+    said = agreement_said(totals(97.0, member=("vdd", 27.2)))
+    assert "vdd under it serves its load at 27.2x" in said and "the device itself not read" in said, said
+
+
 def test_an_arrays_slow_member_agrees_with_its_short_total_where_the_arrays_own_latency_is_diluted():
     """A RAID0 of four disks, one throttled to 30 IOPS: the array's deep probe delivered 145 IOPS in total against
     its 1,207 with the array at 6.0x its normal latency (the member's wait averaged with three healthy peers') and

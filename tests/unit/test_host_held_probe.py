@@ -13,6 +13,7 @@ from iowarden.daemon.events import PassiveJudged, ProbeFinished
 from iowarden.daemon.passive.values import DeviceView
 from iowarden.daemon.passive.detector import PassiveDetector
 from iowarden.daemon.verdicts.detect import DetectorParams
+from iowarden.daemon.verdicts.contended import STARVED_DEVICE_AGREES_SLOWDOWN
 from iowarden.daemon.verdicts.health import HOST_SHARED_SLOWDOWN
 from iowarden.daemon.core.effects import StoredHealth
 from tests import passive_traces as pt
@@ -203,7 +204,11 @@ def test_slow_probes_on_a_starved_cpu_the_device_does_not_share_page_nothing_and
         for _ in range(8):
             events += h.on_result(_probe(next(clock), 0.1, rng), "vol", lambda since: ["a cause"], context)
         return events
-    assert pages("agrees", {**STARVED, "own_slowdown": 3.0}) == ["VolumeDegraded raised"]
+    assert pages("agrees", {**STARVED, "own_slowdown": STARVED_DEVICE_AGREES_SLOWDOWN}) == ["VolumeDegraded raised"]
+    # a loop device's own latency on a starved CPU is partly the CPU's (its requests complete on a kernel thread
+    # that waits for a CPU too): a soak's healthy loop volumes' quiet write probes read 12x and 54x their normal
+    # p50 there and paged where 1.5x of the device's normal agreed
+    assert pages("partly the CPU's", {**STARVED, "own_slowdown": 3.0}) == []
     assert pages("limited", {**STARVED, "own_slowdown": 1.0, "cgroup_limited": True}) == ["VolumeDegraded raised"]
     assert pages("free", {"cpu_pressure_some_percent": 20.0, "own_slowdown": 1.0}) == ["VolumeDegraded raised"]
     assert pages("idle", STARVED) == ["VolumeDegraded raised"]   # no traffic of its own to agree or not: its probes say
