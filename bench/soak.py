@@ -354,7 +354,10 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port, 
     sent = [a for p in hook.payloads[seen_before:] for a in p["alerts"]]
     raised = sorted({(a["labels"].get("alertname"), a["labels"].get("volume", "")) for a in sent if of_fault(a)})
     elsewhere = {key(a): a for a in sent if not of_fault(a) and a["status"] == "firing"}
-    said = first[1]["annotations"].get("description", "")[:400] if first else ""
+    # the page as a pager shows it: its summary (where, what moved, the settings' old and new values) and then
+    # its description (the cause); the description alone read as a generic line for a drift or a full volume
+    said = (" | ".join(first[1]["annotations"].get(k, "")[:400] for k in ("summary", "description"))
+            if first else "")
     return (f"  fault {fault.kind} on {shared if on_shared else 'the host' if v is None else f'vol{v}'} ({json.dumps(fault.params)}) for "
             f"{fault.seconds:.0f} s: first notification "
             + (f"after {first[0]:.0f} s ({first[1]['labels'].get('alertname')}"
