@@ -64,20 +64,23 @@ def slowed_host(context: dict) -> str | None:
     return None
 
 
-def starved_cpu(context: dict) -> tuple[float, float] | None:
-    """(the CPU's pressure in %, the device's own slowdown) when a probe out of its band may be the CPU's
-    rather than its volume's, or None: the host's CPUs starved while the device served its own load under
-    contended.STARVED_DEVICE_AGREES_SLOWDOWN times its normal latency, and no cgroup limit on its stack.
-    The same bar a busy disk's short total meets on a starved CPU: a loop or virtio device completes its
-    requests on a kernel thread that waits for the CPU too, so part of its own latency is the CPU's. On the
-    example configuration beside a starved host (tasks waiting for a CPU 98 % of the time) healthy loop
-    volumes' quiet write probes read 12x and 54x their normal p50 and paged where this bar was 1.5x.
+def starved_cpu(context: dict) -> tuple[float, float | None] | None:
+    """(the CPU's pressure in %, the device's own slowdown or None where it has no reading) when a probe out of
+    its band may be the CPU's rather than its volume's, or None: the host's CPUs starved, the device not agreeing
+    (serving its own load under contended.STARVED_DEVICE_AGREES_SLOWDOWN times its normal latency, or with no
+    judged window to say), and no cgroup limit on its stack.
+    The device's bar is the one a busy disk's short total meets on a starved CPU: a loop or virtio device
+    completes its requests on a kernel thread that waits for the CPU too, so part of its own latency is the
+    CPU's. On the example configuration beside a starved host (tasks waiting for a CPU 98 % of the time) healthy
+    loop volumes' quiet probes read 12x and 54x their normal p50 (the device at 1.33x, and with no reading yet)
+    and 2.6x under their normal 1 MiB read throughput (the device at 0.95x), and paged.
     context: cpu_pressure_some_percent, own_slowdown, cgroup_limited (core/knowledge.py)."""
     cpu, own = context.get("cpu_pressure_some_percent"), context.get("own_slowdown")
-    if cpu is not None and cpu >= CPU_STARVED_PERCENT and own is not None \
-            and own < contended.STARVED_DEVICE_AGREES_SLOWDOWN and not context.get("cgroup_limited"):
-        return float(cpu), float(own)
-    return None
+    if cpu is None or cpu < CPU_STARVED_PERCENT or context.get("cgroup_limited"):
+        return None
+    if own is not None and own >= contended.STARVED_DEVICE_AGREES_SLOWDOWN:
+        return None
+    return float(cpu), None if own is None else float(own)
 
 
 @dataclass
@@ -273,14 +276,21 @@ class Health:
         if on_slowed_host and ("VolumeDegraded", identity, profile) not in self.open:
             return
         starved = starved_cpu(context or {})
-        if starved and ("VolumeDegraded", identity, profile) not in self.open and self._out_of_band(
-                identity, profile, record):
-            # within its band it is learned and judged as ever: only figures the CPU may have made are set aside
+        if starved and ("VolumeDegraded", identity, profile) not in self.open and self._worse_than_noise(
+                identity, profile, record) and not (starved[1] is None and self._throughput_collapsed(
+                    identity, profile, record)):
+            # within what no rule of the detector counts it is learned and judged as ever: only figures the CPU
+            # may have made are set aside. A device with no reading cannot say whether it shares them; there a
+            # throughput fallen as far as a collapse is still the volume's (an idle volume's collapse pages on a
+            # starved host), a latency or a smaller fall is not (the CPU's moved a 1 MiB read 2.6x)
             # a starved CPU lasts minutes and every profile meets it: said once a minute per probe, with a count
+            # (the journal folds one template and its words; the figures may move)
+            device = ("its device had no reading against its normal yet" if starved[1] is None else
+                      "the device served its load at %.1fx its normal latency meanwhile")
             self._changes.append(Said(
                 logging.INFO, "probe %s/%s out of its band not judged: tasks waited for a CPU %.0f %% of the time "
-                "and the device served its load at %.1fx its normal latency meanwhile: measured on a starved CPU, "
-                "not judged as the volume's own", (target, profile) + starved,
+                "and " + device + ": measured on a starved CPU, not judged as the volume's own",
+                (target, profile) + tuple(x for x in starved if x is not None),
                 {"TARGET": target, "PROBE": profile, "REPEATS": True}))
             return
         verdicts = {}
@@ -339,15 +349,30 @@ class Health:
                     return
             self._close(akey, "back to its baseline")
 
-    def _out_of_band(self, identity: str, profile: str, record: dict) -> bool:
-        """Whether any of a probe's metrics lies past its armed normal's band (MOVED_Z spreads, worse), read from
-        the detectors without changing them. A profile still learning has no band: False."""
+    def _worse_than_noise(self, identity: str, profile: str, record: dict) -> bool:
+        """Whether any of a probe's metrics is worse than its armed normal by what one of the detector's rules
+        counts: more than its allowance k in spreads (the CUSUM adds it) or outside_ratio times (the outside and
+        collapse rules read ratios, and on a volume whose p50 scatters widely a 12x p50 is under 2 spreads). Read
+        from the detectors without changing them; a metric still learning says nothing."""
+        p = self.params
         for metric, value in metrics_of(record).items():
             det = self.detectors.get((identity, profile, metric))
             spreads = det.spreads_from_normal(value) if det is not None else None
             if spreads is None:
-                return False
-            if spreads > MOVED_Z:
+                continue
+            if spreads > p.k or spreads * det.baseline()[1] > math.log(p.outside_ratio):
+                return True
+        return False
+
+    def _throughput_collapsed(self, identity: str, profile: str, record: dict) -> bool:
+        """Whether the probe's IOPS or bandwidth fell to a collapse's share of its armed normal (the detector's
+        collapse_ratio): what a starved CPU was not seen to do, where the device cannot be asked."""
+        for metric, value in metrics_of(record).items():
+            if not metric.endswith(("_iops", "_bw_bytes")):
+                continue
+            det = self.detectors.get((identity, profile, metric))
+            base = det.baseline() if det is not None else None
+            if base is not None and value * self.params.collapse_ratio <= math.exp(base[0]):
                 return True
         return False
 
