@@ -74,12 +74,15 @@ def starved_cpu(context: dict) -> tuple[float, float | None] | None:
     CPU's. On the example configuration beside a starved host (tasks waiting for a CPU 98 % of the time) healthy
     loop volumes' quiet probes read 12x and 54x their normal p50 (the device at 1.33x, and with no reading yet)
     and 2.6x under their normal 1 MiB read throughput (the device at 0.95x), and paged.
-    context: cpu_pressure_some_percent, own_slowdown, cgroup_limited (core/knowledge.py)."""
+    context: cpu_pressure_some_percent, own_slowdown, slowest_member_now, cgroup_limited (core/knowledge.py)."""
     cpu, own = context.get("cpu_pressure_some_percent"), context.get("own_slowdown")
     if cpu is None or cpu < CPU_STARVED_PERCENT or context.get("cgroup_limited"):
         return None
     if own is not None and own >= contended.STARVED_DEVICE_AGREES_SLOWDOWN:
         return None
+    member = context.get("slowest_member_now")
+    if member is not None and member[1] >= contended.STARVED_DEVICE_AGREES_SLOWDOWN:
+        return None   # an array's own latency dilutes its slow member's with its peers': the member agrees for it
     return float(cpu), None if own is None else float(own)
 
 

@@ -210,6 +210,10 @@ def test_slow_probes_on_a_starved_cpu_the_device_does_not_share_page_nothing_and
     # that waits for a CPU too): a soak's healthy loop volumes' quiet write probes read 12x and 54x their normal
     # p50 there and paged where 1.5x of the device's normal agreed
     assert pages("partly the CPU's", {**STARVED, "own_slowdown": 3.0}) == []
+    # an array's own 3x diluted by its healthy members: its slow member agrees for it, as on a busy disk
+    assert pages("member", {**STARVED, "own_slowdown": 3.0, "slowest_member_now": ("vdd", 27.2)}) == \
+        ["VolumeDegraded raised"]
+    assert pages("member the CPU's", {**STARVED, "own_slowdown": 3.0, "slowest_member_now": ("vdd", 3.0)}) == []
     assert pages("limited", {**STARVED, "own_slowdown": 1.0, "cgroup_limited": True}) == ["VolumeDegraded raised"]
     assert pages("free", {"cpu_pressure_some_percent": 20.0, "own_slowdown": 1.0}) == ["VolumeDegraded raised"]
     # a device with no reading against its normal (idle, or its curve not learned yet) cannot agree or not: a
