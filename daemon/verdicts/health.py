@@ -41,7 +41,8 @@ HOST_SHARED_SLOWDOWN = 2.0
 # agrees (its own latency at its load contended.STARVED_DEVICE_AGREES_SLOWDOWN times its normal or more, the same
 # agreement a busy disk's short total needs on a starved CPU) or a cgroup limit on its stack explains a slow probe
 # the device's latency cannot show (a throttled bio waits above the device's counters). A device with no judged
-# window at all (no traffic of its own yet) cannot agree or not: its probes are judged as on any host.
+# window at all (idle, or its curve not learned yet) cannot agree or not: there a probe is judged only where its
+# throughput fell as far as a collapse (docs/detector.md, the starved CPU).
 CPU_STARVED_PERCENT = contended.CPU_STARVED_PERCENT
 # A latency less than this above its normal is not a page however many spreads it is: on a fast device (a qd1
 # read of 11 us) CPU contention alone doubles it. The passive detector's floor_ms, the same 20 us.
