@@ -1,16 +1,16 @@
 """What the fleet rules cost at 10,000 volumes, beside the per-host rules, in one real Prometheus.
 
-    .venv/bin/python bench/fleet_cost.py [--volumes 10000] [--class-size 100] [--history-minutes 65]
+    .venv/bin/python bench/fleet_cost.py [--volumes 10000] [--class-size 100] [--history-minutes 245]
 
 A fleet of one-volume hosts, `class-size` volumes a class, each exporting what a daemon exports for the fleet
 (iowarden_fleet_slowdown_ratio, iowarden_volume_class_info, iowarden_probe_iops of one profile and direction,
 iowarden_fleet_normal_latency_seconds in three octaves of load);
 one volume in a hundred runs three times its normal, the rest about theirs. The last `history-minutes` of those
-series, and of the per-volume recordings the rules' hour-long evidence reads back (iowarden:fleet_slowdown:spreads
-and the probes' spreads, as the rules record them), are written as OpenMetrics and turned into blocks with
+series, and of the per-volume recordings the rules' evidence reads back over its hour and its four hours
+(iowarden:fleet_slowdown:spreads and the probes' and own normal's spreads, as the rules record them), are written as OpenMetrics and turned into blocks with
 promtool; a Prometheus of its own starts on them with packaging/prometheus/iowarden.fleet.rules.yml and
 iowarden.rules.yml and scrapes the same fleet live from this process (honor_labels: each series keeps its host),
-so every evaluation reads an hour of history as it would in steady state.
+so every evaluation reads four hours of history as it would in steady state.
 
 Printed, after three evaluations of each group: each group's evaluation time (prometheus_rule_group_last_duration
 _seconds: the per-host groups are the reference, in the same run), the series per volume, the alerts firing (the
@@ -225,7 +225,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--volumes", type=int, default=10000)
     ap.add_argument("--class-size", type=int, default=100)
-    ap.add_argument("--history-minutes", type=int, default=65)
+    ap.add_argument("--history-minutes", type=int, default=245)
     ap.add_argument("--keep", help="keep the run's files here (default: a temporary directory, removed)")
     a = ap.parse_args()
     for tool in ("prometheus", "promtool"):

@@ -317,19 +317,22 @@ def main() -> int:
 
 
 EVIDENCE_MINUTES, EVIDENCE_SHARE = 60, 0.75      # the rule file's: 45 of the last 60 minutes, and now
+PATIENT_MINUTES, PATIENT_SPREADS = 240, 2.0     # and its patient tier: 180 of the last 240 minutes two spreads out
 THRESHOLD_GRID = (2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+PATIENT_GRID = (1.5, 2.0, 2.5, 3.0, 4.0)
+SHIPPED_SPREADS = 4.0
 
 
-def first_out(series: dict, k: float) -> float | None:
+def first_out(series: dict, k: float, minutes: int = EVIDENCE_MINUTES) -> float | None:
     """The first minute (unix s) a volume's distance in spreads is past k now and in three quarters of the last
-    hour's minutes (a minute with no value counts as not out), as the rule file's evidence; None: never."""
+    `minutes` (a minute with no value counts as not out), as the rule file's evidence; None: never."""
     recent: deque = deque()
     for t in sorted(series):
         now = series[t] > k
         recent.append((t, now))
-        while recent[0][0] <= t - EVIDENCE_MINUTES * 60:
+        while recent[0][0] <= t - minutes * 60:
             recent.popleft()
-        if now and sum(1 for _, out in recent if out) >= EVIDENCE_SHARE * EVIDENCE_MINUTES:
+        if now and sum(1 for _, out in recent if out) >= EVIDENCE_SHARE * minutes:
             return t
     return None
 
@@ -346,11 +349,11 @@ def nested(drives, slow, clusters, distances, hours_before) -> None:
             by_drive.setdefault(signal, {}).setdefault(key, {}).update(
                 {t / 1000: v for t, v in zip(s["timestamps"], s["values"])})
 
-    def named_at(k: float, signals=("slowdown", "normal")) -> dict:
+    def named_at(k: float, signals=("slowdown", "normal"), minutes: int = EVIDENCE_MINUTES) -> dict:
         out = {}
         for signal in signals:
             for d, series in by_drive.get(signal, {}).items():
-                t = first_out(series, k)
+                t = first_out(series, k, minutes)
                 if t is not None:
                     out[d] = min(out.get(d, math.inf), t)
         return out
@@ -385,6 +388,50 @@ def nested(drives, slow, clusters, distances, hours_before) -> None:
                for c in clusters}
         print(f"  at {k:>4.0f} spreads, (right, wrong) per cluster: " + ", ".join(f"{c} {r}, {w}" for c, (r, w)
                                                                              in per.items()))
+
+    # the patient tier beside the shipped hour's: its threshold chosen by the clusters not held out, the smallest on
+    # its grid that names no healthy drive of theirs the hour's tier does not already name
+    fast = table[SHIPPED_SPREADS]
+    patient = {k: named_at(k, minutes=PATIENT_MINUTES) for k in PATIENT_GRID}
+
+    def both(k: float) -> dict:
+        return {d: min(t for t in (fast.get(d), patient[k].get(d)) if t is not None)
+                for d in set(fast) | set(patient[k])}
+
+    print(f"\nthe patient tier ({PATIENT_MINUTES // 4 * 3} of the last {PATIENT_MINUTES} minutes out) beside the "
+          f"hour's at {SHIPPED_SPREADS:.0f} spreads, its threshold by leaving one cluster out (chosen: the smallest on "
+          f"{PATIENT_GRID} naming no healthy drive of the other clusters the hour's tier does not)")
+    print(f"{'held out':<10} {'chosen':>6} {'named':>6} {'right':>6} {'wrong':>6} {'missed':>7} {'precision':>9} "
+          f"{'recall':>7}  hours to the first alert (median, worst)")
+    total = [0, 0, 0]
+    hours_all = []
+    for held in clusters:
+        train = {d for d in drives if d[0] != held}
+        wrong_already = {d for d in fast if d in train} - slow
+        chosen = next((k for k in PATIENT_GRID if not ({d for d in both(k) if d in train} - slow) - wrong_already),
+                      PATIENT_GRID[-1])
+        named_all = both(chosen)
+        mine = {d for d in drives if d[0] == held}
+        named = {d for d in named_all if d in mine}
+        bad = slow & mine
+        right, wrong = named & bad, named - bad
+        total = [total[0] + len(right), total[1] + len(wrong), total[2] + len(bad)]
+        hours = sorted(hours_before(d, named_all[d]) for d in right)
+        hours_all += hours
+        print(f"{held:<10} {chosen:>6.1f} {len(named):>6} {len(right):>6} {len(wrong):>6} {len(bad - named):>7} "
+              f"{len(right) / len(named) if named else float('nan'):>9.2f} "
+              f"{len(right) / len(bad) if bad else float('nan'):>7.2f}  "
+              + (f"{statistics.median(hours):.1f}, {hours[-1]:.1f}" if hours else "-"))
+    right, wrong, bad = total
+    print(f"{'held out, all':<17} {right + wrong:>6} {right:>6} {wrong:>6} {bad - right:>7} "
+          f"{right / (right + wrong) if right + wrong else float('nan'):>9.2f} {right / bad:>7.2f}  "
+          + (f"{statistics.median(hours_all):.1f}, {max(hours_all):.1f}" if hours_all else "-"))
+    for k in PATIENT_GRID:
+        named_all = both(k)
+        per = {c: (len({d for d in named_all if d[0] == c} & slow), len({d for d in named_all if d[0] == c} - slow))
+               for c in clusters}
+        print(f"  patient at {k:>3.1f} spreads with the hour's at {SHIPPED_SPREADS:.0f}, (right, wrong) per cluster: "
+              + ", ".join(f"{c} {r}, {w}" for c, (r, w) in per.items()))
 
 
 if __name__ == "__main__":
