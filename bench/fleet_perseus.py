@@ -321,18 +321,21 @@ PATIENT_MINUTES, PATIENT_SPREADS = 240, 2.0     # and its patient tier: 180 of t
 THRESHOLD_GRID = (2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 PATIENT_GRID = (1.5, 2.0, 2.5, 3.0, 4.0)
 SHIPPED_SPREADS = 4.0
+RECENT_MINUTES, RECENT_OUT = 15, 12             # and both tiers' guard: 12 of the last 15 minutes out
 
 
 def first_out(series: dict, k: float, minutes: int = EVIDENCE_MINUTES) -> float | None:
-    """The first minute (unix s) a volume's distance in spreads is past k now and in three quarters of the last
-    `minutes` (a minute with no value counts as not out), as the rule file's evidence; None: never."""
+    """The first minute (unix s) a volume's distance in spreads is past k now, in 12 of the last 15 minutes and in
+    three quarters of the last `minutes` (a minute with no value counts as not out), as the rule file's evidence;
+    None: never."""
     recent: deque = deque()
     for t in sorted(series):
         now = series[t] > k
         recent.append((t, now))
         while recent[0][0] <= t - minutes * 60:
             recent.popleft()
-        if now and sum(1 for _, out in recent if out) >= EVIDENCE_SHARE * minutes:
+        if (now and sum(1 for _, out in recent if out) >= EVIDENCE_SHARE * minutes
+                and sum(1 for at, out in recent if out and at > t - RECENT_MINUTES * 60) >= RECENT_OUT):
             return t
     return None
 
