@@ -42,8 +42,9 @@ UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
 def time_scaled(text: str, minute_seconds: int) -> str:
-    """The rule file with every duration (a group's interval, a subquery's range and step, an alert's `for`) at
-    minute_seconds for each minute. A duration that does not scale to whole seconds is an error, not rounded."""
+    """The rule file with every duration (a group's interval, a subquery's range and step, a range, an alert's
+    `for`) at minute_seconds for each minute. A duration that does not scale to whole seconds is an error, not
+    rounded."""
     def scaled(amount: str, unit: str) -> str:
         seconds = int(amount) * UNITS[unit] * minute_seconds
         if seconds % 60:
@@ -51,10 +52,10 @@ def time_scaled(text: str, minute_seconds: int) -> str:
         return f"{seconds // 60}s"
     text, subqueries = re.subn(r"\[(\d+)([smh]):(\d+)([smh])\]",
                                lambda m: f"[{scaled(m[1], m[2])}:{scaled(m[3], m[4])}]", text)
+    text, ranges = re.subn(r"\[(\d+)([smh])\]", lambda m: f"[{scaled(m[1], m[2])}]", text)
     text, intervals = re.subn(r"(?m)^(\s+(?:interval|for)): (\d+)([smh])\s*$",
                               lambda m: f"{m[1]}: {scaled(m[2], m[3])}", text)
-    assert subqueries and intervals, "the fleet rule file has no subquery or no interval to scale"
-    assert not re.search(r"\[\d+[smh]\]", text), "a range without a step: scale it too"
+    assert subqueries and ranges and intervals, "the fleet rule file has no subquery, range or interval to scale"
     return text
 
 
