@@ -12,6 +12,8 @@ instead (`class = "..."` on a target or a discover rule), which wins:
 - an md array: its level and its members' class ("md:raid0:4x<member class>"); a device-mapper volume over several
   disks (an LVM stripe) the same with "dm"; over one, its disk's class.
 - a loop device: "loop/<size>" (as fast as its file and the disk under it: rarely a fleet's class).
+- a drive with no medium (a floppy or card reader without its disk, which says a size of a few sectors or none):
+  no class, so the fleet rules do not count it as a volume of any.
 
 Pure: the device view (probes/blockqueue.BlockDevice by kernel name) in, (class, how it was found) out. A label
 value: printable, at most MAX_CLASS_CHARS.
@@ -22,6 +24,7 @@ from iowarden.probes.common import printable
 
 MAX_CLASS_CHARS = 160
 GIB = 1 << 30
+NO_MEDIUM_BELOW_BYTES = 1 << 20   # no volume anyone keeps data on is smaller; an empty drive says 0 or a few sectors
 
 
 def _size(size_bytes: int | None) -> str:
@@ -41,7 +44,7 @@ def _members(name: str, devices: dict, members: list[str], depth: int) -> str:
 
 
 def volume_class(name: str, devices: dict, configured: str | None = None, depth: int = 0) -> tuple[str, str]:
-    """(class, source): source is config, model, layout, size or unknown."""
+    """(class, source): source is config, model, layout, size or unknown; ("", "no medium") for a drive with none."""
     if configured:
         return _clean(configured), "config"
     d = devices.get(name)
@@ -57,6 +60,8 @@ def volume_class(name: str, devices: dict, configured: str | None = None, depth:
         if len(d.slaves) == 1:
             return volume_class(d.slaves[0], devices, depth=depth + 1)
         return _clean(f"dm:{len(d.slaves)}x{_members(name, devices, list(d.slaves), depth)}"), "layout"
+    if d.kind in ("disk", "loop") and d.size_bytes is not None and d.size_bytes < NO_MEDIUM_BELOW_BYTES:
+        return "", "no medium"
     if d.kind == "loop":
         return f"loop/{_size(d.size_bytes)}", "size"
     model = (d.udev.get("ID_MODEL") or "").replace("_", " ").strip()

@@ -77,7 +77,9 @@ def passive_families(s):
     devices = getattr(s, "devices", None) or {}
     threshold = slow_ratio = None
     for name, ident, v in s.passive:
-        klass.add_metric([name, ident, *volume_class(name, devices, configured.get(ident))], 1)
+        klass_name, source = volume_class(name, devices, configured.get(ident))
+        if klass_name:
+            klass.add_metric([name, ident, klass_name, source], 1)
         if v.fleet_ratio is not None:
             fleet.add_metric([name, ident], v.fleet_ratio)
         for fn in v.fleet_normal:

@@ -40,6 +40,8 @@ def test_identities_and_nvme_queue_settings_as_udev_and_sysfs_give_them(lab):
     assert classes.get(nvme) == (f"{props['ID_MODEL'].replace('_', ' ').strip()}/{props['ID_REVISION']}/{shown}",
                                  "model"), (classes, props.get("ID_MODEL"), props.get("ID_REVISION"))
     print("classes:", classes)
+    # the guest's floppy controller has no medium (a size of a few sectors): no class, not "disk/0MiB"
+    assert not [d for d, (c, _) in classes.items() if c.endswith("/0MiB") or not c], classes
 
     # the namespace's queue settings, as sysfs in the guest has them
     q = f"/sys/block/{nvme}/queue"

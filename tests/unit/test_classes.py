@@ -37,6 +37,16 @@ def test_an_array_is_its_layout_over_its_members_class_and_a_partition_its_disk(
     assert volume_class("nvme1n1p1", {**devices, "nvme1n1p1": part})[0] == "Amazon Elastic Block Store/1.0/500GiB/part"
 
 
+def test_a_drive_with_no_medium_has_no_class():
+    # the lab guest's floppy controller, empty, says a size of a few sectors: a class of its own for nothing
+    devices = {"fd0": _disk("fd0", model=None, size=4096), "vdb": _disk("vdb", model=None, size=256 << 20),
+               "loop9": _disk("loop9", model=None, size=0, kind="loop")}
+    assert volume_class("fd0", devices) == ("", "no medium")
+    assert volume_class("loop9", devices) == ("", "no medium")     # a loop device with no file behind it
+    assert volume_class("vdb", devices) == ("disk/256MiB", "size")
+    assert volume_class("fd0", devices, "floppies") == ("floppies", "config")   # the config's word still wins
+
+
 def test_a_class_is_a_label_value_printable_and_bounded():
     devices = {"sdb": _disk("sdb", model="X\x1b[31m" + "y" * 400)}
     klass, _ = volume_class("sdb", devices)
@@ -68,6 +78,8 @@ def test_the_fleet_signal_is_five_minutes_of_a_volumes_latency_over_its_own_norm
                                  classes={}, passive_host_ratio=None)
     fams = {f.name: f for f in passive_families(snap)}
     assert fams["iowarden_fleet_slowdown_ratio"].samples[0].value == slowed
+    empty = types.SimpleNamespace(**{**vars(snap), "devices": {name: _disk(name, model=None, size=4096)}})
+    assert not {f.name: f for f in passive_families(empty)}["iowarden_volume_class_info"].samples   # no medium
     info = fams["iowarden_volume_class_info"].samples[0].labels
     assert info["class"] == "Amazon Elastic Block Store/1.0/500GiB" and info["source"] == "model"
     snap.classes = {name: "gp3-500"}
