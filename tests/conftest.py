@@ -203,20 +203,41 @@ class LoopXfs:
         if self.mounted:
             # A process still finishing I/O (a killed fio's job children) keeps the mount busy
             # for a moment: retry, then detach lazily rather than leave it behind.
-            for _ in range(50):
+            deadline = time.monotonic() + 30
+            while True:
                 if subprocess.run(["umount", str(self.mountpoint)], capture_output=True).returncode == 0:
                     break
+                if time.monotonic() > deadline:
+                    held_by = subprocess.run(["fuser", "-vm", str(self.mountpoint)], capture_output=True,
+                                             text=True).stderr.strip()
+                    problems.append(f"{self.mountpoint} was busy for 30 s and had to be unmounted lazily; "
+                                    f"held by: {held_by or 'no process (an open loop device?)'}")
+                    subprocess.run(["umount", "-l", str(self.mountpoint)], check=False)
+                    break
                 time.sleep(0.2)
-            else:
-                subprocess.run(["umount", "-l", str(self.mountpoint)], check=False)
-                problems.append(f"{self.mountpoint} was busy and had to be unmounted lazily")
             self.mounted = False
         return problems
+
+    def _wait_released(self, timeout: float) -> None:
+        """Until the loop device no longer holds this image (its loop/ directory gone, or another image bound)."""
+        backing = Path(f"/sys/block/{self.name}/loop/backing_file")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if backing.read_text().strip() != str(self.image):
+                    return
+            except OSError:
+                return
+            time.sleep(0.2)
 
     def close(self):
         problems = self.unmount()
         if self.device:
             subprocess.run(["losetup", "-d", self.device], check=False)
+            # losetup -d only marks a device still open (udev's blkid after the unmount, a probe's last
+            # reader) to detach when its last user closes it; until then the image stays open, and the
+            # mount that holds the image (a stacked volume's lower one) is busy
+            self._wait_released(timeout=30)
             self.device = None
         shutil.rmtree(self.workdir, ignore_errors=True)
         if problems:
