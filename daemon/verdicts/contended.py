@@ -23,10 +23,20 @@ SHALLOW_SHORTFALL = 0.05
 CONTENDED_HALF = 0.5         # with the passive view at its normal latency, at least this much in total: back
 CONTENDED_RECOVERED = 0.75
 QUIET_PROBES_TO_CLEAR_CONTENDED = 2   # quiet probes in a row at baseline that clear an alert raised on the totals
-# Short contended probes in a row on a volume, of any profile, that raise VolumeDegraded. Of any profile: a
-# volume's four profiles are probed in turn, and a collapse to 5 % of its load for 229 s gave a qd1 read, a
-# 1 MiB read and a 4k random read one short probe each, in a row; counted per profile, none reached two.
+# Short contended probes on a volume, of any profile, that raise VolumeDegraded. Of any profile: a volume's four
+# profiles are probed in turn, and a collapse to 5 % of its load for 229 s gave a qd1 read, a 1 MiB read and a 4k
+# random read one short probe each, in a row; counted per profile, none reached two.
 SHORT_PROBES_TO_RAISE = 2
+# Not strictly in a row: a fault is short for some profiles only. A volume capped at a quarter of its load's IOPS
+# gave its 4k random reads 0.04 of their normal in total, but its 4k writes 0.28, its 1 MiB reads 0.67 in IOPS
+# (0.05 in bytes) and its qd1 reads (which wait behind its users) 0.25: each reset the count, the two 4k read
+# strikes were never adjacent, and the page came 460 s in from the passive view. So a probe that is neither short
+# nor shows the volume whole (a saturating probe at CONTENDED_HALF of its normal or more, in IOPS and in bytes)
+# leaves the count as it is, for at most STRIKE_SPAN_PROBES of the volume's probes: one round of the example's four
+# profiles between two strikes of one profile. A short total the device does not agree with still resets it (the
+# shortfall is then the host's, a starved CPU's, not the volume's). Replayed on four soaks' journals (90 min of
+# healthy mix each and their faults), it raised the quarter cap at 359 s and nothing on a healthy volume.
+STRIKE_SPAN_PROBES = 4
 # The probe's total counts the device's, so the device's own latency must agree that it is slow at the load it
 # carries (the passive view: DEVICE_AGREES_SLOWDOWN its normal or more), or a cgroup limit on the volume's stack
 # explain a total the device's latency cannot show (a throttled bio waits above its counters). On a host whose
@@ -75,6 +85,7 @@ class Judged:
     strike: bool          # short, and the device's latency or a cgroup limit agrees: counts towards a raise
     saturating: bool      # the probe could fill the device alone: its total speaks for the device
     held: bool            # under CONTENDED_HALF of its normal in total (a saturating probe only)
+    whole: bool           # a saturating probe at CONTENDED_HALF of its normal or more in both IOPS and bytes
     action: str | None    # "raise", "clear", or None
     said: str             # the finding that raises, or why it clears
 
@@ -149,17 +160,19 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, v
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
     short, strike = short_and_agreed(t)
     held = saturating and _below(t, CONTENDED_HALF)
+    whole = saturating and t.delivered_iops >= t.normal_iops * CONTENDED_HALF \
+        and t.delivered_bytes_per_second >= t.normal_bytes_per_second * CONTENDED_HALF
     if strike and strikes + 1 >= SHORT_PROBES_TO_RAISE and not is_open and not volume_paged:
         on = f" ({t.delivered_on})" if t.delivered_on else ""
         why = agreement_said(t)
-        return Judged(short, strike, saturating, held, "raise",
+        return Judged(short, strike, saturating, held, whole, "raise",
                       f"on a busy disk the device{on} delivered {t.delivered_iops:,.0f} IOPS in total (this probe "
                       f"and the other work together) where the probe alone gets {t.normal_iops:,.0f} on the healthy "
                       f"volume, and {why}: it is slower than its normal even counting the other work")
     # whatever raised it: while probes can only run contended (a backup), the device delivering its normal in
     # total is the evidence the volume is back (else busy probes would hold it open for the whole backup)
     if is_open and saturating and t.delivered_iops >= t.normal_iops * CONTENDED_RECOVERED:
-        return Judged(short, strike, saturating, held, "clear",
+        return Judged(short, strike, saturating, held, whole, "clear",
                       f"the busy device delivers its normal again ({t.delivered_iops:,.0f} IOPS in total, probe and "
                       f"other work, against the probe's normal {t.normal_iops:,.0f})")
     # a probe of 32 in flight beside a database's own cannot show its quiet figure, yet the fault is gone: the
@@ -168,7 +181,28 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, v
     # cannot say held: the volume's last deep contended probe says it
     if is_open and t.passive_slowdown is not None and t.passive_slowdown <= PASSIVE_RECOVERED_SLOWDOWN \
             and not held and not (short and not saturating) and (saturating or last_deep_held is False):
-        return Judged(short, strike, saturating, held, "clear",
+        return Judged(short, strike, saturating, held, whole, "clear",
                       f"the busy device serves its load at its normal latency again ({t.passive_slowdown:.2f}x of "
                       f"its normal at this load, passive), {t.delivered_iops:,.0f} IOPS in total")
-    return Judged(short, strike, saturating, held, None, "")
+    return Judged(short, strike, saturating, held, whole, None, "")
+
+
+@dataclass(frozen=True)
+class Strikes:
+    """A volume's short contended probes counted towards a raise, and its probes since the last of them."""
+    count: int = 0
+    probes_since: int = 0
+
+
+def counted(before: Strikes, judged: Judged | None) -> Strikes:
+    """The count after one more probe of the volume: `judged` is a contended probe's judgement, None a quiet probe
+    (which speaks for its own profile, not for the one a fault made short: it only ages the count). A strike adds
+    one; a probe showing the volume whole, or short with nothing agreeing, ends the run; anything else leaves it,
+    for at most STRIKE_SPAN_PROBES probes after the last strike."""
+    if judged is not None and judged.strike:
+        return Strikes(before.count + 1, 0)
+    if judged is not None and (judged.whole or judged.short):
+        return Strikes()
+    if before.count == 0 or before.probes_since + 1 > STRIKE_SPAN_PROBES:
+        return Strikes()
+    return Strikes(before.count, before.probes_since + 1)

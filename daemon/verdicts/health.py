@@ -130,7 +130,7 @@ class Health:
         self.open: dict[tuple[str, str, str], OpenAlert] = {}   # (alert name, identity, profile)
         self.failures: dict[tuple[str, str], int] = {}
         self.latest: dict[tuple[str, str], dict] = {}              # (identity, profile) -> verdicts per metric
-        self.contended_strikes: dict[str, int] = {}    # volume -> its contended probes in a row short in total
+        self.contended_strikes: dict[str, contended.Strikes] = {}   # volume -> its short contended probes lately
         # (identity, profile) whose last probe ran on a busy device short in total: the next one, soon, says
         # whether it is the volume (a collapse of five minutes outlasts an interval between two such probes)
         self.last_short: set[tuple[str, str]] = set()
@@ -277,6 +277,8 @@ class Health:
         if record["contended"] and self._short_in_warmup(identity, profile, target, context or {}):
             return
         self.last_short.discard((identity, profile))
+        if identity in self.contended_strikes:   # a quiet probe ages the volume's count of short busy ones
+            self.contended_strikes[identity] = contended.counted(self.contended_strikes[identity], None)
         if on_slowed_host and ("VolumeDegraded", identity, profile) not in self.open:
             return
         starved = starved_cpu(context or {})
@@ -448,9 +450,10 @@ class Health:
                                   context.get("slowest_member_now"))
         paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
         # strikes are the volume's, whichever profile met the busy disk: its profiles are probed in turn
-        v = contended.judge(totals, self.contended_strikes.get(identity, 0), akey in self.open,
-                            self.deep_short.get(identity), paged)
-        self.contended_strikes[identity] = self.contended_strikes.get(identity, 0) + 1 if v.strike else 0
+        v = contended.judge(totals, self.contended_strikes.get(identity, contended.Strikes()).count,
+                            akey in self.open, self.deep_short.get(identity), paged)
+        self.contended_strikes[identity] = contended.counted(
+            self.contended_strikes.get(identity, contended.Strikes()), v)
         (self.last_short.add if v.strike else self.last_short.discard)(key)
         if v.short:
             self.quiet_good.pop(akey, None)   # the quiet probes before it were the cache's, not the volume's

@@ -2,7 +2,8 @@
 from hypothesis import given, strategies as st
 
 from iowarden.daemon.verdicts.contended import (CONTENDED_RECOVERED, CONTENDED_SHORTFALL, DEVICE_AGREES_SLOWDOWN,
-                                                SATURATING_QUEUE_DEPTH, SHALLOW_SHORTFALL, Totals, judge)
+                                                SATURATING_QUEUE_DEPTH, SHALLOW_SHORTFALL, STRIKE_SPAN_PROBES, Strikes,
+                                                Totals, counted, judge)
 
 
 def totals(share, depth=32, slowdown=None, own=None, limited=False):
@@ -130,3 +131,62 @@ def test_an_arrays_slow_member_agrees_with_its_short_total_where_the_arrays_own_
     assert short_and_agreed(totals(1.0, ("vdd", 1.2), cpu=10.0)) == (True, False)
     assert short_and_agreed(totals(6.0, ("vdd", 27.2), delivered=1000.0)) == (False, False)   # not short
     assert agreement_said(totals(9.0, ("vdd", 27.2))).startswith("the device serves its load at 9.0x")
+
+
+# --- the count of short busy probes: not strictly in a row --------------------------------------------------
+
+def _judged(kind):
+    """A contended probe's judgement of one kind: "strike" (short, agreed), "whole" (a saturating probe at half its
+    normal or more in IOPS and bytes), "unagreed" (short, nothing agreeing), "between" (neither)."""
+    share, own = {"strike": (0.04, 12.5), "whole": (0.9, 1.0), "unagreed": (0.04, 1.0), "between": (0.28, 12.5)}[kind]
+    return judge(totals(share, own=own), strikes=0, is_open=False, last_deep_held=None)
+
+
+@given(st.lists(st.sampled_from(["strike", "whole", "unagreed", "between", "quiet"]), max_size=40))
+def test_the_count_raises_only_on_two_strikes_no_more_than_a_span_apart_with_nothing_whole_between(kinds):
+    """Over generated histories of a volume's probes: the count reaches SHORT_PROBES_TO_RAISE exactly when the
+    last two strikes are at most STRIKE_SPAN_PROBES probes apart (counting the probes between) and nothing between
+    them showed the volume whole or was short with nothing agreeing."""
+    s = Strikes()
+    for i, kind in enumerate(kinds):
+        s = counted(s, None if kind == "quiet" else _judged(kind))
+        strikes = [j for j, k in enumerate(kinds[:i + 1]) if k == "strike"]
+        expected = 0
+        if strikes:
+            # the run ending at the last strike: strikes with only neutral probes (fewer than the span) between
+            run = [strikes[-1]]
+            for a in reversed(strikes[:-1]):
+                between = kinds[a + 1:run[0]]
+                if len(between) > STRIKE_SPAN_PROBES or {"whole", "unagreed"} & set(between):
+                    break
+                run.insert(0, a)
+            after = kinds[strikes[-1] + 1:i + 1]
+            if len(after) <= STRIKE_SPAN_PROBES and not {"whole", "unagreed"} & set(after):
+                expected = len(run)
+        assert s.count == expected, (kinds[:i + 1], s)
+
+
+def test_a_quarter_cap_short_only_for_its_4k_reads_still_counts_them_across_the_other_profiles():
+    """Seed 654's soak: vol1 capped at a quarter of its load. Its busy probes' totals against their normals: 4k
+    random reads 401 of 9,424 IOPS (strikes), 4k writes 554 of 1,986 (0.28: neither short nor whole), 1 MiB reads
+    400 of 596 IOPS but 29 of 604 MiB/s (neither), qd1 reads 412 of 1,678 (a shallow probe, not short). Counted
+    strictly in a row the two 4k read strikes were never adjacent; counted here, the second raises."""
+    def probe(iops, mib, normal_iops, normal_mib, depth):
+        return judge(Totals(iops, mib * 2**20, normal_iops, normal_mib * 2**20, depth, None, None, 12.5, True, 98.0),
+                     strikes=s.count, is_open=False, last_deep_held=None)
+    s = Strikes()
+    seen = []
+    for args in [(412, 1.6, 1678, 6.55, 1), (400, 29.4, 596, 604, 8), (401, 1.6, 9424, 36.9, 32),
+                 (554, 2.2, 1986, 7.8, 32), (396, 1.5, 9424, 36.9, 32)]:
+        v = probe(*args)
+        seen.append(v.action)
+        s = counted(s, v)
+    assert seen == [None, None, None, None, "raise"]
+    # and a healthy busy volume whose 4k read came short once, its 1 MiB read then whole, does not
+    s = Strikes()
+    for args, expected in [((401, 1.6, 9424, 36.9, 32), None), ((450, 480.0, 596, 604, 8), None),
+                           ((396, 1.5, 9424, 36.9, 32), None)]:
+        v = probe(*args)
+        assert v.action == expected
+        s = counted(s, v)
+    assert s.count == 1

@@ -9,6 +9,7 @@ import random
 
 from iowarden.daemon import config
 from iowarden.daemon.verdicts.causes import Evidence, likely_causes
+from iowarden.daemon.verdicts.contended import STRIKE_SPAN_PROBES
 from iowarden.daemon.verdicts.detect import DetectorParams
 from iowarden.daemon.core.effects import StoredHealth
 from iowarden.daemon.probing.budget import Budget
@@ -530,6 +531,38 @@ def test_a_contended_probe_is_judged_by_what_the_busy_device_delivered_in_total(
     assert h.short_on_busy() == frozenset()   # and so does a quiet probe
     # without the sampler's figures a contended probe is not judged at all
     assert h.on_result(_contended(15, 10.0), "vol", causes, {}) == []
+    st.close()
+
+
+def test_short_busy_probes_of_one_profile_raise_across_another_profiles_probe_that_is_neither(tmp_path):
+    """A cap short for the 4k reads only: the 4k write probe between two short 4k reads, at 0.28 of its normal in
+    total, neither ends nor adds to the count (verdicts/contended.counted); a quiet probe ages it, and past
+    STRIKE_SPAN_PROBES probes since the last strike the count is gone."""
+    st = State(str(tmp_path / "s.db"))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
+    causes = lambda since: []   # noqa: E731
+
+    def of(profile, record):
+        return {**record, "profile": profile}
+    for i in range(8):
+        h.on_result(of("rr", _result(i, 1000.0 * (1 + 0.01 * (i % 3)))), "vol", causes)
+        h.on_result(of("rw", _result(i, 2000.0 * (1 + 0.01 * (i % 3)))), "vol", causes)
+    capped = {"delivered_iops": 40.0, "delivered_bytes_per_second": 40.0 * 4096, "cgroup_limited": True}
+    between = {"delivered_iops": 560.0, "delivered_bytes_per_second": 560.0 * 4096, "cgroup_limited": True}
+    assert h.on_result(of("rr", _contended(8, 30.0)), "vol", causes, capped) == []
+    assert h.on_result(of("rw", _contended(9, 300.0)), "vol", causes, between) == []
+    assert h.on_result(of("rr", _contended(10, 30.0)), "vol", causes, capped) == ["VolumeDegraded raised"]
+    st.close()
+    # the same two strikes with more than the span of other probes between them do not raise
+    st = State(str(tmp_path / "t.db"))
+    h = StoredHealth(st, DetectorParams(warmup_probes=6))
+    for i in range(8):
+        h.on_result(of("rr", _result(i, 1000.0 * (1 + 0.01 * (i % 3)))), "vol", causes)
+        h.on_result(of("rw", _result(i, 2000.0 * (1 + 0.01 * (i % 3)))), "vol", causes)
+    assert h.on_result(of("rr", _contended(8, 30.0)), "vol", causes, capped) == []
+    for i in range(9, 9 + STRIKE_SPAN_PROBES + 1):
+        assert h.on_result(of("rw", _result(i, 2000.0)), "vol", causes) == []
+    assert h.on_result(of("rr", _contended(20, 30.0)), "vol", causes, capped) == []
     st.close()
 
 
