@@ -78,6 +78,7 @@ class Row:
     recorded: bool        # the journal line carries the context (a journal from before it did: agreement unknown)
     label: str            # "fault", "healthy" or "-"
     unix: float = 0.0
+    floor_ratio: float = 0.0   # the smaller of the two: a saturating probe at half its normal in both is whole
 
 
 AFTER_FAULT_SECONDS = 600.0
@@ -141,6 +142,7 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
                 continue
             nb = normal_bytes.get((identity.get(target), profile))
             ratio = max(int(total) / n, float(mib) * (1 << 20) / nb if nb else 0.0)
+            floor = min(int(total) / n, float(mib) * (1 << 20) / nb if nb else 0.0)
             t = _unix(day, at[:8])
             label = "healthy" if t >= armed_at.get((target, profile), math.inf) else "-"
             for kind, where, a, b in wins:
@@ -151,8 +153,22 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
                     label = "-"
             out.append(Row(ratio, run_name(kept), at[:8], target, profile, depth_of.get(profile),
                            int(read) + int(write), int(total), round(n), float(own) if own else None,
-                           "tasks waited for a CPU" in line, label, t))
+                           "tasks waited for a CPU" in line, label, t, floor))
     return sorted(out, key=lambda r: r.ratio)
+
+
+QUIET = re.compile(r"^(\S+) (\S+) INFO probe (\S+)/(\S+) on (\S+): read \d+ IOPS, write \d+ IOPS")
+
+
+def quiet_of(kept: Path) -> list[tuple[float, str]]:
+    """(unix time, target) of every quiet probe in the kept journal: they age a volume's count of strikes."""
+    out = []
+    with open(kept / "daemon-1.log", errors="replace") as f:
+        for line in f.read(MAX_LOG_BYTES).splitlines():
+            m = QUIET.match(line)
+            if m and "(contended)" not in line:
+                out.append((_unix(m.group(1), m.group(2)[:8]), m.group(3)))
+    return out
 
 
 def middle(healthy: list[float], fault: list[float], fault_below: bool = True) -> float | None:
@@ -210,17 +226,30 @@ def nested(rows: list[Row], saturating: int, shipped: tuple[float, float, float]
     return out
 
 
-def raises(rows: list[Row], at: tuple[float, float, float], saturating: int, need: int) -> list[str]:
-    """What the volume's streak makes of the probes, as the judgement counts it: `need` strikes in a row on a volume
-    (any profile; a contended probe that does not strike ends the run) raise. Per raise: when, on what, and
-    whether its probes were all healthy (a false page, were no other layer to hold it)."""
+def raises(rows: list[Row], at: tuple[float, float, float], saturating: int, need: int, span: int = 0,
+           quiet: dict[str, list[tuple[float, str]]] | None = None) -> list[str]:
+    """What the volume's count makes of the probes, as the judgement counts it (verdicts/contended.counted): `need`
+    strikes on a volume (any profile) raise; a contended probe that shows the volume whole (saturating, half its
+    normal or more in IOPS and bytes) or is short with nothing agreeing ends the run, and any other probe (a quiet
+    one of `quiet`, per seed) leaves it for at most `span` probes after the last strike (0: strictly in a row).
+    Per raise: when, on what, and whether its probes were all healthy (a false page, were no other layer to hold
+    it)."""
     out = []
     for seed in sorted({r.seed for r in rows}):
         run: dict[str, list[Row]] = {}
-        for r in sorted((r for r in rows if r.seed == seed), key=lambda r: r.unix):
-            if not strikes(r, *at, saturating):
-                run.pop(r.target, None)
+        since: dict[str, int] = {}
+        probes = [(r.unix, r.target, r) for r in rows if r.seed == seed]
+        probes += [(t, target, None) for t, target in (quiet or {}).get(seed, [])]
+        for _, target, r in sorted(probes, key=lambda x: x[0]):
+            if r is None or not strikes(r, *at, saturating):
+                deep = r is not None and (r.depth or saturating) >= saturating
+                short = r is not None and r.ratio < (at[1] if deep else at[0])
+                whole = deep and r.floor_ratio >= 0.5
+                since[target] = since.get(target, 0) + 1
+                if whole or short or since[target] > span:
+                    run.pop(target, None)
                 continue
+            since[target] = 0
             run.setdefault(r.target, []).append(r)
             if len(run[r.target]) == need:
                 labels = {x.label for x in run[r.target]}
@@ -255,6 +284,36 @@ def nested_raises(rows: list[Row], shipped: tuple[float, float, float], saturati
     return out
 
 
+SPAN_CANDIDATES = (0, 1, 2, 3, 4, 6, 8)
+
+
+def nested_span(rows: list[Row], shipped: tuple[float, float, float], saturating: int, need: int,
+                quiet: dict[str, list[tuple[float, str]]]) -> list[str]:
+    """The count's span (contended.STRIKE_SPAN_PROBES) chosen by leaving one run out: on the other runs, the
+    longest of SPAN_CANDIDATES that raises on no healthy volume (the longer, the sooner a fault short for one
+    profile pages); then the held-out run replayed with it: its false raises, its fault volumes raised and when."""
+    out = []
+    for held in sorted({r.seed for r in rows}):
+        train = [r for r in rows if r.seed != held]
+        test = [r for r in rows if r.seed == held]
+        clean = [s for s in SPAN_CANDIDATES
+                 if not any("(FALSE)" in x for x in raises(train, shipped, saturating, need, s, quiet))]
+        chosen = max(clean, default=None)
+        if chosen is None:
+            out.append(f"  held out {held}: every span of {SPAN_CANDIDATES} raises on a healthy volume of the others")
+            continue
+        got = raises(test, shipped, saturating, need, chosen, quiet)
+        faults = {r.target for r in test if r.label == "fault"}
+        first = {}
+        for x in got:
+            if "(fault)" in x:
+                first.setdefault(x.split()[2].rstrip(":"), x.split()[1])
+        out.append(f"  held out {held}: chosen span {chosen} -> {sum('(FALSE)' in x for x in got)} false raises; "
+                   f"fault volumes raised {len(set(first) & faults)} of {len(faults)}"
+                   + "".join(f"; {t} first at {a}" for t, a in sorted(first.items())))
+    return out
+
+
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
@@ -273,9 +332,11 @@ def main() -> int:
     from iowarden.daemon.verdicts import contended as c
     depth_of = depths(args.config)
     rows = []
+    quiet: dict[str, list[tuple[float, str]]] = {}
     for kept in args.kept:
         mine = rows_of(kept, depth_of, args.window)
         rows += mine
+        quiet[run_name(kept)] = quiet_of(kept)
         print(f"== {kept}: {len(mine)} contended probes with a normal "
               f"({sum(r.label == 'fault' for r in mine)} in a throttle or collapse)")
         for r in mine[:args.lowest]:
@@ -296,9 +357,15 @@ def main() -> int:
     shipped = (c.SHALLOW_SHORTFALL, c.CONTENDED_SHORTFALL, c.DEVICE_AGREES_SLOWDOWN)
     for line in nested(rows, sat, shipped):
         print(line)
-    print(f"== raises by the shipped judgement ({c.SHORT_PROBES_TO_RAISE} strikes in a row on a volume), before the "
-          "slowed-host layer and the open-alert rules")
-    for line in raises(rows, shipped, sat, c.SHORT_PROBES_TO_RAISE) or ["  none"]:
+    print(f"== raises by the shipped judgement ({c.SHORT_PROBES_TO_RAISE} strikes on a volume, counted across at "
+          f"most {c.STRIKE_SPAN_PROBES} probes that are neither), before the slowed-host layer and the open-alert rules")
+    for line in raises(rows, shipped, sat, c.SHORT_PROBES_TO_RAISE, c.STRIKE_SPAN_PROBES, quiet) or ["  none"]:
+        print(line)
+    print("== the same strictly in a row (span 0)")
+    for line in raises(rows, shipped, sat, c.SHORT_PROBES_TO_RAISE, 0, quiet) or ["  none"]:
+        print(line)
+    print("== the count's span chosen by leaving one run out")
+    for line in nested_span(rows, shipped, sat, c.SHORT_PROBES_TO_RAISE, quiet):
         print(line)
     print("== the device's agreement chosen by leaving one run out, on the raises (the shortfalls as shipped)")
     for line in nested_raises(rows, shipped, sat, c.SHORT_PROBES_TO_RAISE):
