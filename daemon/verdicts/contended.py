@@ -34,8 +34,9 @@ SHORT_PROBES_TO_RAISE = 2
 # nor shows the volume whole (a saturating probe at CONTENDED_HALF of its normal or more, in IOPS and in bytes)
 # leaves the count as it is, for at most STRIKE_SPAN_PROBES of the volume's probes: one round of the example's four
 # profiles between two strikes of one profile. A short total the device does not agree with still resets it (the
-# shortfall is then the host's, a starved CPU's, not the volume's). Replayed on four soaks' journals (90 min of
-# healthy mix each and their faults), it raised the quarter cap at 359 s and nothing on a healthy volume.
+# shortfall is then the host's, a starved CPU's, not the volume's). Replayed on four soaks' journals (three of two
+# hours of healthy mix, one of 45 minutes and four faults; bench/contended_totals.py), it raised the quarter cap at
+# 359 s and nothing on a healthy volume, where strictly in a row it raised nothing.
 STRIKE_SPAN_PROBES = 4
 # The probe's total counts the device's, so the device's own latency must agree that it is slow at the load it
 # carries (the passive view: DEVICE_AGREES_SLOWDOWN its normal or more), or a cgroup limit on the volume's stack
