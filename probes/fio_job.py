@@ -92,6 +92,10 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9_.:@+-]{1,64}$")
 CAPPED = ("size", "runtime")
 JOB_FILE_MAX_BYTES = 64 * 1024          # a probe's job file is a few lines; a larger file is not one
 DEFAULT_MAX_BUFFER_BYTES = 256 << 20    # limits.max_job_buffers: what fio may allocate for I/O buffers
+# I/Os in flight (iodepth x numjobs) at which a probe fills the device alone: run beside other work, what the device
+# delivers in total then says what it can do (daemon/verdicts/contended.py), and a probe of this depth is the one
+# that can show a volume held short; a shallower one waits behind the other work
+SATURATING_QUEUE_DEPTH = 8
 _SIZE_TOKEN = re.compile(r"[0-9]+(\.[0-9]+)?[kmgtp]?i?b?", re.I)
 
 

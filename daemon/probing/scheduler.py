@@ -24,6 +24,7 @@ from types import MappingProxyType
 
 from iowarden.probes import blockqueue, pathstat, tasklimit
 from iowarden.probes.common import TASK_LIMIT_TEXT, Roots
+from iowarden.probes.fio_job import SATURATING_QUEUE_DEPTH
 from iowarden.probes.fio_run import ProbeResult
 from iowarden.probes.probe_dir import device_name_for
 from iowarden.probes.probe_child import run_isolated
@@ -205,8 +206,8 @@ class Scheduler:
         """A device the passive view finds far slower than its normal in a direction is met by a probe of that
         direction within a minute, whichever profile was next due (a volume's four profiles take turns over its
         interval: a collapse of a few minutes may end before a profile of its direction comes due): one profile
-        a minute per volume at most (the one of that direction probed longest ago), from the reserve, while the
-        view says so."""
+        a minute per volume at most (of that direction, deep enough to fill the device alone where the volume has
+        one, the one probed longest ago), from the reserve, while the view says so."""
         by_target: dict[str, list[Due]] = {}
         for d in self.due:
             by_target.setdefault(d.target.name, []).append(d)
@@ -218,6 +219,12 @@ class Scheduler:
                 continue   # probed within the minute: that probe, or the next, is the evidence
             meeting = [d for d in dues if d.profile in self.cfg.profiles
                        and profile_directions(self.cfg.profiles[d.profile].rw) & slow]
+            # a probe deep enough to fill the device alone, where the volume has one of that direction: beside the
+            # volume's own users (a slow device is a busy one) only its total can show the volume held short; a qd1
+            # probe waits behind them, and a quarter cap met first by its qd1 read was paged a probe later
+            deep = [d for d in meeting if self.cfg.profiles[d.profile].iodepth
+                    * self.cfg.profiles[d.profile].numjobs >= SATURATING_QUEUE_DEPTH]
+            meeting = deep or meeting
             if not meeting or any(d.next_at <= now + soon for d in meeting):
                 continue   # one of that direction runs within the minute anyway
             oldest = min(meeting, key=lambda d: d.started_at if d.started_at is not None else -math.inf)

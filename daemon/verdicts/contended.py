@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from iowarden.probes.fio_job import SATURATING_QUEUE_DEPTH
+
 # Short: a busy device delivering under a fifth of the probe's healthy figure in total. Not half: a busy total
 # depends on what the other work asks (writes beside reads on flash, fsyncs, a loop device sharing the host's
 # CPU and dirty pages); a healthy volume's fell 3.6x below its deep probe's quiet figure in the week lane while
@@ -57,8 +59,8 @@ STARVED_DEVICE_AGREES_SLOWDOWN = 8.0
 # alone could fill it: at queue depth 1 the probe waits behind the other work, the other work is what its
 # users ask (not what the device can give), and the sum fell 3-5x below the qd1 probe's quiet figure on
 # healthy volumes under the week bench's database mix: a shallow probe is short only at SHALLOW_SHORTFALL, and
-# says nothing of a volume that is back (the deep ones and the passive view of the same device do).
-SATURATING_QUEUE_DEPTH = 8
+# says nothing of a volume that is back (the deep ones and the passive view of the same device do). The depth is
+# the probes' own fact (a probe that fills the device alone), kept with them: the scheduler reads it too.
 PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal at that load: back within it
 
 
