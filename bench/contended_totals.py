@@ -33,6 +33,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from iowarden.daemon.verdicts.contended import CONTENDED_HALF
+
 
 # the probe's one line in the daemon's journal (daemon/core/knowledge.py)
 LINE = re.compile(r"^(\S+) (\S+) INFO probe (\S+)/(\S+) on (\S+): read (\d+) IOPS, write (\d+) IOPS.*\(contended\): "
@@ -244,7 +246,7 @@ def raises(rows: list[Row], at: tuple[float, float, float], saturating: int, nee
             if r is None or not strikes(r, *at, saturating):
                 deep = r is not None and (r.depth or saturating) >= saturating
                 short = r is not None and r.ratio < (at[1] if deep else at[0])
-                whole = deep and r.floor_ratio >= 0.5
+                whole = deep and r.floor_ratio >= CONTENDED_HALF
                 since[target] = since.get(target, 0) + 1
                 if whole or short or since[target] > span:
                     run.pop(target, None)
