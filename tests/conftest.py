@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -361,6 +362,8 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    for running in _RUNNING:
+        running.stopped.set()
     for lane in _LANE:
         lane.stop()   # a scenario still running is cancelled: it removes its devices on the way out
     if not hasattr(session.config, "workerinput"):   # the controller, once every worker has ended
@@ -423,6 +426,91 @@ class Timeline:
 _LANE_TESTS = ("test_first_half_hour.py::test_a_new_volume_is_armed_in_minutes_and_pages_by_minute_30",
                "test_week_on_call.py::test_a_week_on_call_pages_once_for_the_fault_and_never_for_the_work")
 _TIMELINE = Timeline()
+
+
+# A test's bound, setup and call each: a test that hangs fails with every thread's stack and the run goes on,
+# where a hung wait would hold the whole command past CI's 90 minutes and print nothing about which test it was.
+# The lanes are half-hour scenarios (23 minutes under the suite's load); no other end-to-end test has taken 11, and
+# no unit test 5 s (a unit test that loops on a scheduler's state until it sees a case held a worker for 40 minutes).
+TEST_BOUND_SECONDS = 1200.0
+LANE_BOUND_SECONDS = 2700.0
+UNIT_BOUND_SECONDS = 120.0
+
+
+class RanPastBound(BaseException):
+    """A test over its bound: a BaseException, so that no `except Exception` in a wait takes it for a retry."""
+
+
+@contextlib.contextmanager
+def _bounded(item, stage: str):
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    bound = LANE_BOUND_SECONDS if item.nodeid.endswith(_LANE_TESTS) else \
+        UNIT_BOUND_SECONDS if item.nodeid.startswith("tests/unit/") else TEST_BOUND_SECONDS
+
+    def overran(signum, frame):
+        import faulthandler
+        import sys
+        sys.stderr.write(f"\n== {item.nodeid}: its {stage} ran past {bound:.0f} s; every thread's stack:\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        raise RanPastBound(f"{stage} ran past its bound of {bound:.0f} s (tests/conftest.py, _bounded)")
+
+    previous = signal.signal(signal.SIGALRM, overran)
+    signal.setitimer(signal.ITIMER_REAL, bound)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    with _bounded(item, "setup"):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _bounded(item, "call"):
+        yield
+
+
+class Running(threading.Thread):
+    """The controller of a side-by-side run says, every ten minutes, which tests have run longer than five and on
+    which worker: when a run is stopped from outside, its output still says what it was waiting on."""
+
+    EVERY_SECONDS = 600.0
+    LONGER_THAN_SECONDS = 300.0
+
+    def __init__(self, reporter):
+        super().__init__(name="tests-running", daemon=True)
+        self.reporter = reporter
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.EVERY_SECONDS):
+            now = time.monotonic() - _TIMELINE.began
+            long = sorted((t0, nodeid) for nodeid, t0 in list(_TIMELINE.started.items())
+                          if now - t0 > self.LONGER_THAN_SECONDS)
+            if long:
+                self.reporter.ensure_newline()
+                self.reporter.write_line(f"== {time.strftime('%H:%M:%S')} ({now:.0f} s) still running: " +
+                                         "; ".join(f"{n.split('/')[-1]} ({now - t0:.0f} s)" for t0, n in long))
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            _RUNNING.append(Running(reporter))
+            _RUNNING[-1].start()
+
+
+_RUNNING: list[Running] = []
 
 
 def pytest_runtest_logstart(nodeid, location):

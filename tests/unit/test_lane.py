@@ -34,7 +34,8 @@ def test_a_session_that_ends_cancels_the_scenario_under_way():
     lane = Lane([waits])
     lane.start()
     import time
-    while "waiting" not in lane.report:
+    deadline = time.monotonic() + 30
+    while "waiting" not in lane.report and time.monotonic() < deadline:
         time.sleep(0.01)
     lane.stop(10)
     assert not lane.is_alive()

@@ -50,7 +50,9 @@ def test_a_volume_slow_in_its_writes_meets_a_write_probe_in_two_minutes_whicheve
     s = _scheduler(clock, slow)
     _ran(s, clock, 1500)   # routine: each profile once an interval on a quiet disk
     ww = [d for d in s.due if d.profile == "ww"][0]
-    while ww.next_at < clock() + 200:
+    for _ in range(300):   # a write probe not due for the next 200 s
+        if ww.next_at >= clock() + 200:
+            break
         _ran(s, clock, 1)
     # the collapse: the disk busy with its own users' queue, its writes at 8x their normal latency or more
     s.load.util, slow["on"] = 100.0, frozenset({"write"})
@@ -75,14 +77,17 @@ def test_a_volume_slow_in_its_reads_meets_the_deep_read_profile_probed_longest_a
         slow = {"on": frozenset()}
         s = _scheduler(clock, slow)
         _ran(s, clock, 900)
-        reads = [d for d in s.due if d.profile in ("rr", "seq", "q1")]
-        while min(d.next_at for d in reads) < clock() + 90 or (
-                q1_oldest != (min(reads, key=lambda d: d.started_at).profile == "q1")):
-            _ran(s, clock, 1)   # no read profile due within the next minute and a half; the qd1 one oldest or not
-        oldest = min((d for d in reads if d.profile != "q1"), key=lambda d: d.started_at).profile
+        _ran(s, clock, 10)   # nothing running: each profile's last probe has ended
+        # the volume's probes as the schedule might have left them: none started within the last two minutes, no
+        # read profile due within the next three, and the qd1 read the one probed longest ago, or the newest
+        now, by_profile = clock(), {d.profile: d for d in s.due}
+        ages = {"q1": 290, "rr": 250, "seq": 170} if q1_oldest else {"rr": 290, "seq": 250, "q1": 170}
+        for profile, age in {**ages, "ww": 130}.items():
+            by_profile[profile].started_at, by_profile[profile].next_at = now - age, now + 300 - age + 20
+        oldest = max(("rr", "seq"), key=ages.get)
         slow["on"] = frozenset({"read"})
-        ran = _ran(s, clock, 70)   # brought forward once no probe of the volume has started within the minute
-        assert [p for _, p in ran if p != "ww"][:1] == [oldest], (ran, [(d.profile, d.started_at) for d in reads])
+        ran = _ran(s, clock, 70)   # brought forward at once: no probe of the volume has started within the minute
+        assert [p for _, p in ran if p != "ww"][:1] == [oldest], (ran, ages)
 
 
 def test_no_slow_direction_brings_nothing_forward():
