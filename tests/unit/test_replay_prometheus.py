@@ -251,6 +251,25 @@ def test_the_plots_trace_is_io_weighted_and_bounded_in_points():
     assert len(trace.series("sdc")) <= MAX_POINTS
 
 
+# The CLI as a terminal starts it: SIGINT's default action, unblocked. In a whole run a worker that had run the
+# lab's and the integration tests before it started a CLI that let Ctrl-C go unanswered (twice; never alone); what
+# the worker's process had inherited or been left with is not the CLI's to answer for. A single-threaded process of
+# its own resets both and execs the CLI (a preexec_fn in a forked copy of a worker with threads, this test's server
+# among them, could deadlock).
+_AS_AT_A_TERMINAL = [sys.executable, "-c",
+                     "import os, signal, sys\n"
+                     "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                     "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+                     "os.execv(sys.executable, [sys.executable, '-m', 'iowarden.daemon.cli', *sys.argv[1:]])\n"]
+
+
+def _signal_masks(pid: int) -> str:
+    try:
+        return " ".join(x for x in open(f"/proc/{pid}/status").read().splitlines() if x.startswith("Sig"))
+    except OSError as exc:
+        return str(exc)
+
+
 def test_ctrl_c_prints_what_was_replayed_and_where_it_stopped(scripted):
     """The second host's first answer is slow; Ctrl-C meanwhile: the first host's report, and the stop said. The
     command runs as a user runs it, in a process of its own that the signal is sent to: a test worker's own SIGINT
@@ -261,7 +280,7 @@ def test_ctrl_c_prints_what_was_replayed_and_where_it_stopped(scripted):
     s = scripted(ok(["h1:9100", "h2:9100"]), ok([{"device": "sda"}]), ok([]),
                  ok({"resultType": "matrix", "result": samples}), ok({"resultType": "matrix", "result": []}),
                  (*ok([]), 60))
-    proc = subprocess.Popen([sys.executable, "-m", "iowarden.daemon.cli", "replay", "--prometheus", s.url,
+    proc = subprocess.Popen([*_AS_AT_A_TERMINAL, "replay", "--prometheus", s.url,
                              "--from", "1000", "--to", "1020", "--retries", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -270,8 +289,12 @@ def test_ctrl_c_prints_what_was_replayed_and_where_it_stopped(scripted):
         while len(s.seen) < 6 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert len(s.seen) == 6, ("requests seen:", s.seen)
+        signals = _signal_masks(proc.pid)   # said if the signal goes unanswered
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the replay did not stop within 30 s of SIGINT; its signals: {signals}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
