@@ -6,10 +6,12 @@ were given, also when a test fails; nothing else on the machine is touched.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -430,8 +432,8 @@ _TIMELINE = Timeline()
 
 # A test's bound, setup and call each: a test that hangs fails with every thread's stack and the run goes on,
 # where a hung wait would hold the whole command past CI's 90 minutes and print nothing about which test it was.
-# The lanes are half-hour scenarios (23 minutes under the suite's load); no other end-to-end test has taken 11, and
-# no unit test 5 s (a unit test that loops on a scheduler's state until it sees a case held a worker for 40 minutes).
+# The lanes are half-hour scenarios (24 minutes under the suite's load); no other end-to-end test takes 11, and no
+# unit test 5 s: a unit test ticking a fake clock until a schedule reaches a state it never reaches spins for ever.
 TEST_BOUND_SECONDS = 1200.0
 LANE_BOUND_SECONDS = 2700.0
 UNIT_BOUND_SECONDS = 120.0
@@ -450,8 +452,6 @@ def _bounded(item, stage: str):
         UNIT_BOUND_SECONDS if item.nodeid.startswith("tests/unit/") else TEST_BOUND_SECONDS
 
     def overran(signum, frame):
-        import faulthandler
-        import sys
         sys.stderr.write(f"\n== {item.nodeid}: its {stage} ran past {bound:.0f} s; every thread's stack:\n")
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -479,8 +479,8 @@ def pytest_runtest_call(item):
 
 
 class Running(threading.Thread):
-    """The controller of a side-by-side run says, every ten minutes, which tests have run longer than five and on
-    which worker: when a run is stopped from outside, its output still says what it was waiting on."""
+    """The controller of a side-by-side run says, every ten minutes, which tests have run longer than five: when a
+    run is stopped from outside, its output still says what it was waiting on."""
 
     EVERY_SECONDS = 600.0
     LONGER_THAN_SECONDS = 300.0

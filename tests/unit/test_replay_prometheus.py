@@ -251,11 +251,11 @@ def test_the_plots_trace_is_io_weighted_and_bounded_in_points():
     assert len(trace.series("sdc")) <= MAX_POINTS
 
 
-# The CLI as a terminal starts it: SIGINT's default action, unblocked. In a whole run a worker that had run the
-# lab's and the integration tests before it started a CLI that let Ctrl-C go unanswered (twice; never alone); what
-# the worker's process had inherited or been left with is not the CLI's to answer for. A single-threaded process of
-# its own resets both and execs the CLI (a preexec_fn in a forked copy of a worker with threads, this test's server
-# among them, could deadlock).
+# The CLI as a terminal starts it: SIGINT's default action, unblocked. A child inherits its parent's ignored and
+# blocked signals, and a test worker's are what whoever started the suite, and the tests before this one on that
+# worker, left them: beside the whole suite the CLI let Ctrl-C go unanswered for 30 s, and never when run by itself.
+# A single-threaded process of its own resets both and execs the CLI (a preexec_fn in a forked copy of a worker with
+# threads, this test's server among them, could deadlock).
 _AS_AT_A_TERMINAL = [sys.executable, "-c",
                      "import os, signal, sys\n"
                      "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
