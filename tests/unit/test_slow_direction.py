@@ -78,12 +78,12 @@ def test_a_volume_slow_in_its_reads_meets_the_deep_read_profile_probed_longest_a
         s = _scheduler(clock, slow)
         _ran(s, clock, 900)
         _ran(s, clock, 10)   # nothing running: each profile's last probe has ended
-        # the volume's probes as the schedule might have left them: none started within the last two minutes, no
-        # read profile due within the next three, and the qd1 read the one probed longest ago, or the newest
+        # the volume's probes as a schedule stretched by its budget might have left them: none started within the
+        # last two minutes, none due within the next three, and the qd1 read the one probed longest ago, or the newest
         now, by_profile = clock(), {d.profile: d for d in s.due}
         ages = {"q1": 290, "rr": 250, "seq": 170} if q1_oldest else {"rr": 290, "seq": 250, "q1": 170}
         for profile, age in {**ages, "ww": 130}.items():
-            by_profile[profile].started_at, by_profile[profile].next_at = now - age, now + 300 - age + 20
+            by_profile[profile].started_at, by_profile[profile].next_at = now - age, now + 180 + age / 10
         oldest = max(("rr", "seq"), key=ages.get)
         slow["on"] = frozenset({"read"})
         ran = _ran(s, clock, 70)   # brought forward at once: no probe of the volume has started within the minute
