@@ -29,6 +29,7 @@ per fault. Prints one table per seed and the scenario it played (the seed repeat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -303,9 +304,15 @@ def play_fault(fault, stack, lowers, uppers, scenario, hook, seen_before, port, 
                 runner._spawn("cpu", ["timeout", str(int(fault.seconds)), "sh", "-c", "while :; do :; done"])
         elif fault.kind == "scheduler-drift":
             path = Path(f"/sys/block/{lowers[v].name}/queue/scheduler")
-            old = path.read_text().split("[")[-1].split("]")[0]
-            path.write_text(fault.params["scheduler"])
+            offered = path.read_text().split()
+            old = next(n.strip("[]") for n in offered if n.startswith("["))
+            # the seed's scheduler where this kernel has it (bfq is a module not every kernel carries), else the
+            # first other one it offers: the fault is the change of setting, whichever it is
+            others = [n for n in offered if not n.startswith("[")]
+            drifted_to = fault.params["scheduler"] if fault.params["scheduler"] in others else others[0]
+            path.write_text(drifted_to)
             held.callback(path.write_text, old)
+            fault = dataclasses.replace(fault, params={**fault.params, "scheduler": drifted_to, "was": old})
         elif fault.kind == "filling":
             fill = uppers[v].mountpoint / "filling.dat"
             free = shutil.disk_usage(uppers[v].mountpoint).free
