@@ -317,3 +317,29 @@ def test_a_service_page_names_the_other_work_as_its_cause_before_where_the_wait_
     assert not any(c.startswith("the device itself") for c in causes)
     assert not any(c.startswith("other work") for c in core.passive_causes(SimpleNamespace(kind="self"), "sdb"))
     st.close()
+
+
+def _own_queue_run(batch_mean_ms: float, learn: int = 24, episode: int = 12):
+    """The root cgroup's writes (a WAL appender and the page-cache writeback of a buffered backup, 64 KiB each): 200
+    a window at 1.5 ms; then its own load fills the device's queue, 40 a window at 30 ms (20x), while a batch job
+    does 400 writes of 4 KiB a window at `batch_mean_ms` each: 91 % of the device's requests, 39 % of its bytes.
+    Returns (window, state, evidence) of its transitions."""
+    rule, rng, out = ServiceRule(ServiceParams(learn_windows=20)), random.Random(4), []
+    for i in range(learn + episode + 12):
+        during = learn <= i < learn + episode
+        per = {("/", "write"): _counts(40, 30.0, 1 << 16, rng) if during else _counts(200, 1.5, 1 << 16, rng)}
+        if during:
+            per[(BATCH, "write")] = _counts(400, batch_mean_ms, 4096, rng)
+        out += [(i - learn, t.state, t.evidence) for t in rule.judge("vdb", per, 15.0, 1.7e9 + 15 * i)]
+    return out
+
+
+def test_a_service_whose_own_requests_fill_the_queue_is_not_the_victim_of_whoever_does_more_requests():
+    # the batch job's 400 requests at 0.7 ms are 0.02 in the device on average, the root's 40 at 30 ms 0.08: the
+    # root waits on its own load, though the batch job does 91 % of the requests
+    assert _own_queue_run(0.7) == []
+    # the same counts with the batch job's requests holding the device (400 at 30 ms: 0.8 in it against the
+    # root's 0.08): the batch job is the culprit, named with its share of the requests
+    got = _own_queue_run(30.0)
+    assert [s for _, s, _ in got] == ["raised", "cleared"], got
+    assert got[0][0] <= 8 and got[0][2]["culprit"] == BATCH and got[0][2]["culprit_request_share"] >= 0.9, got
