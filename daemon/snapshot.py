@@ -115,7 +115,8 @@ class Snapshot:
     own_probes: Mapping = field(default_factory=_empty)       # device -> when a probe last ran on it (monotonic, inf: now)
     folds: Mapping = field(default_factory=_empty)            # alert id -> verdicts.pages.Fold: said on another's page
     told: tuple = ()                                          # the last Told, oldest first (core.TOLD_KEPT)
-    short_on_busy: frozenset = frozenset()                    # (volume, profile): last probe short in total, busy
+    # (volume, profile): last probe short in total on a busy device, or collapsed and set aside on a starved CPU
+    short_on_busy: frozenset = frozenset()
 
     # the sampler's reading in parts, as outputs name them: one copy, the reading's (disk_reading)
     @property

@@ -18,7 +18,8 @@ def suspected_fault(snapshot, target: str, profile: str) -> str | None:
     """Why a fault is suspected on this target's profile, or None. BY_PROBE: an open VolumeDegraded there, its
     last probe far off the volume's normal (the next probe confirms it, soon), its last probe run on a busy device
     that delivered under a fifth of the probe's normal in total (verdicts/contended.py: the second in a row
-    pages, so it comes a minute later, within the collapse, not an interval later), or its last probe refused for
+    pages, so it comes a minute later, within the collapse, not an interval later) or fell to a collapse's share of
+    its normal on a starved CPU and was set aside (verdicts/health.py), or its last probe refused for
     space (the next one, soon, says when there is room again: a refusal costs the device nothing, and the
     ProbeFailing it raised clears a minute after the space is freed, not an interval). BY_PASSIVE: a passive
     verdict open on its volume or its device (at its limit, slower than its normal), or its device serving its

@@ -357,3 +357,29 @@ def test_a_device_busy_all_window_far_below_its_lightest_learned_load_is_judged_
     assert max(v.slowdown_ratio.values()) >= 8   # what the scheduler's suspicion reads (suspicion.SUSPECT_SLOWDOWN)
     det.observe([pt.window(trace[0].device, day + 2, lowest / 1024, 400.0, util=99.0)], [])   # ten octaves: no bound
     assert det.views()[0].window_ratio is None
+
+
+def test_a_probe_collapsed_on_a_starved_cpu_is_set_aside_and_its_next_probe_is_brought_forward(tmp_path):
+    """A cgroup limit set seconds before a probe is not yet in the host's view: a soak's quarter throttle met its
+    first probe 51x under its normal, set aside on a starved CPU, and the next ran four minutes later behind
+    deferrals for the throttled device. Set aside, neither learned nor paged, but a suspicion: the next probe of
+    the profile comes a minute later and is not deferred long (probing/suspicion.py). A fall a starved CPU gives
+    healthy volumes (2.6x) is no suspicion, and a probe back in band ends it."""
+    from types import SimpleNamespace
+
+    from iowarden.daemon.probing.suspicion import BY_PROBE, suspected_fault
+    h, rng, clock = _health(tmp_path)
+    before = {k: d.to_state() for k, d in h.detectors.items()}
+    starved = {**STARVED, "own_slowdown": 1.0}
+    assert h.on_result(_probe(next(clock), 1 / 51, rng), "vol", lambda since: ["a cause"], starved) == []
+    assert {k: d.to_state() for k, d in h.detectors.items()} == before
+    assert h.short_on_busy() == frozenset({("vol", "rr")})
+    snapshot = SimpleNamespace(baselines=(), alerts=(), short_on_busy=h.short_on_busy(), passive=(),
+                               probes=(SimpleNamespace(target="db", volume="vol", profile="rr",
+                                                       result=SimpleNamespace()),))
+    assert suspected_fault(snapshot, "db", "rr") == BY_PROBE
+    h.on_result(_probe(next(clock), 1 / 2.6, rng), "vol", lambda since: ["a cause"], starved)
+    assert h.short_on_busy() == frozenset()
+    h.on_result(_probe(next(clock), 1 / 51, rng), "vol", lambda since: ["a cause"], starved)
+    h.on_result(_probe(next(clock), 1.0, rng), "vol", lambda since: ["a cause"], starved)
+    assert h.short_on_busy() == frozenset()
