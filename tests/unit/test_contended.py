@@ -93,6 +93,41 @@ def test_on_a_starved_cpu_the_device_agrees_only_far_off_its_normal():
     assert short_and_agreed(totals(242.3, 99.0, delivered=7000.0)) == (False, False)   # not short: nothing
 
 
+@given(slowdown=st.floats(0.5, 20.0), cpu=st.one_of(st.none(), st.floats(0.0, 100.0)), limited=st.booleans(),
+       last_deep_held=st.sampled_from([None, True, False]))
+def test_on_a_starved_cpu_a_shallow_probe_clears_once_its_device_no_longer_reads_as_a_faults(
+        slowdown, cpu, limited, last_deep_held):
+    """A soak's collapse ended while tasks waited for a CPU 99 % of the time: its qd1 probe's totals stayed 473-712
+    IOPS against a quiet 1,852 (what the other work asked, not short), the device at 1.8-2.2x its normal latency
+    for its load (partly the CPU's), its 4k reads back at their normal, and the alert was held 450 s until the
+    device read 1.28x. On a starved CPU the passive view says the volume is back under half the bar that agrees
+    with a short total there; on a free CPU, or with a cgroup limit on the stack, at 1.5x as ever. A volume whose
+    last deep probe was held is not cleared by a shallow one."""
+    from iowarden.daemon.verdicts.contended import (CPU_STARVED_PERCENT, PASSIVE_RECOVERED_SLOWDOWN,
+                                                    STARVED_DEVICE_AGREES_SLOWDOWN)
+
+    t = Totals(600.0, 600.0 * 4096, 1852.0, 1852.0 * 4096, 1, slowdown, None, slowdown, limited, cpu)
+    v = judge(t, strikes=0, is_open=True, last_deep_held=last_deep_held)
+    starved = cpu is not None and cpu >= CPU_STARVED_PERCENT and not limited
+    bar = STARVED_DEVICE_AGREES_SLOWDOWN / 2 if starved else PASSIVE_RECOVERED_SLOWDOWN
+    assert (v.action == "clear") == (slowdown <= bar and last_deep_held is False)
+    if v.action == "clear" and slowdown > PASSIVE_RECOVERED_SLOWDOWN:
+        assert f"tasks waited for a CPU {cpu:.0f} % of the time" in v.said, v.said
+    assert judge(t, strikes=0, is_open=False, last_deep_held=last_deep_held).action is None   # never raises
+
+
+def test_the_soaks_collapse_clears_at_its_first_shallow_probe_after_its_end_and_not_while_it_lasts():
+    """The soak's figures: after the end (no limit, the device at 2.0x, the CPU at 99 %) it clears; while the
+    collapse lasted (its limit on the stack, or the device at 9.1x, the least of the soaks' collapses) it does
+    not."""
+    def t(slowdown, limited=False):
+        return Totals(600.0, 600.0 * 4096, 1852.0, 1852.0 * 4096, 1, slowdown, None, slowdown, limited, 99.0)
+    v = judge(t(2.0), strikes=0, is_open=True, last_deep_held=False)
+    assert v.action == "clear" and "(2.00x of its normal at this load, passive; tasks waited for a CPU 99 %" in v.said
+    assert judge(t(2.0, limited=True), strikes=0, is_open=True, last_deep_held=False).action is None
+    assert judge(t(9.1), strikes=0, is_open=True, last_deep_held=False).action is None
+
+
 def test_on_a_starved_cpu_a_device_whose_window_was_not_read_does_not_agree():
     """A soak's healthy loop volume beside a host whose tasks waited for a CPU 96-98 % of the time: its busy device
     delivered 3,941 IOPS in total against the 4k read probe's 47,653 (0.08), its last window unread against its
