@@ -81,6 +81,7 @@ class Row:
     label: str            # "fault", "healthy" or "-"
     unix: float = 0.0
     floor_ratio: float = 0.0   # the smaller of the two: a saturating probe at half its normal in both is whole
+    cpu: float | None = None   # tasks waiting for a CPU during the probe, % of the time (None: not said)
 
 
 AFTER_FAULT_SECONDS = 600.0
@@ -155,10 +156,12 @@ def rows_of(kept: Path, depth_of: dict[str, int], given: list[str]) -> list[Row]
                     label = "-"
             out.append(Row(ratio, run_name(kept), at[:8], target, profile, depth_of.get(profile),
                            int(read) + int(write), int(total), round(n), float(own) if own else None,
-                           "tasks waited for a CPU" in line, label, t, floor))
+                           "tasks waited for a CPU" in line, label, t, floor,
+                           float(cpu.group(1)) if (cpu := CPU.search(line)) else None))
     return sorted(out, key=lambda r: r.ratio)
 
 
+CPU = re.compile(r"tasks waited for a CPU (\d+) %")
 QUIET = re.compile(r"^(\S+) (\S+) INFO probe (\S+)/(\S+) on (\S+): read \d+ IOPS, write \d+ IOPS")
 
 
@@ -316,6 +319,38 @@ def nested_span(rows: list[Row], shipped: tuple[float, float, float], saturating
     return out
 
 
+def nested_recovered(rows: list[Row], starved_percent: float, shipped: float) -> list[str]:
+    """The passive view's "back" on a starved CPU (contended.STARVED_PASSIVE_RECOVERED_SLOWDOWN) chosen by leaving one
+    run out: on the other runs, the geometric middle of the gap between the device's latency over its normal at
+    armed healthy probes on a starved CPU (what a volume that is back reads there) and at the probes of a throttle
+    or collapse on a starved CPU (what one still faulty reads); then the held-out run judged by it: its healthy
+    probes above it (a volume back that the bar would not call back) and its fault probes at or under it (one still
+    faulty it would, were no cgroup limit on its stack to keep the free CPU's bar: the soaks' faults are limits)."""
+    starved = [r for r in rows if r.cpu is not None and r.cpu >= starved_percent and r.own is not None]
+    out = []
+    for held in sorted({r.seed for r in rows}):
+        train = [r for r in starved if r.seed != held]
+        test = [r for r in starved if r.seed == held]
+        bar = middle([r.own for r in train if r.label == "healthy"], [r.own for r in train if r.label == "fault"],
+                     fault_below=False)
+        line = f"  held out {held}: "
+        for name, at in (("chosen", bar), ("shipped", shipped)):
+            if at is None:
+                line += f"{name}: no gap on the others; "
+                continue
+            high = [r for r in test if r.label == "healthy" and r.own > at]
+            under = [r for r in test if r.label == "fault" and r.own <= at]
+            line += (f"{name} {at:.2f}x -> of {sum(r.label == 'healthy' for r in test)} healthy, {len(high)} above; "
+                     f"of {sum(r.label == 'fault' for r in test)} fault, {len(under)} at or under; ")
+        out.append(line.rstrip("; "))
+    for label in ("healthy", "fault"):
+        got = sorted(r.own for r in starved if r.label == label)
+        if got:
+            out.append(f"  {label} on a starved CPU: {len(got)} probes, the device at {got[0]:.2f}-{got[-1]:.2f}x "
+                       f"(median {statistics.median(got):.2f}x)")
+    return out
+
+
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
@@ -371,6 +406,10 @@ def main() -> int:
         print(line)
     print("== the device's agreement chosen by leaving one run out, on the raises (the shortfalls as shipped)")
     for line in nested_raises(rows, shipped, sat, c.SHORT_PROBES_TO_RAISE):
+        print(line)
+    print(f"== the passive view's \"back\" on a starved CPU (tasks waiting {c.CPU_STARVED_PERCENT:g} % of the time or "
+          f"more) chosen by leaving one run out (shipped {c.STARVED_PASSIVE_RECOVERED_SLOWDOWN:g}x)")
+    for line in nested_recovered(rows, c.CPU_STARVED_PERCENT, c.STARVED_PASSIVE_RECOVERED_SLOWDOWN) or ["  none"]:
         print(line)
     return 0
 
