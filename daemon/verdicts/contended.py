@@ -170,11 +170,14 @@ def agreement_said(t: Totals) -> str:
     return f"the device serves its load at {t.own_slowdown:.1f}x its normal latency"
 
 
-def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, volume_paged: bool = False) -> Judged:
+def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, volume_paged: bool = False,
+          learning: bool = False) -> Judged:
     """`strikes`: the volume's strikes in a row before this probe (of any profile); `is_open`: VolumeDegraded is
     open on the volume's profile; `last_deep_held`: whether the volume's last saturating contended probe was held
     below half (None: none yet); `volume_paged`: VolumeDegraded is open on another profile of the volume (one
-    fault, one page: counted, not raised again). The caller keeps those and counts this one (Judged.strike, .held)."""
+    fault, one page: counted, not raised again); `learning`: the profile is still in its warm-up, its normal the
+    median of the quiet probes it has learned so far (said so in the page). The caller keeps those and counts this
+    one (Judged.strike, .held)."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
     short, strike = short_and_agreed(t)
     held = saturating and _below(t, CONTENDED_HALF)
@@ -185,8 +188,10 @@ def judge(t: Totals, strikes: int, is_open: bool, last_deep_held: bool | None, v
         why = agreement_said(t)
         return Judged(short, strike, saturating, held, whole, "raise",
                       f"on a busy disk the device{on} delivered {t.delivered_iops:,.0f} IOPS in total (this probe "
-                      f"and the other work together) where the probe alone gets {t.normal_iops:,.0f} on the healthy "
-                      f"volume, and {why}: it is slower than its normal even counting the other work")
+                      f"and the other work together) where "
+                      + (f"its first quiet probes got {t.normal_iops:,.0f} (the volume is still learning its normal)"
+                         if learning else f"the probe alone gets {t.normal_iops:,.0f} on the healthy volume")
+                      + f", and {why}: it is slower than its normal even counting the other work")
     # whatever raised it: while probes can only run contended (a backup), the device delivering its normal in
     # total is the evidence the volume is back (else busy probes would hold it open for the whole backup)
     if is_open and saturating and t.delivered_iops >= t.normal_iops * CONTENDED_RECOVERED:

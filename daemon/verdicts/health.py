@@ -275,7 +275,8 @@ class Health:
             # what the device delivered in total in those seconds is judged instead
             self._judge_contended(identity, profile, target, context or {}, causes_fn, place, on_slowed_host)
             return
-        if record["contended"] and self._short_in_warmup(identity, profile, target, context or {}):
+        if record["contended"] and self._short_in_warmup(identity, profile, target, context or {}, causes_fn, place,
+                                                         on_slowed_host):
             return
         self.last_short.discard((identity, profile))
         if identity in self.contended_strikes:   # a quiet probe ages the volume's count of short busy ones
@@ -307,6 +308,7 @@ class Health:
                 (target, profile) + tuple(x for x in starved if x is not None),
                 {"TARGET": target, "PROBE": profile, "REPEATS": True}))
             return
+        akey = ("VolumeDegraded", identity, profile)
         verdicts = {}
         for metric, value in metrics_of(record).items():
             key = (identity, profile, metric)
@@ -327,7 +329,6 @@ class Health:
             m.endswith("_seconds") and v.baseline and v.value - v.baseline < LATENCY_FLOOR_SECONDS)}
         if set(alerting) <= TAIL_ONLY:
             alerting = {}
-        akey = ("VolumeDegraded", identity, profile)
         if akey in self.open and not any(v.z > self.params.clear_z for v in alerting.values()):
             if any(v.alerting for v in verdicts.values()):
                 return   # back in band: the detectors' hysteresis clears it, nothing is re-sent meanwhile
@@ -358,6 +359,15 @@ class Health:
                 # raised on a busy device's total: one quiet probe at its baseline is not yet the volume back. A
                 # write lands in a cache above a limit (the week lane: the file under a loop device, at 400 IOPS)
                 # and a quiet probe between two busy ones cleared it and the next raised it again (two pages)
+                if not self._armed(identity, profile):
+                    # raised in the warm-up: read against the normal its page quoted, not the normal so far, which
+                    # learns the busy probes beside the fault; between short (a strike) and that normal a probe
+                    # neither holds nor clears it
+                    done = context.get("delivered_iops") if record["contended"] and context else \
+                        record["read_iops"] + record["write_iops"]
+                    quoted = self.open[akey].metrics["delivered_iops"].get("baseline") or 0.0
+                    if done is None or done < quoted * contended.CONTENDED_RECOVERED:
+                        return
                 self.quiet_good[akey] = self.quiet_good.get(akey, 0) + 1
                 if self.quiet_good[akey] < contended.QUIET_PROBES_TO_CLEAR_CONTENDED:
                     return
@@ -390,6 +400,11 @@ class Health:
                 return True
         return False
 
+    def _armed(self, identity: str, profile: str) -> bool:
+        """Whether the profile has a normal to judge against (a counted direction's detector armed)."""
+        counted = (self.detectors.get((identity, profile, f"{d}_iops")) for d in ("read", "write"))
+        return any(det is not None and det.baseline() is not None for det in counted)
+
     def _normal_so_far(self, identity: str, profile: str, at_least: int) -> dict | None:
         """The probe's IOPS and bytes a second (read and write summed), the median of what its detectors have
         learned, learning or not; None with fewer than `at_least` learned."""
@@ -401,14 +416,16 @@ class Health:
                     normal[kind] += math.exp(det.values.median())
         return normal if normal["iops"] > 0 and normal["bw_bytes"] > 0 else None
 
-    def _short_in_warmup(self, identity, profile, target, context) -> bool:
+    def _short_in_warmup(self, identity, profile, target, context, causes_fn, place, on_slowed_host) -> bool:
         """A warm-up probe the scheduler would learn under load (its device busy probe after probe), set aside
         when the device's total in its seconds is short of what the warm-up's quiet probes got, the device's
         latency or a cgroup limit agreeing: the judgement an armed volume's busy probe gets (contended.py), read
         against the normal so far. A collapse in a volume's first minutes was learned as its normal (49 IOPS
-        beside quiet warm-up probes of 60,000) and never paged. Not learned; the volume arms on later probes."""
-        counted = [self.detectors.get((identity, profile, f"{d}_iops")) for d in ("read", "write")]
-        if any(det is not None and det.baseline() is not None for det in counted):
+        beside quiet warm-up probes of 60,000) and never paged. Not learned; the volume arms on later probes.
+        It is a strike as an armed volume's is, and two page: a quarter throttle met in the warm-up (25 minutes
+        after the start, tasks waiting for a CPU 98 % of the time, a quarter of the profiles still learning) gave
+        four such probes in six minutes (319-354 IOPS in total against 1,959-5,978) and was never paged."""
+        if self._armed(identity, profile):
             return False   # armed: its busy probes are judged by _judge_contended
         normal = self._normal_so_far(identity, profile, contended.WARMUP_QUIET_TO_READ)
         if normal is None or context.get("delivered_iops") is None \
@@ -419,13 +436,30 @@ class Health:
                                   context.get("delivered_on"), context.get("own_slowdown_now"),
                                   bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"),
                                   context.get("slowest_member_now"))
-        if not contended.short_and_agreed(totals)[1]:
+        short, strike = contended.short_and_agreed(totals)
+        if not strike:
+            if short:   # short with nothing agreeing ends a run of strikes, as on an armed volume
+                self.contended_strikes.pop(identity, None)
             return False
         self._changes.append(Said(
             logging.WARNING, "probe %s/%s under load not learned: the busy device delivered %.0f IOPS in total where "
             "the probes its warm-up learned got %.0f, and %s: a volume short of its own speed is not a normal to learn",
             (target, profile, totals.delivered_iops, normal["iops"], contended.agreement_said(totals)),
             {"TARGET": target, "PROBE": profile, "REPEATS": True}))
+        akey = ("VolumeDegraded", identity, profile)
+        self.quiet_good.pop(akey, None)
+        if on_slowed_host and akey not in self.open:
+            return True   # the host's as much as the volume's: not counted, as an armed volume's busy probe there
+        paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
+        before = self.contended_strikes.get(identity, contended.Strikes())
+        v = contended.judge(totals, before.count, akey in self.open, None, paged, learning=True)
+        self.contended_strikes[identity] = contended.counted(before, v)
+        self.last_short.add((identity, profile))   # the next probe soon, not deferred long for the busy device
+        if v.action == "raise":
+            figures = {"value": round(totals.delivered_iops, 1), "baseline": round(totals.normal_iops, 1),
+                       "reason": "contended"}
+            self._raise(akey, target, "delivered_iops", {"metrics": {"delivered_iops": figures}, "passive": context},
+                        [v.said] + causes_fn(self.baseline_since(identity, profile)), place)
         return True
 
     def _judge_contended(self, identity, profile, target, context, causes_fn, place, on_slowed_host=False) -> None:

@@ -319,6 +319,73 @@ def test_a_collapse_in_the_warm_up_is_not_learned_as_the_volumes_normal_and_a_bu
     st.close()
 
 
+def test_a_throttle_met_in_the_warm_up_pages_on_its_second_short_probe_and_clears_only_once_the_total_is_back():
+    """A quarter throttle met 25 minutes after the start, a quarter of the profiles still learning: four busy
+    warm-up probes in six minutes delivered 319-354 IOPS in total against 1,959-5,978 (a cgroup limit on the
+    stack), each set aside as not learned, and nothing paged. Each is a strike as an armed volume's busy probe is:
+    the second pages, once for the volume (another profile's strike is counted, not raised again), saying the
+    normal is the warm-up's so far. A busy probe between short and its normal neither holds nor clears it; two
+    probes back at three quarters of that normal clear it. A healthy busy disk (the device at its normal latency, no
+    limit) and a short probe on a slowed host are not strikes."""
+    from iowarden.daemon.verdicts.changes import AlertClosed, AlertRaised
+    from iowarden.daemon.verdicts.detect import DetectorParams
+    from iowarden.daemon.verdicts.health import Health
+    h = Health(DetectorParams(warmup_probes=12))
+    quiet = {"target": "db", "profile": "rr", "device": "sdz", "ok": True, "error": None, "started_at": 1e9,
+             "duration_seconds": 2.0, "read_iops": 5978.0, "write_iops": 0.0, "read_bw_bytes": 5978 * 4096.0,
+             "write_bw_bytes": 0.0, "clat_p50_seconds": 0.0004, "clat_p99_seconds": 0.001,
+             "clat_p999_seconds": 0.002, "layout_bytes": 0, "write_io_bytes": 0, "contended": False}
+    for profile in ("rr", "rw"):
+        for _ in range(3):
+            h.on_result({**quiet, "profile": profile}, "kernel:sdz", lambda since: [])
+    busy = {**quiet, "contended": True, "learned_under_load": True, "read_iops": 263.0, "read_bw_bytes": 263 * 4096.0}
+
+    def context(total_iops, own=None, limited=False, host=None):
+        c = {"delivered_iops": total_iops, "delivered_bytes_per_second": total_iops * 4096.0,
+             "probe_queue_depth": 32, "delivered_on": None, "cpu_pressure_some_percent": 98.0}
+        if own is not None:
+            c["own_slowdown_now"] = own
+        if limited:
+            c["cgroup_limited"] = True
+        if host is not None:
+            c["host_slowdown"] = host
+        return c
+
+    def raised(changes):
+        return [c for c in changes if isinstance(c, AlertRaised)]
+    causes = lambda since: ["a cgroup I/O limit holds sdz"]
+    # a healthy busy disk: the device at its normal latency, no limit (the other work's asking) is no strike, and
+    # ends the volume's run of strikes
+    assert not raised(h.on_result(busy, "kernel:sdz", causes, context(323, limited=True)))
+    assert not raised(h.on_result({**busy, "profile": "rw"}, "kernel:sdz", causes, context(323, own=1.0)))
+    assert not raised(h.on_result({**busy, "profile": "rw"}, "kernel:sdz", causes, context(323, own=1.0)))
+    # on a slowed host a short probe is not counted, as an armed volume's is not
+    assert not raised(h.on_result(busy, "kernel:sdz", causes, context(323, limited=True, host=3.0)))
+    assert not raised(h.on_result(busy, "kernel:sdz", causes, context(323, limited=True, host=3.0)))
+    # the throttle: the first strike does not page, the second does, and names the normal as the warm-up's
+    assert not raised(h.on_result(busy, "kernel:sdz", causes, context(323, limited=True)))
+    assert ("kernel:sdz", "rr") in h.short_on_busy()   # its next probe soon
+    got = raised(h.on_result(busy, "kernel:sdz", causes, context(319, limited=True)))
+    assert len(got) == 1 and got[0].metric == "delivered_iops" and got[0].profile == "rr"
+    said = " ".join(got[0].causes)
+    assert "delivered 319 IOPS in total" in said and "its first quiet probes got 5,978 (the volume is still " \
+        "learning its normal)" in said and "a cgroup limit holds its stack" in said, said
+    assert "a cgroup I/O limit holds sdz" in said
+    # another profile's strikes are counted, not paged again: one fault, one alert for the volume
+    assert not raised(h.on_result({**busy, "profile": "rw"}, "kernel:sdz", causes, context(354, limited=True)))
+    assert not raised(h.on_result({**busy, "profile": "rw"}, "kernel:sdz", causes, context(354, limited=True)))
+    assert [k for k in h.open if k[0] == "VolumeDegraded"] == [("VolumeDegraded", "kernel:sdz", "rr")]
+    # between short and its normal (a quarter cap's 4k writes gave 0.28): neither holds nor clears, though learned
+    for _ in range(4):
+        out = h.on_result(busy, "kernel:sdz", causes, context(5978 * 0.28))
+        assert not [c for c in out if isinstance(c, AlertClosed)]
+    # back: two probes at three quarters of the warm-up's normal or more clear it, one does not
+    assert not [c for c in h.on_result(busy, "kernel:sdz", causes, context(5978 * 0.8))
+                if isinstance(c, AlertClosed)]
+    closed = [c for c in h.on_result({**quiet, "read_iops": 5500.0}, "kernel:sdz", causes) if isinstance(c, AlertClosed)]
+    assert len(closed) == 1 and ("VolumeDegraded", "kernel:sdz", "rr") not in h.open
+
+
 def test_a_warm_up_probe_counted_but_not_learned_keeps_the_profile_warming_up():
     """The scheduler counts a warm-up probe learned when it ends; the core may set it aside (a collapse in the
     warm-up). Counted to its warmup_probes, the profile stays in its warm-up while the core's normal still learns."""
