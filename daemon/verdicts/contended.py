@@ -125,6 +125,13 @@ def short_and_agreed(t: Totals) -> tuple[bool, bool]:
     return short, short and agrees
 
 
+def agreed_on_a_reading(t: Totals) -> bool:
+    """A cgroup limit on the stack, or the device's (or a member's) latency read at its agreeing slowdown: agreement
+    on what was read, not on a window that could not be (a new daemon's curves have learned nothing yet)."""
+    return t.cgroup_limited or (t.own_slowdown is not None and t.own_slowdown >= agreeing_slowdown(t)) \
+        or _member_agrees(t)
+
+
 def _starved(t: Totals) -> bool:
     return t.cpu_pressure_percent is not None and t.cpu_pressure_percent >= CPU_STARVED_PERCENT
 

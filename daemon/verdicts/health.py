@@ -450,6 +450,10 @@ class Health:
         self.quiet_good.pop(akey, None)
         if on_slowed_host and akey not in self.open:
             return True   # the host's as much as the volume's: not counted, as an armed volume's busy probe there
+        if not contended.agreed_on_a_reading(totals):
+            # a window not read against its normal agrees for an armed volume on a free CPU; in a warm-up, on a
+            # new daemon, the passive curves have learned nothing either, and it would agree with every busy probe
+            return True
         paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
         before = self.contended_strikes.get(identity, contended.Strikes())
         v = contended.judge(totals, before.count, akey in self.open, None, paged, learning=True)

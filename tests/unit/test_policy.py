@@ -328,6 +328,7 @@ def test_a_throttle_met_in_the_warm_up_pages_on_its_second_short_probe_and_clear
     probes back at three quarters of that normal clear it. A healthy busy disk (the device at its normal latency, no
     limit) and a short probe on a slowed host are not strikes."""
     from iowarden.daemon.verdicts.changes import AlertClosed, AlertRaised
+    from iowarden.daemon.verdicts.contended import Strikes
     from iowarden.daemon.verdicts.detect import DetectorParams
     from iowarden.daemon.verdicts.health import Health
     h = Health(DetectorParams(warmup_probes=12))
@@ -359,6 +360,11 @@ def test_a_throttle_met_in_the_warm_up_pages_on_its_second_short_probe_and_clear
     assert not raised(h.on_result(busy, "kernel:sdz", causes, context(323, limited=True)))
     assert not raised(h.on_result({**busy, "profile": "rw"}, "kernel:sdz", causes, context(323, own=1.0)))
     assert not raised(h.on_result({**busy, "profile": "rw"}, "kernel:sdz", causes, context(323, own=1.0)))
+    # a device whose window was not read (a new daemon's curves learn too) is set aside, not counted
+    free = {**context(323), "cpu_pressure_some_percent": 10.0}
+    assert not raised(h.on_result(busy, "kernel:sdz", causes, free))
+    assert not raised(h.on_result(busy, "kernel:sdz", causes, free))
+    assert h.contended_strikes.get("kernel:sdz", None) in (None, Strikes())
     # on a slowed host a short probe is not counted, as an armed volume's is not
     assert not raised(h.on_result(busy, "kernel:sdz", causes, context(323, limited=True, host=3.0)))
     assert not raised(h.on_result(busy, "kernel:sdz", causes, context(323, limited=True, host=3.0)))
