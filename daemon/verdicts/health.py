@@ -454,17 +454,24 @@ class Health:
             # a window not read against its normal agrees for an armed volume on a free CPU; in a warm-up, on a
             # new daemon, the passive curves have learned nothing either, and it would agree with every busy probe
             return True
-        paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
         before = self.contended_strikes.get(identity, contended.Strikes())
-        v = contended.judge(totals, before.count, akey in self.open, None, paged, learning=True)
+        v = contended.judge(totals, before.count, akey in self.open, None, self._paged_elsewhere(identity, profile),
+                            learning=True)
         self.contended_strikes[identity] = contended.counted(before, v)
         self.last_short.add((identity, profile))   # the next probe soon, not deferred long for the busy device
         if v.action == "raise":
-            figures = {"value": round(totals.delivered_iops, 1), "baseline": round(totals.normal_iops, 1),
-                       "reason": "contended"}
-            self._raise(akey, target, "delivered_iops", {"metrics": {"delivered_iops": figures}, "passive": context},
-                        [v.said] + causes_fn(self.baseline_since(identity, profile)), place)
+            self._raise_on_totals(akey, target, totals, v.said, causes_fn, context, place)
         return True
+
+    def _paged_elsewhere(self, identity: str, profile: str) -> bool:
+        """VolumeDegraded open on another profile of the volume: one fault, one page."""
+        return any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
+
+    def _raise_on_totals(self, akey, target, totals, said, causes_fn, context, place) -> None:
+        figures = {"value": round(totals.delivered_iops, 1), "baseline": round(totals.normal_iops, 1),
+                   "reason": "contended"}
+        self._raise(akey, target, "delivered_iops", {"metrics": {"delivered_iops": figures}, "passive": context},
+                    [said] + causes_fn(self.baseline_since(akey[1], akey[2])), place)
 
     def _judge_contended(self, identity, profile, target, context, causes_fn, place, on_slowed_host=False) -> None:
         """A probe on a busy disk, judged by the device's total against what the probe alone gets on the healthy
@@ -494,10 +501,9 @@ class Health:
                                   context.get("delivered_on"), context.get("own_slowdown_now"),
                                   bool(context.get("cgroup_limited")), context.get("cpu_pressure_some_percent"),
                                   context.get("slowest_member_now"))
-        paged = any(k[0] == "VolumeDegraded" and k[1] == identity and k[2] != profile for k in self.open)
         # strikes are the volume's, whichever profile met the busy disk: its profiles are probed in turn
         v = contended.judge(totals, self.contended_strikes.get(identity, contended.Strikes()).count,
-                            akey in self.open, self.deep_short.get(identity), paged)
+                            akey in self.open, self.deep_short.get(identity), self._paged_elsewhere(identity, profile))
         self.contended_strikes[identity] = contended.counted(
             self.contended_strikes.get(identity, contended.Strikes()), v)
         (self.last_short.add if v.strike else self.last_short.discard)(key)
@@ -506,10 +512,7 @@ class Health:
         if v.saturating:
             self.deep_short[identity] = v.held
         if v.action == "raise":
-            figures = {"value": round(totals.delivered_iops, 1), "baseline": round(totals.normal_iops, 1),
-                       "reason": "contended"}
-            self._raise(akey, target, "delivered_iops", {"metrics": {"delivered_iops": figures}, "passive": context},
-                        [v.said] + causes_fn(self.baseline_since(identity, profile)), place)
+            self._raise_on_totals(akey, target, totals, v.said, causes_fn, context, place)
             return
         if v.action == "clear":
             self._close(akey, v.said)
