@@ -67,10 +67,11 @@ PASSIVE_RECOVERED_SLOWDOWN = 1.5   # the passive view's latency over its normal 
 # soak's collapse ended while tasks waited for a CPU 99 % of the time: its qd1 probes' totals stayed 2.6-3.9x under
 # their quiet figure (what the other work asked, not short) with the device at 1.8-2.2x, its 4k reads delivered
 # their normal 54 s after the end, and the alert was held 450 s until the device read 1.28x. Healthy devices beside
-# a starved CPU read 0.9-4.2x, collapses 8.7-266x, but a quarter throttle's device 2.8-3.1x: the bar alone does not
-# part a volume held at a limit from one that is back. The rest of the rule does: the volume's deep probes deliver
-# half their normal in total (that throttle's delivered 0.19-0.21). A cgroup limit on the stack keeps the free
-# CPU's bar (a throttled bio waits above the device's counters).
+# a starved CPU read 0.9-5.8x and collapses 8.7-266x, but quarter throttles' devices read 1.0-3.1x (a limit below
+# the volume's device holds its bios where that device's clock does not run): no bar on the device parts a volume
+# held at a limit from one that is back, at 1.5x or 4x. The rest of the rule does: the deep probes deliver half
+# their normal in total (those throttles' 4k probes delivered 0.19-0.24). A cgroup limit on the stack keeps the
+# free CPU's bar.
 STARVED_PASSIVE_RECOVERED_SLOWDOWN = STARVED_DEVICE_AGREES_SLOWDOWN / 2
 
 
