@@ -121,9 +121,7 @@ def short_and_agreed(t: Totals) -> tuple[bool, bool]:
     agreeing."""
     saturating = t.queue_depth is None or t.queue_depth >= SATURATING_QUEUE_DEPTH
     short = _below(t, CONTENDED_SHORTFALL if saturating else SHALLOW_SHORTFALL)
-    agrees = t.cgroup_limited or _unread_agrees(t) or (t.own_slowdown is not None
-                                                       and t.own_slowdown >= agreeing_slowdown(t)) or _member_agrees(t)
-    return short, short and agrees
+    return short, short and (agreed_on_a_reading(t) or _unread_agrees(t))
 
 
 def agreed_on_a_reading(t: Totals) -> bool:
