@@ -18,25 +18,32 @@ def test_budget_status_while_workers_record_never_raises():
     errors, stop = [], threading.Event()
 
     def worker():
-        # paced: flat out, the deque grew by millions while status() summed it, quadratic on a busy machine
-        while not stop.is_set():
+        # a fixed number of records, paced: bounded by time instead, the deque grew with the machine's load while
+        # status() summed it, so a busy machine made the test quadratic (38 s at load 15, past its bound at 30)
+        for _ in range(1500):
+            if stop.is_set():
+                return
             budget.record(("sda",), time.time(), 0.001, 1)
             time.sleep(0.0001)
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for t in threads:
         t.start()
+    calls = 0
     try:
-        for _ in range(2542):
+        # every call while the workers record: the race is only there while they run
+        while calls < 2542 and any(t.is_alive() for t in threads) or calls < 200:
             try:
                 budget.status("sda")
             except RuntimeError as exc:
                 errors.append(exc)
+            calls += 1
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert errors == []
+    assert calls >= 200
 
 
 def _record(target, i, iops):
