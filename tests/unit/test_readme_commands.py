@@ -1,5 +1,6 @@
 """The README's command table and the parser agree: every command it lists exists, and every
 option it shows is one that command's --help describes. Run as a user would, through the CLI's module."""
+import concurrent.futures
 import re
 import subprocess
 import sys
@@ -30,10 +31,14 @@ def _help(command: str) -> tuple[int, str]:
 def test_every_command_and_option_in_the_readme_is_in_its_help():
     rows = _rows()
     assert len({c for c, _ in rows}) >= 11, rows   # the table was read (run, status, baseline, ack, replay, ...)
-    helps: dict[str, tuple[int, str]] = {}
+    # every command's --help at once: one after another, a dozen interpreter starts on a busy machine took
+    # longer than a unit test's bound
+    commands = sorted({c for c, _ in rows})
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        helps = dict(zip(commands, pool.map(_help, commands)))
     missing = []
     for command, options in rows:
-        code, text = helps.setdefault(command, _help(command))
+        code, text = helps[command]
         assert code == 0, f"iowarden {command} --help exited {code}"
         missing += [f"{command} {o}" for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text)]
     assert not missing, f"in the README, not in --help: {missing}"
