@@ -24,7 +24,7 @@ from iowarden.daemon.events import PassiveJudged
 from iowarden.daemon.snapshot import CAPABILITY_PROFILE, PASSIVE_PROFILE, frozen
 from iowarden.daemon.passive.detector import PassiveDetector
 from iowarden.daemon.passive.values import PassiveParams, Window
-from iowarden.daemon.sources import tracer_views
+from iowarden.daemon.sources import cgroups, tracer_views
 from iowarden.daemon.sources.registry import TAILS_SOURCE
 
 log = logging.getLogger("iowarden")
@@ -181,9 +181,12 @@ class PassiveWatch:
                                             cur.monotonic_seconds - start.monotonic_seconds)
         # without counts per cgroup (none yet, the tracer off or paused) every device is the device rule's again
         if services is not NO_NEW_COUNTS:
+            limited = {ident[n]: paths for n, paths in
+                       cgroups.limited_below_root(snap.sources.get(cgroups.SPEC.name)).items() if n in ident}
             observed += self.detector.observe_services(
                 services or {}, seconds, now,
-                lambda path: tracer_views.cgroup_words(path, trace.cgroup_version if trace else None, unit=True))
+                lambda path: tracer_views.cgroup_words(path, trace.cgroup_version if trace else None, unit=True),
+                limited)
         transitions = [(_named(t, name_of, self._pattern(name_of)), name_of.get(t.device, t.device))
                        for t in observed]
         for gone in set(self.detector.devices) - set(name_of):

@@ -12,9 +12,12 @@ took most of the window: a service blocked on its reads), their mean latency is 
 and above `floor_ms`, and one other cgroup did at least `culprit_share` of the device's requests or bytes and held
 the device at least as long as the service's own requests (a service that fills the queue itself waits on its own
 load); on a host whose other disks are N times their normal together in that window, at `ratio` times N (what the
-host's disks share is the host's). Most of the last `windows` judged windows of a service raise its device (one
-alert per device, naming its worst victim); few clear it, as do `windows` windows in a row without the victim's
-requests. The usual is learned, per service, direction and octave of the service's own request rate (its load),
+host's disks share is the host's). A cgroup held to an I/O limit of its own on the device (or by one it is in,
+below the root) is not judged: whoever set the limit declared it background work. In soaks of healthy mixes such
+a batch job's 4 KiB writes, held to a few hundred IOPS, waited 14-19x the normal they had learned alone while the
+root's large writes flushed at 420 MiB/s, and were paged as a victim. Most of the last `windows` judged windows
+of a service raise its device (one alert per device, naming its worst victim); few clear it, as do `windows`
+windows in a row without the victim's requests. The usual is learned, per service, direction and octave of the service's own request rate (its load),
 from the windows that were not a victim's: a slow moving average of the logarithm of its mean latency and of its
 p99, judged after `learn_windows`. A flood slows a closed-loop service's rate too, so a rate not learned yet is
 judged against the nearest octave that is.
@@ -110,6 +113,15 @@ def _octave(rate: float) -> int:
     return int(math.floor(math.log2(max(rate, 1e-3))))
 
 
+def _held_by_a_limit(cgroup: str, limited: frozenset[str]) -> bool:
+    """The cgroup, or one it is in below the root, holds an I/O limit of its own on the device."""
+    while limited and cgroup not in ("/", ""):
+        if cgroup in limited:
+            return True
+        cgroup = cgroup.rsplit("/", 1)[0] or "/"
+    return False
+
+
 def _nearest(bins: dict, octave: int, learned: int) -> _Usual | None:
     ready = [b for b, u in bins.items() if u.learned >= learned]
     if not ready:
@@ -128,11 +140,14 @@ class ServiceRule:
         self.step = 0
 
     def judge(self, device: str, counts: dict, seconds: float, unix_time: float,
-              words=lambda path: path, host_slowdown: float | None = None) -> list[Transition]:
+              words=lambda path: path, host_slowdown: float | None = None,
+              limited: frozenset[str] = frozenset()) -> list[Transition]:
         """One window of a device: counts {(cgroup, direction): CgroupCounts since the last window}, over
         `seconds`. words: how a cgroup is said (its systemd unit, v1's root). host_slowdown: the median of the
         host's other disks' latency over their normals in the same window (passive/host.py; None: no host to
-        speak of). Returns the device's transition."""
+        speak of). limited: the cgroups below the root with an I/O limit of their own on the device
+        (sources/cgroups.limited_below_root); they and the cgroups in them are not judged, and may still be the
+        culprit. Returns the device's transition."""
         self.step += 1
         p = self.p
         # What the host's disks share is the host's (its CPUs starved, its page cache flushing): a service waits
@@ -142,7 +157,7 @@ class ServiceRule:
         total_bytes = sum(c.bytes for c in counts.values())
         worst = None
         for (cgroup, direction), c in counts.items():
-            if cgroup in NOT_A_SERVICE or not self._evidence(c, seconds):
+            if cgroup in NOT_A_SERVICE or not self._evidence(c, seconds) or _held_by_a_limit(cgroup, limited):
                 continue
             key = (device, cgroup, direction)
             s = self.services.get(key)

@@ -171,6 +171,19 @@ def limits_holding(view: CgroupIoView | None, devices: set[str], anyone: bool = 
     return out
 
 
+def limited_below_root(view: CgroupIoView | None) -> dict[str, frozenset[str]]:
+    """Per device (kernel name), the cgroups below the root with an I/O limit of their own on it. Whoever set it
+    declared that cgroup's I/O background work held to a rate (a batch job, a backup unit with IOReadBandwidthMax):
+    its waits are not a service's to be paged for (passive/service.py). A limit on the root holds every process
+    and declares nothing of any one of them."""
+    out: dict[str, set[str]] = {}
+    for cgroup, devno, _ in (view.limits if view is not None else ()):
+        name = view.names.get(devno)
+        if cgroup != "/" and name is not None:
+            out.setdefault(name, set()).add(cgroup)
+    return {name: frozenset(paths) for name, paths in out.items()}
+
+
 def who(view: CgroupIoView | None, devices: set[str]) -> str | None:
     """The cgroups that did I/O to these devices in the last interval, the busiest first, with their shares."""
     if view is None or not view.seconds:

@@ -7,6 +7,7 @@ minutes of the flood's end. The same flood on a volume whose service is idle, or
 latency, raises nothing, though the device's own rule for other work (VolumeContended) would have; a service slow
 with no one else on the device is not contention.
 """
+import inspect
 import random
 import re
 
@@ -343,3 +344,102 @@ def test_a_service_whose_own_requests_fill_the_queue_is_not_the_victim_of_whoeve
     got = _own_queue_run(30.0)
     assert [s for _, s, _ in got] == ["raised", "cleared"], got
     assert got[0][0] <= 8 and got[0][2]["culprit"] == BATCH and got[0][2]["culprit_request_share"] >= 0.9, got
+
+
+def _background_run(limited: frozenset, victim: str = BATCH, culprit: str = "/", learn: int = 24,
+                    episode: int = 16):
+    """A soak's healthy mix, as the tracer counted it: a batch job's 4 KiB direct writes, held by its cgroup to 400
+    IOPS, 0.78 ms each while it ran alone; then the root's 496 KiB writes at 416 MiB/s (a compaction, a writeback
+    storm) took 89 % of the device's requests, and the batch job's writes waited 15 ms (19x). `victim`, `culprit`:
+    the two cgroups' paths. Returns (window, state, evidence) of the device's transitions."""
+    rule, rng, out = ServiceRule(ServiceParams(learn_windows=20)), random.Random(8), []
+    for i in range(learn + episode + 12):   # a tenth of the soak's requests a window, in the same shares
+        during = learn <= i < learn + episode
+        per = {(victim, "write"): _counts(600 if not during else 90, 15.1 if during else 0.78, 4096, rng)}
+        if during:
+            per[(culprit, "write")] = _counts(1290, 40.0, 496 << 10, rng)
+        out += [(i - learn, t.state, t.evidence)
+                for t in rule.judge("vdb", per, 15.0, 1.7e9 + 15 * i, limited=limited)]
+    return out
+
+
+@pytest.mark.parametrize("victim,limited", [
+    (BATCH, frozenset({BATCH})),                                    # its own limit
+    ("/batch.slice/nightly-1.scope", frozenset({"/batch.slice"})),  # the limit of the slice it runs in
+])
+def test_work_its_owner_held_to_an_io_limit_is_not_paged_as_a_victim(victim, limited):
+    """Seen in soaks of healthy mixes, twice in the first twenty minutes of five: a batch job held to a few hundred
+    IOPS waited 14-19x the normal it had learned alone while a compaction's writes flushed, and ServiceContended
+    paged it. Its owner limited it: background work, whose waits no one is woken for. The same waits of a cgroup
+    nothing limits are paged, and a limit on the root (a throttle of the whole host) declares nothing."""
+    assert _background_run(limited, victim) == []
+    for unlimited in (frozenset(), frozenset({"/"}), frozenset({"/other.slice"})):
+        got = _background_run(unlimited, victim)
+        assert [s for _, s, _ in got] == ["raised", "cleared"], (unlimited, got)
+        assert got[0][2]["victim"] == victim and got[0][2]["culprit"] == "/", got
+
+
+def test_a_limited_cgroup_flooding_a_service_is_still_named_as_its_culprit():
+    """The limit exempts the work held by it from being a victim, not from being the cause: a database in a
+    cgroup of its own waits behind a limited job's writes, and the job is named."""
+    got = _background_run(frozenset({BATCH}), victim=DB, culprit=BATCH)
+    assert [s for _, s, _ in got] == ["raised", "cleared"], got
+    assert got[0][2]["victim"] == DB and got[0][2]["culprit"] == BATCH, got
+
+
+def test_the_cgroups_a_limit_of_their_own_holds_are_read_per_device_from_the_cgroup_view():
+    from types import MappingProxyType
+
+    from iowarden.daemon.sources.cgroups import CgroupIoView, limited_below_root
+    from iowarden.probes.cgroupio import IoLimit
+    view = CgroupIoView(1.7e9, 5.0, 1, "/", (), (("/", "7:2", IoLimit(riops=50)),
+                                                  ("/batch-4", "7:0", IoLimit(wiops=400)),
+                                                  ("/batch.slice", "7:0", IoLimit(wbps=1 << 20)),
+                                                  ("/gone", "7:9", IoLimit(riops=10))),
+                        MappingProxyType({"7:0": "loop0", "7:2": "loop2"}))
+    # the root's throttle holds everyone and declares no one; a device not named (gone) is left out
+    assert limited_below_root(view) == {"loop0": frozenset({"/batch-4", "/batch.slice"})}
+    assert limited_below_root(None) == {}
+
+
+def test_the_part_hands_the_rule_the_limited_cgroups_of_each_device_under_its_identity(tmp_path):
+    """From the snapshot's cgroup view to the rule, keyed as the tracer's counts are (the device's identity)."""
+    from types import MappingProxyType
+
+    from iowarden.daemon.core.state import State
+    from iowarden.daemon.passive.part import PassiveWatch
+    from iowarden.daemon.passive.values import PassiveParams
+    from iowarden.daemon.snapshot import Snapshot
+    from iowarden.daemon.sources import cgroups
+    from iowarden.daemon.sources.registry import TAILS_SOURCE
+    from iowarden.daemon.sources.cgroups import CgroupIoView
+    from iowarden.probes.cgroupio import IoLimit
+    from tests.unit.test_passive import FakeSampler, sdz_sample
+    from tests.unit.test_passive_tail import _Reading
+
+    sampler, seen = FakeSampler(), []
+    view = CgroupIoView(1.7e9, 5.0, 1, "/", (), (("/batch-4", "8:0", IoLimit(wiops=400)),),
+                        MappingProxyType({"8:0": "sdz"}))
+
+    def trace(n):
+        return _Reading(up=True, total=MappingProxyType({}), unix_time=1.7e9 + n, window_seconds=15.0,
+                        cgroups_at=15.0 * n, cgroup_version=1, cgroups=MappingProxyType({
+                            ("sdz", "/batch-4", "write"): (CgroupCounts(20 * n, 81920 * n, 10 ** 6 * n,
+                                                                        StageHistogram(((100, 20 * n),))), None)}))
+    step = [0]
+    part = PassiveWatch(PassiveParams(window_seconds=15), lambda: Snapshot(
+        0.0, "test", disk_reading=sampler.reading, devices=MappingProxyType({}), own_probes=MappingProxyType({}),
+        sources=MappingProxyType({TAILS_SOURCE: trace(step[0]), cgroups.SPEC.name: view})),
+        State(str(tmp_path / "s.db")), lambda e: None)
+    judge = part.detector.services.judge
+
+    def spy(*a, **k):
+        args = inspect.signature(judge).bind(*a, **k).arguments
+        seen.append((args["device"], tuple(sorted(args["counts"])), args.get("limited")))
+        return judge(*a, **k)
+    part.detector.services.judge = spy
+    for i in range(4):
+        step[0] = i
+        sampler.last_sample = sdz_sample(15.0 * i, 1000 * i, 500 * i)
+        part.step()
+    assert seen and all(s == ("kernel:sdz", (("/batch-4", "write"),), frozenset({"/batch-4"})) for s in seen), seen
