@@ -156,17 +156,17 @@ class PassiveDetector(GroupRules):
         return out
 
     def observe_services(self, counts: dict, seconds: float, unix_time: float, words,
-                         limited: dict | None = None) -> list[Transition]:
+                         limited: frozenset[str] = frozenset()) -> list[Transition]:
         """The tracer's counts per cgroup since the last window: {device: {(cgroup, direction): CgroupCounts}} for
         every device it counts per cgroup (they are judged per service from now on, not by the device's rule for
-        other work). words: how a cgroup is said. limited: {device: the cgroups below the root with an I/O limit
-        of their own on it}, not judged as services."""
+        other work). words: how a cgroup is said. limited: the cgroups below the root with an I/O limit of their
+        own, not judged as services."""
         self.by_service = frozenset(counts)
         out = []
         # a device raised but no longer counted (the tracer paused or gone) is judged idle: it clears in time
         for device in sorted(set(counts) | set(self.services.flagged)):
             out += self.services.judge(device, counts.get(device, {}), seconds, unix_time, words,
-                                       self.neighbours_now.get(device), (limited or {}).get(device, frozenset()))
+                                       self.neighbours_now.get(device), limited)
         return out
 
     def forget(self, device: str) -> list[Transition]:

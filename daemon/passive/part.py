@@ -181,8 +181,7 @@ class PassiveWatch:
                                             cur.monotonic_seconds - start.monotonic_seconds)
         # without counts per cgroup (none yet, the tracer off or paused) every device is the device rule's again
         if services is not NO_NEW_COUNTS:
-            limited = {ident[n]: paths for n, paths in
-                       cgroups.limited_below_root(snap.sources.get(cgroups.SPEC.name)).items() if n in ident}
+            limited = cgroups.limited_below_root(snap.sources.get(cgroups.SPEC.name))
             observed += self.detector.observe_services(
                 services or {}, seconds, now,
                 lambda path: tracer_views.cgroup_words(path, trace.cgroup_version if trace else None, unit=True),

@@ -12,10 +12,10 @@ took most of the window: a service blocked on its reads), their mean latency is 
 and above `floor_ms`, and one other cgroup did at least `culprit_share` of the device's requests or bytes and held
 the device at least as long as the service's own requests (a service that fills the queue itself waits on its own
 load); on a host whose other disks are N times their normal together in that window, at `ratio` times N (what the
-host's disks share is the host's). A cgroup held to an I/O limit of its own on the device (or by one it is in,
-below the root) is not judged: whoever set the limit declared it background work. In soaks of healthy mixes such
-a batch job's 4 KiB writes, held to a few hundred IOPS, waited 14-19x the normal they had learned alone while the
-root's large writes flushed at 420 MiB/s, and were paged as a victim. Most of the last `windows` judged windows
+host's disks share is the host's). A cgroup held to an I/O limit of its own (or by one it is in, below the root)
+is not judged: whoever set the limit declared it background work. In soaks of healthy mixes such a batch job's
+4 KiB writes, held to a few hundred IOPS on a loop device, waited 14-19x the normal they had learned alone on the
+disk under it while the root's large writes flushed at 420 MiB/s, and were paged as a victim. Most of the last `windows` judged windows
 of a service raise its device (one alert per device, naming its worst victim); few clear it, as do `windows`
 windows in a row without the victim's requests. The usual is learned, per service, direction and octave of the service's own request rate (its load),
 from the windows that were not a victim's: a slow moving average of the logarithm of its mean latency and of its
@@ -114,7 +114,7 @@ def _octave(rate: float) -> int:
 
 
 def _held_by_a_limit(cgroup: str, limited: frozenset[str]) -> bool:
-    """The cgroup, or one it is in below the root, holds an I/O limit of its own on the device."""
+    """The cgroup, or one it is in below the root, holds an I/O limit of its own."""
     while limited and cgroup not in ("/", ""):
         if cgroup in limited:
             return True
@@ -145,7 +145,7 @@ class ServiceRule:
         """One window of a device: counts {(cgroup, direction): CgroupCounts since the last window}, over
         `seconds`. words: how a cgroup is said (its systemd unit, v1's root). host_slowdown: the median of the
         host's other disks' latency over their normals in the same window (passive/host.py; None: no host to
-        speak of). limited: the cgroups below the root with an I/O limit of their own on the device
+        speak of). limited: the cgroups below the root with an I/O limit of their own, on this device or another
         (sources/cgroups.limited_below_root); they and the cgroups in them are not judged, and may still be the
         culprit. Returns the device's transition."""
         self.step += 1

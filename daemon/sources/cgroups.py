@@ -171,17 +171,14 @@ def limits_holding(view: CgroupIoView | None, devices: set[str], anyone: bool = 
     return out
 
 
-def limited_below_root(view: CgroupIoView | None) -> dict[str, frozenset[str]]:
-    """Per device (kernel name), the cgroups below the root with an I/O limit of their own on it. Whoever set it
-    declared that cgroup's I/O background work held to a rate (a batch job, a backup unit with IOReadBandwidthMax):
-    its waits are not a service's to be paged for (passive/service.py). A limit on the root holds every process
-    and declares nothing of any one of them."""
-    out: dict[str, set[str]] = {}
-    for cgroup, devno, _ in (view.limits if view is not None else ()):
-        name = view.names.get(devno)
-        if cgroup != "/" and name is not None:
-            out.setdefault(name, set()).add(cgroup)
-    return {name: frozenset(paths) for name, paths in out.items()}
+def limited_below_root(view: CgroupIoView | None) -> frozenset[str]:
+    """The cgroups below the root with an I/O limit of their own, on any device. Whoever set it declared that
+    cgroup's I/O background work held to a rate (a batch job, a backup unit with IOReadBandwidthMax): its waits
+    are not a service's to be paged for (passive/service.py), on that device or on those its I/O lands on. A
+    loop device charges the I/O it does to its backing file to the cgroup that issued it, and md and dm pass a
+    request's cgroup on to their members: a batch job held on a loop device waited on the disk under it, where
+    it has no limit. A limit on the root holds every process and declares nothing of any one of them."""
+    return frozenset(cgroup for cgroup, _, _ in (view.limits if view is not None else ()) if cgroup != "/")
 
 
 def who(view: CgroupIoView | None, devices: set[str]) -> str | None:

@@ -387,7 +387,7 @@ def test_a_limited_cgroup_flooding_a_service_is_still_named_as_its_culprit():
     assert got[0][2]["victim"] == DB and got[0][2]["culprit"] == BATCH, got
 
 
-def test_the_cgroups_a_limit_of_their_own_holds_are_read_per_device_from_the_cgroup_view():
+def test_the_cgroups_a_limit_of_their_own_holds_are_read_from_the_cgroup_view():
     from types import MappingProxyType
 
     from iowarden.daemon.sources.cgroups import CgroupIoView, limited_below_root
@@ -397,13 +397,15 @@ def test_the_cgroups_a_limit_of_their_own_holds_are_read_per_device_from_the_cgr
                                                   ("/batch.slice", "7:0", IoLimit(wbps=1 << 20)),
                                                   ("/gone", "7:9", IoLimit(riops=10))),
                         MappingProxyType({"7:0": "loop0", "7:2": "loop2"}))
-    # the root's throttle holds everyone and declares no one; a device not named (gone) is left out
-    assert limited_below_root(view) == {"loop0": frozenset({"/batch-4", "/batch.slice"})}
-    assert limited_below_root(None) == {}
+    # the root's throttle holds everyone and declares no one; a limit counts on whatever device it is set
+    assert limited_below_root(view) == frozenset({"/batch-4", "/batch.slice", "/gone"})
+    assert limited_below_root(None) == frozenset()
 
 
-def test_the_part_hands_the_rule_the_limited_cgroups_of_each_device_under_its_identity(tmp_path):
-    """From the snapshot's cgroup view to the rule, keyed as the tracer's counts are (the device's identity)."""
+def test_the_part_hands_the_rule_the_cgroups_held_by_a_limit_on_the_device_above_the_one_they_wait_on(tmp_path):
+    """From the snapshot's cgroup view to the rule. In the soak the batch job was limited on its volume's loop
+    device (loop1), and the loop driver charged the writes it did to its backing file, on the disk under it
+    (loop0), to the batch job's cgroup: there the job was judged, and paged, with no limit of its own."""
     from types import MappingProxyType
 
     from iowarden.daemon.core.state import State
@@ -418,8 +420,8 @@ def test_the_part_hands_the_rule_the_limited_cgroups_of_each_device_under_its_id
     from tests.unit.test_passive_tail import _Reading
 
     sampler, seen = FakeSampler(), []
-    view = CgroupIoView(1.7e9, 5.0, 1, "/", (), (("/batch-4", "8:0", IoLimit(wiops=400)),),
-                        MappingProxyType({"8:0": "sdz"}))
+    view = CgroupIoView(1.7e9, 5.0, 1, "/", (), (("/batch-4", "7:1", IoLimit(wiops=400)),),
+                        MappingProxyType({"7:1": "loop1"}))
 
     def trace(n):
         return _Reading(up=True, total=MappingProxyType({}), unix_time=1.7e9 + n, window_seconds=15.0,
