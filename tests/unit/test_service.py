@@ -348,9 +348,10 @@ def test_a_service_whose_own_requests_fill_the_queue_is_not_the_victim_of_whoeve
 
 def _background_run(limited: frozenset, victim: str = BATCH, culprit: str = "/", learn: int = 24,
                     episode: int = 16):
-    """A soak's healthy mix, as the tracer counted it: a batch job's 4 KiB direct writes, held by its cgroup to 400
-    IOPS, 0.78 ms each while it ran alone; then the root's 496 KiB writes at 416 MiB/s (a compaction, a writeback
-    storm) took 89 % of the device's requests, and the batch job's writes waited 15 ms (19x). `victim`, `culprit`:
+    """A soak's healthy mix, as the tracer counted it on the disk under a loop device: a batch job's 4 KiB direct
+    writes, held by its cgroup to 200 IOPS, 0.78 ms each while it ran alone; then the root's 496 KiB writes at
+    416 MiB/s (a compaction, a writeback storm) took 89 % of the disk's requests, and the batch job's writes
+    waited 15 ms (19x). `victim`, `culprit`:
     the two cgroups' paths. Returns (window, state, evidence) of the device's transitions."""
     rule, rng, out = ServiceRule(ServiceParams(learn_windows=20)), random.Random(8), []
     for i in range(learn + episode + 12):   # a tenth of the soak's requests a window, in the same shares
