@@ -15,12 +15,12 @@ load); on a host whose other disks are N times their normal together in that win
 host's disks share is the host's). A cgroup held to an I/O limit of its own (or by one it is in, below the root)
 is not judged: whoever set the limit declared it background work. In soaks of healthy mixes such a batch job's
 4 KiB writes, held to a few hundred IOPS on a loop device, waited 14-19x the normal they had learned alone on the
-disk under it while the root's large writes flushed at 420 MiB/s, and were paged as a victim. Most of the last `windows` judged windows
-of a service raise its device (one alert per device, naming its worst victim); few clear it, as do `windows`
-windows in a row without the victim's requests. The usual is learned, per service, direction and octave of the service's own request rate (its load),
-from the windows that were not a victim's: a slow moving average of the logarithm of its mean latency and of its
-p99, judged after `learn_windows`. A flood slows a closed-loop service's rate too, so a rate not learned yet is
-judged against the nearest octave that is.
+disk under it while the root's large writes flushed at 420 MiB/s, and were paged as a victim. Most of the last
+`windows` judged windows of a service raise its device (one alert per device, naming its worst victim); few
+clear it, as do `windows` windows in a row without the victim's requests. The usual is learned, per service,
+direction and octave of the service's own request rate (its load), from the windows that were not a victim's: a
+slow moving average of the logarithm of its mean latency and of its p99, judged after `learn_windows`. A flood
+slows a closed-loop service's rate too, so a rate not learned yet is judged against the nearest octave that is.
 
 Pure, no clock: the passive part feeds it the tracer's counts since its last step.
 """
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from iowarden.daemon.alert_kinds import severity_of
 from iowarden.daemon.passive.values import ALERT_OF_KIND, Transition
+from iowarden.daemon.sources.cgroups import ancestors
 from iowarden.daemon.wording import human_seconds
 
 NOT_A_SERVICE = ("other", "(no cgroup)", "(removed cgroups)")   # the tracer's sums of many: no one's latency
@@ -115,11 +116,7 @@ def _octave(rate: float) -> int:
 
 def _held_by_a_limit(cgroup: str, limited: frozenset[str]) -> bool:
     """The cgroup, or one it is in below the root, holds an I/O limit of its own."""
-    while limited and cgroup not in ("/", ""):
-        if cgroup in limited:
-            return True
-        cgroup = cgroup.rsplit("/", 1)[0] or "/"
-    return False
+    return bool(limited) and any(a in limited for a in ancestors(cgroup) if a != "/")
 
 
 def _nearest(bins: dict, octave: int, learned: int) -> _Usual | None:

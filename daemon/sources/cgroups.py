@@ -109,7 +109,7 @@ def start(section: dict, roots: Roots, disk_reading=None):
     return read
 
 
-def _ancestors(path: str) -> list[str]:
+def ancestors(path: str) -> list[str]:
     out = [path]
     while path not in ("/", ""):
         path = os.path.dirname(path) or "/"
@@ -142,7 +142,7 @@ def limits_holding(view: CgroupIoView | None, devices: set[str], anyone: bool = 
     100 read IOPS" of a batch job's cgroup)."""
     if view is None:
         return []
-    chain = set(_ancestors(view.own_cgroup))
+    chain = set(ancestors(view.own_cgroup))
     device_rate: dict[tuple[str, str], float] = {}
     counted = set()   # devices the interval's rates say anything of (v1 counts nothing on a device without a rule)
     if view.seconds:
