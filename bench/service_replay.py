@@ -34,7 +34,11 @@ def query_range(url: str, expr: str, start: float, end: float) -> list[dict]:
         t1 = min(end, t0 + 7200)
         q = urllib.parse.urlencode({"query": expr, "start": t0, "end": t1, "step": STEP_SECONDS})
         with urllib.request.urlopen(f"{url}/api/v1/query_range?{q}", timeout=120) as r:
-            body = json.loads(r.read(MAX_RESPONSE_BYTES))
+            raw = r.read(MAX_RESPONSE_BYTES + 1)
+        if len(raw) > MAX_RESPONSE_BYTES:
+            raise SystemExit(f"{url}: an answer over {MAX_RESPONSE_BYTES >> 20} MiB for {expr}: give a shorter "
+                             "--start/--end")
+        body = json.loads(raw)
         out += body["data"]["result"]
         t0 = t1 + STEP_SECONDS
     return out
