@@ -66,15 +66,18 @@ def _until_up(read) -> None:
 
 
 def _traced(outer, *fio_args, engine="bpftrace", paths=None):
-    """fio on the outer volume with the tracer running: (fio's read stats, the tracer's last reading). paths, a
-    dict, gets how the compiled engine said each disk's requests were timed."""
+    """fio on the outer volume with the tracer running: (fio's read stats, the tracer's reading before and after,
+    the reads the kernel completed on the volume meanwhile, from /proc/diskstats). paths, a dict, gets how the
+    compiled engine said each disk's requests were timed."""
     read = tracer.start(_section(outer.name, engine), Roots())
     try:
         _until_up(read)
         _fio(outer.mountpoint, "--runtime=1", "--time_based=0", "--size=128m", "--rw=read", "--bs=1m")  # lay out
         before = _settled(read)
+        completed = _reads(outer.name)
         fio = _fio(outer.mountpoint, *fio_args)
-        return fio, before, _settled(read)
+        after = _settled(read)
+        return fio, before, after, _reads(outer.name) - completed
     finally:
         if paths is not None:
             paths.update(read.state.paths)
@@ -126,8 +129,9 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked, eng
     with blkio_cap("read_bps_device", inner.major_minor, 32 << 20):
         # 400 reads, however long they take (a minute at most): on a busy machine 8 s of them were 175, under the
         # 200 timed I/Os a window needs before its tail is quoted as a cause
-        fio, before, after = _traced(outer, "--iodepth=1", "--bs=128k", "--number_ios=400", "--time_based=0",
-                                     "--runtime=60", "--percentile_list=50:98:99:99.5", engine=engine, paths=paths)
+        fio, before, after, completed = _traced(outer, "--iodepth=1", "--bs=128k", "--number_ios=400",
+                                                "--time_based=0", "--runtime=60", "--percentile_list=50:98:99:99.5",
+                                                engine=engine, paths=paths)
     if engine == "compiled":
         want = "issue map" if isinstance(tracer.compiled_process, functools.partial) else "stamped"
         assert paths == {outer.name: want}, paths
@@ -135,10 +139,17 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked, eng
     h = _window(before, after, key)
     fio_p = {q: fio["clat_ns"]["percentile"][f"{q:.6f}"] / 1e9 for q in (50.0, 98.0, 99.0, 99.5)}
     ours = {q: h.quantile_seconds(q / 100) for q in (45.0, 50.0, 55.0, 99.0)}
-    print(f"I/Os fio {fio['total_ios']} traced {h.total}; p50 fio {fio_p[50.0] * 1e3:.3f} ms traced "
+    print(f"I/Os fio {fio['total_ios']} completed {completed} traced {h.total}; p50 fio {fio_p[50.0] * 1e3:.3f} ms traced "
           f"{ours[50.0] * 1e3:.3f} ms; p99 fio {fio_p[99.0] * 1e3:.3f} ms (p98 {fio_p[98.0] * 1e3:.3f}, p99.5 "
           f"{fio_p[99.5] * 1e3:.3f}) traced {ours[99.0] * 1e3:.3f} ms")
-    assert abs(h.total - fio["total_ios"]) <= 0.02 * fio["total_ios"] + 5   # every request timed (no sampling)
+    # every request timed, none twice: the reads the kernel completed (fio's, and one of XFS's now and then), not
+    # one in N (a sampled disk would time a half or less). Not all of them to the read: on a busy machine the
+    # completion tracepoint reaches a BPF program for some 94-100 % of the requests /proc/diskstats counts (beside
+    # five soaks, load 40: the compiled program 391-401 of 401, a bpftrace program counting only that tracepoint
+    # beside it 396-401, on the stamped path and the issue map alike; CI: 375 of fio's 400). Those missing were
+    # never delivered, so no wait brings them
+    assert 0.90 * completed <= h.total <= completed + 0.02 * completed + 5, (h.total, completed, fio["total_ios"])
+    assert completed >= fio["total_ios"], (completed, fio["total_ios"])
     # fio's clock is user space's: on a busy machine its process waits for a CPU before it reaps a
     # completion the block layer saw earlier (seen: p50 1.17 ms by fio, 0.82 ms in the block layer), so
     # half a millisecond is allowed beside the 10 % and 20 %
