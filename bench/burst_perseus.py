@@ -115,7 +115,7 @@ def run_synthetic(p: burst.BurstParams, seeds: range) -> tuple[int, int, list[fl
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "perseus-dev"))
     ap.add_argument("--synthetic", type=int, default=200, help="synthetic bucket volumes per grid point")
     args = ap.parse_args()

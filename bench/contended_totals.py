@@ -356,7 +356,7 @@ def _f(x: float | None) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("kept", nargs="+", type=Path, help="a seed's directory kept by bench/soak.py --keep")
     ap.add_argument("--lowest", type=int, default=8)
     ap.add_argument("--window", action="append", default=[],

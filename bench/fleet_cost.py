@@ -222,7 +222,7 @@ def _gib(n: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--volumes", type=int, default=10000)
     ap.add_argument("--class-size", type=int, default=100)
     ap.add_argument("--history-minutes", type=int, default=245)

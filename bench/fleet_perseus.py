@@ -206,7 +206,7 @@ def _firsts(series: list[dict], key) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "perseus-dev"))
     ap.add_argument("--keep", help="keep the run's files (the database, vmalert's log) here")
     ap.add_argument("--gap-minutes", type=float, default=DAY_GAP_SECONDS / 60,

@@ -145,7 +145,7 @@ def figures(name: str, found: dict, hours: dict, kinds: dict, slow: set, hosts: 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "perseus-dev"))
     ap.add_argument("--hosts", help="comma-separated cluster_X/host_N: only these")
     args = ap.parse_args()

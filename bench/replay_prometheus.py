@@ -70,7 +70,7 @@ def host_days(host: int, disks: int, start: float, days: int, scrape: float, see
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--hosts", type=int, default=10)
     ap.add_argument("--disks", type=int, default=10, help="drives per host")

@@ -95,7 +95,7 @@ def _share(c: CgroupCounts, k: int) -> CgroupCounts:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--prometheus", required=True)
     ap.add_argument("--start", type=float, default=None, help="unix seconds (default: 3 hours before --end)")
     ap.add_argument("--end", type=float, default=None, help="unix seconds (default: now)")

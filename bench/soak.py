@@ -415,7 +415,7 @@ def provenance(args) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--seeds", default="1", help="comma-separated seeds")
     ap.add_argument("--healthy-minutes", type=float, default=120.0)
     ap.add_argument("--faults", default="all", help=f"all, none, or some of {', '.join(FAULT_KINDS)}")

@@ -60,7 +60,7 @@ def wait(fn, timeout: float, every: float = 5.0):
 def main() -> None:
     # SIGTERM ends the bench through its exit handlers: its daemon, fio jobs, mounts and loop devices go too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--factors", default="10,3,1.5")
     ap.add_argument("--give-up-minutes", type=float, default=30.0)
     ap.add_argument("--clear-minutes", type=float, default=30.0, help="how long to wait for the alert to clear")
