@@ -177,3 +177,23 @@ def spread_next(next_at: float, now: float, interval_seconds: float, siblings: l
     # the clearest, and of equally clear ones the nearest to where it would have run (a whole slot clear is
     # enough: no move for nothing)
     return max(candidates, key=lambda t: (min(round(clearance(t), 6), slot), -abs(t - next_at)))
+
+
+def within_cover(next_ats: Mapping[str, float], now: float, cover_seconds: float,
+                 margin_seconds: float) -> dict[str, float]:
+    """A volume's profiles' next runs (profile -> when), just after one of them started at `now`, with the
+    earliest drawn back so that the volume is measured again within cover_seconds (its interval as configured)
+    less margin_seconds (a probe's cost and a step's retry: the run must have ended by then). Only the earliest
+    moves, and only earlier; the others keep the budget's spacing.
+
+    The budget's fit stretches every profile of a volume at once, and the spread moves a run at most half a slot:
+    after a warm-up's probes ran a minute apart and spent the budget, each profile's next run came 427 s on, and
+    the volume went 346-357 s unmeasured at a 300 s interval (two of five two-hour soak seeds)."""
+    if not next_ats:
+        return dict(next_ats)
+    latest = now + max(cover_seconds - margin_seconds, 0.0)
+    earliest = min(next_ats, key=lambda p: (next_ats[p], p))
+    out = dict(next_ats)
+    if out[earliest] > latest:
+        out[earliest] = latest
+    return out

@@ -33,7 +33,8 @@ from iowarden.daemon.config import Config, Target
 from iowarden.daemon.events import IntervalsFitted, ProbeFinished, ProbesCounted, ProbeStarted, frozen_map
 from iowarden.daemon.probing import fit
 from iowarden.daemon.probing.budget import Budget
-from iowarden.daemon.probing.plan import Candidate, Load, Rules, plan, spread_next
+from iowarden.daemon.probing.plan import (DEFER_RETRY_SECONDS, Candidate, Load, Rules, plan, spread_next,
+                                          within_cover)
 from iowarden.daemon.probing.published import Published
 from iowarden.daemon.probing.processes import CHILD_REAP_SECONDS, ProbeProcesses, probe_deadline_seconds
 from iowarden.daemon.probing.suspicion import BY_PROBE
@@ -325,9 +326,18 @@ class Scheduler:
             if dec.next_at is not None:
                 d.next_at = dec.next_at
                 if dec.action == "run":   # the target's profiles in turn over its interval, not together
+                    siblings = [o for o in self.due if o.target.name == d.target.name]
                     d.next_at = spread_next(dec.next_at, now, fitted[(d.target.name, d.profile)],
-                                            [o.next_at for o in self.due if o.target.name == d.target.name
-                                             and o is not d])
+                                            [o.next_at for o in siblings if o is not d])
+                    if len(siblings) > 1 and fitted[(d.target.name, d.profile)] > d.target.interval_seconds:
+                        # stretched by the budget's fit, each profile's run is spaced past the volume's interval:
+                        # the volume itself is still measured within it
+                        needed = self.cfg.profiles[d.profile].effective_runtime_seconds(
+                            self.cfg.limits.max_runtime_seconds)
+                        drawn = within_cover({o.profile: o.next_at for o in siblings}, now,
+                                             d.target.interval_seconds, needed + DEFER_RETRY_SECONDS)
+                        for o in siblings:
+                            o.next_at = drawn[o.profile]
             d.deferred_since, d.waiting = dec.deferred_since, dec.waiting
             if dec.action == "run":
                 d.started_at = now

@@ -6,6 +6,9 @@ hour. A detected fault re-probed every minute spent the budget, so its alert cou
 intervals are fitted to what the probes cost, and a reserve only confirming probes spend stays for them.
 """
 import logging
+import sys
+
+import pytest
 
 from tests.unit.test_policy import Clock, FakeRun, Sampler
 
@@ -166,3 +169,57 @@ def test_a_disks_fit_said_again_with_new_figures_within_a_minute_is_held_as_a_re
         logger.removeHandler(handler)
     assert len(said) == 2 and "1 more like this" in said[1], said
     assert said[0].startswith("routine probes on loop10 ask 576 s") and "device_time_ratio = " in said[0]
+
+
+def _volume_gaps(s, after):
+    """The gaps between two probes of the volume (any profile) from `after` on."""
+    times = sorted(t for t, _, _ in s.ran if t >= after)
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+@pytest.mark.parametrize("cost_seconds, stretch", [(1.9, 1.41), (2.5, 1.85)])
+def test_a_volume_is_measured_once_its_interval_when_the_fit_stretches_its_profiles(monkeypatch, caplog,
+                                                                                    cost_seconds, stretch):
+    """The example's budget and probes of 1.9 s (quiet) and 2.5 s (a loaded host's: the soak measured 3.07 s on a
+    starved CPU) stretch each profile to 1.41x and 1.85x its interval. After the warm-up its four profiles had run
+    a minute apart and each fell due that far on; the volume went unmeasured for most of a stretched interval
+    (324 and 442 s here at 300 s; 346-357 s in the soak). Now the earliest is drawn back within the volume's
+    interval, and no routine probe is refused for the budget."""
+    monkeypatch.setattr(sys.modules[__name__], "COST", cost_seconds)
+    clock = Clock(0.0)
+    s = Paying(_example_like(), Roots(), Sampler(), lambda e: None, clock=clock, devices=lambda: {},
+               device_of={"db": "sdb"})
+    with caplog.at_level(logging.WARNING, logger="iowarden"):
+        for _ in range(4 * 3600):
+            s.tick()
+    said = [r.getMessage() for r in caplog.records if "routine probes on sdb" in r.getMessage()]
+    assert said and f"{stretch:.2f}x less often" in said[-1], said
+    armed_at = sorted(t for t, _, _ in s.ran)[11]         # the warm-up: three probes of each of four profiles
+    gaps = _volume_gaps(s, armed_at)
+    assert gaps and max(gaps) <= 300.0, sorted(gaps)[-5:]
+    assert s.skipped_total[("db", "budget_time")] == 0, s.skipped_total
+    per_profile = {}
+    for (t, _, _), p in zip(s.ran, s.ran_profiles):
+        if t > armed_at:
+            per_profile.setdefault(p, []).append(t)
+    # each profile still about at its stretched cadence, not at the volume's: the budget's spacing is kept
+    for p, ts in per_profile.items():
+        assert len(ts) <= (4 * 3600 - armed_at) / (300 * stretch) + 2, (p, len(ts))
+
+
+def test_the_earliest_of_a_volumes_next_runs_is_drawn_back_within_its_interval_and_only_it():
+    from iowarden.daemon.probing.plan import within_cover
+    bunched = {"p0": 1427.0, "p1": 1437.0, "p2": 1448.0, "p3": 1460.0}
+    assert within_cover(bunched, 1000.0, 300.0, 6.5) == {**bunched, "p0": 1293.5}
+    spread = {"p0": 1100.0, "p1": 1205.0, "p2": 1310.0, "p3": 1415.0}
+    assert within_cover(spread, 1000.0, 300.0, 6.5) == spread     # already within: nothing moves
+    due = {"p0": 990.0, "p1": 1500.0}
+    assert within_cover(due, 1000.0, 300.0, 6.5) == due           # one already due: the volume is covered
+    assert within_cover({}, 1000.0, 300.0, 6.5) == {}
+    for now in (0.0, 17.5, 1e6):                                  # never later, never more than one moved
+        for ats in (bunched, spread, due):
+            shifted = {p: t + now - 1000.0 for p, t in ats.items()}
+            out = within_cover(shifted, now, 300.0, 6.5)
+            assert all(out[p] <= shifted[p] for p in shifted)
+            assert sum(out[p] != shifted[p] for p in shifted) <= 1
+            assert min(out.values()) <= now + 300.0 - 6.5
