@@ -52,6 +52,16 @@ class Paying(FakeRun):
         self.learned[(d.target.name, d.profile)] += 1
 
 
+def _four_hours_of_the_example(caplog) -> Paying:
+    """The example-like volume probed for four hours on the fake clock, the fit's warnings caught."""
+    s = Paying(_example_like(), Roots(), Sampler(), lambda e: None, clock=Clock(0.0), devices=lambda: {},
+               device_of={"db": "sdb"})
+    with caplog.at_level(logging.WARNING, logger="iowarden"):
+        for _ in range(4 * 3600):
+            s.tick()
+    return s
+
+
 def test_the_reserve_is_for_confirming_probes_only():
     now = [10_000.0]
     b = Budget(0.02, 3600.0, 10 << 30, clock=lambda: now[0])
@@ -77,12 +87,7 @@ def test_confirming_probes_never_take_the_routine_share():
 
 
 def test_routine_probes_over_their_budget_are_spread_not_starved(caplog):
-    clock = Clock(0.0)
-    s = Paying(_example_like(), Roots(), Sampler(), lambda e: None, clock=clock, devices=lambda: {},
-               device_of={"db": "sdb"})
-    with caplog.at_level(logging.WARNING, logger="iowarden"):
-        for _ in range(4 * 3600):
-            s.tick()
+    s = _four_hours_of_the_example(caplog)
     routine = [t for t, _, _ in s.ran if t > 600]       # past the warm-up
     assert s.skipped_total[("db", "budget_time")] == 0, s.skipped_total
     # spread over the hours, each profile about every 300 x 1.41 s: never a gap of a quarter hour. Out of the
@@ -186,12 +191,7 @@ def test_a_volume_is_measured_once_its_interval_when_the_fit_stretches_its_profi
     (324 and 442 s here at 300 s; 346-357 s in the soak). Now the earliest is drawn back within the volume's
     interval, and no routine probe is refused for the budget."""
     monkeypatch.setattr(sys.modules[__name__], "COST", cost_seconds)
-    clock = Clock(0.0)
-    s = Paying(_example_like(), Roots(), Sampler(), lambda e: None, clock=clock, devices=lambda: {},
-               device_of={"db": "sdb"})
-    with caplog.at_level(logging.WARNING, logger="iowarden"):
-        for _ in range(4 * 3600):
-            s.tick()
+    s = _four_hours_of_the_example(caplog)
     said = [r.getMessage() for r in caplog.records if "routine probes on sdb" in r.getMessage()]
     assert said and f"{stretch:.2f}x less often" in said[-1], said
     armed_at = sorted(t for t, _, _ in s.ran)[11]         # the warm-up: three probes of each of four profiles
