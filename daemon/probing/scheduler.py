@@ -280,7 +280,7 @@ class Scheduler:
         sch = self.cfg.section("scheduling")
         answers = self.paths.poll([d.target.path for d in due], PATH_ASK_EVERY_SECONDS)
         fresh_since = self.paths.clock() - 3 * PATH_ASK_EVERY_SECONDS
-        by_key, candidates, fitted = {}, [], dict(self.fit.intervals)
+        by_key, candidates, fitted, needed_of = {}, [], dict(self.fit.intervals), {}
         stretch = self._fit()
         last_start: dict[str, float] = {}   # target -> when a probe of any of its profiles last started
         for d in self.due:
@@ -295,7 +295,8 @@ class Scheduler:
                 continue
             disks = self.physical_disks(d.target)
             by_key[(d.target.name, d.profile)] = (d, disks)
-            needed = self.cfg.profiles[d.profile].effective_runtime_seconds(self.cfg.limits.max_runtime_seconds)
+            needed = needed_of[(d.target.name, d.profile)] = self.cfg.profiles[d.profile].effective_runtime_seconds(
+                self.cfg.limits.max_runtime_seconds)
             warming = self.warming_up(d.target.name, d.profile)
             interval = fitted[(d.target.name, d.profile)] = self._interval(d, max((stretch.get(x, 1.0) for x in disks),
                                                                                    default=1.0))
@@ -332,10 +333,9 @@ class Scheduler:
                     if len(siblings) > 1 and fitted[(d.target.name, d.profile)] > d.target.interval_seconds:
                         # stretched by the budget's fit, each profile's run is spaced past the volume's interval:
                         # the volume itself is still measured within it
-                        needed = self.cfg.profiles[d.profile].effective_runtime_seconds(
-                            self.cfg.limits.max_runtime_seconds)
                         drawn = within_cover({o.profile: o.next_at for o in siblings}, now,
-                                             d.target.interval_seconds, needed + DEFER_RETRY_SECONDS)
+                                             d.target.interval_seconds,
+                                             needed_of[(d.target.name, d.profile)] + DEFER_RETRY_SECONDS)
                         for o in siblings:
                             o.next_at = drawn[o.profile]
             d.deferred_since, d.waiting = dec.deferred_since, dec.waiting
