@@ -146,8 +146,8 @@ def test_tracer_percentiles_agree_with_fios_and_the_device_is_named(stacked, eng
     # one in N (a sampled disk would time a half or less). Not all of them to the read: on a busy machine the
     # completion tracepoint reaches a BPF program for some 94-100 % of the requests /proc/diskstats counts (beside
     # five soaks, load 40: the compiled program 391-401 of 401, a bpftrace program counting only that tracepoint
-    # beside it 396-401, on the stamped path and the issue map alike; the whole suite side by side: 375 of fio's 400). Those missing were
-    # never delivered, so no wait brings them
+    # beside it 396-401, on the stamped path and the issue map alike; the whole suite side by side: 375 of fio's
+    # 400). Those missing were never delivered, so no wait brings them
     assert 0.90 * completed <= h.total <= completed + 0.02 * completed + 5, (h.total, completed, fio["total_ios"])
     assert completed >= fio["total_ios"], (completed, fio["total_ios"])
     # fio's clock is user space's: on a busy machine its process waits for a CPU before it reaps a
