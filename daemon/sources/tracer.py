@@ -126,7 +126,15 @@ class _Tracer:
     base_sums: dict = field(default_factory=dict)
     current: dict = field(default_factory=dict)          # the running process's last counts
     current_sums: dict = field(default_factory=dict)
-    previous_total: dict = field(default_factory=dict)   # the last reading's totals (for the window)
+    previous_total: dict = field(default_factory=dict)   # the totals at the last window's end (for the window)
+    # The window is what the last print of counts added. The source reads every interval_seconds and the loader
+    # prints every interval_seconds, each on its own clock: a read that found no print since the one before took
+    # an empty window, and the last window's percentiles, its cause line and the cgroups' shares went missing
+    # from a scrape or a page now and then (on a loaded host, one read in a few). Until a new print comes, a
+    # reading keeps the last window.
+    counts_printed: int = 0                              # counts lines read, of every process
+    counts_windowed: int = -1                            # ... as many as there were when the window was taken
+    last_window: dict = field(default_factory=dict)
     rates_prev: diskstats.DiskSample | None = None
     last_iops: dict = field(default_factory=dict)
     last_interval: float = 0.0                           # seconds the last rates cover
@@ -149,7 +157,10 @@ class _Tracer:
     cg_named: dict = field(default_factory=dict)         # name -> the paths named in its series, in order
     cg_map: dict = field(default_factory=dict)           # the loader's last word: entries, capacity, evicted
     cg_printed_at: float | None = None                   # ... and when it read the map (monotonic), if it said
-    cg_previous: dict = field(default_factory=dict)      # the last reading's cgroup totals (for the window)
+    cg_previous: dict = field(default_factory=dict)      # the cgroup totals at the last window's end
+    cg_sets_read: int = 0                                # whole sets of cgroup entries read, of every process
+    cg_windowed: int = -1                                # ... as many as there were when its window was taken
+    cg_last_window: dict = field(default_factory=dict)
     cg_walk_cut: bool = False                            # the last walk of the hierarchy met its bound
     cg_bounds: dict = field(default_factory=dict)        # what the bounds left out: folded, unnamed, walk_cut
 
@@ -330,6 +341,7 @@ class _Tracer:
             self.unknown_dropped += len(values) - len(named)
             if kind == "counts":
                 self.current = named
+                self.counts_printed += 1
             else:
                 self.current_sums = named
             self.last_line_at = time.monotonic()
@@ -375,6 +387,7 @@ class _Tracer:
                 self.cg_printed_at = printed_at(msg["data"].get("monotonic"), time.monotonic())
                 self._cg_set(self.cg_pending)
                 self.cg_pending = {}
+                self.cg_sets_read += 1
                 self.last_line_at = time.monotonic()
             elif len(self.cg_pending) < 2 * blockstage.MAX_CGROUPS + 2 * len(self.names):
                 self.cg_pending.update((k, v) for k, v in blockstage.parse_cgroup(msg["data"]).items()
@@ -489,15 +502,21 @@ class _Tracer:
         keys = self.base.keys() | self.current.keys()
         total = {k: add_histograms(self.base.get(k), self.current.get(k)) for k in keys}
         sums = {k: self.base_sums.get(k, 0.0) + self.current_sums.get(k, 0.0) for k in keys}
-        window = {k: h.minus(self.previous_total.get(k)) for k, h in total.items()}
-        self.previous_total = total
+        # up once the program is attached (its first line), not while bpftrace compiles or the kernel refuses it
+        up = self.proc is not None and self.proc.poll() is None and self.heard
+        # off, paused or compiling, a window is what moved since the last reading: nothing, after the first
+        if not up or self.counts_printed != self.counts_windowed or total.keys() != self.previous_total.keys():
+            self.last_window = {k: h.minus(self.previous_total.get(k)) for k, h in total.items()}
+            self.previous_total, self.counts_windowed = total, self.counts_printed
+        window = self.last_window
         share = {n: (blocktrace.SAMPLE_SCALE - s) / blocktrace.SAMPLE_SCALE for n, s in self.plan.items()}
         self._cg_names(time.monotonic())
         cg_total = self._cg_totals()
-        cg_window = {k: c.minus(self.cg_previous.get(k)) for k, c in cg_total.items()}
-        self.cg_previous = cg_total
-        # up once the program is attached (its first line), not while bpftrace compiles or the kernel refuses it
-        up = self.proc is not None and self.proc.poll() is None and self.heard
+        # a walk that names a cgroup moves its counts from "other" to its own key with no new set: a new window
+        if not up or self.cg_sets_read != self.cg_windowed or cg_total.keys() != self.cg_previous.keys():
+            self.cg_last_window = {k: c.minus(self.cg_previous.get(k)) for k, c in cg_total.items()}
+            self.cg_previous, self.cg_windowed = cg_total, self.cg_sets_read
+        cg_window = self.cg_last_window
         starting = self.proc is not None and not up and self.proc.poll() is None
         return TraceReading(time.time(), up, None if up else ("compiling the program" if starting and not self.reason
                                                               else self.reason or "not started yet"),

@@ -445,6 +445,43 @@ def test_lines_waiting_in_the_pipe_count_before_the_silence_is_judged(tmp_path, 
         read.stop()
 
 
+def test_a_reading_between_two_prints_keeps_the_last_window_and_the_next_print_makes_the_next(tmp_path, monkeypatch):
+    """The source reads every window and the loader prints every window, each on its own clock: a read that
+    finds no print since the last one keeps the window the last print made (its percentiles, cause line and
+    cgroup shares stay on the scrape and the page), and the next print's window is what that print added."""
+    def counts(reads: int) -> str:
+        return json.dumps({"type": "map", "data": {"@lat": {f"{bt.dev_t(8, 0)},0,2,183": reads}}})
+    go = tmp_path / "go"
+    clock, section, roots = _fake_host(tmp_path, monkeypatch, ATTACHED + f"echo '{counts(5)}'\n"
+                                       f"while [ ! -e {go} ]; do sleep 0.01; done\n"
+                                       f"echo '{counts(8)}'\nexec sleep 600\n")
+    key = ("sda", "read", "total")
+
+    def until(pred):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            clock[0] += 0.05
+            r = read()
+            if key in r.total and pred(r):
+                return r
+            time.sleep(0.01)
+        raise AssertionError("the stand-in's counts were not read")
+    read = tracer.start(section, roots)
+    try:
+        assert until(lambda r: r.total[key].total == 5).window[key].total == 5
+        for _ in range(3):                    # no print since: the same window, not an empty one
+            clock[0] += section.interval_seconds
+            r = read()
+            assert r.window[key].total == 5 and r.total[key].total == 5
+        go.touch()
+        r = until(lambda r: r.total[key].total == 8)
+        assert r.window[key].total == 3       # what the second print added, once
+        clock[0] += section.interval_seconds
+        assert read().window[key].total == 3
+    finally:
+        read.stop()
+
+
 def test_a_line_naming_60000_devices_makes_no_label_set_for_any_of_them(tmp_path, monkeypatch):
     """A tracer line naming 60,000 unknown device numbers took the daemon past
     1 GiB at the first scrape (every number became a label). Only the disks the program was given are kept;
