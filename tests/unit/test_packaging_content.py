@@ -179,8 +179,6 @@ def unit_of_query(expr: str) -> str:
         return "percentunit"                             # seconds busy per second: %util
     if e.startswith("rate(iowarden_disk_io_time_weighted_seconds_total"):
         return "none"                                    # aqu-sz, a number of requests
-    if re.match(r"sumby\([\w,]+\)\(rate\(iowarden_\w+_count\{.*\)/on\([\w,]+\)sumby\([\w,]+\)\(rate\(iowarden_disk_\w+_completed_total", e):
-        return "ratio"                                   # requests counted by one over those the kernel completed
     if re.match(r"rate\(iowarden_disk_\w+_completed_total", e):
         return "iops"
     if re.match(r"rate\(iowarden_disk_\w+_bytes_total", e):
