@@ -270,11 +270,18 @@ static __always_inline __u32 slot_of(__u64 cgroup, __u32 dev, __u32 disk_index)
 	return slot;
 }
 
+static __always_inline struct cgval *cgval_of(struct request *rq, __u32 dev, __u32 disk_index)
+{
+	__u32 slot = slot_of(cgroup_of(rq), dev, disk_index);
+
+	return bpf_map_lookup_elem(&cgvals, &slot);
+}
+
 static __always_inline void count_cgroup(struct request *rq, __u32 dev, __u32 disk_index, __u8 dir, __u64 ns,
 					 __u32 nr_bytes)
 {
-	__u32 slot = slot_of(cgroup_of(rq), dev, disk_index), b = bucket_of(ns);
-	struct cgval *v = bpf_map_lookup_elem(&cgvals, &slot);
+	struct cgval *v = cgval_of(rq, dev, disk_index);
+	__u32 b = bucket_of(ns);
 
 	if (!v)
 		return;
@@ -290,6 +297,17 @@ static __always_inline void count_cgroup(struct request *rq, __u32 dev, __u32 di
 	__sync_fetch_and_add(&v->dir[dir].bytes, nr_bytes);
 	__sync_fetch_and_add(&v->dir[dir].ns, ns);
 	__sync_fetch_and_add(&v->dir[dir].buckets[b], 1);
+}
+
+/* RQF_FLUSH_SEQ: bit 4 of rq_flags while the flags were #defines, a bit numbered by enum rqf_flags since (a local
+ * flavour of that enum: libbpf matches it by name, so the object builds on a machine whose headers have either) */
+enum rqf_flags___iowarden { __RQF_FLUSH_SEQ___iowarden = 1 };
+
+static __always_inline __u32 flush_seq_flag(void)
+{
+	if (bpf_core_enum_value_exists(enum rqf_flags___iowarden, __RQF_FLUSH_SEQ___iowarden))
+		return 1U << bpf_core_enum_value(enum rqf_flags___iowarden, __RQF_FLUSH_SEQ___iowarden);
+	return 1U << 4;
 }
 
 SEC("tp_btf/block_rq_issue")
@@ -323,6 +341,20 @@ int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
 	if (d->skip && bpf_get_prandom_u32() % SAMPLE_SCALE < d->skip)
 		return 0;
 	dir = op == OP_WRITE;
+	if (rq->rq_flags & flush_seq_flag()) {
+		/* a step of a flush sequence (block/blk-flush.c): the data of a write with PREFLUSH or FUA (a journal's
+		 * commit) is done, its flushes are not. The request completes again, with no bytes left, once they are:
+		 * that completion is the one /proc/diskstats counts and the writer waits for, so it is the one timed.
+		 * Timing both counted each such write twice (fio's fdatasync appender on XFS: 896 where diskstats
+		 * counted 598). Its bytes are only known here */
+		if (options.by_cgroup && nr_bytes) {
+			struct cgval *v = cgval_of(rq, dev, d->index);
+
+			if (v)
+				__sync_fetch_and_add(&v->dir[dir & 1].bytes, nr_bytes);
+		}
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
 	alloc = rq->start_time_ns;
 	issue = options.ignore_stamp ? 0 : rq->io_start_time_ns;
@@ -331,6 +363,20 @@ int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
 			d->path = PATH_STAMPED;
 	} else {
 		mapped = bpf_map_lookup_elem(&issued, &key);
+		if (!mapped && !nr_bytes) {
+			/* a request no driver took: an empty PREFLUSH write (an fsync's cache flush), done for it by the
+			 * queue's own flush request, whose op this program does not time. /proc/diskstats counts it as a
+			 * write of no sectors, and the fsync waits all its life, so it is timed from its allocation, all of
+			 * it the device's (no stage of its own was queued). It says nothing of how this disk times its
+			 * requests: the path stays (taking it for a disk without stamps sent the issue program to work on
+			 * a disk that stamps every request) */
+			if (!alloc || alloc > now)
+				return 0;
+			if (options.by_cgroup)
+				count_cgroup(rq, dev, d->index, dir, now - alloc, 0);
+			count(dev, d->index, dir, STAGE_UNQUEUED, now - alloc);
+			return 0;
+		}
 		if (!mapped) {
 			if (d->path != PATH_ISSUE_MAP)
 				d->path = PATH_ISSUE_MAP;   /* the issue program keeps times from now on */
