@@ -345,8 +345,8 @@ int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
 		/* a step of a flush sequence (block/blk-flush.c): the data of a write with PREFLUSH or FUA (a journal's
 		 * commit) is done, its flushes are not. The request completes again, with no bytes left, once they are:
 		 * that completion is the one /proc/diskstats counts and the writer waits for, so it is the one timed.
-		 * Timing both counted each such write twice (fio's fdatasync appender on XFS: 896 where diskstats
-		 * counted 598). Its bytes are only known here */
+		 * Timed at both, each such write counts twice (fio's fdatasync appender growing a file on XFS: 897
+		 * writes where diskstats counts 598). Its bytes are only known here */
 		if (options.by_cgroup && nr_bytes) {
 			struct cgval *v = cgval_of(rq, dev, d->index);
 
@@ -368,8 +368,8 @@ int BPF_PROG(on_complete, struct request *rq, int error, unsigned int nr_bytes)
 			 * queue's own flush request, whose op this program does not time. /proc/diskstats counts it as a
 			 * write of no sectors, and the fsync waits all its life, so it is timed from its allocation, all of
 			 * it the device's (no stage of its own was queued). It says nothing of how this disk times its
-			 * requests: the path stays (taking it for a disk without stamps sent the issue program to work on
-			 * a disk that stamps every request) */
+			 * requests: the path stays (taken for a disk without stamps, it would attach the issue program to a
+			 * disk that stamps every request, and the journal would say the disk does not stamp) */
 			if (!alloc || alloc > now)
 				return 0;
 			if (options.by_cgroup)
