@@ -143,6 +143,9 @@ class Coverage:
         self.gap: dict[tuple, float] = {}
         self.interval: dict[tuple, float] = {}
         self.volume_interval_seconds = volume_interval_seconds
+        # a success's time that went back: the gauge says when a probe last succeeded, which only moves on. A gap
+        # is measured from the latest time seen, and each step back is counted and said, not measured from
+        self.went_back: dict[tuple, int] = {}
         # (volume, profile) -> [looks it was armed at, looks]: a profile still learning cannot page, so "no
         # notifications" says something only for the time its profiles were armed
         self.armed: dict[tuple, list] = {}
@@ -170,20 +173,22 @@ class Coverage:
     def look(self, m: dict, now: float) -> None:
         latest: dict[str, float] = {}
         for labels, v in m.get("iowarden_probe_last_success_timestamp_seconds", []):
-            key = (labels["target"], labels["profile"])
-            if key in self.last and v > self.last[key]:
-                self.gap[key] = max(self.gap.get(key, 0.0), v - self.last[key])
-            self.last[key] = v
+            self._step((labels["target"], labels["profile"]), v)
             latest[labels["target"]] = max(latest.get(labels["target"], v), v)
         # the volume's: a probe of any of its profiles (the promise the scheduler keeps, plan.py)
         for target, v in latest.items():
-            key = (target, "any profile")
-            if key in self.last and v > self.last[key]:
-                self.gap[key] = max(self.gap.get(key, 0.0), v - self.last[key])
-            self.last[key] = v
+            self._step((target, "any profile"), v)
         for labels, v in m.get("iowarden_probe_interval_seconds", []):
             self.interval[(labels["target"], labels["profile"])] = v
         self.interval.update({(target, "any profile"): self.volume_interval_seconds for target in latest})
+
+    def _step(self, key: tuple, v: float) -> None:
+        last = self.last.get(key)
+        if last is not None and v > last:
+            self.gap[key] = max(self.gap.get(key, 0.0), v - last)
+        elif last is not None and v < last:
+            self.went_back[key] = self.went_back.get(key, 0) + 1
+        self.last[key] = v if last is None else max(last, v)
 
     def worst(self, volume: bool) -> tuple:
         """(gap in intervals, key, gap in seconds) of the longest gap: of a volume (any profile), or of one
@@ -260,6 +265,9 @@ def run_seed(seed: int, args) -> list[str]:
             worst = coverage.worst(volume)
             report.append(f"  longest gap between two probes {what}: {worst[0]:.2f} intervals ({worst[2]:.0f} s; "
                           f"{worst[1]})" if worst[0] is not None else f"  no probe gaps seen {what}")
+        if coverage.went_back:
+            report.append("  a probe's last success went back (not measured from): "
+                          + ", ".join(f"{k} {n}x" for k, n in sorted(coverage.went_back.items())))
         runner.stop()
         report += ["  played: " + line for line in runner.log if "database mix" not in line][:80]
         before = len(hook.payloads)
