@@ -25,9 +25,10 @@ Bounds: one line of output at most MAX_LINE_BYTES; a process that prints nothing
 killed and started again; restarts back off from 30 s to 10 min. The program samples requests on a
 disk faster than max_timed_iops (one in N: bpftrace by a hash of the sector, the compiled engine at random)
 and re-plans N when a disk's rate moves by a factor of four, at most every replan_seconds. Sampling bounds
-the programs' own time, not the tracepoints' (some 300-400 ns per request here, timed or not): above max_cpu_cores' worth of the host's
-I/O rate over the last minute the tracer pauses (over_budget, sustained_rate), judged for the compiled engine
-on its program's time measured near that rate (figure_is_stale).
+the programs' own time, not the tracepoints' (some 300-400 ns per request here, timed or not): above
+max_cpu_cores' worth of the host's I/O rate over the last minute the tracer pauses (over_budget,
+sustained_rate), judged for the compiled engine on its program's time measured near that rate
+(figure_is_stale).
 """
 from __future__ import annotations
 
